@@ -1,0 +1,81 @@
+#pragma once
+// run.h5: one row per training step plus events and the run's config
+// (schema: docs/format.md). Written through SWMR so a reader can follow a live
+// run and a killed run leaves every flushed row readable.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nanscope::format {
+
+// The precision a step ran in, as stored in /steps/amp.
+enum class AmpMode : uint8_t { fp32 = 0, bf16 = 1, fp16 = 2 };
+
+struct StepRow {
+  int64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double loss_scale = 1;
+  double grad_norm = 0;  // global, after unscale
+  bool skipped = false;
+  AmpMode amp = AmpMode::fp32;
+  double step_time = 0;  // seconds, wall
+  std::vector<float> layer_grad_norm;   // one per layer, or empty when not recorded
+  std::vector<float> layer_act_absmax;  // one per layer, or empty when not recorded
+};
+
+struct RunEvent {
+  int64_t step = 0;
+  std::string kind;  // skip, scale_backoff, fallback, snapshot, ...
+  std::string text;
+};
+
+struct RunHeader {
+  std::vector<std::string> layer_names;  // empty: no per-layer datasets
+  bool record_act_absmax = false;
+  std::map<std::string, std::string> config;
+};
+
+// Appends rows in memory and writes them in batches: every `flush_every` rows,
+// on flush(), and on destruction. Each batch is flushed to disk, so a reader
+// (or a post-mortem after SIGKILL) sees every batch written before.
+class RunWriter {
+ public:
+  RunWriter(const std::string& path, const RunHeader& header, size_t flush_every = 16);
+  ~RunWriter();
+  RunWriter(const RunWriter&) = delete;
+  RunWriter& operator=(const RunWriter&) = delete;
+
+  void append(const StepRow& row);
+  void event(const RunEvent& event);
+  void flush();
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A whole run file read into flat arrays (row-major [step x layer] for the
+// per-layer tables), the shape the viewer and the tests want.
+struct RunData {
+  std::string path;
+  std::string format_version;
+  std::map<std::string, std::string> config;
+  std::vector<std::string> layer_names;
+  std::vector<int64_t> step;
+  std::vector<double> loss, lr, loss_scale, grad_norm, step_time;
+  std::vector<uint8_t> skipped, amp;
+  std::vector<float> layer_grad_norm;   // step x layer, empty when not recorded
+  std::vector<float> layer_act_absmax;  // step x layer, empty when not recorded
+  std::vector<RunEvent> events;
+  size_t rows() const { return step.size(); }
+};
+
+// Reads a run file; throws FormatError naming the file on any problem. Works on
+// a file that is still being written or whose writer was killed.
+RunData read_run(const std::string& path);
+
+}  // namespace nanscope::format

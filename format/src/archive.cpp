@@ -1,0 +1,301 @@
+#include "nanscope/format/archive.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "h5.hpp"
+#include "nanscope/format/error.hpp"
+
+namespace nanscope::format {
+
+struct Archive::File {
+  std::string path;
+  bool writable = false;
+  h5::Handle handle;
+};
+
+struct Group::State {
+  std::shared_ptr<Archive::File> file;
+  std::string name;
+  h5::Handle handle;
+};
+
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::float32, "float32", 4}, {DType::float64, "float64", 8}, {DType::float16, "float16", 2},
+    {DType::bfloat16, "bfloat16", 2}, {DType::int64, "int64", 8},   {DType::int32, "int32", 4},
+    {DType::int16, "int16", 2},     {DType::int8, "int8", 1},       {DType::uint8, "uint8", 1},
+    {DType::boolean, "bool", 1},
+};
+
+// HDF5 1.10 has no half or bfloat16 type: both are stored as uint16 with the
+// `dtype` attribute saying how to view them (numpy: .view(np.float16)).
+hid_t file_type(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return H5T_IEEE_F32LE;
+    case DType::float64: return H5T_IEEE_F64LE;
+    case DType::float16:
+    case DType::bfloat16: return H5T_STD_U16LE;
+    case DType::int16: return H5T_STD_I16LE;
+    case DType::int64: return H5T_STD_I64LE;
+    case DType::int32: return H5T_STD_I32LE;
+    case DType::int8: return H5T_STD_I8LE;
+    case DType::uint8:
+    case DType::boolean: return H5T_STD_U8LE;
+  }
+  return H5T_STD_U8LE;
+}
+
+hid_t memory_type(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return H5T_NATIVE_FLOAT;
+    case DType::float64: return H5T_NATIVE_DOUBLE;
+    case DType::float16:
+    case DType::bfloat16: return H5T_NATIVE_UINT16;
+    case DType::int16: return H5T_NATIVE_INT16;
+    case DType::int64: return H5T_NATIVE_INT64;
+    case DType::int32: return H5T_NATIVE_INT32;
+    case DType::int8: return H5T_NATIVE_INT8;
+    case DType::uint8:
+    case DType::boolean: return H5T_NATIVE_UINT8;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+std::string child_path(const std::string& parent, const std::string& name) {
+  return parent == "/" ? "/" + name : parent + "/" + name;
+}
+
+std::shared_ptr<Group::State> root_state(const std::shared_ptr<Archive::File>& file) {
+  auto state = std::make_shared<Group::State>();
+  state->file = file;
+  state->name = "/";
+  state->handle = h5::group_handle(H5Gopen2(file->handle.get(), "/", H5P_DEFAULT), file->path,
+                                   "cannot open the root group");
+  return state;
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  for (const auto& info : kDTypes)
+    if (info.dtype == dtype) return info.name;
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  for (const auto& info : kDTypes)
+    if (info.dtype == dtype) return info.size;
+  return 1;
+}
+
+DType dtype_from_name(const std::string& name) {
+  for (const auto& info : kDTypes)
+    if (name == info.name) return info.dtype;
+  throw std::invalid_argument("unknown dtype '" + name + "'");
+}
+
+int64_t TensorData::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Group Group::group(const std::string& name) const {
+  const std::string& path = state_->file->path;
+  auto child = std::make_shared<State>();
+  child->file = state_->file;
+  child->name = child_path(state_->name, name);
+  hid_t loc = state_->handle.get();
+  if (h5::link_exists(loc, name)) {
+    child->handle = h5::group_handle(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), path,
+                                     "cannot open group " + child->name);
+  } else if (state_->file->writable) {
+    child->handle = h5::group_handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                                                H5P_DEFAULT),
+                                     path, "cannot create group " + child->name);
+  } else {
+    throw FormatError(path, child->name + " missing");
+  }
+  return Group(child);
+}
+
+bool Group::has(const std::string& name) const { return h5::link_exists(state_->handle.get(), name); }
+
+std::vector<std::string> Group::children() const {
+  return h5::child_names(state_->handle.get(), state_->file->path);
+}
+
+const std::string& Group::name() const { return state_->name; }
+
+void Group::put_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                       const void* data) const {
+  const std::string& path = state_->file->path;
+  const std::string full = child_path(state_->name, name);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  h5::Handle space = h5::space_handle(
+      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+      path, "H5Screate");
+  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), file_type(dtype),
+                                                space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                     path, "cannot create tensor " + full);
+  h5::write_string_attr(ds.get(), "dtype", dtype_name(dtype), path);
+  if (numel > 0)
+    h5::check(H5Dwrite(ds.get(), memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
+              "cannot write tensor " + full + " (disk full?)");
+}
+
+TensorData Group::tensor(const std::string& name) const {
+  const std::string& path = state_->file->path;
+  const std::string full = child_path(state_->name, name);
+  if (!has(name)) throw FormatError(path, full + " missing");
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path,
+                                     "cannot open tensor " + full);
+  if (!h5::attr_exists(ds.get(), "dtype")) throw FormatError(path, full + " has no dtype attribute");
+  TensorData out;
+  try {
+    out.dtype = dtype_from_name(h5::read_string_attr(ds.get(), "dtype", path));
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(path, full + ": " + e.what());
+  }
+  h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw FormatError(path, full + " has no simple shape");
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  out.shape.assign(dims.begin(), dims.end());
+  out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
+  if (!out.bytes.empty())
+    h5::check(H5Dread(ds.get(), memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      out.bytes.data()),
+              path, "cannot read tensor " + full + " (corrupt or truncated file?)");
+  return out;
+}
+
+void Group::put_blob(const std::string& name, const void* data, size_t size) const {
+  const std::string& path = state_->file->path;
+  hsize_t n = size;
+  h5::Handle space = h5::space_handle(H5Screate_simple(1, &n, nullptr), path, "H5Screate");
+  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), H5T_STD_U8LE,
+                                                space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                     path, "cannot create blob " + child_path(state_->name, name));
+  h5::write_string_attr(ds.get(), "dtype", "blob", path);
+  if (size > 0)
+    h5::check(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
+              "cannot write blob (disk full?)");
+}
+
+std::string Group::blob(const std::string& name) const {
+  const std::string& path = state_->file->path;
+  const std::string full = child_path(state_->name, name);
+  if (!has(name)) throw FormatError(path, full + " missing");
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path,
+                                     "cannot open blob " + full);
+  h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw FormatError(path, full + " has no size");
+  std::string out(size_t(n), '\0');
+  if (n > 0)
+    h5::check(H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), path,
+              "cannot read blob " + full + " (corrupt or truncated file?)");
+  return out;
+}
+
+void Group::set_attr(const std::string& name, const AttrValue& value) const {
+  const std::string& path = state_->file->path;
+  hid_t loc = state_->handle.get();
+  if (auto* i = std::get_if<int64_t>(&value)) h5::write_int_attr(loc, name, *i, path);
+  else if (auto* d = std::get_if<double>(&value)) h5::write_double_attr(loc, name, *d, path);
+  else h5::write_string_attr(loc, name, std::get<std::string>(value), path);
+}
+
+bool Group::has_attr(const std::string& name) const {
+  return h5::attr_exists(state_->handle.get(), name);
+}
+
+AttrValue Group::attr(const std::string& name) const {
+  const std::string& path = state_->file->path;
+  hid_t loc = state_->handle.get();
+  if (!has_attr(name)) throw FormatError(path, state_->name + " attribute '" + name + "' missing");
+  h5::Handle a = h5::attr_handle(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path, "H5Aopen " + name);
+  h5::Handle type = h5::type_handle(H5Aget_type(a.get()), path, "H5Aget_type");
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: return h5::read_int_attr(loc, name, path);
+    case H5T_FLOAT: return h5::read_double_attr(loc, name, path);
+    case H5T_STRING: return h5::read_string_attr(loc, name, path);
+    default: throw FormatError(path, "attribute '" + name + "' has an unsupported type");
+  }
+}
+
+std::string Group::attr_string(const std::string& name) const {
+  AttrValue v = attr(name);
+  if (auto* s = std::get_if<std::string>(&v)) return *s;
+  throw FormatError(state_->file->path, state_->name + " attribute '" + name + "' is not a string");
+}
+
+int64_t Group::attr_int(const std::string& name) const {
+  AttrValue v = attr(name);
+  if (auto* i = std::get_if<int64_t>(&v)) return *i;
+  throw FormatError(state_->file->path, state_->name + " attribute '" + name + "' is not an integer");
+}
+
+double Group::attr_double(const std::string& name) const {
+  AttrValue v = attr(name);
+  if (auto* d = std::get_if<double>(&v)) return *d;
+  if (auto* i = std::get_if<int64_t>(&v)) return double(*i);
+  throw FormatError(state_->file->path, state_->name + " attribute '" + name + "' is not a number");
+}
+
+std::vector<std::string> Group::attr_names() const {
+  return h5::attr_names(state_->handle.get(), state_->file->path);
+}
+
+Archive Archive::create(const std::string& path, const std::string& kind) {
+  h5::silence_errors();
+  Archive archive;
+  archive.file_ = std::make_shared<File>();
+  archive.file_->path = path;
+  archive.file_->writable = true;
+  archive.file_->handle = h5::file_handle(
+      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path,
+      "cannot create file (directory missing, not writable, or disk full?)");
+  h5::write_identity(archive.file_->handle.get(), kind, path);
+  return archive;
+}
+
+Archive Archive::open(const std::string& path, const std::string& kind, bool writable) {
+  Archive archive;
+  archive.file_ = std::make_shared<File>();
+  archive.file_->path = path;
+  archive.file_->writable = writable;
+  archive.file_->handle = writable ? h5::open_file_readwrite(path) : h5::open_file_readonly(path);
+  h5::check_identity(archive.file_->handle.get(), kind, path);
+  return archive;
+}
+
+Group Archive::root() const {
+  if (!file_ || !file_->handle.valid()) throw std::logic_error("archive is closed");
+  return Group(root_state(file_));
+}
+
+const std::string& Archive::path() const { return file_->path; }
+
+void Archive::close() {
+  if (!file_ || !file_->handle.valid()) return;
+  h5::check(H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL), file_->path,
+            "cannot flush (disk full?)");
+  // Groups still alive keep their own handles; the library closes the file
+  // for good once they go (H5F_CLOSE_WEAK, the default).
+  file_->handle.reset();
+}
+
+}  // namespace nanscope::format

@@ -1,0 +1,224 @@
+#include "h5.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "nanscope/format/version.hpp"
+
+namespace nanscope::format::h5 {
+
+void silence_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+hid_t check_id(hid_t id, const std::string& path, const std::string& what) {
+  if (id < 0) throw FormatError(path, what);
+  return id;
+}
+
+void check(herr_t status, const std::string& path, const std::string& what) {
+  if (status < 0) throw FormatError(path, what);
+}
+
+Handle file_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Fclose};
+}
+Handle group_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Gclose};
+}
+Handle dataset_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Dclose};
+}
+Handle space_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Sclose};
+}
+Handle type_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Tclose};
+}
+Handle plist_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Pclose};
+}
+Handle attr_handle(hid_t id, const std::string& path, const std::string& what) {
+  return {check_id(id, path, what), H5Aclose};
+}
+
+namespace {
+
+// Explains why a file cannot be opened before HDF5 gets a chance to say it
+// in its own words: a user needs "missing" and "empty" to read as such.
+void check_openable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw FormatError(path, "no such file");
+  if (S_ISDIR(st.st_mode)) throw FormatError(path, "is a directory, expected an HDF5 file");
+  if (st.st_size == 0) throw FormatError(path, "file is empty");
+  htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 <= 0) throw FormatError(path, "not an HDF5 file (no HDF5 signature)");
+}
+
+}  // namespace
+
+Handle open_file_readonly(const std::string& path) {
+  silence_errors();
+  check_openable(path);
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+  if (id < 0) id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  return file_handle(id, path, "cannot open HDF5 file (truncated or corrupt?)");
+}
+
+Handle open_file_readwrite(const std::string& path) {
+  silence_errors();
+  check_openable(path);
+  return file_handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), path,
+                     "cannot open HDF5 file for writing (read-only, in use, or corrupt?)");
+}
+
+bool link_exists(hid_t loc, const std::string& name) {
+  return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+bool attr_exists(hid_t loc, const std::string& name) {
+  return H5Aexists(loc, name.c_str()) > 0;
+}
+
+Handle fixed_string_type(size_t n, const std::string& path) {
+  Handle type = type_handle(H5Tcopy(H5T_C_S1), path, "H5Tcopy");
+  check(H5Tset_size(type.get(), n == 0 ? 1 : n), path, "H5Tset_size");
+  check(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), path, "H5Tset_strpad");
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), path, "H5Tset_cset");
+  return type;
+}
+
+namespace {
+
+Handle create_attr(hid_t loc, const std::string& name, hid_t type, const std::string& path) {
+  if (attr_exists(loc, name)) check(H5Adelete(loc, name.c_str()), path, "replace attribute " + name);
+  Handle space = space_handle(H5Screate(H5S_SCALAR), path, "H5Screate");
+  return attr_handle(H5Acreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                     path, "cannot create attribute '" + name + "'");
+}
+
+Handle open_attr(hid_t loc, const std::string& name, const std::string& path) {
+  if (!attr_exists(loc, name)) throw FormatError(path, "attribute '" + name + "' missing");
+  return attr_handle(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path,
+                     "cannot open attribute '" + name + "'");
+}
+
+}  // namespace
+
+void write_string_attr(hid_t loc, const std::string& name, const std::string& value,
+                       const std::string& path) {
+  Handle type = fixed_string_type(value.size(), path);
+  Handle attr = create_attr(loc, name, type.get(), path);
+  const char* data = value.empty() ? "" : value.data();
+  check(H5Awrite(attr.get(), type.get(), data), path, "write attribute " + name);
+}
+
+std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path) {
+  Handle attr = open_attr(loc, name, path);
+  Handle type = type_handle(H5Aget_type(attr.get()), path, "H5Aget_type");
+  if (H5Tget_class(type.get()) != H5T_STRING)
+    throw FormatError(path, "attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    // Written by another tool (h5py writes variable-length strings by default).
+    char* value = nullptr;
+    Handle mem = type_handle(H5Tcopy(H5T_C_S1), path, "H5Tcopy");
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    check(H5Aread(attr.get(), mem.get(), &value), path, "read attribute " + name);
+    std::string out = value ? value : "";
+    H5free_memory(value);
+    return out;
+  }
+  size_t size = H5Tget_size(type.get());
+  std::string out(size, '\0');
+  check(H5Aread(attr.get(), type.get(), out.data()), path, "read attribute " + name);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+void write_int_attr(hid_t loc, const std::string& name, int64_t value, const std::string& path) {
+  Handle attr = create_attr(loc, name, H5T_STD_I64LE, path);
+  check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), path, "write attribute " + name);
+}
+
+int64_t read_int_attr(hid_t loc, const std::string& name, const std::string& path) {
+  Handle attr = open_attr(loc, name, path);
+  int64_t value = 0;
+  check(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path,
+        "attribute '" + name + "' is not an integer");
+  return value;
+}
+
+void write_double_attr(hid_t loc, const std::string& name, double value, const std::string& path) {
+  Handle attr = create_attr(loc, name, H5T_IEEE_F64LE, path);
+  check(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value), path, "write attribute " + name);
+}
+
+double read_double_attr(hid_t loc, const std::string& name, const std::string& path) {
+  Handle attr = open_attr(loc, name, path);
+  double value = 0;
+  check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path,
+        "attribute '" + name + "' is not a number");
+  return value;
+}
+
+namespace {
+
+herr_t collect_attr_name(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+
+herr_t collect_link_name(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> attr_names(hid_t loc, const std::string& path) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  check(H5Aiterate2(loc, H5_INDEX_NAME, H5_ITER_INC, &index, collect_attr_name, &names), path,
+        "cannot list attributes");
+  return names;
+}
+
+std::vector<std::string> child_names(hid_t loc, const std::string& path) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  check(H5Literate(loc, H5_INDEX_NAME, H5_ITER_INC, &index, collect_link_name, &names), path,
+        "cannot list group members");
+  return names;
+}
+
+void write_identity(hid_t file, const std::string& kind, const std::string& path) {
+  write_string_attr(file, "format", kind, path);
+  write_string_attr(file, "format_version",
+                    std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
+}
+
+void check_identity(hid_t file, const std::string& kind, const std::string& path) {
+  if (!attr_exists(file, "format"))
+    throw FormatError(path, "not a nanscope file: the root has no 'format' attribute (expected " +
+                                kind + ")");
+  std::string found = read_string_attr(file, "format", path);
+  if (found != kind) throw FormatError(path, "is a '" + found + "' file, expected " + kind);
+  if (!attr_exists(file, "format_version"))
+    throw FormatError(path, "'format_version' attribute missing");
+  std::string version = read_string_attr(file, "format_version", path);
+  int major = 0;
+  try {
+    major = std::stoi(version);
+  } catch (const std::exception&) {
+    throw FormatError(path, "unreadable format_version '" + version + "'");
+  }
+  if (major != kFormatMajor)
+    throw FormatError(path, "format_version " + version + " is not supported (this nanscope reads " +
+                                std::to_string(kFormatMajor) + ".x; " +
+                                (major > kFormatMajor ? "upgrade nanscope)" : "file too old)"));
+}
+
+}  // namespace nanscope::format::h5

@@ -1,0 +1,146 @@
+#include <cstring>
+
+#include "h5.hpp"
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/format/version.hpp"
+#include "run_schema.hpp"
+
+namespace nanscope::format {
+
+namespace {
+
+// Dimensions of a dataset, refreshed first so a live SWMR writer's appends show.
+std::vector<hsize_t> refreshed_dims(hid_t ds, const std::string& path, const std::string& name) {
+  H5Drefresh(ds);  // fails harmlessly on a file not opened for SWMR reading
+  h5::Handle space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space " + name);
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw FormatError(path, "dataset " + name + " has no simple shape");
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+h5::Handle open_dataset(hid_t loc, const std::string& group, const std::string& name,
+                        const std::string& path) {
+  std::string full = group + "/" + name;
+  if (!h5::link_exists(loc, full)) throw FormatError(path, full + " missing");
+  return h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path,
+                            "cannot open " + full);
+}
+
+// Reads the first `rows` rows (x `columns`) of a dataset into `out`.
+template <typename T>
+void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type,
+               hsize_t rows, hsize_t columns, std::vector<T>& out, const std::string& path) {
+  h5::Handle ds = open_dataset(loc, group, name, path);
+  auto dims = refreshed_dims(ds.get(), path, name);
+  const std::string full = group + "/" + name;
+  if (dims.empty() || dims[0] < rows)
+    throw FormatError(path, full + " has fewer rows than /steps/step (truncated file?)");
+  if ((columns == 0 && dims.size() != 1) ||
+      (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
+    throw FormatError(path, full + " has an unexpected shape");
+  out.resize(rows * std::max<hsize_t>(1, columns));
+  if (rows == 0) return;
+  h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
+  hsize_t start[2] = {0, 0};
+  hsize_t count[2] = {rows, columns};
+  const int rank = columns == 0 ? 1 : 2;
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
+            path, "H5Sselect_hyperslab");
+  h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
+  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
+            path, "cannot read " + full + " (corrupt file?)");
+}
+
+// Reads a 1-D fixed-length string dataset's first `rows` entries.
+std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_t rows,
+                                      const std::string& path) {
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path,
+                                     "cannot open " + full);
+  auto dims = refreshed_dims(ds.get(), path, full);
+  if (dims.size() != 1 || dims[0] < rows) throw FormatError(path, full + " has an unexpected shape");
+  h5::Handle type = h5::type_handle(H5Dget_type(ds.get()), path, "H5Dget_type");
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0)
+    throw FormatError(path, full + " is not a fixed-length string dataset");
+  size_t width = H5Tget_size(type.get());
+  std::vector<char> packed(rows * width + 1, '\0');
+  std::vector<std::string> out;
+  if (rows == 0) return out;
+  h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
+  hsize_t start = 0, count = rows;
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+            path, "H5Sselect_hyperslab");
+  h5::Handle mem_space = h5::space_handle(H5Screate_simple(1, &count, nullptr), path, "H5Screate");
+  h5::check(H5Dread(ds.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT,
+                    packed.data()),
+            path, "cannot read " + full);
+  for (hsize_t i = 0; i < rows; ++i) {
+    const char* s = packed.data() + i * width;
+    out.emplace_back(s, strnlen(s, width));
+  }
+  return out;
+}
+
+hsize_t row_count(hid_t file, const std::string& full, const std::string& path) {
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(file, full.c_str(), H5P_DEFAULT), path,
+                                     full + " missing");
+  auto dims = refreshed_dims(ds.get(), path, full);
+  if (dims.size() != 1) throw FormatError(path, full + " is not 1-D");
+  return dims[0];
+}
+
+}  // namespace
+
+RunData read_run(const std::string& path) {
+  h5::Handle file = h5::open_file_readonly(path);
+  hid_t f = file.get();
+  h5::check_identity(f, kRunFileKind, path);
+
+  RunData run;
+  run.path = path;
+  run.format_version = h5::read_string_attr(f, "format_version", path);
+  if (h5::link_exists(f, run_schema::kConfigGroup)) {
+    h5::Handle config = h5::group_handle(H5Gopen2(f, run_schema::kConfigGroup, H5P_DEFAULT), path,
+                                         "cannot open /config");
+    for (const auto& key : h5::attr_names(config.get(), path))
+      run.config[key] = h5::read_string_attr(config.get(), key, path);
+  }
+  const std::string names = std::string(run_schema::kLayersGroup) + "/names";
+  if (!h5::link_exists(f, run_schema::kLayersGroup) || !h5::link_exists(f, names))
+    throw FormatError(path, names + " missing");
+  run.layer_names = read_strings(f, names, row_count(f, names, path), path);
+
+  const std::string steps = run_schema::kStepsGroup;
+  if (!h5::link_exists(f, steps)) throw FormatError(path, steps + " missing");
+  // /steps/step is written last in each batch: its length is the committed row count.
+  const hsize_t rows = row_count(f, steps + "/step", path);
+  const hsize_t layers = run.layer_names.size();
+  read_rows(f, steps, "step", H5T_NATIVE_INT64, rows, 0, run.step, path);
+  read_rows(f, steps, "loss", H5T_NATIVE_DOUBLE, rows, 0, run.loss, path);
+  read_rows(f, steps, "lr", H5T_NATIVE_DOUBLE, rows, 0, run.lr, path);
+  read_rows(f, steps, "loss_scale", H5T_NATIVE_DOUBLE, rows, 0, run.loss_scale, path);
+  read_rows(f, steps, "grad_norm", H5T_NATIVE_DOUBLE, rows, 0, run.grad_norm, path);
+  read_rows(f, steps, "skipped", H5T_NATIVE_UINT8, rows, 0, run.skipped, path);
+  read_rows(f, steps, "amp", H5T_NATIVE_UINT8, rows, 0, run.amp, path);
+  read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, rows, 0, run.step_time, path);
+  if (layers > 0 && h5::link_exists(f, steps + "/layer_grad_norm"))
+    read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, rows, layers, run.layer_grad_norm,
+              path);
+  if (layers > 0 && h5::link_exists(f, steps + "/layer_act_absmax"))
+    read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, rows, layers, run.layer_act_absmax,
+              path);
+
+  const std::string events = run_schema::kEventsGroup;
+  if (!h5::link_exists(f, events)) throw FormatError(path, events + " missing");
+  const hsize_t event_rows = row_count(f, events + "/step", path);
+  std::vector<int64_t> event_steps;
+  read_rows(f, events, "step", H5T_NATIVE_INT64, event_rows, 0, event_steps, path);
+  auto kinds = read_strings(f, events + "/kind", event_rows, path);
+  auto texts = read_strings(f, events + "/text", event_rows, path);
+  for (hsize_t i = 0; i < event_rows; ++i) run.events.push_back({event_steps[i], kinds[i], texts[i]});
+  return run;
+}
+
+}  // namespace nanscope::format

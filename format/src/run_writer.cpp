@@ -1,0 +1,250 @@
+#include <algorithm>
+#include <cmath>
+
+#include "h5.hpp"
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/format/version.hpp"
+#include "run_schema.hpp"
+
+namespace nanscope::format {
+
+namespace {
+
+// An extendible chunked dataset of `columns` values per row (0: 1-D).
+struct Column {
+  h5::Handle dataset;
+  hid_t mem_type = -1;
+  hsize_t columns = 0;
+};
+
+Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
+                     hsize_t columns, const std::string& path) {
+  const int rank = columns == 0 ? 1 : 2;
+  hsize_t dims[2] = {0, columns};
+  hsize_t max_dims[2] = {H5S_UNLIMITED, columns};
+  // ~64 KiB chunks keep appends cheap and whole-column reads fast.
+  hsize_t row_bytes = std::max<hsize_t>(1, columns) * H5Tget_size(file_type);
+  hsize_t chunk_rows = std::clamp<hsize_t>(65536 / row_bytes, 16, 4096);
+  hsize_t chunk[2] = {chunk_rows, std::max<hsize_t>(1, columns)};
+  h5::Handle space = h5::space_handle(H5Screate_simple(rank, dims, max_dims), path, "H5Screate");
+  h5::Handle plist = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), path, "H5Pcreate");
+  h5::check(H5Pset_chunk(plist.get(), rank, chunk), path, "H5Pset_chunk");
+  Column column;
+  column.dataset = h5::dataset_handle(
+      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), path,
+      std::string("cannot create dataset ") + name);
+  column.mem_type = mem_type;
+  column.columns = columns;
+  return column;
+}
+
+// Appends `rows` rows held contiguously at `data`.
+void append_rows(Column& column, const void* data, hsize_t rows, const std::string& path) {
+  if (rows == 0) return;
+  const int rank = column.columns == 0 ? 1 : 2;
+  hid_t ds = column.dataset.get();
+  h5::Handle file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
+  hsize_t old_dims[2] = {0, 0};
+  H5Sget_simple_extent_dims(file_space.get(), old_dims, nullptr);
+  hsize_t new_dims[2] = {old_dims[0] + rows, column.columns};
+  h5::check(H5Dset_extent(ds, new_dims), path, "cannot extend dataset");
+  file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
+  hsize_t start[2] = {old_dims[0], 0};
+  hsize_t count[2] = {rows, column.columns};
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
+            path, "H5Sselect_hyperslab");
+  h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
+  h5::check(H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
+            path, "cannot write rows (disk full?)");
+}
+
+// Copies a string into a fixed-size, null-padded field (truncating).
+void put_fixed(std::vector<char>& out, const std::string& value, size_t width) {
+  size_t start = out.size();
+  out.resize(start + width, '\0');
+  std::copy_n(value.data(), std::min(value.size(), width), out.data() + start);
+}
+
+}  // namespace
+
+struct RunWriter::Impl {
+  std::string path;
+  size_t flush_every;
+  size_t layers;
+  bool act_absmax;
+  h5::Handle file;
+  h5::Handle kind_type, text_type;
+  Column step, loss, lr, loss_scale, grad_norm, skipped, amp, step_time, layer_grad_norm,
+      layer_act_absmax;
+  Column event_step, event_kind, event_text;
+  std::vector<StepRow> pending;
+  std::vector<RunEvent> pending_events;
+
+  void write_pending();
+};
+
+RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t flush_every)
+    : impl_(std::make_unique<Impl>()) {
+  h5::silence_errors();
+  Impl& m = *impl_;
+  m.path = path;
+  m.flush_every = std::max<size_t>(1, flush_every);
+  m.layers = header.layer_names.size();
+  m.act_absmax = header.record_act_absmax && m.layers > 0;
+
+  // SWMR needs the latest file-format features.
+  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
+  h5::check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), path,
+            "H5Pset_libver_bounds");
+  m.file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
+                           "cannot create run file (directory missing or not writable?)");
+  hid_t file = m.file.get();
+  h5::write_identity(file, kRunFileKind, path);
+
+  // Everything is created before SWMR writing starts: HDF5 1.10 allows no new
+  // objects or attributes afterwards, only appends to existing datasets.
+  {
+    h5::Handle config = h5::group_handle(
+        H5Gcreate2(file, run_schema::kConfigGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+        "create /config");
+    for (const auto& [key, value] : header.config)
+      h5::write_string_attr(config.get(), key, value, path);
+  }
+  {
+    h5::Handle layers = h5::group_handle(
+        H5Gcreate2(file, run_schema::kLayersGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+        "create /layers");
+    size_t width = 1;
+    for (const auto& name : header.layer_names) width = std::max(width, name.size());
+    h5::Handle type = h5::fixed_string_type(width, path);
+    hsize_t n = header.layer_names.size();
+    h5::Handle space = h5::space_handle(H5Screate_simple(1, &n, nullptr), path, "H5Screate");
+    h5::Handle names = h5::dataset_handle(
+        H5Dcreate2(layers.get(), "names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                   H5P_DEFAULT),
+        path, "create /layers/names");
+    std::vector<char> packed;
+    for (const auto& name : header.layer_names) put_fixed(packed, name, width);
+    if (n > 0)
+      h5::check(H5Dwrite(names.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()),
+                path, "write /layers/names");
+  }
+  h5::Handle steps = h5::group_handle(
+      H5Gcreate2(file, run_schema::kStepsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+      "create /steps");
+  hid_t g = steps.get();
+  m.step = create_column(g, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, path);
+  m.loss = create_column(g, "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
+  m.lr = create_column(g, "lr", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
+  m.loss_scale = create_column(g, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
+  m.grad_norm = create_column(g, "grad_norm", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
+  m.skipped = create_column(g, "skipped", H5T_STD_U8LE, H5T_NATIVE_UINT8, 0, path);
+  m.amp = create_column(g, "amp", H5T_STD_U8LE, H5T_NATIVE_UINT8, 0, path);
+  m.step_time = create_column(g, "step_time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
+  if (m.layers > 0)
+    m.layer_grad_norm =
+        create_column(g, "layer_grad_norm", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
+  if (m.act_absmax)
+    m.layer_act_absmax =
+        create_column(g, "layer_act_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
+
+  h5::Handle events = h5::group_handle(
+      H5Gcreate2(file, run_schema::kEventsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+      "create /events");
+  m.kind_type = h5::fixed_string_type(run_schema::kEventKindWidth, path);
+  m.text_type = h5::fixed_string_type(run_schema::kEventTextWidth, path);
+  m.event_step = create_column(events.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, path);
+  m.event_kind = create_column(events.get(), "kind", m.kind_type.get(), m.kind_type.get(), 0, path);
+  m.event_text = create_column(events.get(), "text", m.text_type.get(), m.text_type.get(), 0, path);
+
+  h5::check(H5Fstart_swmr_write(file), path, "cannot start SWMR writing");
+}
+
+RunWriter::~RunWriter() {
+  try {
+    flush();
+  } catch (...) {
+    // A destructor must not throw; the last batch is lost and that is all.
+  }
+}
+
+const std::string& RunWriter::path() const { return impl_->path; }
+
+void RunWriter::append(const StepRow& row) {
+  Impl& m = *impl_;
+  if (m.layers > 0 && !row.layer_grad_norm.empty() && row.layer_grad_norm.size() != m.layers)
+    throw FormatError(m.path, "row has " + std::to_string(row.layer_grad_norm.size()) +
+                                  " layer norms, the file has " + std::to_string(m.layers) +
+                                  " layers");
+  m.pending.push_back(row);
+  if (m.pending.size() >= m.flush_every) flush();
+}
+
+void RunWriter::event(const RunEvent& event) {
+  impl_->pending_events.push_back(event);
+  // Events are rare and matter after a crash: write them with the next batch,
+  // but never let them wait longer than the rows around them.
+  if (impl_->pending_events.size() >= impl_->flush_every) flush();
+}
+
+void RunWriter::flush() {
+  impl_->write_pending();
+  h5::check(H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL), impl_->path, "cannot flush run file");
+}
+
+void RunWriter::Impl::write_pending() {
+  const hsize_t n = pending.size();
+  if (n > 0) {
+    std::vector<int64_t> steps(n);
+    std::vector<double> losses(n), lrs(n), scales(n), norms(n), times(n);
+    std::vector<uint8_t> skips(n), amps(n);
+    std::vector<float> layer_norms(layers > 0 ? n * layers : 0, std::nanf(""));
+    std::vector<float> act(act_absmax ? n * layers : 0, std::nanf(""));
+    for (hsize_t i = 0; i < n; ++i) {
+      const StepRow& r = pending[i];
+      steps[i] = r.step;
+      losses[i] = r.loss;
+      lrs[i] = r.lr;
+      scales[i] = r.loss_scale;
+      norms[i] = r.grad_norm;
+      times[i] = r.step_time;
+      skips[i] = r.skipped ? 1 : 0;
+      amps[i] = static_cast<uint8_t>(r.amp);
+      // A row without layer values (e.g. a skipped step) keeps NaN placeholders.
+      if (layers > 0 && r.layer_grad_norm.size() == layers)
+        std::copy(r.layer_grad_norm.begin(), r.layer_grad_norm.end(), &layer_norms[i * layers]);
+      if (act_absmax && r.layer_act_absmax.size() == layers)
+        std::copy(r.layer_act_absmax.begin(), r.layer_act_absmax.end(), &act[i * layers]);
+    }
+    // The step column goes last: a reader takes its length as the row count,
+    // so a row is visible only once all of its columns are written.
+    append_rows(loss, losses.data(), n, path);
+    append_rows(lr, lrs.data(), n, path);
+    append_rows(loss_scale, scales.data(), n, path);
+    append_rows(grad_norm, norms.data(), n, path);
+    append_rows(skipped, skips.data(), n, path);
+    append_rows(amp, amps.data(), n, path);
+    append_rows(step_time, times.data(), n, path);
+    if (layers > 0) append_rows(layer_grad_norm, layer_norms.data(), n, path);
+    if (act_absmax) append_rows(layer_act_absmax, act.data(), n, path);
+    append_rows(step, steps.data(), n, path);
+    pending.clear();
+  }
+  const hsize_t e = pending_events.size();
+  if (e > 0) {
+    std::vector<int64_t> steps(e);
+    std::vector<char> kinds, texts;
+    for (hsize_t i = 0; i < e; ++i) {
+      steps[i] = pending_events[i].step;
+      put_fixed(kinds, pending_events[i].kind, run_schema::kEventKindWidth);
+      put_fixed(texts, pending_events[i].text, run_schema::kEventTextWidth);
+    }
+    append_rows(event_kind, kinds.data(), e, path);
+    append_rows(event_text, texts.data(), e, path);
+    append_rows(event_step, steps.data(), e, path);
+    pending_events.clear();
+  }
+}
+
+}  // namespace nanscope::format

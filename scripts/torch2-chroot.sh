@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds (once) a Debian trixie chroot with libtorch-dev 2.6 and the other build
+# dependencies, so the LibTorch 2.x lane can build and test the same tree.
+# Usage: scripts/torch2-chroot.sh [CHROOT_DIR]   (default /var/tmp/nanscope-trixie)
+# Re-running is cheap: a chroot that already has libtorch-dev is left as it is.
+set -euo pipefail
+root=${1:-${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}}
+mirror=${NANSCOPE_MIRROR:-http://deb.debian.org/debian}
+packages="libtorch-dev libopenblas0-pthread libhdf5-dev libcli11-dev libgtest-dev libgmock-dev cmake ninja-build g++ \
+ python3-torch python3-h5py python3-numpy ccache libimgui-dev libglfw3-dev libstb-dev pkg-config xvfb xauth"
+
+if ! command -v debootstrap >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+if [ -f "$root/.nanscope-ready" ]; then
+  echo "torch2-chroot: $root is ready"
+  exit 0
+fi
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  echo "torch2-chroot: debootstrap trixie into $root"
+  rm -rf "$root"
+  debootstrap --variant=minbase trixie "$root" "$mirror" >/tmp/nanscope-debootstrap.log 2>&1 \
+    || { tail -20 /tmp/nanscope-debootstrap.log; exit 1; }
+fi
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+trap 'umount "$root/proc" 2>/dev/null || true' EXIT
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+echo "torch2-chroot: installing libtorch-dev 2.x and build dependencies"
+chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages" \
+  >/tmp/nanscope-chroot-apt.log 2>&1 || { tail -20 /tmp/nanscope-chroot-apt.log; exit 1; }
+touch "$root/.nanscope-ready"
+echo "torch2-chroot: ready ($(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev))"

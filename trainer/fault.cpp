@@ -1,0 +1,88 @@
+#include "fault.hpp"
+
+#include <stdexcept>
+
+namespace nanscope {
+
+namespace {
+
+constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input, FaultKind::log_nonpositive,
+                                FaultKind::sqrt_grad_zero,  FaultKind::zero_variance_norm,
+                                FaultKind::exp_overflow,    FaultKind::lr_spike};
+
+double default_arg(FaultKind kind) { return kind == FaultKind::lr_spike ? 1000.0 : 0.0; }
+
+}  // namespace
+
+const char* fault_name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::none: return "none";
+    case FaultKind::nonfinite_input: return "nonfinite_input";
+    case FaultKind::log_nonpositive: return "log_nonpositive";
+    case FaultKind::sqrt_grad_zero: return "sqrt_grad_zero";
+    case FaultKind::zero_variance_norm: return "zero_variance_norm";
+    case FaultKind::exp_overflow: return "exp_overflow";
+    case FaultKind::lr_spike: return "lr_spike";
+  }
+  return "?";
+}
+
+std::vector<std::string> fault_kind_names() {
+  std::vector<std::string> names;
+  for (FaultKind k : kKinds) names.emplace_back(fault_name(k));
+  return names;
+}
+
+Fault parse_fault(const std::string& text) {
+  const auto at = text.find('@');
+  if (at == std::string::npos)
+    throw std::invalid_argument("fault '" + text + "' must look like KIND@STEP[:ARG]");
+  const std::string name = text.substr(0, at);
+  std::string rest = text.substr(at + 1);
+  std::string arg;
+  if (const auto colon = rest.find(':'); colon != std::string::npos) {
+    arg = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+  }
+  Fault fault;
+  for (FaultKind k : kKinds)
+    if (name == fault_name(k)) fault.kind = k;
+  if (fault.kind == FaultKind::none) {
+    std::string known;
+    for (const auto& n : fault_kind_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown fault kind '" + name + "' (known: " + known + ")");
+  }
+  try {
+    size_t used = 0;
+    fault.step = std::stoll(rest, &used);
+    if (used != rest.size() || fault.step < 0) throw std::invalid_argument("");
+    fault.arg = default_arg(fault.kind);
+    if (!arg.empty()) fault.arg = std::stod(arg, &used);
+    if (!arg.empty() && used != arg.size()) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw std::invalid_argument("fault '" + text + "': STEP must be a step number >= 0 and ARG a number");
+  }
+  return fault;
+}
+
+FaultKind model_fault_at(const std::vector<Fault>& faults, int64_t step) {
+  for (const auto& f : faults)
+    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input)
+      return f.kind;
+  return FaultKind::none;
+}
+
+double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step) {
+  double m = 1.0;
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::lr_spike && step >= f.step) m *= f.arg;
+  return m;
+}
+
+std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step) {
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::nonfinite_input && f.step == step) return static_cast<int64_t>(f.arg);
+  return std::nullopt;
+}
+
+}  // namespace nanscope

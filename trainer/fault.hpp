@@ -1,0 +1,40 @@
+#pragma once
+// Planted faults (--fault KIND@STEP[:ARG]): one per arithmetic origin of a NaN
+// in the playbook (seed 003, P8/P11/P12), placed at a known op and module so a
+// test can check that the run survives it and, later, that the probe finds it.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nanscope {
+
+enum class FaultKind {
+  none,
+  nonfinite_input,     // P11: a NaN written into the batch (ARG: the sample row, default 0)
+  log_nonpositive,     // P8: log of the GELU output in blocks.0.mlp (negative values)
+  sqrt_grad_zero,      // P8: sqrt of an all-zero RMS in blocks.0.attn: finite forward, Inf backward
+  zero_variance_norm,  // P8: blocks.0.ln1 without eps on a constant row: 0/0
+  exp_overflow,        // P8: hand-rolled softmax in head: exp of large logits overflows
+  lr_spike,            // P12: LR x ARG (default 1000) from STEP on
+};
+
+struct Fault {
+  FaultKind kind = FaultKind::none;
+  int64_t step = 0;
+  double arg = 0;  // the row for nonfinite_input, the factor for lr_spike
+};
+
+const char* fault_name(FaultKind kind);
+// Parses KIND@STEP[:ARG]; throws std::invalid_argument with a readable message.
+Fault parse_fault(const std::string& text);
+std::vector<std::string> fault_kind_names();
+
+// Which fault (if any) is planted inside the model at `step`.
+FaultKind model_fault_at(const std::vector<Fault>& faults, int64_t step);
+// The LR multiplier in force at `step` (lr_spike persists once it fires).
+double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step);
+// The batch row to poison at `step`, if nonfinite_input is planted there.
+std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step);
+
+}  // namespace nanscope

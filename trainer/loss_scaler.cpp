@@ -1,0 +1,47 @@
+#include "loss_scaler.hpp"
+
+#include <cmath>
+
+#include "torch_compat.hpp"
+
+namespace nanscope {
+
+LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config.init_scale) {}
+
+at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const {
+  return config_.enabled ? loss * scale_ : loss;
+}
+
+at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& grads) const {
+  const auto device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();
+  at::Tensor found_inf = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  if (grads.empty()) return found_inf;
+  const double inv_scale = 1.0 / scale();
+  if (compat::fused_unscale_available(device.type())) {
+    at::Tensor inv = at::full({1}, inv_scale, at::TensorOptions().dtype(at::kFloat).device(device));
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);
+    return found_inf;
+  }
+  // Plain path (CPU on LibTorch 1.13): same contract, a handful of ops per grad.
+  if (inv_scale != 1.0) at::_foreach_mul_(grads, inv_scale);
+  std::vector<at::Tensor> all_finite;
+  all_finite.reserve(grads.size());
+  for (const auto& g : grads) all_finite.push_back(at::isfinite(g).all());
+  return at::logical_not(at::stack(all_finite).all()).to(at::kFloat).reshape({1});
+}
+
+void LossScaler::update(bool found_inf) {
+  if (!config_.enabled) return;
+  if (found_inf) {
+    scale_ *= config_.backoff_factor;
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ == config_.growth_interval) {
+    const double grown = scale_ * config_.growth_factor;
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+  }
+}
+
+}  // namespace nanscope

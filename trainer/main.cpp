@@ -1,0 +1,38 @@
+// nanscope-train: parse the command line into TrainOptions and call run().
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "nanscope/format/error.hpp"
+#include "options_cli.hpp"
+#include "trainer.hpp"
+
+int main(int argc, char** argv) {
+  nanscope::TrainOptions options;
+  CLI::App app{"nanscope-train"};
+  nanscope::add_train_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const std::invalid_argument& e) {  // a bad --fault, from its callback
+    std::cerr << "nanscope-train: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    nanscope::validate_options(options);
+    nanscope::TrainSummary summary = nanscope::run(options, std::cerr);
+    nanscope::print_summary(summary, std::cout);
+    return summary.interrupted ? 130 : 0;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "nanscope-train: " << e.what() << "\n";
+    return 2;
+  } catch (const nanscope::format::FormatError& e) {
+    std::cerr << "nanscope-train: bad input " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "nanscope-train: training failed: " << e.what() << "\n";
+    return 1;
+  }
+}

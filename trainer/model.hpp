@@ -1,0 +1,46 @@
+#pragma once
+// What the training loop needs from a model, whether it is a built-in C++
+// module (mlp, gpt) or a TorchScript file. Contract (DESIGN.md):
+// loss(inputs, targets) returns a scalar loss.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fault.hpp"
+
+namespace nanscope {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Enough to rebuild the model elsewhere: a built-in's name and
+// hyperparameters, or a TorchScript file's bytes.
+struct ModelSpec {
+  std::string name;                       // "mlp", "gpt" or "torchscript"
+  std::map<std::string, int64_t> hparams;  // empty for TorchScript
+  std::string script_bytes;               // TorchScript only
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+  virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
+  // Dotted names as named_parameters() gives them.
+  virtual NamedTensors named_parameters() const = 0;
+  virtual NamedTensors named_buffers() const = 0;
+  virtual void to(at::Device device, at::ScalarType dtype) = 0;
+  virtual void set_training(bool on) = 0;
+  // Plants (or, with FaultKind::none, clears) a fault for the next forward.
+  // Returns false when this model cannot host that fault kind.
+  virtual bool plant_fault(FaultKind kind) = 0;
+  virtual ModelSpec spec() const = 0;
+  // Auxiliary z-loss coefficient (P15); models without logits ignore it.
+  virtual void set_z_loss(double /*coefficient*/) {}
+
+  int64_t parameter_count() const;
+};
+
+}  // namespace nanscope

@@ -1,0 +1,81 @@
+#include "models/mlp.hpp"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/utils.h>
+
+#include <stdexcept>
+
+#include "models/fault_ops.hpp"
+
+namespace nanscope {
+
+namespace {
+
+namespace F = torch::nn::functional;
+
+struct MlpNetImpl : torch::nn::Module {
+  explicit MlpNetImpl(const MlpConfig& c) : config(c) {
+    fc1 = register_module("fc1", torch::nn::Linear(c.in_features, c.hidden));
+    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})));
+    fc2 = register_module("fc2", torch::nn::Linear(c.hidden, c.hidden));
+    head = register_module("head", torch::nn::Linear(c.hidden, c.classes));
+  }
+  // Faults: log in fc1's activation, no-eps norm in ln, zero-RMS in fc2, exp in the loss.
+  at::Tensor logits(const at::Tensor& x, FaultKind fault) {
+    at::Tensor h = F::gelu(fc1(x));
+    if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
+    h = fault == FaultKind::zero_variance_norm
+            ? fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias)
+            : ln(h);
+    h = fc2(h);
+    if (fault == FaultKind::sqrt_grad_zero) h = fault_ops::add_rms_of_zeros(h);
+    return head(F::gelu(h));
+  }
+  MlpConfig config;
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, head{nullptr};
+  torch::nn::LayerNorm ln{nullptr};
+};
+TORCH_MODULE(MlpNet);
+
+class MlpModel : public NativeModel {
+ public:
+  explicit MlpModel(MlpNet net) : NativeModel(net.ptr()), net_(std::move(net)) {}
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
+    if (!at::isFloatingType(inputs.scalar_type()) || inputs.dim() != 2 ||
+        inputs.size(1) != net_->config.in_features)
+      throw std::invalid_argument("mlp expects float inputs of shape [batch, " +
+                                  std::to_string(net_->config.in_features) + "]");
+    return lm_loss(net_->logits(inputs.to(at::kFloat), fault_), targets);
+  }
+  ModelSpec spec() const override {
+    const MlpConfig& c = net_->config;
+    return {"mlp", {{"in_features", c.in_features}, {"hidden", c.hidden}, {"classes", c.classes}}, {}};
+  }
+
+ private:
+  MlpNet net_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainableModel> make_mlp(const MlpConfig& c, uint64_t seed) {
+  if (c.in_features < 1 || c.hidden < 1 || c.classes < 2)
+    throw std::invalid_argument("mlp sizes must be positive (and at least 2 classes)");
+  torch::manual_seed(seed);
+  return std::make_unique<MlpModel>(MlpNet(c));
+}
+
+MlpConfig mlp_config_from(const ModelSpec& spec) {
+  MlpConfig c;
+  auto get = [&](const char* key, int64_t& out) {
+    if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
+  };
+  get("in_features", c.in_features);
+  get("hidden", c.hidden);
+  get("classes", c.classes);
+  return c;
+}
+
+}  // namespace nanscope

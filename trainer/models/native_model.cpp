@@ -1,0 +1,53 @@
+#include "models/native_model.hpp"
+
+#include <torch/nn/functional/loss.h>
+
+#include "models/fault_ops.hpp"
+
+namespace nanscope {
+
+int64_t TrainableModel::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters()) n += p.numel();
+  return n;
+}
+
+NamedTensors NativeModel::named_parameters() const {
+  NamedTensors out;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+NamedTensors NativeModel::named_buffers() const {
+  NamedTensors out;
+  for (const auto& item : module_->named_buffers(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+void NativeModel::to(at::Device device, at::ScalarType dtype) { module_->to(device, dtype); }
+
+void NativeModel::set_training(bool on) { module_->train(on); }
+
+bool NativeModel::plant_fault(FaultKind kind) {
+  // Every built-in hosts every model-side fault; batch and LR faults are the loop's.
+  if (kind == FaultKind::nonfinite_input || kind == FaultKind::lr_spike) return false;
+  fault_ = kind;
+  return true;
+}
+
+at::Tensor NativeModel::lm_loss(const at::Tensor& logits, const at::Tensor& targets) const {
+  if (fault_ == FaultKind::exp_overflow)
+    return fault_ops::cross_entropy_by_naive_softmax(logits, targets);
+  at::Tensor flat = logits.reshape({-1, logits.size(-1)});
+  at::Tensor loss = torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
+  if (z_loss_ > 0) {
+    // P15: pull log Z towards 0 so the logits cannot drift without bound.
+    at::Tensor log_z = at::logsumexp(flat.to(at::kFloat), {-1});
+    loss = loss + z_loss_ * log_z.pow(2).mean();
+  }
+  return loss;
+}
+
+}  // namespace nanscope

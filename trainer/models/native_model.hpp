@@ -1,0 +1,33 @@
+#pragma once
+// Shared plumbing for the built-in C++ models: parameters, buffers, device and
+// dtype moves and train/eval mode come from the wrapped torch::nn::Module.
+#include <torch/nn/module.h>
+
+#include <memory>
+
+#include "model.hpp"
+
+namespace nanscope {
+
+class NativeModel : public TrainableModel {
+ public:
+  NamedTensors named_parameters() const override;
+  NamedTensors named_buffers() const override;
+  void to(at::Device device, at::ScalarType dtype) override;
+  void set_training(bool on) override;
+  bool plant_fault(FaultKind kind) override;
+  void set_z_loss(double coefficient) override { z_loss_ = coefficient; }
+
+ protected:
+  explicit NativeModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
+  // The fault to plant in this forward; cleared by the trainer after the step.
+  FaultKind fault_ = FaultKind::none;
+  double z_loss_ = 0;
+  // Cross-entropy (+ z-loss, P15), or the planted exp-overflow variant.
+  at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) const;
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+};
+
+}  // namespace nanscope

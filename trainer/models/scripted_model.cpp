@@ -1,0 +1,66 @@
+#include "models/scripted_model.hpp"
+
+#include <torch/script.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace nanscope {
+
+namespace {
+
+class ScriptedModel : public TrainableModel {
+ public:
+  ScriptedModel(torch::jit::Module module, std::string bytes)
+      : module_(std::move(module)), bytes_(std::move(bytes)) {}
+
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
+    c10::IValue out = module_.forward({inputs, targets});
+    if (!out.isTensor() || out.toTensor().numel() != 1)
+      throw std::invalid_argument("TorchScript forward(inputs, targets) must return a scalar loss");
+    return out.toTensor().reshape({});
+  }
+  NamedTensors named_parameters() const override {
+    NamedTensors out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
+    return out;
+  }
+  NamedTensors named_buffers() const override {
+    NamedTensors out;
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
+    return out;
+  }
+  void to(at::Device device, at::ScalarType dtype) override { module_.to(device, dtype); }
+  void set_training(bool on) override { module_.train(on); }
+  bool plant_fault(FaultKind kind) override { return kind == FaultKind::none; }
+  ModelSpec spec() const override { return {"torchscript", {}, bytes_}; }
+
+ private:
+  mutable torch::jit::Module module_;
+  std::string bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& bytes,
+                                                          const std::string& origin) {
+  try {
+    std::istringstream in(bytes);
+    torch::jit::Module module = torch::jit::load(in);
+    return std::make_unique<ScriptedModel>(std::move(module), bytes);
+  } catch (const c10::Error& e) {
+    throw std::invalid_argument("cannot load TorchScript model '" + origin +
+                                "': " + e.what_without_backtrace());
+  }
+}
+
+std::unique_ptr<TrainableModel> load_scripted_model(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::invalid_argument("cannot open TorchScript model '" + path + "'");
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  return load_scripted_model_bytes(bytes.str(), path);
+}
+
+}  // namespace nanscope

@@ -1,0 +1,58 @@
+#include "optimizer.hpp"
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <stdexcept>
+
+namespace nanscope {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
+                                                        const std::vector<at::Tensor>& parameters,
+                                                        double lr, double weight_decay) {
+  if (kind == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        parameters, torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+  if (kind == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        parameters, torch::optim::SGDOptions(lr).momentum(0.9).weight_decay(weight_decay));
+  throw std::invalid_argument("unknown optimizer '" + kind + "' (adamw or sgd)");
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (const auto& [key, state] : optimizer.state()) {
+    if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+      for (const auto& t : {adam->exp_avg(), adam->exp_avg_sq(), adam->max_exp_avg_sq()})
+        if (t.defined()) out.push_back(t);
+    } else if (auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+      if (sgd->momentum_buffer().defined()) out.push_back(sgd->momentum_buffer());
+    }
+  }
+  return out;
+}
+
+void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype) {
+  for (auto& [key, state] : optimizer.state()) {
+    if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
+      if (adam->exp_avg().defined()) adam->exp_avg(adam->exp_avg().to(dtype));
+      if (adam->exp_avg_sq().defined()) adam->exp_avg_sq(adam->exp_avg_sq().to(dtype));
+      if (adam->max_exp_avg_sq().defined()) adam->max_exp_avg_sq(adam->max_exp_avg_sq().to(dtype));
+    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+      if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(dtype));
+    }
+  }
+}
+
+void clear_grads(const std::vector<at::Tensor>& parameters) {
+  for (const auto& p : parameters) {
+    at::Tensor param = p;  // handles share the TensorImpl; mutable_grad() needs a non-const one
+    if (param.grad().defined()) param.mutable_grad() = at::Tensor();
+  }
+}
+
+}  // namespace nanscope

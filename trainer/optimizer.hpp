@@ -1,0 +1,23 @@
+#pragma once
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model.hpp"
+
+namespace nanscope {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
+                                                        const std::vector<at::Tensor>& parameters,
+                                                        double lr, double weight_decay);
+void set_lr(torch::optim::Optimizer& optimizer, double lr);
+// Every tensor of the optimizer's per-parameter state (exp_avg, momentum...).
+std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
+// The fp32 fallback casts the optimizer state with the model (seed 000).
+void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype);
+// Drops gradients (set_to_none): a skipped step leaves no trace in .grad.
+void clear_grads(const std::vector<at::Tensor>& parameters);
+
+}  // namespace nanscope

@@ -1,0 +1,51 @@
+#pragma once
+// Everything nanscope-train is told, as a plain struct: the CLI parses into it
+// (options_cli.cpp) and run(options) takes it, so tests need no argv.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fault.hpp"
+
+namespace nanscope {
+
+enum class Amp { off, bf16, fp16 };
+
+struct TrainOptions {
+  std::string model = "gpt";  // mlp | gpt | PATH.pt
+  std::string data;           // HDF5 with /inputs and /targets; empty: built-in data
+  std::string init;           // checkpoint to start from
+  int64_t steps = 100;
+  int64_t batch_size = 16;
+  double lr = 3e-4;
+  std::string optimizer = "adamw";  // adamw | sgd
+  double weight_decay = 0.01;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmup = 0;
+  double clip = 1.0;  // <= 0: no clipping
+  Amp amp = Amp::off;
+  double lr_backoff = 0.5;
+  bool fallback = true;
+  double fallback_min_scale = 1.0;  // fp16: fall back once the scale drops below this
+  double z_loss = 0;
+  bool shuffle = true;
+  bool probe = true;
+  std::string run_dir = "nanscope-run";
+  std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
+  int64_t checkpoint_every = 0;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: LibTorch's default
+  std::string device = "auto";  // auto | cpu | cuda
+  bool tf32 = false;
+  bool deterministic = false;
+  std::vector<Fault> faults;
+  // Built-in model sizes.
+  int64_t n_layer = 2, n_head = 4, n_embd = 64, seq_len = 64;
+  int64_t hidden = 128;
+  int64_t log_every = 0;  // 0: about once a second
+  bool quiet = false;
+};
+
+const char* amp_name(Amp amp);
+
+}  // namespace nanscope

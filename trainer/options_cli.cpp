@@ -1,0 +1,108 @@
+#include "options_cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <stdexcept>
+
+namespace nanscope {
+
+const char* amp_name(Amp amp) {
+  switch (amp) {
+    case Amp::off: return "off";
+    case Amp::bf16: return "bf16";
+    case Amp::fp16: return "fp16";
+  }
+  return "?";
+}
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.description(
+      "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
+      "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
+      "fallback to fp32 with an LR backoff. Writes RUN_DIR/run.h5 (docs/format.md).\n"
+      "Exit codes: 0 done, 1 training failed, 2 bad arguments or input.");
+  app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
+
+  auto* model = app.add_option("--model", o.model,
+                               "Model: 'mlp', 'gpt' (built-in) or PATH.pt, a TorchScript file whose "
+                               "forward(inputs, targets) returns a scalar loss");
+  model->capture_default_str();
+  app.add_option("--data", o.data,
+                 "HDF5 file with /inputs and /targets (first dimension = samples). Default: "
+                 "built-in data (gpt: a text every Debian system has; mlp: a seeded teacher task)");
+  app.add_option("--init", o.init, "Checkpoint to start from (fine-tuning)");
+  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", o.optimizer, "adamw or sgd (momentum 0.9)")
+      ->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "LR schedule: constant, or cosine decay after warmup")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
+      ->capture_default_str();
+  static const std::map<std::string, Amp> amps{{"off", Amp::off}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}};
+  app.add_option("--amp", o.amp, "Autocast precision: off, bf16, or fp16 (with the loss scaler)")
+      ->transform(CLI::CheckedTransformer(amps, CLI::ignore_case))->capture_default_str();
+  app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the fp32 fallback")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fallback", o.fallback,
+                 "One-shot fallback to fp32 on the first non-finite step (true/false)")->capture_default_str();
+  app.add_option("--fallback-min-scale", o.fallback_min_scale,
+                 "fp16: overflowing gradients are the scaler's business (skip and back off) until "
+                 "the scale falls below this; then the fallback fires")->capture_default_str();
+  app.add_option("--z-loss", o.z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-shuffle{false}", o.shuffle,
+               "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
+  app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}},
+                                          CLI::ignore_case))
+      ->capture_default_str();
+  app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
+  app.add_option("--save", o.save, "Write a checkpoint here at the end");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Also write the --save checkpoint every N steps (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
+  app.add_option("--threads", o.threads, "Intra-op threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", o.device, "auto, cpu or cuda")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 matmuls and convolutions (P2)");
+  app.add_flag("--deterministic", o.deterministic, "Use deterministic algorithms only (P19)");
+  app.add_option_function<std::vector<std::string>>(
+         "--fault",
+         [&o](const std::vector<std::string>& specs) {
+           for (const auto& s : specs) o.faults.push_back(parse_fault(s));
+         },
+         "Plant a fault: KIND@STEP[:ARG] with KIND one of nonfinite_input (ARG: sample row), "
+         "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
+         "(ARG: factor, default 1000). Repeatable. See samples/faults/")
+      ->type_name("KIND@STEP[:ARG]");
+  auto* sizes = app.add_option_group("Built-in model sizes");
+  sizes->add_option("--n-layer", o.n_layer, "gpt: transformer blocks")->capture_default_str();
+  sizes->add_option("--n-head", o.n_head, "gpt: attention heads")->capture_default_str();
+  sizes->add_option("--n-embd", o.n_embd, "gpt: embedding width")->capture_default_str();
+  sizes->add_option("--seq-len", o.seq_len, "gpt: tokens per sample")->capture_default_str();
+  sizes->add_option("--hidden", o.hidden, "mlp: hidden width")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
+  app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
+}
+
+void validate_options(const TrainOptions& o) {
+  if (o.lr_backoff <= 0) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
+  if (o.warmup >= o.steps && o.schedule == "cosine")
+    throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
+  if (o.checkpoint_every > 0 && o.save.empty())
+    throw std::invalid_argument("--checkpoint-every needs --save PATH");
+  if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
+  for (const auto& f : o.faults)
+    if (f.step >= o.steps)
+      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + "@" +
+                                  std::to_string(f.step) + " is past the last step " +
+                                  std::to_string(o.steps - 1));
+}
+
+}  // namespace nanscope

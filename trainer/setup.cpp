@@ -1,0 +1,103 @@
+#include "setup.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <stdexcept>
+
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+#include "models/scripted_model.hpp"
+#include "torch_compat.hpp"
+#include "train_step.hpp"
+
+namespace nanscope {
+
+namespace {
+
+bool is_builtin(const std::string& model) { return model == "mlp" || model == "gpt"; }
+
+}  // namespace
+
+at::Device select_device(const std::string& requested) {
+  const bool has_cuda = torch::cuda::is_available();
+  if (requested == "cuda" && !has_cuda)
+    throw std::invalid_argument("--device cuda: no CUDA device (or this LibTorch has no CUDA)");
+  return (requested == "cuda" || (requested == "auto" && has_cuda)) ? at::Device(at::kCUDA)
+                                                                     : at::Device(at::kCPU);
+}
+
+void configure_runtime(const TrainOptions& o, at::Device device) {
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  if (device.is_cuda()) {
+    at::globalContext().setAllowTF32CuBLAS(o.tf32);
+    at::globalContext().setAllowTF32CuDNN(o.tf32);
+    at::globalContext().setBenchmarkCuDNN(!o.deterministic);
+  }
+  if (o.deterministic) {
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
+}
+
+Dataset make_dataset(const TrainOptions& o) {
+  if (!o.data.empty()) return load_dataset(o.data);
+  if (o.model == "gpt") return builtin_text_dataset(o.seq_len);
+  if (o.model == "mlp") return builtin_teacher_dataset(4096, 32, 8, /*seed=*/1234);
+  throw std::invalid_argument("a TorchScript model needs --data PATH.h5");
+}
+
+std::unique_ptr<TrainableModel> make_model(const TrainOptions& o, const Dataset& data) {
+  if (o.model == "gpt") {
+    GptConfig c;
+    c.n_layer = o.n_layer;
+    c.n_head = o.n_head;
+    c.n_embd = o.n_embd;
+    c.seq_len = data.inputs.dim() == 2 ? data.inputs.size(1) : o.seq_len;
+    c.vocab_size = std::max<int64_t>(256, data.targets.max().item<int64_t>() + 1);
+    return make_gpt(c, o.seed);
+  }
+  if (o.model == "mlp") {
+    if (data.inputs.dim() != 2 || !at::isFloatingType(data.inputs.scalar_type()))
+      throw std::invalid_argument("mlp needs float /inputs of shape [samples, features] in " + data.source);
+    if (data.targets.dim() != 1 || at::isFloatingType(data.targets.scalar_type()))
+      throw std::invalid_argument("mlp needs integer class /targets of shape [samples] in " + data.source);
+    MlpConfig c;
+    c.in_features = data.inputs.size(1);
+    c.hidden = o.hidden;
+    c.classes = std::max<int64_t>(2, data.targets.max().item<int64_t>() + 1);
+    return make_mlp(c, o.seed);
+  }
+  return load_scripted_model(o.model);
+}
+
+void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dataset& data,
+                         at::Device device) {
+  if (o.amp != Amp::off && !compat::autocast_supported(device.type(), autocast_dtype(o.amp)))
+    throw std::invalid_argument(std::string("--amp ") + amp_name(o.amp) + " is not available on " +
+                                device.str() + " with LibTorch " + TORCH_VERSION +
+                                " (LibTorch 1.13 autocasts to bf16 only on CPU)");
+  for (const auto& f : o.faults) {
+    if (f.kind == FaultKind::nonfinite_input && !at::isFloatingType(data.inputs.scalar_type()))
+      throw std::invalid_argument("--fault nonfinite_input needs float inputs; " + data.source +
+                                  " holds " + c10::toString(data.inputs.scalar_type()) +
+                                  " (use the mlp or a model with float inputs)");
+    if (f.kind == FaultKind::nonfinite_input && (f.arg < 0 || f.arg >= o.batch_size))
+      throw std::invalid_argument("--fault nonfinite_input row must be within the batch (0.." +
+                                  std::to_string(o.batch_size - 1) + ")");
+    if (f.kind != FaultKind::nonfinite_input && f.kind != FaultKind::lr_spike) {
+      if (!model.plant_fault(f.kind))
+        throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) +
+                                    " needs a built-in model (mlp or gpt); a TorchScript model "
+                                    "hosts only nonfinite_input and lr_spike");
+      model.plant_fault(FaultKind::none);
+    }
+  }
+  if (!is_builtin(o.model) && o.z_loss > 0)
+    throw std::invalid_argument("--z-loss needs a built-in model: a TorchScript model returns its own loss");
+}
+
+}  // namespace nanscope

@@ -1,0 +1,25 @@
+#pragma once
+// Builds what a run needs from its options: device, data, model. Every error
+// here is the user's input (std::invalid_argument or format::FormatError).
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "data.hpp"
+#include "model.hpp"
+#include "options.hpp"
+
+namespace nanscope {
+
+at::Device select_device(const std::string& requested);
+// Threads, seeds, TF32 and determinism (P2, P19).
+void configure_runtime(const TrainOptions& options, at::Device device);
+Dataset make_dataset(const TrainOptions& options);
+// The model fitted to the data (the mlp takes its widths from it).
+std::unique_ptr<TrainableModel> make_model(const TrainOptions& options, const Dataset& data);
+// Rejects faults this model or data cannot host, and precisions this
+// LibTorch/device cannot autocast to.
+void check_compatibility(const TrainOptions& options, TrainableModel& model, const Dataset& data,
+                         at::Device device);
+
+}  // namespace nanscope

@@ -1,0 +1,19 @@
+#pragma once
+// Conversions between at::Tensor and the format library's plain TensorData.
+#include <ATen/ATen.h>
+
+#include "nanscope/format/archive.hpp"
+
+namespace nanscope {
+
+format::DType to_format_dtype(at::ScalarType type);
+at::ScalarType to_scalar_type(format::DType dtype);
+// Copies a tensor (any device) to host bytes.
+format::TensorData tensor_to_data(const at::Tensor& tensor);
+// A CPU tensor owning a copy of the bytes.
+at::Tensor tensor_from_data(const format::TensorData& data);
+
+void put_tensor(const format::Group& group, const std::string& name, const at::Tensor& tensor);
+at::Tensor get_tensor(const format::Group& group, const std::string& name);
+
+}  // namespace nanscope

@@ -1,0 +1,69 @@
+#include "torch_compat.hpp"
+
+#include <ATen/autocast_mode.h>
+
+namespace nanscope::compat {
+
+namespace {
+
+#if NANSCOPE_TORCH_AT_LEAST(2, 4)
+bool is_enabled(c10::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
+void set_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
+at::ScalarType get_dtype(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
+void set_dtype(c10::DeviceType d, at::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
+#else
+// 1.13 has one set of functions per device.
+bool is_enabled(c10::DeviceType d) {
+  return d == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void set_enabled(c10::DeviceType d, bool on) {
+  if (d == c10::kCUDA) at::autocast::set_enabled(on);
+  else at::autocast::set_cpu_enabled(on);
+}
+at::ScalarType get_dtype(c10::DeviceType d) {
+  return d == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                         : at::autocast::get_autocast_cpu_dtype();
+}
+void set_dtype(c10::DeviceType d, at::ScalarType t) {
+  if (d == c10::kCUDA) at::autocast::set_autocast_gpu_dtype(t);
+  else at::autocast::set_autocast_cpu_dtype(t);
+}
+#endif
+
+}  // namespace
+
+bool autocast_supported(c10::DeviceType device, at::ScalarType dtype) {
+  if (device == c10::kCUDA) return dtype == at::kHalf || dtype == at::kBFloat16;
+  if (device != c10::kCPU) return false;
+#if TORCH_VERSION_MAJOR >= 2
+  return dtype == at::kHalf || dtype == at::kBFloat16;
+#else
+  return dtype == at::kBFloat16;
+#endif
+}
+
+AutocastGuard::AutocastGuard(c10::DeviceType device, at::ScalarType dtype, bool enabled)
+    : device_(device), prev_enabled_(is_enabled(device)), prev_dtype_(get_dtype(device)) {
+  set_enabled(device_, enabled);
+  if (enabled) set_dtype(device_, dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  // Python's autocast clears the cast-weight cache when the outermost region exits;
+  // without it, stale low-precision copies of updated weights would be reused.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  set_enabled(device_, prev_enabled_);
+  set_dtype(device_, prev_dtype_);
+}
+
+bool fused_unscale_available(c10::DeviceType device) {
+  if (device == c10::kCUDA) return true;
+#if TORCH_VERSION_MAJOR >= 2
+  return device == c10::kCPU;
+#else
+  return false;
+#endif
+}
+
+}  // namespace nanscope::compat

@@ -1,0 +1,38 @@
+#pragma once
+// The one place where LibTorch 1.13 and 2.x differ for nanscope. Everything
+// else calls these functions and never checks TORCH_VERSION_* itself.
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#define NANSCOPE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||           \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace nanscope::compat {
+
+// Whether autocast to `dtype` exists on `device` in this LibTorch
+// (1.13's CPU autocast knows bf16 only; 2.x adds fp16 on CPU).
+bool autocast_supported(c10::DeviceType device, at::ScalarType dtype);
+
+// Turns autocast on for `device` with `dtype` for the guard's lifetime, like
+// Python's torch.autocast: the cast cache is cleared when the outermost guard
+// exits. A disabled guard (enabled=false) switches autocast off inside it,
+// which is how an fp32 region is carved out of an autocast forward.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, at::ScalarType dtype, bool enabled);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool prev_enabled_;
+  at::ScalarType prev_dtype_;
+};
+
+// Whether at::_amp_foreach_non_finite_check_and_unscale_ has a kernel for
+// `device` (CUDA always; CPU only from LibTorch 2.x).
+bool fused_unscale_available(c10::DeviceType device);
+
+}  // namespace nanscope::compat

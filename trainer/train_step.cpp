@@ -1,0 +1,68 @@
+#include "train_step.hpp"
+
+#include <cmath>
+
+#include "optimizer.hpp"
+#include "torch_compat.hpp"
+
+namespace nanscope {
+
+at::ScalarType autocast_dtype(Amp amp) { return amp == Amp::fp16 ? at::kHalf : at::kBFloat16; }
+
+StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
+                       const at::Tensor& inputs, const at::Tensor& targets) {
+  clear_grads(parameters);
+  at::Tensor loss;
+  {
+    // P4: autocast covers forward and loss only, never backward.
+    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(settings.amp),
+                                   settings.amp != Amp::off);
+    loss = model.loss(inputs, targets);
+  }
+  scaler.scale_loss(loss).backward();
+
+  std::vector<at::Tensor> grads;
+  grads.reserve(parameters.size());
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad());
+
+  // P7: unscale before anything reads the gradients.
+  at::Tensor found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, loss.options().dtype(at::kFloat));
+  std::vector<at::Tensor> norms = grads.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(grads);
+  at::Tensor total_norm = norms.empty() ? at::zeros({}, found_inf.options()) : at::stack(norms).norm();
+
+  // The step's one host sync: loss, global norm, inf flag (and per-parameter norms).
+  std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}),
+                               total_norm.to(at::kFloat).reshape({1}), found_inf.reshape({1})};
+  if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
+  at::Tensor host = at::cat(pack).to(at::kCPU);
+  const float* h = host.data_ptr<float>();
+
+  StepOutcome out;
+  out.loss = h[0];
+  out.grad_norm = h[1];
+  out.loss_finite = std::isfinite(h[0]);
+  out.grads_finite = std::isfinite(h[1]) && h[2] == 0.0f;
+  if (settings.parameter_norms) {
+    // Parameters without a gradient (unused this step) read as 0.
+    out.parameter_norms.assign(parameters.size(), 0.0f);
+    size_t g = 0;
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (parameters[i].grad().defined()) out.parameter_norms[i] = h[3 + g++];
+  }
+
+  if (!out.finite()) {
+    // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
+    clear_grads(parameters);
+    out.skipped = true;
+  } else {
+    if (settings.clip > 0 && out.grad_norm > settings.clip)
+      at::_foreach_mul_(grads, settings.clip / (out.grad_norm + 1e-6));
+    optimizer.step();
+  }
+  scaler.update(!out.finite());
+  return out;
+}
+
+}  // namespace nanscope

@@ -1,0 +1,39 @@
+#pragma once
+// One optimizer step of the stock mixed-precision loop (seed 000, playbook
+// P4/P5/P7/P13/P14): forward + loss under autocast, backward on the scaled
+// loss, unscale, one finiteness verdict and the grad norms copied to the host
+// once, then clip and step, or skip with weights and optimizer state intact.
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <vector>
+
+#include "loss_scaler.hpp"
+#include "model.hpp"
+#include "options.hpp"
+
+namespace nanscope {
+
+struct StepSettings {
+  Amp amp = Amp::off;
+  double clip = 1.0;               // <= 0: no clipping
+  bool parameter_norms = false;    // also bring back each parameter's grad norm
+};
+
+struct StepOutcome {
+  double loss = 0;       // unscaled
+  double grad_norm = 0;  // global, after unscale, before clipping
+  bool loss_finite = true;
+  bool grads_finite = true;
+  bool skipped = false;
+  std::vector<float> parameter_norms;  // when asked for; one per parameter
+  bool finite() const { return loss_finite && grads_finite; }
+};
+
+StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
+                       const at::Tensor& inputs, const at::Tensor& targets);
+
+at::ScalarType autocast_dtype(Amp amp);
+
+}  // namespace nanscope

@@ -1,0 +1,30 @@
+#pragma once
+// run(options): the whole fine-tune, from set-up to the summary.
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "options.hpp"
+
+namespace nanscope {
+
+struct TrainSummary {
+  int64_t steps_run = 0;
+  int64_t skipped = 0;
+  int64_t fallback_step = -1;  // -1: the fallback never fired
+  double final_loss = 0;       // last finite loss
+  double final_lr = 0;
+  double final_loss_scale = 1;
+  double steps_per_second = 0;
+  double median_step_time = 0;  // seconds
+  bool interrupted = false;
+  std::string run_file;
+};
+
+// Throws std::invalid_argument / format::FormatError for bad options or input
+// (the CLI exits 2 for those); anything else is a training failure.
+TrainSummary run(const TrainOptions& options, std::ostream& log);
+
+void print_summary(const TrainSummary& summary, std::ostream& out);
+
+}  // namespace nanscope
