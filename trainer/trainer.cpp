@@ -12,6 +12,7 @@
 #include <torch/version.h>
 
 #include "checkpoint.hpp"
+#include "fallback.hpp"
 #include "loss_scaler.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/layer_index.hpp"
@@ -63,15 +64,6 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const Datas
           {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())}};
 }
 
-// Seed 000's one-shot fallback: AMP off, model and optimizer state to fp32,
-// LR x backoff. Called at most once per run.
-void fall_back_to_fp32(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       at::Device device) {
-  model.to(device, at::kFloat);
-  cast_optimizer_state(optimizer, at::kFloat);
-  scaler.disable();
-}
-
 }  // namespace
 
 TrainSummary run(const TrainOptions& o, std::ostream& log) {
@@ -117,7 +109,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   g_interrupted = false;
   auto previous_handler = std::signal(SIGINT, on_interrupt);
   Amp amp = o.amp;
-  double lr_multiplier = 1.0;  // the fallback's backoff
+  FallbackPolicy fallback(o.fallback, o.lr_backoff, o.fallback_min_scale);
   TrainSummary summary;
   summary.run_file = writer.path();
   summary.final_loss = std::numeric_limits<double>::quiet_NaN();
@@ -127,7 +119,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
 
   for (int64_t step = 0; step < o.steps && !g_interrupted; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const double lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, step) * lr_multiplier *
+    const double lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, step) * fallback.lr_multiplier() *
                       lr_multiplier_at(o.faults, step);
     set_lr(*optimizer, lr);
     at::Tensor rows = sampler.rows(step);
@@ -166,13 +158,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
                         " at " + precision_name(amp) + "; optimizer step skipped"});
       if (scaler.enabled())
         writer.event({step, "scale_backoff", "loss scale " + fmt(scale_before) + " -> " + fmt(scaler.scale())});
-      // fp16 gradient overflow with a finite loss is the scaler's to handle
-      // (P5/P10) until the scale collapses; anything else triggers the fallback.
-      const bool scaler_handles_it = amp == Amp::fp16 && outcome.loss_finite &&
-                                     scaler.scale() >= o.fallback_min_scale;
-      if (o.fallback && summary.fallback_step < 0 && !scaler_handles_it) {
-        fall_back_to_fp32(*model, *optimizer, scaler, device);
-        lr_multiplier *= o.lr_backoff;
+      if (fallback.should_fire(amp, outcome, scaler)) {
+        fallback.fire(*model, *optimizer, scaler, device, step);
         summary.fallback_step = step;
         writer.event({step, "fallback", std::string(precision_name(amp)) + " -> fp32, LR x " + fmt(o.lr_backoff)});
         log << "step " << step << ": non-finite " << (outcome.loss_finite ? "gradients" : "loss")

@@ -25,7 +25,9 @@ at::Tensor layer_norm_without_eps_on_constant_row(const at::Tensor& x, const at:
 
 at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Tensor& targets) {
   at::Tensor flat = logits.reshape({-1, logits.size(-1)});
-  at::Tensor e = at::exp(flat * 100.0);
+  // Logits carrying a large common offset (an unnormalised bias): harmless to a
+  // max-subtracting softmax, fatal to this one. exp(x + 100) > 3.4e38 for x > -11.
+  at::Tensor e = at::exp(flat + 100.0);
   at::Tensor probs = e / e.sum(-1, /*keepdim=*/true);
   at::Tensor picked = probs.gather(1, targets.reshape({-1, 1}));
   return -at::log(picked).mean();

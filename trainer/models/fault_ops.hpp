@@ -19,7 +19,7 @@ at::Tensor layer_norm_without_eps_on_constant_row(const at::Tensor& x, const at:
                                                   const at::Tensor& bias);
 
 // Cross-entropy through a hand-rolled softmax with no max subtraction over
-// sharpened logits: exp overflows to Inf, then Inf/Inf = NaN.
+// offset logits: exp overflows to Inf, then Inf/Inf = NaN.
 at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Tensor& targets);
 
 }  // namespace nanscope::fault_ops

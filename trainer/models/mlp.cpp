@@ -26,6 +26,9 @@ struct MlpNetImpl : torch::nn::Module {
   at::Tensor logits(const at::Tensor& x, FaultKind fault) {
     at::Tensor h = F::gelu(fc1(x));
     if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
+    // The norm runs in the parameters' precision (fp32) as under any AMP
+    // policy; LibTorch 1.13's CPU layer_norm rejects bf16 input with fp32 weights.
+    h = h.to(ln->weight.scalar_type());
     h = fault == FaultKind::zero_variance_norm
             ? fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias)
             : ln(h);

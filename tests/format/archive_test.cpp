@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "../test_paths.hpp"
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/data_file.hpp"
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/version.hpp"
+
+using namespace nanscope::format;
+using nanscope::test::TempDir;
+
+namespace {
+
+template <typename T>
+std::vector<T> values_of(const TensorData& t) {
+  std::vector<T> out(t.bytes.size() / sizeof(T));
+  std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+  return out;
+}
+
+}  // namespace
+
+TEST(Archive, RoundTripsNestedGroupsTensorsAttributesAndBlobs) {
+  TempDir dir;
+  const std::string path = dir.file("snap.h5");
+  const std::vector<float> weights{1.5f, -2.0f, 3.25f, 0.0f, 1e30f, -1e-30f};
+  const std::vector<int64_t> rows{3, 1, 4};
+  const std::vector<uint16_t> halves{0x3c00, 0x7c00, 0x7e00};  // 1.0, +inf, NaN in fp16
+  const double scalar = 65536.0;
+  const std::string blob("PK\x03\x04\0binary\xff", 12);
+  {
+    Archive archive = Archive::create(path, kSnapshotFileKind);
+    Group root = archive.root();
+    root.set_attr("step", int64_t(6));
+    root.set_attr("loss_scale", 32768.0);
+    root.set_attr("op", std::string("aten::log"));
+    Group weights_group = root.group("model").group("weights");
+    weights_group.put_tensor("blocks.0.attn.qkv.weight", DType::float32, {2, 3}, weights.data());
+    root.group("batch").put_tensor("rows", DType::int64, {3}, rows.data());
+    root.group("batch").put_tensor("halves", DType::float16, {3}, halves.data());
+    root.put_tensor("scale", DType::float64, {}, &scalar);
+    root.put_tensor("empty", DType::float32, {0, 4}, nullptr);
+    root.group("model").put_blob("torchscript", blob.data(), blob.size());
+    archive.close();
+  }
+  Archive archive = Archive::open(path, kSnapshotFileKind);
+  Group root = archive.root();
+  EXPECT_EQ(root.attr_int("step"), 6);
+  EXPECT_DOUBLE_EQ(root.attr_double("loss_scale"), 32768.0);
+  EXPECT_EQ(root.attr_string("op"), "aten::log");
+  EXPECT_EQ(root.children(), (std::vector<std::string>{"batch", "empty", "model", "scale"}));
+
+  TensorData w = root.group("model").group("weights").tensor("blocks.0.attn.qkv.weight");
+  EXPECT_EQ(w.dtype, DType::float32);
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values_of<float>(w), weights);
+  EXPECT_EQ(values_of<int64_t>(root.group("batch").tensor("rows")), rows);
+  TensorData h = root.group("batch").tensor("halves");
+  EXPECT_EQ(h.dtype, DType::float16);
+  EXPECT_EQ(values_of<uint16_t>(h), halves);
+  TensorData s = root.tensor("scale");
+  EXPECT_TRUE(s.shape.empty());
+  EXPECT_EQ(values_of<double>(s), std::vector<double>{scalar});
+  TensorData e = root.tensor("empty");
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{0, 4}));
+  EXPECT_TRUE(e.bytes.empty());
+  EXPECT_EQ(root.group("model").blob("torchscript"), blob);
+}
+
+TEST(Archive, AppendsToAnExistingFile) {
+  TempDir dir;
+  const std::string path = dir.file("snap.h5");
+  Archive::create(path, kSnapshotFileKind).close();
+  {
+    Archive archive = Archive::open(path, kSnapshotFileKind, /*writable=*/true);
+    archive.root().group("replay").set_attr("verdict", std::string("precision"));
+    archive.close();
+  }
+  EXPECT_EQ(Archive::open(path, kSnapshotFileKind).root().group("replay").attr_string("verdict"),
+            "precision");
+}
+
+TEST(Archive, MissingMembersNameTheFileAndThePath) {
+  TempDir dir;
+  const std::string path = dir.file("snap.h5");
+  Archive::create(path, kSnapshotFileKind).close();
+  Archive archive = Archive::open(path, kSnapshotFileKind);
+  try {
+    archive.root().group("capture");
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("/capture missing"), std::string::npos);
+  }
+  EXPECT_THROW(archive.root().attr_int("step"), FormatError);
+}
+
+TEST(Archive, WrongKindIsRejected) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.h5");
+  Archive::create(path, kCheckpointFileKind).close();
+  EXPECT_THROW(Archive::open(path, kSnapshotFileKind), FormatError);
+}
+
+TEST(DataFile, RoundTripsAndChecksSampleCounts) {
+  TempDir dir;
+  const std::string path = dir.file("data.h5");
+  std::vector<float> x{1, 2, 3, 4, 5, 6};
+  std::vector<int64_t> y{0, 1, 0};
+  DataFile data;
+  data.inputs = {DType::float32, {3, 2}, {}};
+  data.inputs.bytes.resize(x.size() * 4);
+  std::memcpy(data.inputs.bytes.data(), x.data(), x.size() * 4);
+  data.targets = {DType::int64, {3}, {}};
+  data.targets.bytes.resize(y.size() * 8);
+  std::memcpy(data.targets.bytes.data(), y.data(), y.size() * 8);
+  write_data_file(path, data);
+  DataFile back = read_data_file(path);
+  EXPECT_EQ(back.inputs.shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(values_of<float>(back.inputs), x);
+  EXPECT_EQ(values_of<int64_t>(back.targets), y);
+
+  data.targets.shape = {2};
+  data.targets.bytes.resize(16);
+  write_data_file(path, data);
+  try {
+    read_data_file(path);
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("/inputs has 3 samples but /targets has 2"), std::string::npos);
+  }
+}

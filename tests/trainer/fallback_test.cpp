@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include "../test_paths.hpp"
+#include "fallback.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "optimizer.hpp"
+#include "test_models.hpp"
+#include "torch_compat.hpp"
+#include "trainer.hpp"
+
+using namespace nanscope;
+
+TEST(Fallback, CastsModelAndOptimizerStateToFp32AndDisablesTheScaler) {
+  auto model = test::tiny_mlp();
+  model->to(at::kCPU, at::kBFloat16);  // as a model trained in low precision would be
+  std::vector<at::Tensor> params;
+  for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
+  auto optimizer = make_optimizer("adamw", params, 1e-3, 0.0);
+  for (auto& p : params) p.mutable_grad() = at::ones_like(p);
+  optimizer->step();
+  for (const auto& t : optimizer_state_tensors(*optimizer)) ASSERT_EQ(t.scalar_type(), at::kBFloat16);
+  LossScalerConfig config;
+  config.enabled = true;
+  LossScaler scaler(config);
+
+  FallbackPolicy policy(true, 0.5, 1.0);
+  EXPECT_DOUBLE_EQ(policy.lr_multiplier(), 1.0);
+  policy.fire(*model, *optimizer, scaler, at::kCPU, 3);
+  for (const auto& [name, p] : model->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << name;
+  for (const auto& t : optimizer_state_tensors(*optimizer)) EXPECT_EQ(t.scalar_type(), at::kFloat);
+  EXPECT_FALSE(scaler.enabled());
+  EXPECT_DOUBLE_EQ(policy.lr_multiplier(), 0.5);
+  EXPECT_EQ(policy.fired_step(), 3);
+}
+
+TEST(Fallback, FiresOnlyOnceAndLeavesFp16OverflowToTheScaler) {
+  StepOutcome bad_grads;
+  bad_grads.grads_finite = false;
+  StepOutcome bad_loss;
+  bad_loss.loss_finite = false;
+  LossScalerConfig config;
+  config.enabled = true;
+  LossScaler scaler(config);
+  FallbackPolicy policy(true, 0.5, 1.0);
+  EXPECT_FALSE(policy.should_fire(Amp::fp16, bad_grads, scaler)) << "scale 65536: the scaler's job";
+  EXPECT_TRUE(policy.should_fire(Amp::fp16, bad_loss, scaler));
+  EXPECT_TRUE(policy.should_fire(Amp::bf16, bad_grads, scaler));
+  for (int i = 0; i < 17; ++i) scaler.update(true);  // 65536 * 0.5^17 = 0.5 < 1
+  EXPECT_TRUE(policy.should_fire(Amp::fp16, bad_grads, scaler));
+  auto model = test::tiny_mlp();
+  std::vector<at::Tensor> params;
+  for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
+  auto optimizer = make_optimizer("sgd", params, 1e-3, 0.0);
+  policy.fire(*model, *optimizer, scaler, at::kCPU, 0);
+  EXPECT_FALSE(policy.should_fire(Amp::off, bad_loss, scaler)) << "one shot only";
+  EXPECT_FALSE(FallbackPolicy(false, 0.5, 1.0).should_fire(Amp::bf16, bad_loss, scaler));
+}
+
+TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
+  test::TempDir dir;
+  TrainOptions o = test::quick_mlp_run(dir.file("run"), 40);
+  o.amp = Amp::bf16;
+  o.faults = {parse_fault("log_nonpositive@5"), parse_fault("zero_variance_norm@20")};
+  TrainSummary summary = run(o, std::cerr);
+  EXPECT_EQ(summary.skipped, 2);
+  EXPECT_EQ(summary.fallback_step, 5);
+
+  format::RunData r = format::read_run(summary.run_file);
+  ASSERT_EQ(r.rows(), 40u);
+  for (size_t s = 0; s < r.rows(); ++s) {
+    const bool planted = s == 5 || s == 20;
+    EXPECT_EQ(r.skipped[s], planted ? 1 : 0) << "step " << s;
+    EXPECT_EQ(std::isfinite(r.loss[s]), !planted) << "step " << s;
+    EXPECT_EQ(r.amp[s], s <= 5 ? 1 : 0) << "step " << s << ": bf16 up to the fallback, fp32 after";
+    EXPECT_DOUBLE_EQ(r.lr[s], s <= 5 ? 1e-3 : 5e-4) << "step " << s << ": LR x 0.5 once";
+  }
+  int fallbacks = 0, skips = 0;
+  for (const auto& e : r.events) {
+    fallbacks += e.kind == "fallback";
+    skips += e.kind == "skip";
+  }
+  EXPECT_EQ(fallbacks, 1);
+  EXPECT_EQ(skips, 2);
+  EXPECT_LT(r.loss[39], r.loss[0]) << "training went on after the fallback";
+  ASSERT_EQ(r.layer_names.size(), 4u);  // fc1, ln, fc2, head
+  EXPECT_EQ(r.layer_names[0], "fc1");
+}
+
+TEST(Fallback, DisabledFallbackSkipsWithoutTouchingLr) {
+  test::TempDir dir;
+  TrainOptions o = test::quick_mlp_run(dir.file("run"), 10);
+  o.fallback = false;
+  o.faults = {parse_fault("exp_overflow@3")};
+  TrainSummary summary = run(o, std::cerr);
+  EXPECT_EQ(summary.skipped, 1);
+  EXPECT_EQ(summary.fallback_step, -1);
+  format::RunData r = format::read_run(summary.run_file);
+  for (double lr : r.lr) EXPECT_DOUBLE_EQ(lr, 1e-3);
+}
+
+TEST(Fallback, Fp16RunBacksOffTheScaleOnOverflow) {
+  if (!compat::autocast_supported(c10::kCPU, at::kHalf))
+    GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
+  test::TempDir dir;
+  TrainOptions o = test::quick_mlp_run(dir.file("run"), 12);
+  o.amp = Amp::fp16;
+  o.faults = {parse_fault("sqrt_grad_zero@4")};
+  TrainSummary summary = run(o, std::cerr);
+  format::RunData r = format::read_run(summary.run_file);
+  EXPECT_EQ(r.skipped[4], 1);
+  EXPECT_DOUBLE_EQ(r.loss_scale[5], r.loss_scale[4] * 0.5) << "GradScaler backoff";
+  EXPECT_EQ(summary.fallback_step, -1) << "a gradient overflow at a high scale is not a fallback";
+  EXPECT_EQ(r.amp[11], 2);
+}

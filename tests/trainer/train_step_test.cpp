@@ -1,0 +1,131 @@
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "optimizer.hpp"
+#include "test_models.hpp"
+#include "torch_compat.hpp"
+#include "train_step.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+struct Fixture {
+  std::unique_ptr<TrainableModel> model = test::tiny_mlp();
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  at::Tensor inputs, targets;
+
+  explicit Fixture(const std::string& optimizer_kind = "adamw", double lr = 1e-2) {
+    for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
+    optimizer = make_optimizer(optimizer_kind, params, lr, 0.0);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    inputs = at::normal(0.0, 1.0, {16, 8}, gen);
+    targets = at::randint(0, 4, {16}, gen, at::kLong);
+  }
+  StepOutcome step(LossScaler& scaler, StepSettings settings = {}) {
+    return train_step(*model, *optimizer, scaler, params, settings, inputs, targets);
+  }
+  std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& tensors) {
+    std::vector<at::Tensor> out;
+    for (const auto& t : tensors) out.push_back(t.detach().clone());
+    return out;
+  }
+};
+
+void expect_bit_identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].scalar_type(), b[i].scalar_type());
+    EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i << " changed";
+  }
+}
+
+}  // namespace
+
+TEST(TrainStep, CleanStepUpdatesWeightsAndReportsFiniteNorm) {
+  Fixture f;
+  LossScaler scaler;
+  auto before = f.clone_all(f.params);
+  StepOutcome out = f.step(scaler);
+  EXPECT_TRUE(out.finite());
+  EXPECT_FALSE(out.skipped);
+  EXPECT_GT(out.grad_norm, 0.0);
+  EXPECT_FALSE(at::equal(before[0], f.params[0]));
+}
+
+TEST(TrainStep, SkippedStepLeavesWeightsAndOptimizerStateBitIdentical) {
+  Fixture f;
+  LossScaler scaler;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.step(scaler).finite());
+  auto weights = f.clone_all(f.params);
+  auto state = f.clone_all(optimizer_state_tensors(*f.optimizer));
+  ASSERT_FALSE(state.empty());
+
+  f.model->plant_fault(FaultKind::log_nonpositive);
+  StepOutcome out = f.step(scaler);
+  f.model->plant_fault(FaultKind::none);
+
+  EXPECT_FALSE(out.loss_finite);
+  EXPECT_TRUE(out.skipped);
+  expect_bit_identical(weights, f.params);
+  expect_bit_identical(state, optimizer_state_tensors(*f.optimizer));
+  for (const auto& p : f.params) EXPECT_FALSE(p.grad().defined()) << "a skipped step left gradients";
+}
+
+TEST(TrainStep, BackwardOnlyFaultIsCaughtInTheGradients) {
+  Fixture f;
+  LossScaler scaler;
+  f.model->plant_fault(FaultKind::sqrt_grad_zero);
+  StepOutcome out = f.step(scaler);
+  EXPECT_TRUE(out.loss_finite) << "sqrt(0) is finite in the forward";
+  EXPECT_FALSE(out.grads_finite);
+  EXPECT_TRUE(out.skipped);
+}
+
+TEST(TrainStep, ClipsTheGlobalNormOfTheUpdate) {
+  // SGD's first step with momentum moves the weights by lr * grad exactly, so
+  // the update's norm is the clipped gradient norm.
+  Fixture f("sgd", 1.0);
+  LossScaler scaler;
+  auto before = f.clone_all(f.params);
+  StepSettings settings;
+  settings.clip = 1e-3;
+  StepOutcome out = f.step(scaler, settings);
+  ASSERT_GT(out.grad_norm, 1e-3);
+  double sq = 0;
+  for (size_t i = 0; i < f.params.size(); ++i) sq += (f.params[i] - before[i]).pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(sq), 1e-3, 1e-5);
+}
+
+TEST(TrainStep, ReturnsOneNormPerParameterOnRequest) {
+  Fixture f;
+  LossScaler scaler;
+  StepSettings settings;
+  settings.parameter_norms = true;
+  StepOutcome out = f.step(scaler, settings);
+  ASSERT_EQ(out.parameter_norms.size(), f.params.size());
+  double sq = 0;
+  for (float n : out.parameter_norms) sq += double(n) * n;
+  EXPECT_NEAR(std::sqrt(sq), out.grad_norm, 1e-4 * out.grad_norm);
+}
+
+TEST(TrainStep, Fp16ScalerUnscalesBeforeClipping) {
+  if (!compat::autocast_supported(c10::kCPU, at::kHalf))
+    GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
+  Fixture scaled("sgd", 1.0), plain("sgd", 1.0);
+  LossScalerConfig config;
+  config.enabled = true;
+  LossScaler scaler(config), none;
+  StepSettings settings;
+  settings.amp = Amp::fp16;
+  settings.clip = 0;
+  StepOutcome a = scaled.step(scaler, settings);
+  settings.amp = Amp::off;
+  StepOutcome b = plain.step(none, settings);
+  ASSERT_TRUE(a.finite());
+  // The reported norm is the unscaled one: close to fp32's, not 65536 times it.
+  EXPECT_NEAR(a.grad_norm / b.grad_norm, 1.0, 0.05);
+}

@@ -1,0 +1,41 @@
+#pragma once
+// Seed 000's one-shot fallback: on the first non-finite step, disable AMP,
+// cast model and optimizer state to fp32 and multiply the LR by the backoff;
+// never more than once.
+#include <torch/optim/optimizer.h>
+
+#include "loss_scaler.hpp"
+#include "model.hpp"
+#include "options.hpp"
+#include "train_step.hpp"
+
+namespace nanscope {
+
+class FallbackPolicy {
+ public:
+  FallbackPolicy(bool enabled, double lr_backoff, double min_loss_scale)
+      : enabled_(enabled), lr_backoff_(lr_backoff), min_loss_scale_(min_loss_scale) {}
+
+  // Whether a skipped step at `amp` triggers the fallback now. fp16 gradient
+  // overflow with a finite loss is the scaler's business (P5/P10: skip and back
+  // off) until the scale has collapsed below min_loss_scale.
+  bool should_fire(Amp amp, const StepOutcome& outcome, const LossScaler& scaler) const;
+
+  // Casts model and optimizer state to fp32 and turns the scaler off. The
+  // caller switches autocast off and applies lr_multiplier().
+  void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+            at::Device device, int64_t step);
+
+  bool fired() const { return fired_step_ >= 0; }
+  int64_t fired_step() const { return fired_step_; }
+  // The LR multiplier in force: 1 before the fallback, lr_backoff after.
+  double lr_multiplier() const { return fired() ? lr_backoff_ : 1.0; }
+
+ private:
+  bool enabled_;
+  double lr_backoff_;
+  double min_loss_scale_;
+  int64_t fired_step_ = -1;
+};
+
+}  // namespace nanscope
