@@ -1,5 +1,6 @@
 #include "models/scripted_model.hpp"
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <fstream>
@@ -45,6 +46,10 @@ class ScriptedModel : public TrainableModel {
 
 std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& bytes,
                                                           const std::string& origin) {
+  // Run the graph as written, op by op: the optimizing executor's fusers hide
+  // individual aten ops from op-level capture, and on Debian's LibTorch 2.6 the
+  // TensorExpr fuser's LLVM compile stalls the first steps for minutes.
+  torch::jit::setGraphExecutorOptimize(false);
   try {
     std::istringstream in(bytes);
     torch::jit::Module module = torch::jit::load(in);

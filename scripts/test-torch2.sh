@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The LibTorch 2.x lane: builds this tree against Debian trixie's libtorch-dev
+# 2.6 inside a debootstrap chroot and runs the whole test suite there.
+# Usage: scripts/test-torch2.sh   (root; the chroot is made on first use)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+root=${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}
+"$repo/scripts/torch2-chroot.sh" "$root"
+
+mkdir -p "$root/src"
+cleanup() {
+  for m in src dev/shm dev proc; do umountpoint "$root/$m"; done
+}
+umountpoint() { if mountpoint -q "$1"; then umount -l "$1"; fi; }
+trap cleanup EXIT
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+mountpoint -q "$root/dev/shm" || mount -t tmpfs shm "$root/dev/shm"
+mount --bind "$repo" "$root/src"
+
+echo "torch2 lane: LibTorch $(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev)"
+chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCACHE_DIR=/root/.ccache \
+  /bin/bash -c '
+    set -euo pipefail
+    cd /src
+    cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release >/tmp/torch2-configure.log \
+      || { cat /tmp/torch2-configure.log; exit 1; }
+    ninja -C build-torch2 -j2
+    cd build-torch2
+    ctest -j2 --output-on-failure --timeout 600
+  '
