@@ -9,9 +9,12 @@
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/version.hpp"
-#include "tensor_bytes.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope {
+
+using probe::get_tensor;
+using probe::put_tensor;
 
 void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step) {
   const std::string tmp = path + ".tmp";

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "nanscope/format/data_file.hpp"
-#include "tensor_bytes.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope {
+
+using probe::tensor_from_data;
 
 Dataset load_dataset(const std::string& path) {
   format::DataFile file = format::read_data_file(path);

@@ -36,6 +36,24 @@ std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& o
   return out;
 }
 
+NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters) {
+  NamedTensors out;
+  const auto& states = optimizer.state();
+  for (const auto& [name, p] : parameters) {
+    // torch::optim keys per-parameter state by the TensorImpl's address.
+    auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == states.end()) continue;
+    if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+      out.emplace_back(name + "/step", at::full({}, adam->step(), at::kLong));
+      out.emplace_back(name + "/exp_avg", adam->exp_avg());
+      out.emplace_back(name + "/exp_avg_sq", adam->exp_avg_sq());
+    } else if (auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+      if (sgd->momentum_buffer().defined()) out.emplace_back(name + "/momentum_buffer", sgd->momentum_buffer());
+    }
+  }
+  return out;
+}
+
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype) {
   for (auto& [key, state] : optimizer.state()) {
     if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {

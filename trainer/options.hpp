@@ -30,6 +30,7 @@ struct TrainOptions {
   double z_loss = 0;
   bool shuffle = true;
   bool probe = true;
+  bool capture_every_step = false;  // op-level capture on every step, not only the re-run
   std::string run_dir = "nanscope-run";
   std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;

@@ -61,6 +61,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}},
                                           CLI::ignore_case))
       ->capture_default_str();
+  app.add_option("--capture", o.capture_every_step,
+                 "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
+                 "or every-step (every op of every step; slow, for hunting and measuring)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, bool>{{"on-failure", false}, {"every-step", true}}, CLI::ignore_case))
+      ->capture_default_str();
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save, "Write a checkpoint here at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every,
@@ -97,6 +103,7 @@ void validate_options(const TrainOptions& o) {
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
   if (o.checkpoint_every > 0 && o.save.empty())
     throw std::invalid_argument("--checkpoint-every needs --save PATH");
+  if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
   for (const auto& f : o.faults)
     if (f.step >= o.steps)

@@ -9,18 +9,23 @@ namespace nanscope {
 
 at::ScalarType autocast_dtype(Amp amp) { return amp == Amp::fp16 ? at::kHalf : at::kBFloat16; }
 
+at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,
+                            const at::Tensor& targets) {
+  at::Tensor loss;
+  {
+    // P4: autocast covers forward and loss only, never backward.
+    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(amp), amp != Amp::off);
+    loss = model.loss(inputs, targets);
+  }
+  (loss_scale != 1.0 ? loss * loss_scale : loss).backward();
+  return loss;
+}
+
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
                        const std::vector<at::Tensor>& parameters, const StepSettings& settings,
                        const at::Tensor& inputs, const at::Tensor& targets) {
   clear_grads(parameters);
-  at::Tensor loss;
-  {
-    // P4: autocast covers forward and loss only, never backward.
-    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(settings.amp),
-                                   settings.amp != Amp::off);
-    loss = model.loss(inputs, targets);
-  }
-  scaler.scale_loss(loss).backward();
+  at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), inputs, targets);
 
   std::vector<at::Tensor> grads;
   grads.reserve(parameters.size());
@@ -32,9 +37,13 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
   std::vector<at::Tensor> norms = grads.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(grads);
   at::Tensor total_norm = norms.empty() ? at::zeros({}, found_inf.options()) : at::stack(norms).norm();
 
-  // The step's one host sync: loss, global norm, inf flag (and per-parameter norms).
+  // The step's one host sync: loss, global norm, inf flag, batch flag (and
+  // per-parameter norms).
+  at::Tensor batch_flag = settings.batch_nonfinite.defined() ? settings.batch_nonfinite.reshape({1})
+                                                             : at::zeros_like(found_inf);
   std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}),
-                               total_norm.to(at::kFloat).reshape({1}), found_inf.reshape({1})};
+                               total_norm.to(at::kFloat).reshape({1}), found_inf.reshape({1}),
+                               batch_flag.to(found_inf.device(), at::kFloat)};
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
   at::Tensor host = at::cat(pack).to(at::kCPU);
   const float* h = host.data_ptr<float>();
@@ -44,12 +53,13 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
   out.grad_norm = h[1];
   out.loss_finite = std::isfinite(h[0]);
   out.grads_finite = std::isfinite(h[1]) && h[2] == 0.0f;
+  out.batch_finite = h[3] == 0.0f;
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);
     size_t g = 0;
     for (size_t i = 0; i < parameters.size(); ++i)
-      if (parameters[i].grad().defined()) out.parameter_norms[i] = h[3 + g++];
+      if (parameters[i].grad().defined()) out.parameter_norms[i] = h[4 + g++];
   }
 
   if (!out.finite()) {

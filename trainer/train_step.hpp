@@ -18,6 +18,8 @@ struct StepSettings {
   Amp amp = Amp::off;
   double clip = 1.0;               // <= 0: no clipping
   bool parameter_norms = false;    // also bring back each parameter's grad norm
+  // The probe's one-element "batch is non-finite" flag, read back with the rest.
+  at::Tensor batch_nonfinite;
 };
 
 struct StepOutcome {
@@ -26,6 +28,7 @@ struct StepOutcome {
   bool loss_finite = true;
   bool grads_finite = true;
   bool skipped = false;
+  bool batch_finite = true;
   std::vector<float> parameter_norms;  // when asked for; one per parameter
   bool finite() const { return loss_finite && grads_finite; }
 };
@@ -35,5 +38,10 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
                        const at::Tensor& inputs, const at::Tensor& targets);
 
 at::ScalarType autocast_dtype(Amp amp);
+
+// Forward + loss under autocast, backward on loss x loss_scale: the part of a
+// step that the probe's forensic re-run repeats. Returns the unscaled loss.
+at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,
+                            const at::Tensor& targets);
 
 }  // namespace nanscope

@@ -7,15 +7,18 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include <torch/version.h>
 
 #include "checkpoint.hpp"
 #include "fallback.hpp"
+#include "forensics.hpp"
 #include "loss_scaler.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/probe/layer_index.hpp"
+#include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/probe.hpp"
 #include "optimizer.hpp"
 #include "progress.hpp"
 #include "schedule.hpp"
@@ -93,12 +96,12 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   LossScalerConfig scaler_config;
   scaler_config.enabled = o.amp == Amp::fp16;
   LossScaler scaler(scaler_config);
-  const probe::LayerIndex layers(parameter_names);
+  probe::Probe probe({o.run_dir, {}}, parameter_names);
   BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed);
 
   std::filesystem::create_directories(o.run_dir);
   format::RunHeader header;
-  if (o.probe) header.layer_names = layers.layer_names();
+  if (o.probe) header.layer_names = probe.layers().layer_names();
   header.config = run_config(o, data, device, *model);
   format::RunWriter writer((std::filesystem::path(o.run_dir) / "run.h5").string(), header);
 
@@ -130,8 +133,19 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
 
     model->plant_fault(model_fault_at(o.faults, step));
     const double scale_before = scaler.scale();
-    StepSettings settings{amp, o.clip, o.probe};
-    StepOutcome outcome = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
+    StepSettings settings{amp, o.clip, o.probe, {}};
+    if (o.probe) {
+      probe.begin_step(step, rows);
+      settings.batch_nonfinite = probe.batch_nonfinite(inputs);
+    }
+    StepOutcome outcome;
+    {
+      // --capture every-step: op-level capture on the live step (costly; for
+      // hunting or measuring), instead of only on the forensic re-run.
+      std::optional<probe::OpCapture> live_capture;
+      if (o.capture_every_step) live_capture.emplace();
+      outcome = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
+    }
     model->plant_fault(FaultKind::none);
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -144,7 +158,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     row.skipped = outcome.skipped;
     row.amp = amp_mode(amp);
     row.step_time = step_time;
-    if (o.probe) row.layer_grad_norm = layers.fold_norms(outcome.parameter_norms.data());
+    if (o.probe) row.layer_grad_norm = probe.layer_grad_norms(outcome.parameter_norms);
     writer.append(row);
     step_times.push_back(step_time);
     summary.steps_run = step + 1;
@@ -158,6 +172,20 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
                         " at " + precision_name(amp) + "; optimizer step skipped"});
       if (scaler.enabled())
         writer.event({step, "scale_backoff", "loss scale " + fmt(scale_before) + " -> " + fmt(scaler.scale())});
+      if (o.probe) {
+        FailedStep failed{step, amp, scale_before, lr, inputs, targets, row.layer_grad_norm};
+        ForensicsResult found = investigate_failed_step(probe, *model, *optimizer, parameters, o.faults, o,
+                                                        header.config, failed);
+        const std::string birth = describe_birth(found.capture);
+        log << "step " << step << ": first birth: " << birth << "\n";
+        writer.event({step, "first_birth", birth});
+        if (!found.snapshot_path.empty()) {
+          writer.event({step, "snapshot", found.snapshot_path});
+          summary.snapshots.push_back(found.snapshot_path);
+        } else {
+          writer.event({step, "snapshot_failed", probe.last_error()});
+        }
+      }
       if (fallback.should_fire(amp, outcome, scaler)) {
         fallback.fire(*model, *optimizer, scaler, device, step);
         summary.fallback_step = step;

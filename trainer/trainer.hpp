@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "options.hpp"
 
@@ -19,6 +20,7 @@ struct TrainSummary {
   double median_step_time = 0;  // seconds
   bool interrupted = false;
   std::string run_file;
+  std::vector<std::string> snapshots;  // written by the probe, in step order
 };
 
 // Throws std::invalid_argument / format::FormatError for bad options or input

@@ -63,7 +63,12 @@ void check_openable(const std::string& path) {
 Handle open_file_readonly(const std::string& path) {
   silence_errors();
   check_openable(path);
-  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+  // A SWMR reader retries metadata whose checksum fails, since a live writer
+  // may be mid-flush; HDF5 1.14 retries a truncated file's metadata for
+  // minutes with the default of 100 attempts. A few suffice for a live run.
+  Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
+  check(H5Pset_metadata_read_attempts(fapl.get(), 8), path, "H5Pset_metadata_read_attempts");
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get());
   if (id < 0) id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   return file_handle(id, path, "cannot open HDF5 file (truncated or corrupt?)");
 }

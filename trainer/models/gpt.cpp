@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "models/fault_ops.hpp"
+#include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
 
@@ -25,8 +26,14 @@ struct AttentionImpl : torch::nn::Module {
     proj = register_module("proj", torch::nn::Linear(c.n_embd, c.n_embd));
   }
   at::Tensor forward(const at::Tensor& x, FaultKind fault) {
+    NANSCOPE_MODULE_SCOPE("attn");
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;
-    auto parts = qkv(x).split(C, /*dim=*/2);
+    at::Tensor packed;
+    {
+      NANSCOPE_MODULE_SCOPE("qkv");
+      packed = qkv(x);
+    }
+    auto parts = packed.split(C, /*dim=*/2);
     at::Tensor q = parts[0].view({B, T, n_head, hd}).transpose(1, 2);
     at::Tensor k = parts[1].view({B, T, n_head, hd}).transpose(1, 2);
     at::Tensor v = parts[2].view({B, T, n_head, hd}).transpose(1, 2);
@@ -37,6 +44,7 @@ struct AttentionImpl : torch::nn::Module {
     att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
     att = at::softmax(att, -1);
     at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+    NANSCOPE_MODULE_SCOPE("proj");
     return proj(y);
   }
   int64_t n_head;
@@ -50,8 +58,15 @@ struct MlpImpl : torch::nn::Module {
     proj = register_module("proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
   }
   at::Tensor forward(const at::Tensor& x, FaultKind fault) {
-    at::Tensor h = F::gelu(fc(x));
+    NANSCOPE_MODULE_SCOPE("mlp");
+    at::Tensor h;
+    {
+      NANSCOPE_MODULE_SCOPE("fc");
+      h = fc(x);
+    }
+    h = F::gelu(h);
     if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
+    NANSCOPE_MODULE_SCOPE("proj");
     return proj(h);
   }
   torch::nn::Linear fc{nullptr}, proj{nullptr};
@@ -59,19 +74,29 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const GptConfig& c) {
+  BlockImpl(const GptConfig& c, int64_t index) : path("blocks." + std::to_string(index)) {
     ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
     attn = register_module("attn", Attention(c));
     ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
     mlp = register_module("mlp", Mlp(c));
   }
   at::Tensor forward(at::Tensor x, FaultKind fault) {
-    at::Tensor h = fault == FaultKind::zero_variance_norm
-                       ? fault_ops::layer_norm_without_eps_on_constant_row(x, ln1->weight, ln1->bias)
-                       : ln1(x);
-    x = x + attn(h, fault);
-    return x + mlp(ln2(x), fault);
+    NANSCOPE_MODULE_SCOPE(path.c_str());
+    at::Tensor h;
+    {
+      NANSCOPE_MODULE_SCOPE("ln1");
+      h = fault == FaultKind::zero_variance_norm
+              ? fault_ops::layer_norm_without_eps_on_constant_row(x, ln1->weight, ln1->bias)
+              : ln1(x);
+    }
+    x = x + attn->forward(h, fault);
+    {
+      NANSCOPE_MODULE_SCOPE("ln2");
+      h = ln2(x);
+    }
+    return x + mlp->forward(h, fault);
   }
+  std::string path;  // "blocks.N", as named_modules() names it
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   Attention attn{nullptr};
   Mlp mlp{nullptr};
@@ -83,7 +108,7 @@ struct GptImpl : torch::nn::Module {
     tok_emb = register_module("tok_emb", torch::nn::Embedding(c.vocab_size, c.n_embd));
     pos_emb = register_module("pos_emb", torch::nn::Embedding(c.seq_len, c.n_embd));
     blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < c.n_layer; ++i) blocks->push_back(Block(c));
+    for (int64_t i = 0; i < c.n_layer; ++i) blocks->push_back(Block(c, i));
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
     head = register_module("head", torch::nn::Linear(c.n_embd, c.vocab_size));
     init_weights();
@@ -108,12 +133,25 @@ struct GptImpl : torch::nn::Module {
       throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds seq_len " +
                                   std::to_string(config.seq_len));
     at::Tensor pos = at::arange(T, idx.options().dtype(at::kLong));
-    at::Tensor x = tok_emb(idx) + pos_emb(pos);
+    at::Tensor x;
+    {
+      NANSCOPE_MODULE_SCOPE("tok_emb");
+      x = tok_emb(idx);
+    }
+    {
+      NANSCOPE_MODULE_SCOPE("pos_emb");
+      x = x + pos_emb(pos);
+    }
     for (size_t i = 0; i < blocks->size(); ++i) {
       // Faults live in block 0 only, so their module is known: blocks.0.*.
       x = blocks->ptr(i)->as<Block>()->forward(x, i == 0 ? fault : FaultKind::none);
     }
-    return head(ln_f(x));
+    {
+      NANSCOPE_MODULE_SCOPE("ln_f");
+      x = ln_f(x);
+    }
+    NANSCOPE_MODULE_SCOPE("head");
+    return head(x);
   }
   GptConfig config;
   torch::nn::Embedding tok_emb{nullptr}, pos_emb{nullptr};

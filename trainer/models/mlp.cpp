@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "models/fault_ops.hpp"
+#include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
 
@@ -24,16 +25,27 @@ struct MlpNetImpl : torch::nn::Module {
   }
   // Faults: log in fc1's activation, no-eps norm in ln, zero-RMS in fc2, exp in the loss.
   at::Tensor logits(const at::Tensor& x, FaultKind fault) {
-    at::Tensor h = F::gelu(fc1(x));
-    if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
-    // The norm runs in the parameters' precision (fp32) as under any AMP
-    // policy; LibTorch 1.13's CPU layer_norm rejects bf16 input with fp32 weights.
-    h = h.to(ln->weight.scalar_type());
-    h = fault == FaultKind::zero_variance_norm
-            ? fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias)
-            : ln(h);
-    h = fc2(h);
-    if (fault == FaultKind::sqrt_grad_zero) h = fault_ops::add_rms_of_zeros(h);
+    at::Tensor h;
+    {
+      NANSCOPE_MODULE_SCOPE("fc1");
+      h = F::gelu(fc1(x));
+      if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
+    }
+    {
+      NANSCOPE_MODULE_SCOPE("ln");
+      // The norm runs in the parameters' precision (fp32) as under any AMP
+      // policy; LibTorch 1.13's CPU layer_norm rejects bf16 input with fp32 weights.
+      h = h.to(ln->weight.scalar_type());
+      h = fault == FaultKind::zero_variance_norm
+              ? fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias)
+              : ln(h);
+    }
+    {
+      NANSCOPE_MODULE_SCOPE("fc2");
+      h = fc2(h);
+      if (fault == FaultKind::sqrt_grad_zero) h = fault_ops::add_rms_of_zeros(h);
+    }
+    NANSCOPE_MODULE_SCOPE("head");
     return head(F::gelu(h));
   }
   MlpConfig config;

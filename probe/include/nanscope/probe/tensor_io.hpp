@@ -4,7 +4,7 @@
 
 #include "nanscope/format/archive.hpp"
 
-namespace nanscope {
+namespace nanscope::probe {
 
 format::DType to_format_dtype(at::ScalarType type);
 at::ScalarType to_scalar_type(format::DType dtype);
@@ -16,4 +16,4 @@ at::Tensor tensor_from_data(const format::TensorData& data);
 void put_tensor(const format::Group& group, const std::string& name, const at::Tensor& tensor);
 at::Tensor get_tensor(const format::Group& group, const std::string& name);
 
-}  // namespace nanscope
+}  // namespace nanscope::probe

@@ -1,9 +1,9 @@
-#include "tensor_bytes.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 
 #include <cstring>
 #include <stdexcept>
 
-namespace nanscope {
+namespace nanscope::probe {
 
 format::DType to_format_dtype(at::ScalarType type) {
   switch (type) {
@@ -62,4 +62,4 @@ at::Tensor get_tensor(const format::Group& group, const std::string& name) {
   return tensor_from_data(group.tensor(name));
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::probe

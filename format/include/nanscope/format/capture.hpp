@@ -1,0 +1,53 @@
+#pragma once
+// What op-level capture found, as plain data: the first NaN and Inf births and
+// the trail of ops before them. Written into snapshots under /capture and read
+// back by replay and the viewer (schema: docs/format.md).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/format/archive.hpp"
+
+namespace nanscope::format {
+
+// Summary of one tensor (or scalar) an op read or wrote.
+struct TensorStats {
+  std::string dtype;  // "float32", "bfloat16", "scalar", ...
+  std::vector<int64_t> shape;
+  double min = 0, max = 0, absmax = 0;  // over the finite values
+  int64_t nan_count = 0, inf_count = 0;
+};
+
+// One op as capture saw it.
+struct OpRecord {
+  int64_t index = 0;            // execution order within the captured step
+  std::string op;               // "aten::log"
+  std::string phase;            // "forward" | "backward" | "input"
+  std::string module;           // dotted path; "" is the root
+  std::string backward_node;    // "SqrtBackward0" for ops inside an autograd node
+  std::string forward_op;       // the forward op that made that node (via seqNr)
+  int64_t seq_nr = -1;
+  TensorStats output;           // the first floating output
+};
+
+// Where a NaN or an Inf was born (DESIGN.md: "first birth").
+struct Birth {
+  OpRecord op;
+  std::string kind;             // "nan" | "inf"
+  int64_t sample = -1;          // the batch row, for an input birth; -1 otherwise
+  std::vector<TensorStats> inputs;  // the birth op's floating inputs, as they were at its start
+};
+
+struct Capture {
+  bool reproduced = false;      // the re-run produced a non-finite value
+  int64_t ops_seen = 0;
+  std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
+  std::vector<OpRecord> trail;  // the last ops up to and including the first birth
+};
+
+void write_capture(const Group& group, const Capture& capture);
+// Throws FormatError naming the file for a missing or malformed /capture.
+Capture read_capture(const Group& group);
+
+}  // namespace nanscope::format

@@ -1,0 +1,131 @@
+#include <cstring>
+
+#include "nanscope/format/capture.hpp"
+#include "nanscope/format/error.hpp"
+
+namespace nanscope::format {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s;
+}
+
+std::vector<int64_t> parse_shape(const std::string& s) {
+  std::vector<int64_t> shape;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    shape.push_back(std::stoll(s.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return shape;
+}
+
+void write_stats(const Group& g, const std::string& prefix, const TensorStats& t) {
+  g.set_attr(prefix + "dtype", t.dtype);
+  g.set_attr(prefix + "shape", shape_text(t.shape));
+  g.set_attr(prefix + "min", t.min);
+  g.set_attr(prefix + "max", t.max);
+  g.set_attr(prefix + "absmax", t.absmax);
+  g.set_attr(prefix + "nan_count", t.nan_count);
+  g.set_attr(prefix + "inf_count", t.inf_count);
+}
+
+TensorStats read_stats(const Group& g, const std::string& prefix) {
+  TensorStats t;
+  t.dtype = g.attr_string(prefix + "dtype");
+  t.shape = parse_shape(g.attr_string(prefix + "shape"));
+  t.min = g.attr_double(prefix + "min");
+  t.max = g.attr_double(prefix + "max");
+  t.absmax = g.attr_double(prefix + "absmax");
+  t.nan_count = g.attr_int(prefix + "nan_count");
+  t.inf_count = g.attr_int(prefix + "inf_count");
+  return t;
+}
+
+void write_op(const Group& g, const OpRecord& op) {
+  g.set_attr("index", op.index);
+  g.set_attr("op", op.op);
+  g.set_attr("phase", op.phase);
+  g.set_attr("module", op.module);
+  g.set_attr("backward_node", op.backward_node);
+  g.set_attr("forward_op", op.forward_op);
+  g.set_attr("seq_nr", op.seq_nr);
+  write_stats(g, "output_", op.output);
+}
+
+OpRecord read_op(const Group& g) {
+  OpRecord op;
+  op.index = g.attr_int("index");
+  op.op = g.attr_string("op");
+  op.phase = g.attr_string("phase");
+  op.module = g.attr_string("module");
+  op.backward_node = g.attr_string("backward_node");
+  op.forward_op = g.attr_string("forward_op");
+  op.seq_nr = g.attr_int("seq_nr");
+  op.output = read_stats(g, "output_");
+  return op;
+}
+
+void write_birth(const Group& parent, const std::string& name, const std::optional<Birth>& birth) {
+  if (!birth) return;
+  Group g = parent.group(name);
+  write_op(g, birth->op);
+  g.set_attr("kind", birth->kind);
+  g.set_attr("sample", birth->sample);
+  g.set_attr("input_count", int64_t(birth->inputs.size()));
+  for (size_t i = 0; i < birth->inputs.size(); ++i)
+    write_stats(g, "input" + std::to_string(i) + "_", birth->inputs[i]);
+}
+
+std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
+  if (!parent.has(name)) return std::nullopt;
+  Group g = parent.group(name);
+  Birth b;
+  b.op = read_op(g);
+  b.kind = g.attr_string("kind");
+  b.sample = g.attr_int("sample");
+  const int64_t n = g.attr_int("input_count");
+  for (int64_t i = 0; i < n; ++i) b.inputs.push_back(read_stats(g, "input" + std::to_string(i) + "_"));
+  return b;
+}
+
+}  // namespace
+
+void write_capture(const Group& g, const Capture& c) {
+  g.set_attr("reproduced", int64_t(c.reproduced));
+  g.set_attr("ops_seen", c.ops_seen);
+  write_birth(g, "first_birth", c.first_birth);
+  write_birth(g, "first_nan_birth", c.first_nan_birth);
+  write_birth(g, "first_inf_birth", c.first_inf_birth);
+  Group trail = g.group("trail");
+  trail.set_attr("count", int64_t(c.trail.size()));
+  for (size_t i = 0; i < c.trail.size(); ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%05zu", i);
+    write_op(trail.group(name), c.trail[i]);
+  }
+}
+
+Capture read_capture(const Group& g) {
+  Capture c;
+  c.reproduced = g.attr_int("reproduced") != 0;
+  c.ops_seen = g.attr_int("ops_seen");
+  c.first_birth = read_birth(g, "first_birth");
+  c.first_nan_birth = read_birth(g, "first_nan_birth");
+  c.first_inf_birth = read_birth(g, "first_inf_birth");
+  Group trail = g.group("trail");
+  const int64_t n = trail.attr_int("count");
+  for (int64_t i = 0; i < n; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%05lld", static_cast<long long>(i));
+    c.trail.push_back(read_op(trail.group(name)));
+  }
+  return c;
+}
+
+}  // namespace nanscope::format

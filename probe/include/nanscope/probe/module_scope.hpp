@@ -1,0 +1,52 @@
+#pragma once
+// Module attribution for native C++ models, in the spirit of Tracy's zones:
+//
+//   at::Tensor forward(at::Tensor x) {
+//     NANSCOPE_MODULE_SCOPE("attn");   // "blocks.0" + "attn" -> "blocks.0.attn"
+//     ...
+//   }
+//
+// Names are relative to the enclosing scope, so a path reads as
+// named_modules() names it. The macro expands to nothing when built with
+// NANSCOPE_PROBE_DISABLED, and to an object whose constructor is one relaxed
+// atomic load when op-level capture is not running: clean steps pay nothing.
+#include <atomic>
+#include <string>
+
+namespace nanscope::probe {
+
+namespace detail {
+extern std::atomic<bool> g_scopes_enabled;
+void push_scope(const char* name);
+void pop_scope();
+}  // namespace detail
+
+class ModuleScope {
+ public:
+  explicit ModuleScope(const char* name)
+      : active_(detail::g_scopes_enabled.load(std::memory_order_relaxed)) {
+    if (active_) detail::push_scope(name);
+  }
+  ~ModuleScope() {
+    if (active_) detail::pop_scope();
+  }
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  bool active_;
+};
+
+// The dotted path of the innermost open scope on this thread ("" at the root).
+const std::string& current_module_scope();
+
+}  // namespace nanscope::probe
+
+#define NANSCOPE_CONCAT_INNER(a, b) a##b
+#define NANSCOPE_CONCAT(a, b) NANSCOPE_CONCAT_INNER(a, b)
+#ifdef NANSCOPE_PROBE_DISABLED
+#define NANSCOPE_MODULE_SCOPE(name) ((void)0)
+#else
+#define NANSCOPE_MODULE_SCOPE(name) \
+  ::nanscope::probe::ModuleScope NANSCOPE_CONCAT(nanscope_module_scope_, __LINE__)(name)
+#endif

@@ -1,0 +1,38 @@
+#pragma once
+// Op-level capture: while an OpCapture is alive, a global RecordFunction
+// callback sees every aten op, forward and backward, on every thread, and
+// finds the first NaN birth and the first Inf birth (DESIGN.md):
+//  - a NaN is born at an op whose output holds a NaN while none of its
+//    floating inputs (tensors and scalars) held one;
+//  - an Inf is born at an op whose output holds +-Inf while all its floating
+//    inputs were finite;
+//  - inputs are judged as they were when the op started (in-place ops);
+//  - when a composite op and the op inside it both qualify, the outer one
+//    (what the model's code called) is reported.
+// Backward ops carry their autograd node's name; the node's seqNr links them
+// to the forward op and module that created it.
+//
+// Costly by design (every op's inputs and outputs are reduced and copied to
+// the host): it runs on the forensic re-run, or every step when asked for.
+#include <cstddef>
+
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::probe {
+
+struct CaptureOptions {
+  size_t trail_length = 32;  // ops kept before (and including) the first birth
+};
+
+class OpCapture {
+ public:
+  explicit OpCapture(CaptureOptions options = {});
+  ~OpCapture();  // removes the callback
+  OpCapture(const OpCapture&) = delete;
+  OpCapture& operator=(const OpCapture&) = delete;
+
+  // What was seen so far; `reproduced` is true when any op output was non-finite.
+  format::Capture result() const;
+};
+
+}  // namespace nanscope::probe

@@ -1,0 +1,77 @@
+#pragma once
+// The probe, as a training loop uses it (the trainer is one such loop):
+//
+//   nanscope::probe::Probe probe({run_dir}, parameter_names);
+//   for (step ...) {
+//     probe.begin_step(step, rows);                       // RNG state: a cheap copy
+//     at::Tensor bad_batch = probe.batch_nonfinite(x);    // on the device, no sync
+//     ... forward, backward, unscale; copy [loss, norm, found_inf, bad_batch,
+//         per-parameter norms] to the host once ...
+//     auto layer_norms = probe.layer_grad_norms(parameter_norms);
+//     if (!finite) {
+//       auto capture = probe.investigate(rerun_step, x);  // re-run with op capture
+//       probe.save_snapshot(contents_with(capture));      // never throws
+//     }
+//   }
+//
+// A clean step costs the RNG copy, one device reduction over the batch and
+// host arithmetic on the norms it already has; nothing per op.
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nanscope/format/capture.hpp"
+#include "nanscope/probe/layer_index.hpp"
+#include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/snapshot.hpp"
+
+namespace nanscope::probe {
+
+struct ProbeOptions {
+  std::string run_dir;          // snapshots go to RUN_DIR/snapshots/
+  CaptureOptions capture;
+};
+
+class Probe {
+ public:
+  Probe(ProbeOptions options, const std::vector<std::string>& parameter_names);
+
+  const LayerIndex& layers() const { return layers_; }
+
+  // Step start: remembers the batch rows and the CPU generator's state so the
+  // step can be re-run exactly.
+  void begin_step(int64_t step, const at::Tensor& batch_rows);
+  // A one-element float tensor on the inputs' device: 1 when the batch holds a
+  // NaN/Inf. Integer inputs (tokens) are always finite: a zero, no kernel.
+  at::Tensor batch_nonfinite(const at::Tensor& inputs) const;
+  std::vector<float> layer_grad_norms(const std::vector<float>& parameter_norms) const;
+
+  // Restores the step's RNG state, runs `rerun` (forward + backward of the
+  // step, at the same precision and loss scale) under op-level capture, and
+  // returns what it found. A non-finite batch is reported as an input birth
+  // naming the sample row. Errors inside `rerun` are caught and reported in
+  // the returned capture's ops_seen = -1 (the probe never throws into a loop).
+  format::Capture investigate(const std::function<void()>& rerun, const at::Tensor& inputs);
+
+  // Writes RUN_DIR/snapshots/step-NNNNNNN.h5. Never throws: on failure (disk
+  // full, no permission) it warns once on stderr and returns "".
+  std::string save_snapshot(const SnapshotContents& contents);
+  const std::string& last_error() const { return last_error_; }
+
+  int64_t step() const { return step_; }
+  const at::Tensor& batch_rows() const { return batch_rows_; }
+  const at::Tensor& cpu_rng_state() const { return cpu_rng_state_; }
+
+ private:
+  ProbeOptions options_;
+  LayerIndex layers_;
+  int64_t step_ = -1;
+  at::Tensor batch_rows_;
+  at::Tensor cpu_rng_state_;
+  bool warned_ = false;
+  std::string last_error_;
+};
+
+}  // namespace nanscope::probe

@@ -1,0 +1,217 @@
+#include "nanscope/probe/op_capture.hpp"
+
+#include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "module_path.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "tensor_stats.hpp"
+
+namespace nanscope::probe {
+
+namespace {
+
+// RecordFunction callbacks are plain function pointers, so the capture's
+// state is global; one OpCapture may be alive at a time.
+struct Candidate {
+  format::Birth birth;
+  int64_t start_index = 0;  // order of the op's start: nesting = started later, ended earlier
+};
+
+struct CaptureState {
+  std::mutex mutex;
+  CaptureOptions options;
+  int64_t next_start = 0;
+  int64_t next_end = 0;
+  bool any_nonfinite = false;
+  std::deque<format::OpRecord> trail;
+  bool trail_frozen = false;
+  std::optional<Candidate> first_nan, first_inf;
+  struct ForwardOp {
+    std::string op, module;
+  };
+  std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
+};
+
+CaptureState* g_state = nullptr;
+bool g_installed = false;
+at::CallbackHandle g_handle = 0;
+
+// The callback's own reductions are ops too: this guard keeps it from
+// recording itself (DESIGN.md, RecordFunction notes).
+thread_local bool t_in_callback = false;
+struct ReentryGuard {
+  ReentryGuard() { t_in_callback = true; }
+  ~ReentryGuard() { t_in_callback = false; }
+};
+
+struct BackwardNode {
+  std::string name;
+  int64_t seq_nr;
+};
+thread_local std::vector<BackwardNode> t_backward_nodes;
+
+struct OpContext : at::ObserverContext {
+  bool is_node = false;
+  int64_t start_index = 0;
+  std::string module;
+  bool input_nan = false, input_inf = false;
+  std::vector<format::TensorStats> inputs;
+};
+
+void note_input(const c10::IValue& value, OpContext& ctx) {
+  auto add = [&](const format::TensorStats& s) {
+    ctx.input_nan |= s.nan_count > 0;
+    ctx.input_inf |= s.inf_count > 0;
+    ctx.inputs.push_back(s);
+  };
+  if (value.isTensor()) {
+    if (is_floating(value.toTensor())) add(tensor_stats(value.toTensor()));
+  } else if (value.isDouble()) {
+    add(scalar_stats(value.toDouble()));
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector())
+      if (is_floating(t)) add(tensor_stats(t));
+  }
+}
+
+std::string module_now() {
+  const std::string& scoped = current_module_scope();
+  if (!scoped.empty()) return scoped;
+  // TorchScript models are attributed through the interpreter's call stack.
+  return dotted_module_path(torch::jit::currentModuleHierarchy());
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (t_in_callback || !g_state) return nullptr;
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    t_backward_nodes.push_back({fn.name(), fn.seqNr()});
+    auto ctx = std::make_unique<OpContext>();
+    ctx->is_node = true;
+    return ctx;
+  }
+  if (fn.scope() != at::RecordScope::FUNCTION) return nullptr;
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;  // no graph nodes: they would shift every later seqNr
+  auto ctx = std::make_unique<OpContext>();
+  {
+    std::lock_guard<std::mutex> lock(g_state->mutex);
+    ctx->start_index = g_state->next_start++;
+  }
+  ctx->module = t_backward_nodes.empty() ? module_now() : std::string();
+  for (const c10::IValue& input : fn.inputs()) note_input(input, *ctx);
+  return ctx;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+  if (!raw || !g_state) return;
+  auto* ctx = static_cast<OpContext*>(raw);
+  if (ctx->is_node) {
+    if (!t_backward_nodes.empty()) t_backward_nodes.pop_back();
+    return;
+  }
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  bool output_nan = false, output_inf = false;
+  format::OpRecord record;
+  record.op = fn.name();
+  bool have_output = false;
+  std::vector<int64_t> created_nodes;
+  for (const c10::IValue& out : fn.outputs()) {
+    if (!out.isTensor() || !is_floating(out.toTensor())) continue;
+    const at::Tensor& t = out.toTensor();
+    format::TensorStats s = tensor_stats(t);
+    output_nan |= s.nan_count > 0;
+    output_inf |= s.inf_count > 0;
+    if (!have_output) record.output = s, have_output = true;
+    if (t.requires_grad() && t.grad_fn()) created_nodes.push_back(t.grad_fn()->sequence_nr());
+  }
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  CaptureState& st = *g_state;
+  record.index = st.next_end++;
+  if (t_backward_nodes.empty()) {
+    record.phase = "forward";
+    record.module = ctx->module;
+    record.seq_nr = fn.seqNr();
+    // Outer ops end after the ops inside them, so the op the model called wins.
+    for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module};
+  } else {
+    const BackwardNode& node = t_backward_nodes.back();
+    record.phase = "backward";
+    record.backward_node = node.name;
+    record.seq_nr = node.seq_nr;
+    if (auto it = st.forward_ops.find(node.seq_nr); it != st.forward_ops.end()) {
+      record.forward_op = it->second.op;
+      record.module = it->second.module;
+    }
+  }
+  st.any_nonfinite |= output_nan || output_inf;
+  if (!st.trail_frozen) {
+    st.trail.push_back(record);
+    while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
+  }
+  auto consider = [&](std::optional<Candidate>& slot, const char* kind) {
+    // A later-ending op that started before the current birth encloses it:
+    // report the enclosing (outer) op instead.
+    if (slot && slot->start_index < ctx->start_index) return;
+    Candidate c;
+    c.start_index = ctx->start_index;
+    c.birth.op = record;
+    c.birth.kind = kind;
+    c.birth.inputs = ctx->inputs;
+    slot = c;
+    st.trail_frozen = true;
+    if (!st.trail.empty() && st.trail.back().index != record.index) st.trail.push_back(record);
+  };
+  if (output_nan && !ctx->input_nan) consider(st.first_nan, "nan");
+  if (output_inf && !ctx->input_nan && !ctx->input_inf) consider(st.first_inf, "inf");
+}
+
+}  // namespace
+
+OpCapture::OpCapture(CaptureOptions options) {
+  if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
+  g_state = new CaptureState();
+  g_state->options = options;
+  detail::g_scopes_enabled = true;
+  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                       .needsInputs(true)
+                                       .needsOutputs(true)
+                                       .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  g_installed = true;
+}
+
+OpCapture::~OpCapture() {
+  at::removeCallback(g_handle);
+  detail::g_scopes_enabled = false;
+  g_installed = false;
+  delete g_state;
+  g_state = nullptr;
+}
+
+format::Capture OpCapture::result() const {
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  const CaptureState& st = *g_state;
+  format::Capture c;
+  c.reproduced = st.any_nonfinite;
+  c.ops_seen = st.next_end;
+  if (st.first_nan) c.first_nan_birth = st.first_nan->birth;
+  if (st.first_inf) c.first_inf_birth = st.first_inf->birth;
+  if (c.first_nan_birth && c.first_inf_birth)
+    c.first_birth = c.first_nan_birth->op.index < c.first_inf_birth->op.index ? c.first_nan_birth
+                                                                                : c.first_inf_birth;
+  else
+    c.first_birth = c.first_nan_birth ? c.first_nan_birth : c.first_inf_birth;
+  c.trail.assign(st.trail.begin(), st.trail.end());
+  return c;
+}
+
+}  // namespace nanscope::probe

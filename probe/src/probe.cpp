@@ -1,0 +1,86 @@
+#include "nanscope/probe/probe.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "tensor_stats.hpp"
+
+namespace nanscope::probe {
+
+Probe::Probe(ProbeOptions options, const std::vector<std::string>& parameter_names)
+    : options_(std::move(options)), layers_(parameter_names) {}
+
+void Probe::begin_step(int64_t step, const at::Tensor& batch_rows) {
+  step_ = step;
+  batch_rows_ = batch_rows;
+  // get_state() copies ~5 KB: the whole cost of being able to re-run a step.
+  cpu_rng_state_ = at::detail::getDefaultCPUGenerator().get_state();
+}
+
+at::Tensor Probe::batch_nonfinite(const at::Tensor& inputs) const {
+  if (!is_floating(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
+  return at::logical_not(at::isfinite(inputs).all()).to(at::kFloat).reshape({1});
+}
+
+std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_norms) const {
+  if (parameter_norms.size() != layers_.parameter_count()) return {};
+  return layers_.fold_norms(parameter_norms.data());
+}
+
+format::Capture Probe::investigate(const std::function<void()>& rerun, const at::Tensor& inputs) {
+  format::Capture capture;
+  try {
+    if (cpu_rng_state_.defined()) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      generator.set_state(cpu_rng_state_);
+    }
+    {
+      OpCapture op_capture(options_.capture);
+      rerun();
+      capture = op_capture.result();
+    }
+    // DESIGN.md: a non-finite batch is a birth with phase "input", op "input",
+    // module "", and the sample's row within the batch. It precedes every op.
+    const int64_t row = first_nonfinite_row(inputs);
+    if (row >= 0) {
+      format::Birth birth;
+      birth.op.op = "input";
+      birth.op.phase = "input";
+      birth.op.index = -1;
+      birth.op.output = tensor_stats(inputs[row]);
+      birth.kind = birth.op.output.nan_count > 0 ? "nan" : "inf";
+      birth.sample = row;
+      capture.first_birth = birth;
+      (birth.kind == "nan" ? capture.first_nan_birth : capture.first_inf_birth) = birth;
+      capture.reproduced = true;
+    }
+  } catch (const std::exception& e) {
+    capture = format::Capture{};
+    capture.ops_seen = -1;
+    last_error_ = std::string("forensic re-run failed: ") + e.what();
+    std::cerr << "nanscope probe: " << last_error_ << "\n";
+  }
+  return capture;
+}
+
+std::string Probe::save_snapshot(const SnapshotContents& contents) {
+  const std::string path = snapshot_path(options_.run_dir, contents.step);
+  try {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    write_snapshot(path, contents);
+    return path;
+  } catch (const std::exception& e) {
+    last_error_ = e.what();
+    if (!warned_) {
+      std::cerr << "nanscope probe: cannot write snapshot " << path << ": " << e.what()
+                << " (training goes on; further snapshot errors are not repeated)\n";
+      warned_ = true;
+    }
+    return "";
+  }
+}
+
+}  // namespace nanscope::probe

@@ -1,0 +1,136 @@
+#include "nanscope/probe/snapshot.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/version.hpp"
+#include "nanscope/probe/tensor_io.hpp"
+
+namespace nanscope::probe {
+
+namespace {
+
+void put_named(const format::Group& g, const NamedTensorList& tensors) {
+  g.set_attr("count", int64_t(tensors.size()));
+  // Names may hold '/', which HDF5 reads as a path: number the datasets and
+  // keep the names as attributes, in order.
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    char key[24];
+    std::snprintf(key, sizeof key, "%06zu", i);
+    put_tensor(g, key, tensors[i].second);
+    g.set_attr(std::string("name_") + key, tensors[i].first);
+  }
+}
+
+NamedTensorList get_named(const format::Group& g) {
+  NamedTensorList out;
+  const int64_t n = g.attr_int("count");
+  for (int64_t i = 0; i < n; ++i) {
+    char key[24];
+    std::snprintf(key, sizeof key, "%06lld", static_cast<long long>(i));
+    out.emplace_back(g.attr_string(std::string("name_") + key), get_tensor(g, key));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string snapshot_path(const std::string& run_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%07lld.h5", static_cast<long long>(step));
+  return run_dir + "/snapshots/" + name;
+}
+
+void write_snapshot(const std::string& path, const SnapshotContents& s) {
+  const std::string tmp = path + ".tmp";
+  {
+    format::Archive archive = format::Archive::create(tmp, format::kSnapshotFileKind);
+    format::Group root = archive.root();
+    root.set_attr("step", s.step);
+    root.set_attr("precision", s.precision);
+    root.set_attr("loss_scale", s.loss_scale);
+    root.set_attr("lr", s.lr);
+    root.set_attr("clip", s.clip);
+
+    format::Group model = root.group("model");
+    model.set_attr("name", s.model_name);
+    format::Group hparams = model.group("hparams");
+    for (const auto& [k, v] : s.model_hparams) hparams.set_attr(k, v);
+    if (!s.torchscript_bytes.empty())
+      model.put_blob("torchscript", s.torchscript_bytes.data(), s.torchscript_bytes.size());
+    put_named(model.group("parameters"), s.parameters);
+    put_named(model.group("buffers"), s.buffers);
+
+    format::Group optimizer = root.group("optimizer");
+    optimizer.set_attr("name", s.optimizer);
+    put_named(optimizer.group("state"), s.optimizer_state);
+
+    format::Group batch = root.group("batch");
+    put_tensor(batch, "inputs", s.inputs);
+    put_tensor(batch, "targets", s.targets);
+    put_tensor(batch, "rows", s.batch_rows);
+    format::Group rng = root.group("rng");
+    if (s.cpu_rng_state.defined()) put_tensor(rng, "cpu_state", s.cpu_rng_state);
+
+    format::Group config = root.group("config");
+    for (const auto& [k, v] : s.config) config.set_attr(k, v);
+    format::write_capture(root.group("capture"), s.capture);
+
+    format::Group layers = root.group("layers");
+    layers.set_attr("count", int64_t(s.layer_names.size()));
+    for (size_t i = 0; i < s.layer_names.size(); ++i)
+      layers.set_attr("name_" + std::to_string(i), s.layer_names[i]);
+    if (!s.layer_grad_norm.empty())
+      layers.put_tensor("grad_norm", format::DType::float32, {int64_t(s.layer_grad_norm.size())},
+                        s.layer_grad_norm.data());
+    archive.close();
+  }
+  // Written aside and renamed: a reader never sees half a snapshot.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw format::FormatError(path, "cannot move the snapshot into place");
+  }
+}
+
+SnapshotContents read_snapshot(const std::string& path) {
+  format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind);
+  format::Group root = archive.root();
+  SnapshotContents s;
+  s.step = root.attr_int("step");
+  s.precision = root.attr_string("precision");
+  s.loss_scale = root.attr_double("loss_scale");
+  s.lr = root.attr_double("lr");
+  s.clip = root.attr_double("clip");
+  format::Group model = root.group("model");
+  s.model_name = model.attr_string("name");
+  format::Group hparams = model.group("hparams");
+  for (const auto& k : hparams.attr_names()) s.model_hparams[k] = hparams.attr_int(k);
+  if (model.has("torchscript")) s.torchscript_bytes = model.blob("torchscript");
+  s.parameters = get_named(model.group("parameters"));
+  s.buffers = get_named(model.group("buffers"));
+  format::Group optimizer = root.group("optimizer");
+  s.optimizer = optimizer.attr_string("name");
+  s.optimizer_state = get_named(optimizer.group("state"));
+  format::Group batch = root.group("batch");
+  s.inputs = get_tensor(batch, "inputs");
+  s.targets = get_tensor(batch, "targets");
+  s.batch_rows = get_tensor(batch, "rows");
+  format::Group rng = root.group("rng");
+  if (rng.has("cpu_state")) s.cpu_rng_state = get_tensor(rng, "cpu_state");
+  format::Group config = root.group("config");
+  for (const auto& k : config.attr_names()) s.config[k] = config.attr_string(k);
+  s.capture = format::read_capture(root.group("capture"));
+  format::Group layers = root.group("layers");
+  const int64_t n = layers.attr_int("count");
+  for (int64_t i = 0; i < n; ++i) s.layer_names.push_back(layers.attr_string("name_" + std::to_string(i)));
+  if (layers.has("grad_norm")) {
+    format::TensorData t = layers.tensor("grad_norm");
+    s.layer_grad_norm.resize(t.bytes.size() / sizeof(float));
+    std::memcpy(s.layer_grad_norm.data(), t.bytes.data(), t.bytes.size());
+  }
+  return s;
+}
+
+}  // namespace nanscope::probe

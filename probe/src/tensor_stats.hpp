@@ -1,0 +1,16 @@
+#pragma once
+// Summaries of tensors for capture records. Each call reduces on the tensor's
+// device and copies five numbers to the host.
+#include <ATen/ATen.h>
+
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::probe {
+
+bool is_floating(const at::Tensor& t);
+format::TensorStats tensor_stats(const at::Tensor& t);
+format::TensorStats scalar_stats(double value);
+// Index of the first row (along dim 0) holding a non-finite value, or -1.
+int64_t first_nonfinite_row(const at::Tensor& t);
+
+}  // namespace nanscope::probe

@@ -1,0 +1,73 @@
+#include "forensics.hpp"
+
+#include "optimizer.hpp"
+
+namespace nanscope {
+
+namespace {
+
+const char* precision_of(Amp amp) { return amp == Amp::off ? "fp32" : amp_name(amp); }
+
+}  // namespace
+
+ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& model,
+                                        torch::optim::Optimizer& optimizer,
+                                        const std::vector<at::Tensor>& parameters,
+                                        const std::vector<Fault>& faults, const TrainOptions& options,
+                                        const std::map<std::string, std::string>& config,
+                                        const FailedStep& failed) {
+  ForensicsResult result;
+  // The same step again: same weights (the step was skipped), same RNG state
+  // (restored by the probe), same precision and loss scale, same planted fault.
+  auto rerun = [&] {
+    clear_grads(parameters);
+    model.plant_fault(model_fault_at(faults, failed.step));
+    try {
+      forward_backward(model, failed.amp, failed.loss_scale, failed.inputs, failed.targets);
+    } catch (...) {
+      model.plant_fault(FaultKind::none);
+      throw;
+    }
+    model.plant_fault(FaultKind::none);
+  };
+  result.capture = probe.investigate(rerun, failed.inputs);
+  clear_grads(parameters);
+
+  probe::SnapshotContents s;
+  s.step = failed.step;
+  const ModelSpec spec = model.spec();
+  s.model_name = spec.name;
+  s.model_hparams = spec.hparams;
+  s.torchscript_bytes = spec.script_bytes;
+  s.parameters = model.named_parameters();
+  s.buffers = model.named_buffers();
+  s.optimizer = options.optimizer;
+  s.optimizer_state = optimizer_state_by_name(optimizer, s.parameters);
+  s.inputs = failed.inputs;
+  s.targets = failed.targets;
+  s.batch_rows = probe.batch_rows();
+  s.cpu_rng_state = probe.cpu_rng_state();
+  s.precision = precision_of(failed.amp);
+  s.loss_scale = failed.loss_scale;
+  s.lr = failed.lr;
+  s.clip = options.clip;
+  s.config = config;
+  s.capture = result.capture;
+  s.layer_names = probe.layers().layer_names();
+  s.layer_grad_norm = failed.layer_grad_norm;
+  result.snapshot_path = probe.save_snapshot(s);
+  return result;
+}
+
+std::string describe_birth(const format::Capture& c) {
+  if (c.ops_seen < 0) return "the forensic re-run failed";
+  if (!c.first_birth) return "not reproduced on re-run (transient)";
+  const format::Birth& b = *c.first_birth;
+  std::string text = b.kind + " at " + b.op.op + " (" + b.op.phase;
+  if (!b.op.backward_node.empty()) text += " in " + b.op.backward_node + " of " + b.op.forward_op;
+  text += ") in module '" + b.op.module + "'";
+  if (b.sample >= 0) text += ", sample " + std::to_string(b.sample);
+  return text;
+}
+
+}  // namespace nanscope
