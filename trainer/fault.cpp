@@ -8,7 +8,9 @@ namespace {
 
 constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input, FaultKind::log_nonpositive,
                                 FaultKind::sqrt_grad_zero,  FaultKind::zero_variance_norm,
-                                FaultKind::exp_overflow,    FaultKind::lr_spike};
+                                FaultKind::exp_overflow,    FaultKind::lr_spike,
+                                FaultKind::masked_row,      FaultKind::variance_cancellation,
+                                FaultKind::activation_overflow};
 
 double default_arg(FaultKind kind) { return kind == FaultKind::lr_spike ? 1000.0 : 0.0; }
 
@@ -23,6 +25,9 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::zero_variance_norm: return "zero_variance_norm";
     case FaultKind::exp_overflow: return "exp_overflow";
     case FaultKind::lr_spike: return "lr_spike";
+    case FaultKind::masked_row: return "masked_row";
+    case FaultKind::variance_cancellation: return "variance_cancellation";
+    case FaultKind::activation_overflow: return "activation_overflow";
   }
   return "?";
 }

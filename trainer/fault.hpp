@@ -17,6 +17,9 @@ enum class FaultKind {
   zero_variance_norm,  // P8: blocks.0.ln1 without eps on a constant row: 0/0
   exp_overflow,        // P8: hand-rolled softmax in head: exp of large logits overflows
   lr_spike,            // P12: LR x ARG (default 1000) from STEP on
+  masked_row,          // a fully masked attention row in blocks.0.attn: softmax over all -inf
+  variance_cancellation,  // P10 (bf16-only): variance as E[x^2]-E[x]^2 by matmul in blocks.0.ln1
+  activation_overflow,    // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
 };
 
 struct Fault {

@@ -1,5 +1,6 @@
 // nanscope-train: parse the command line into TrainOptions and call run().
 #include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
 
 #include <iostream>
 
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   } catch (const nanscope::format::FormatError& e) {
     std::cerr << "nanscope-train: bad input " << e.what() << "\n";
     return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "nanscope-train: training failed: " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "nanscope-train: training failed: " << e.what() << "\n";
     return 1;

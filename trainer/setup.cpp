@@ -90,9 +90,9 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
                                   std::to_string(o.batch_size - 1) + ")");
     if (f.kind != FaultKind::nonfinite_input && f.kind != FaultKind::lr_spike) {
       if (!model.plant_fault(f.kind))
-        throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) +
-                                    " needs a built-in model (mlp or gpt); a TorchScript model "
-                                    "hosts only nonfinite_input and lr_spike");
+        throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " +
+                                    o.model + " (TorchScript models host only nonfinite_input and "
+                                    "lr_spike; masked_row needs the gpt's attention)");
       model.plant_fault(FaultKind::none);
     }
   }

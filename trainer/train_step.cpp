@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "nanscope/probe/nvtx.hpp"
 #include "optimizer.hpp"
 #include "torch_compat.hpp"
 
@@ -13,29 +14,41 @@ at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, c
                             const at::Tensor& targets) {
   at::Tensor loss;
   {
+    NANSCOPE_NVTX_RANGE("forward");
     // P4: autocast covers forward and loss only, never backward.
     compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(amp), amp != Amp::off);
     loss = model.loss(inputs, targets);
   }
+  NANSCOPE_NVTX_RANGE("backward");
   (loss_scale != 1.0 ? loss * loss_scale : loss).backward();
   return loss;
 }
 
-StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
-                       const at::Tensor& inputs, const at::Tensor& targets) {
-  clear_grads(parameters);
-  at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), inputs, targets);
-
+std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters) {
   std::vector<at::Tensor> grads;
   grads.reserve(parameters.size());
   for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
 
+std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads) {
+  if (grads.empty()) return {{}, at::zeros({})};
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads);
+  at::Tensor total = at::stack(norms).norm();
+  return {std::move(norms), std::move(total)};
+}
+
+namespace {
+
+// Unscale, then the finiteness verdict and the norms, copied to the host once.
+StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
+                              const std::vector<at::Tensor>& grads, const StepSettings& settings,
+                              const at::Tensor& loss) {
+  NANSCOPE_NVTX_RANGE("unscale_and_check");
   // P7: unscale before anything reads the gradients.
   at::Tensor found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, loss.options().dtype(at::kFloat));
-  std::vector<at::Tensor> norms = grads.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(grads);
-  at::Tensor total_norm = norms.empty() ? at::zeros({}, found_inf.options()) : at::stack(norms).norm();
+  auto [norms, total_norm] = grad_norms(grads);
 
   // The step's one host sync: loss, global norm, inf flag, batch flag (and
   // per-parameter norms).
@@ -61,12 +74,25 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
     for (size_t i = 0; i < parameters.size(); ++i)
       if (parameters[i].grad().defined()) out.parameter_norms[i] = h[4 + g++];
   }
+  return out;
+}
 
+}  // namespace
+
+StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
+                       const at::Tensor& inputs, const at::Tensor& targets) {
+  clear_grads(parameters);
+  at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), inputs, targets);
+  std::vector<at::Tensor> grads = defined_grads(parameters);
+
+  StepOutcome out = unscale_and_check(scaler, parameters, grads, settings, loss);
   if (!out.finite()) {
     // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
     clear_grads(parameters);
     out.skipped = true;
   } else {
+    NANSCOPE_NVTX_RANGE("optimizer");
     if (settings.clip > 0 && out.grad_norm > settings.clip)
       at::_foreach_mul_(grads, settings.clip / (out.grad_norm + 1e-6));
     optimizer.step();

@@ -39,6 +39,11 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
 
 at::ScalarType autocast_dtype(Amp amp);
 
+// The gradients that exist (parameters unused by the step have none).
+std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters);
+// Per-gradient L2 norms and the global norm over all of them, on the device.
+std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads);
+
 // Forward + loss under autocast, backward on loss x loss_scale: the part of a
 // step that the probe's forensic re-run repeats. Returns the unscaled loss.
 at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,

@@ -25,6 +25,14 @@ void pop_scope() {
 
 }  // namespace detail
 
+namespace {
+thread_local const char* t_phase = nullptr;
+}  // namespace
+
+PhaseScope::PhaseScope(const char* phase) : previous_(t_phase) { t_phase = phase; }
+PhaseScope::~PhaseScope() { t_phase = previous_; }
+const char* current_phase_override() { return t_phase; }
+
 const std::string& current_module_scope() {
   static const std::string root;
   return detail::t_scopes.empty() ? root : detail::t_scopes.back();

@@ -123,6 +123,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   bool output_nan = false, output_inf = false;
   format::OpRecord record;
   record.op = fn.name();
+  // empty/empty_like/new_empty hand out uninitialised memory that may hold any
+  // bit pattern; the op that fills it is the one that matters.
+  if (record.op.find("empty") != std::string::npos) return;
   bool have_output = false;
   std::vector<int64_t> created_nodes;
   for (const c10::IValue& out : fn.outputs()) {
@@ -132,12 +135,18 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     output_nan |= s.nan_count > 0;
     output_inf |= s.inf_count > 0;
     if (!have_output) record.output = s, have_output = true;
-    if (t.requires_grad() && t.grad_fn()) created_nodes.push_back(t.grad_fn()->sequence_nr());
+    // Only the node this op created (its seqNr is the one peeked at its start);
+    // a view or no-op such as resolve_conj returns a tensor of an older node.
+    if (t.requires_grad() && t.grad_fn() && t.grad_fn()->sequence_nr() == uint64_t(fn.seqNr()))
+      created_nodes.push_back(t.grad_fn()->sequence_nr());
   }
   std::lock_guard<std::mutex> lock(g_state->mutex);
   CaptureState& st = *g_state;
   record.index = st.next_end++;
-  if (t_backward_nodes.empty()) {
+  if (const char* phase = current_phase_override()) {
+    record.phase = phase;
+    record.module = ctx->module;
+  } else if (t_backward_nodes.empty()) {
     record.phase = "forward";
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();

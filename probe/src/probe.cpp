@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "nanscope/probe/nvtx.hpp"
 #include "tensor_stats.hpp"
 
 namespace nanscope::probe {
@@ -31,6 +32,7 @@ std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_n
 }
 
 format::Capture Probe::investigate(const std::function<void()>& rerun, const at::Tensor& inputs) {
+  NANSCOPE_NVTX_RANGE("forensic_rerun");
   format::Capture capture;
   try {
     if (cpu_rng_state_.defined()) {

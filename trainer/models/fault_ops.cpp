@@ -33,4 +33,25 @@ at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Te
   return -at::log(picked).mean();
 }
 
+at::Tensor layer_norm_by_cancellation(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const int64_t features = x.size(-1);
+  // Unit-variance features around +300: E[x^2] ~ 9e4 needs ~17 bits to keep
+  // the variance of 1; fp32 has 24, bf16 has 8.
+  at::Tensor standardized = (x - x.mean(-1, true)) / (x.std({-1}, /*unbiased=*/false, /*keepdim=*/true) + 1e-6);
+  at::Tensor shifted = standardized + 300.0;
+  at::Tensor averager = at::full({features, 1}, 1.0 / double(features), x.options().dtype(at::kFloat));
+  at::Tensor mean = at::matmul(shifted, averager);
+  at::Tensor mean_of_squares = at::matmul(shifted * shifted, averager);
+  at::Tensor variance = mean_of_squares - mean * mean;
+  return (shifted - mean) / at::sqrt(variance) * weight + bias;
+}
+
+at::Tensor blow_up_activation(const at::Tensor& h) { return (h + 100.0) * 1000.0; }
+
+at::Tensor mask_row_zero_completely(const at::Tensor& future_mask) {
+  at::Tensor row_zero = at::zeros_like(future_mask);
+  row_zero.select(0, 0).fill_(true);
+  return at::logical_or(future_mask, row_zero);
+}
+
 }  // namespace nanscope::fault_ops

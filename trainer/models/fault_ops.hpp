@@ -22,4 +22,19 @@ at::Tensor layer_norm_without_eps_on_constant_row(const at::Tensor& x, const at:
 // offset logits: exp overflows to Inf, then Inf/Inf = NaN.
 at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Tensor& targets);
 
+// LayerNorm without eps whose variance is E[x^2] - E[x]^2, both means taken by
+// matmul over unit-variance features carrying a +300 offset. Under bf16
+// autocast the matmuls round E[x^2] (~9e4) and E[x]^2 to the same value (8
+// mantissa bits cannot hold a variance of 1 beside 9e4): the variance cancels
+// to 0 and the division gives Inf. In fp32 it comes out ~1 (catastrophic
+// cancellation: a precision-only failure).
+at::Tensor layer_norm_by_cancellation(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// A pre-activation with a large offset and gain ((h + 100) * 1000): ~1e5,
+// past fp16's 65504, within bf16's and fp32's range.
+at::Tensor blow_up_activation(const at::Tensor& h);
+
+// The attention mask of query 0 also hides key 0, so row 0 is all -inf.
+at::Tensor mask_row_zero_completely(const at::Tensor& future_mask);
+
 }  // namespace nanscope::fault_ops

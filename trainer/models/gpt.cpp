@@ -41,6 +41,7 @@ struct AttentionImpl : torch::nn::Module {
     at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
     // Future positions get -inf before the softmax: an intended -inf, not a fault.
     at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
+    if (fault == FaultKind::masked_row) future = fault_ops::mask_row_zero_completely(future);
     att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
     att = at::softmax(att, -1);
     at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
@@ -64,6 +65,7 @@ struct MlpImpl : torch::nn::Module {
       NANSCOPE_MODULE_SCOPE("fc");
       h = fc(x);
     }
+    if (fault == FaultKind::activation_overflow) h = fault_ops::blow_up_activation(h);
     h = F::gelu(h);
     if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
     NANSCOPE_MODULE_SCOPE("proj");
@@ -85,9 +87,12 @@ struct BlockImpl : torch::nn::Module {
     at::Tensor h;
     {
       NANSCOPE_MODULE_SCOPE("ln1");
-      h = fault == FaultKind::zero_variance_norm
-              ? fault_ops::layer_norm_without_eps_on_constant_row(x, ln1->weight, ln1->bias)
-              : ln1(x);
+      if (fault == FaultKind::zero_variance_norm)
+        h = fault_ops::layer_norm_without_eps_on_constant_row(x, ln1->weight, ln1->bias);
+      else if (fault == FaultKind::variance_cancellation)
+        h = fault_ops::layer_norm_by_cancellation(x, ln1->weight, ln1->bias);
+      else
+        h = ln1(x);
     }
     x = x + attn->forward(h, fault);
     {

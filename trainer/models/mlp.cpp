@@ -28,7 +28,9 @@ struct MlpNetImpl : torch::nn::Module {
     at::Tensor h;
     {
       NANSCOPE_MODULE_SCOPE("fc1");
-      h = F::gelu(fc1(x));
+      h = fc1(x);
+      if (fault == FaultKind::activation_overflow) h = fault_ops::blow_up_activation(h);
+      h = F::gelu(h);
       if (fault == FaultKind::log_nonpositive) h = fault_ops::log_of_activation(h);
     }
     {
@@ -36,9 +38,12 @@ struct MlpNetImpl : torch::nn::Module {
       // The norm runs in the parameters' precision (fp32) as under any AMP
       // policy; LibTorch 1.13's CPU layer_norm rejects bf16 input with fp32 weights.
       h = h.to(ln->weight.scalar_type());
-      h = fault == FaultKind::zero_variance_norm
-              ? fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias)
-              : ln(h);
+      if (fault == FaultKind::zero_variance_norm)
+        h = fault_ops::layer_norm_without_eps_on_constant_row(h, ln->weight, ln->bias);
+      else if (fault == FaultKind::variance_cancellation)
+        h = fault_ops::layer_norm_by_cancellation(h, ln->weight, ln->bias);
+      else
+        h = ln(h);
     }
     {
       NANSCOPE_MODULE_SCOPE("fc2");
@@ -63,6 +68,9 @@ class MlpModel : public NativeModel {
       throw std::invalid_argument("mlp expects float inputs of shape [batch, " +
                                   std::to_string(net_->config.in_features) + "]");
     return lm_loss(net_->logits(inputs.to(at::kFloat), fault_), targets);
+  }
+  bool plant_fault(FaultKind kind) override {
+    return kind != FaultKind::masked_row && NativeModel::plant_fault(kind);  // no attention here
   }
   ModelSpec spec() const override {
     const MlpConfig& c = net_->config;

@@ -40,6 +40,21 @@ class ModuleScope {
 // The dotted path of the innermost open scope on this thread ("" at the root).
 const std::string& current_module_scope();
 
+// Labels the ops run inside it with a phase other than forward/backward, e.g.
+// "grad_norm" for the global-norm computation the re-run repeats after backward.
+class PhaseScope {
+ public:
+  explicit PhaseScope(const char* phase);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  const char* previous_;
+};
+// nullptr when no PhaseScope is open on this thread.
+const char* current_phase_override();
+
 }  // namespace nanscope::probe
 
 #define NANSCOPE_CONCAT_INNER(a, b) a##b
