@@ -10,9 +10,17 @@ constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input, FaultKind::log_nonpo
                                 FaultKind::sqrt_grad_zero,  FaultKind::zero_variance_norm,
                                 FaultKind::exp_overflow,    FaultKind::lr_spike,
                                 FaultKind::masked_row,      FaultKind::variance_cancellation,
-                                FaultKind::activation_overflow};
+                                FaultKind::activation_overflow, FaultKind::attention_logit_growth,
+                                FaultKind::logit_drift};
 
-double default_arg(FaultKind kind) { return kind == FaultKind::lr_spike ? 1000.0 : 0.0; }
+double default_arg(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::lr_spike: return 1000.0;
+    case FaultKind::attention_logit_growth:
+    case FaultKind::logit_drift: return 1e4;
+    default: return 0.0;
+  }
+}
 
 }  // namespace
 
@@ -28,6 +36,8 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::masked_row: return "masked_row";
     case FaultKind::variance_cancellation: return "variance_cancellation";
     case FaultKind::activation_overflow: return "activation_overflow";
+    case FaultKind::attention_logit_growth: return "attention_logit_growth";
+    case FaultKind::logit_drift: return "logit_drift";
   }
   return "?";
 }
@@ -70,11 +80,10 @@ Fault parse_fault(const std::string& text) {
   return fault;
 }
 
-FaultKind model_fault_at(const std::vector<Fault>& faults, int64_t step) {
+Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
   for (const auto& f : faults)
-    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input)
-      return f.kind;
-  return FaultKind::none;
+    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input) return f;
+  return Fault{};
 }
 
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step) {

@@ -20,6 +20,8 @@ enum class FaultKind {
   masked_row,          // a fully masked attention row in blocks.0.attn: softmax over all -inf
   variance_cancellation,  // P10 (bf16-only): variance as E[x^2]-E[x]^2 by matmul in blocks.0.ln1
   activation_overflow,    // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
+  attention_logit_growth, // P16: blocks.0.attn's queries x ARG (default 1e4): logits pass fp16's range
+  logit_drift,            // P15: the head's input x ARG (default 1e4): output logits pass fp16's range
 };
 
 struct Fault {
@@ -33,8 +35,8 @@ const char* fault_name(FaultKind kind);
 Fault parse_fault(const std::string& text);
 std::vector<std::string> fault_kind_names();
 
-// Which fault (if any) is planted inside the model at `step`.
-FaultKind model_fault_at(const std::vector<Fault>& faults, int64_t step);
+// The fault (kind none if any) planted inside the model at `step`.
+Fault model_fault_at(const std::vector<Fault>& faults, int64_t step);
 // The LR multiplier in force at `step` (lr_spike persists once it fires).
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step);
 // The batch row to poison at `step`, if nonfinite_input is planted there.

@@ -29,10 +29,10 @@ ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& mod
     try {
       forward_backward(model, failed.amp, failed.loss_scale, failed.inputs, failed.targets);
     } catch (...) {
-      model.plant_fault(FaultKind::none);
+      model.plant_fault({FaultKind::none});
       throw;
     }
-    model.plant_fault(FaultKind::none);
+    model.plant_fault({FaultKind::none});
     probe::PhaseScope phase("grad_norm");
     std::vector<at::Tensor> grads = defined_grads(parameters);
     LossScalerConfig same_scale;

@@ -33,9 +33,9 @@ class TrainableModel {
   virtual NamedTensors named_buffers() const = 0;
   virtual void to(at::Device device, at::ScalarType dtype) = 0;
   virtual void set_training(bool on) = 0;
-  // Plants (or, with FaultKind::none, clears) a fault for the next forward.
+  // Plants (or, with kind none, clears) a fault for the next forward.
   // Returns false when this model cannot host that fault kind.
-  virtual bool plant_fault(FaultKind kind) = 0;
+  virtual bool plant_fault(const Fault& fault) = 0;
   virtual ModelSpec spec() const = 0;
   // Auxiliary z-loss coefficient (P15); models without logits ignore it.
   virtual void set_z_loss(double /*coefficient*/) {}

@@ -89,11 +89,11 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
       throw std::invalid_argument("--fault nonfinite_input row must be within the batch (0.." +
                                   std::to_string(o.batch_size - 1) + ")");
     if (f.kind != FaultKind::nonfinite_input && f.kind != FaultKind::lr_spike) {
-      if (!model.plant_fault(f.kind))
+      if (!model.plant_fault(f))
         throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " +
                                     o.model + " (TorchScript models host only nonfinite_input and "
                                     "lr_spike; masked_row needs the gpt's attention)");
-      model.plant_fault(FaultKind::none);
+      model.plant_fault({FaultKind::none});
     }
   }
   if (!is_builtin(o.model) && o.z_loss > 0)

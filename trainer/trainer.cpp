@@ -146,7 +146,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       if (o.capture_every_step) live_capture.emplace();
       outcome = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
     }
-    model->plant_fault(FaultKind::none);
+    model->plant_fault({FaultKind::none});
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     format::StepRow row;

@@ -1,5 +1,7 @@
 #include "nanscope/format/archive.hpp"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -11,6 +13,7 @@ namespace nanscope::format {
 struct Archive::File {
   std::string path;
   bool writable = false;
+  bool in_memory = false;  // created: lives in memory until close() writes it
   h5::Handle handle;
 };
 
@@ -265,9 +268,11 @@ Archive Archive::create(const std::string& path, const std::string& kind) {
   archive.file_ = std::make_shared<File>();
   archive.file_->path = path;
   archive.file_->writable = true;
-  archive.file_->handle = h5::file_handle(
-      H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path,
-      "cannot create file (directory missing, not writable, or disk full?)");
+  archive.file_->in_memory = true;
+  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
+  h5::check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0), path, "H5Pset_fapl_core");
+  archive.file_->handle = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                                          path, "cannot create file in memory");
   h5::write_identity(archive.file_->handle.get(), kind, path);
   return archive;
 }
@@ -289,10 +294,42 @@ Group Archive::root() const {
 
 const std::string& Archive::path() const { return file_->path; }
 
+namespace {
+
+// Writes the in-memory file's image to `path`; on any error removes what was
+// written and throws.
+void write_image(hid_t file, const std::string& path) {
+  const ssize_t size = H5Fget_file_image(file, nullptr, 0);
+  if (size < 0) throw FormatError(path, "cannot take the file image");
+  std::vector<char> image(static_cast<size_t>(size));
+  if (H5Fget_file_image(file, image.data(), image.size()) < 0)
+    throw FormatError(path, "cannot take the file image");
+  FILE* out = std::fopen(path.c_str(), "wb");
+  if (!out) throw FormatError(path, std::string("cannot create file: ") + std::strerror(errno));
+  const bool written = std::fwrite(image.data(), 1, image.size(), out) == image.size();
+  const int saved_errno = errno;
+  const bool closed = std::fclose(out) == 0;
+  if (!written || !closed) {
+    std::remove(path.c_str());
+    throw FormatError(path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) +
+                                " (disk full?)");
+  }
+}
+
+}  // namespace
+
 void Archive::close() {
   if (!file_ || !file_->handle.valid()) return;
   h5::check(H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL), file_->path,
             "cannot flush (disk full?)");
+  if (file_->in_memory) {
+    try {
+      write_image(file_->handle.get(), file_->path);
+    } catch (...) {
+      file_->handle.reset();
+      throw;
+    }
+  }
   // Groups still alive keep their own handles; the library closes the file
   // for good once they go (H5F_CLOSE_WEAK, the default).
   file_->handle.reset();

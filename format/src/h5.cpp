@@ -11,7 +11,13 @@ namespace nanscope::format::h5 {
 
 void silence_errors() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // Every file nanscope opens is closed by its owner; HDF5's exit handler
+    // crashed closing one whose close had failed (disk full, HDF5 1.10.8).
+    // Must come before any other HDF5 call.
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 hid_t check_id(hid_t id, const std::string& path, const std::string& what) {

@@ -33,7 +33,8 @@ struct CaptureState {
   int64_t next_end = 0;
   bool any_nonfinite = false;
   std::deque<format::OpRecord> trail;
-  bool trail_frozen = false;
+  bool trail_frozen = false;      // set at the first birth of either kind
+  int64_t frozen_birth_start = -1;  // start index of that birth
   std::optional<Candidate> first_nan, first_inf;
   struct ForwardOp {
     std::string op, module;
@@ -171,14 +172,22 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     // A later-ending op that started before the current birth encloses it:
     // report the enclosing (outer) op instead.
     if (slot && slot->start_index < ctx->start_index) return;
+    const bool replaces_trail_end = slot && slot->start_index == st.frozen_birth_start;
     Candidate c;
     c.start_index = ctx->start_index;
     c.birth.op = record;
     c.birth.kind = kind;
     c.birth.inputs = ctx->inputs;
     slot = c;
-    st.trail_frozen = true;
-    if (!st.trail.empty() && st.trail.back().index != record.index) st.trail.push_back(record);
+    // The trail ends at the first birth: it was pushed above while unfrozen;
+    // an outer op taking that birth over ends right after it.
+    if (!st.trail_frozen) {
+      st.trail_frozen = true;
+      st.frozen_birth_start = c.start_index;
+    } else if (replaces_trail_end) {
+      st.trail.push_back(record);
+      st.frozen_birth_start = c.start_index;
+    }
   };
   if (output_nan && !ctx->input_nan) consider(st.first_nan, "nan");
   if (output_inf && !ctx->input_nan && !ctx->input_inf) consider(st.first_inf, "inf");

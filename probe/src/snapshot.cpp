@@ -45,7 +45,7 @@ std::string snapshot_path(const std::string& run_dir, int64_t step) {
 
 void write_snapshot(const std::string& path, const SnapshotContents& s) {
   const std::string tmp = path + ".tmp";
-  {
+  try {
     format::Archive archive = format::Archive::create(tmp, format::kSnapshotFileKind);
     format::Group root = archive.root();
     root.set_attr("step", s.step);
@@ -86,6 +86,10 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
       layers.put_tensor("grad_norm", format::DType::float32, {int64_t(s.layer_grad_norm.size())},
                         s.layer_grad_norm.data());
     archive.close();
+  } catch (...) {
+    // Give the space back (disk full): the run file still needs it.
+    std::remove(tmp.c_str());
+    throw;
   }
   // Written aside and renamed: a reader never sees half a snapshot.
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -68,8 +68,8 @@ TEST(FaultSpec, ParsesKindStepAndArgument) {
   std::vector<Fault> plan{parse_fault("lr_spike@5:10"), parse_fault("exp_overflow@7")};
   EXPECT_EQ(lr_multiplier_at(plan, 4), 1.0);
   EXPECT_EQ(lr_multiplier_at(plan, 9), 10.0);
-  EXPECT_EQ(model_fault_at(plan, 7), FaultKind::exp_overflow);
-  EXPECT_EQ(model_fault_at(plan, 5), FaultKind::none);
+  EXPECT_EQ(model_fault_at(plan, 7).kind, FaultKind::exp_overflow);
+  EXPECT_EQ(model_fault_at(plan, 5).kind, FaultKind::none);
 }
 
 TEST(LayerIndex, GroupsParametersByOwningModule) {

@@ -25,7 +25,7 @@ struct AttentionImpl : torch::nn::Module {
     qkv = register_module("qkv", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
     proj = register_module("proj", torch::nn::Linear(c.n_embd, c.n_embd));
   }
-  at::Tensor forward(const at::Tensor& x, FaultKind fault) {
+  at::Tensor forward(const at::Tensor& x, FaultKind fault, double fault_arg) {
     NANSCOPE_MODULE_SCOPE("attn");
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;
     at::Tensor packed;
@@ -38,6 +38,7 @@ struct AttentionImpl : torch::nn::Module {
     at::Tensor k = parts[1].view({B, T, n_head, hd}).transpose(1, 2);
     at::Tensor v = parts[2].view({B, T, n_head, hd}).transpose(1, 2);
     if (fault == FaultKind::sqrt_grad_zero) q = fault_ops::add_rms_of_zeros(q);
+    if (fault == FaultKind::attention_logit_growth) q = q * fault_arg;
     at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
     // Future positions get -inf before the softmax: an intended -inf, not a fault.
     at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
@@ -82,7 +83,7 @@ struct BlockImpl : torch::nn::Module {
     ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
     mlp = register_module("mlp", Mlp(c));
   }
-  at::Tensor forward(at::Tensor x, FaultKind fault) {
+  at::Tensor forward(at::Tensor x, FaultKind fault, double fault_arg) {
     NANSCOPE_MODULE_SCOPE(path.c_str());
     at::Tensor h;
     {
@@ -94,7 +95,7 @@ struct BlockImpl : torch::nn::Module {
       else
         h = ln1(x);
     }
-    x = x + attn->forward(h, fault);
+    x = x + attn->forward(h, fault, fault_arg);
     {
       NANSCOPE_MODULE_SCOPE("ln2");
       h = ln2(x);
@@ -132,7 +133,7 @@ struct GptImpl : torch::nn::Module {
       else p.normal_(0.0, 0.02);
     }
   }
-  at::Tensor logits(const at::Tensor& idx, FaultKind fault) {
+  at::Tensor logits(const at::Tensor& idx, FaultKind fault, double fault_arg) {
     const int64_t T = idx.size(1);
     if (T > config.seq_len)
       throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds seq_len " +
@@ -149,13 +150,14 @@ struct GptImpl : torch::nn::Module {
     }
     for (size_t i = 0; i < blocks->size(); ++i) {
       // Faults live in block 0 only, so their module is known: blocks.0.*.
-      x = blocks->ptr(i)->as<Block>()->forward(x, i == 0 ? fault : FaultKind::none);
+      x = blocks->ptr(i)->as<Block>()->forward(x, i == 0 ? fault : FaultKind::none, fault_arg);
     }
     {
       NANSCOPE_MODULE_SCOPE("ln_f");
       x = ln_f(x);
     }
     NANSCOPE_MODULE_SCOPE("head");
+    if (fault == FaultKind::logit_drift) x = x * fault_arg;
     return head(x);
   }
   GptConfig config;
@@ -172,7 +174,7 @@ class GptModel : public NativeModel {
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
     if (inputs.scalar_type() != at::kLong || inputs.dim() != 2)
       throw std::invalid_argument("gpt expects int64 token inputs of shape [batch, seq]");
-    return lm_loss(gpt_->logits(inputs, fault_), targets);
+    return lm_loss(gpt_->logits(inputs, fault_, fault_arg_), targets);
   }
   ModelSpec spec() const override {
     const GptConfig& c = gpt_->config;

@@ -69,8 +69,11 @@ class MlpModel : public NativeModel {
                                   std::to_string(net_->config.in_features) + "]");
     return lm_loss(net_->logits(inputs.to(at::kFloat), fault_), targets);
   }
-  bool plant_fault(FaultKind kind) override {
-    return kind != FaultKind::masked_row && NativeModel::plant_fault(kind);  // no attention here
+  bool plant_fault(const Fault& fault) override {
+    // No attention here, and the head's input is the growth faults' business in the gpt.
+    const bool hosted = fault.kind != FaultKind::masked_row && fault.kind != FaultKind::attention_logit_growth &&
+                        fault.kind != FaultKind::logit_drift;
+    return hosted && NativeModel::plant_fault(fault);
   }
   ModelSpec spec() const override {
     const MlpConfig& c = net_->config;

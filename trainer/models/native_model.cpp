@@ -30,10 +30,11 @@ void NativeModel::to(at::Device device, at::ScalarType dtype) { module_->to(devi
 
 void NativeModel::set_training(bool on) { module_->train(on); }
 
-bool NativeModel::plant_fault(FaultKind kind) {
+bool NativeModel::plant_fault(const Fault& fault) {
   // Every built-in hosts every model-side fault; batch and LR faults are the loop's.
-  if (kind == FaultKind::nonfinite_input || kind == FaultKind::lr_spike) return false;
-  fault_ = kind;
+  if (fault.kind == FaultKind::nonfinite_input || fault.kind == FaultKind::lr_spike) return false;
+  fault_ = fault.kind;
+  fault_arg_ = fault.arg;
   return true;
 }
 

@@ -15,13 +15,14 @@ class NativeModel : public TrainableModel {
   NamedTensors named_buffers() const override;
   void to(at::Device device, at::ScalarType dtype) override;
   void set_training(bool on) override;
-  bool plant_fault(FaultKind kind) override;
+  bool plant_fault(const Fault& fault) override;
   void set_z_loss(double coefficient) override { z_loss_ = coefficient; }
 
  protected:
   explicit NativeModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
   // The fault to plant in this forward; cleared by the trainer after the step.
   FaultKind fault_ = FaultKind::none;
+  double fault_arg_ = 0;
   double z_loss_ = 0;
   // Cross-entropy (+ z-loss, P15), or the planted exp-overflow variant.
   at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) const;

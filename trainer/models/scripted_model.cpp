@@ -34,7 +34,7 @@ class ScriptedModel : public TrainableModel {
   }
   void to(at::Device device, at::ScalarType dtype) override { module_.to(device, dtype); }
   void set_training(bool on) override { module_.train(on); }
-  bool plant_fault(FaultKind kind) override { return kind == FaultKind::none; }
+  bool plant_fault(const Fault& fault) override { return fault.kind == FaultKind::none; }
   ModelSpec spec() const override { return {"torchscript", {}, bytes_}; }
 
  private:

@@ -61,14 +61,18 @@ class Group {
 class Archive {
  public:
   // Creates (truncates) a file of the given kind (version.hpp's k*FileKind).
+  // The file is built in memory and written out whole by close(): a full disk
+  // or a missing directory surfaces there as one FormatError, leaves no
+  // partial file behind, and never leaves HDF5 holding a half-closed file.
   static Archive create(const std::string& path, const std::string& kind);
   // Opens an existing file and checks its kind and major version.
   static Archive open(const std::string& path, const std::string& kind, bool writable = false);
 
   Group root() const;
   const std::string& path() const;
-  // Flushes and closes; further use of its groups fails. Errors surface here,
-  // not silently in a destructor.
+  // Flushes (and, for a created archive, writes the file); further use of its
+  // groups fails. Errors surface here, not silently in a destructor: an
+  // archive destroyed without close() writes nothing.
   void close();
 
   struct File;

@@ -1,0 +1,188 @@
+// Op-level capture on plain ops and on TorchScript models written by Debian's
+// python3-torch: the first NaN and Inf births exactly as DESIGN.md defines them.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "models/scripted_model.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/op_capture.hpp"
+#include "torch_compat.hpp"
+#include "train_step.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+TEST(Capture, LogOfANegativeIsANanBirthWithItsInputStats) {
+  probe::OpCapture capture;
+  at::Tensor x = at::tensor({2.0f, -1.0f});
+  at::log(x);
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_nan_birth);
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::log");
+  EXPECT_EQ(c.first_nan_birth->op.phase, "forward");
+  ASSERT_EQ(c.first_nan_birth->inputs.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.first_nan_birth->inputs[0].min, -1.0);
+  EXPECT_EQ(c.first_nan_birth->op.output.nan_count, 1);
+  EXPECT_FALSE(c.first_inf_birth);
+  EXPECT_EQ(c.first_birth->op.op, "aten::log");
+}
+
+TEST(Capture, MaskedFillWithNegInfIsNotABirth) {
+  probe::OpCapture capture;
+  at::Tensor scores = at::randn({4, 4});
+  at::Tensor future = at::ones({4, 4}, at::kBool).triu(1);
+  at::softmax(scores.masked_fill(future, -kInf), -1);
+  format::Capture c = capture.result();
+  EXPECT_FALSE(c.first_birth) << c.first_birth->op.op;
+  EXPECT_TRUE(c.reproduced) << "the -inf entries are non-finite values, but no birth";
+}
+
+TEST(Capture, SoftmaxOverAFullyMaskedRowIsANanBirth) {
+  probe::OpCapture capture;
+  at::Tensor scores = at::randn({4, 4});
+  at::Tensor mask = at::ones({4, 4}, at::kBool).triu(1);
+  mask[0].fill_(true);
+  {
+    NANSCOPE_MODULE_SCOPE("attn");
+    at::softmax(scores.masked_fill(mask, -kInf), -1);
+  }
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_nan_birth);
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::softmax") << "the op the code called, not its inner _softmax";
+  EXPECT_EQ(c.first_nan_birth->op.module, "attn");
+  EXPECT_FALSE(c.first_inf_birth) << "masked_fill's -inf is not an Inf birth";
+}
+
+TEST(Capture, InPlaceOpsAreJudgedOnTheirInputsAsTheyWere) {
+  at::Tensor x = at::zeros({3});
+  probe::OpCapture capture;
+  x.div_(0.0);  // 0/0: NaN born in place
+  x.mul_(2.0);  // NaN in, NaN out: no birth
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_nan_birth);
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::div_");
+  EXPECT_EQ(c.first_nan_birth->inputs[0].nan_count, 0);
+}
+
+TEST(Capture, InfBirthPrecedesTheNanItCauses) {
+  probe::OpCapture capture;
+  at::Tensor big = at::exp(at::full({2}, 100.0f));  // Inf born
+  at::Tensor nan = big - big;                       // inf - inf: NaN born, but inputs not finite -> still a NaN birth
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_inf_birth && c.first_nan_birth);
+  EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp");
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::sub");
+  EXPECT_EQ(c.first_birth->kind, "inf");
+  EXPECT_LT(c.first_inf_birth->op.index, c.first_nan_birth->op.index);
+}
+
+TEST(Capture, SqrtGradientAtZeroIsABackwardBirthLinkedToItsForwardOpAndModule) {
+  at::Tensor x = at::zeros({3}).requires_grad_(true);
+  probe::OpCapture capture;
+  at::Tensor y;
+  {
+    NANSCOPE_MODULE_SCOPE("blocks.0");
+    NANSCOPE_MODULE_SCOPE("scale");
+    y = at::sqrt(x * 1.0);
+  }
+  y.sum().backward();
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->kind, "inf");
+  EXPECT_EQ(c.first_birth->op.phase, "backward");
+  EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
+  EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
+  EXPECT_EQ(c.first_birth->op.module, "blocks.0.scale");
+}
+
+TEST(Capture, FiniteWorkHasNoBirthAndIsNotReproduced) {
+  probe::OpCapture capture;
+  at::matmul(at::randn({8, 8}), at::randn({8, 8})).relu().sum();
+  format::Capture c = capture.result();
+  EXPECT_FALSE(c.reproduced);
+  EXPECT_FALSE(c.first_birth);
+  EXPECT_GT(c.ops_seen, 2);
+}
+
+TEST(ModuleScope, NestsAsDottedPathsOnlyWhileCaptureRuns) {
+  {
+    NANSCOPE_MODULE_SCOPE("blocks.0");
+    EXPECT_EQ(probe::current_module_scope(), "") << "scopes cost nothing and record nothing when capture is off";
+  }
+  probe::OpCapture capture;
+  NANSCOPE_MODULE_SCOPE("blocks.0");
+  {
+    NANSCOPE_MODULE_SCOPE("attn");
+    EXPECT_EQ(probe::current_module_scope(), "blocks.0.attn");
+  }
+  EXPECT_EQ(probe::current_module_scope(), "blocks.0");
+}
+
+class ScriptedCapture : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    auto r = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_probe_models.py " +
+                               dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  // One forward + backward of `model` under capture at `amp`.
+  static format::Capture capture(const std::string& model, Amp amp) {
+    auto m = load_scripted_model(dir_->file(model));
+    m->set_training(true);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    at::Tensor inputs = at::normal(0.0, 1.0, {2, 5, 8}, gen);
+    at::Tensor targets = at::normal(0.0, 1.0, {2, 5, 1}, gen);
+    probe::OpCapture op_capture;
+    forward_backward(*m, amp, 1.0, inputs, targets);
+    return op_capture.result();
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* ScriptedCapture::dir_ = nullptr;
+
+TEST_F(ScriptedCapture, IntendedMaskingIsNotReported) {
+  format::Capture c = capture("masked_attention.pt", Amp::off);
+  EXPECT_FALSE(c.first_birth) << c.first_birth->op.op << " in " << c.first_birth->op.module;
+}
+
+TEST_F(ScriptedCapture, FullyMaskedRowIsANanBirthInTheAttentionModule) {
+  format::Capture c = capture("fully_masked.pt", Amp::off);
+  ASSERT_TRUE(c.first_nan_birth);
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::softmax");
+  EXPECT_EQ(c.first_nan_birth->op.module, "attn");
+  EXPECT_EQ(c.first_nan_birth->op.phase, "forward");
+}
+
+TEST_F(ScriptedCapture, Bf16OnlyFailureShowsUnderBf16AndNotInFp32) {
+  format::Capture fp32 = capture("bf16_cancellation.pt", Amp::off);
+  EXPECT_FALSE(fp32.first_birth) << fp32.first_birth->op.op;
+  format::Capture bf16 = capture("bf16_cancellation.pt", Amp::bf16);
+  ASSERT_TRUE(bf16.first_birth);
+  // The cancelled variance is 0 (Inf at the division) or negative (NaN at the
+  // sqrt) depending on how bf16 rounds each row; either way it is born in norm.
+  const std::string op = bf16.first_birth->op.op;
+  EXPECT_TRUE(op == "aten::sqrt" || op == "aten::div") << op;
+  EXPECT_EQ(bf16.first_birth->op.module, "norm");
+  EXPECT_EQ(bf16.first_birth->op.phase, "forward");
+}
+
+TEST_F(ScriptedCapture, BackwardOnlyFailureNamesTheNodeAndTheForwardOp) {
+  format::Capture c = capture("sqrt_backward.pt", Amp::off);
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->op.phase, "backward");
+  EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
+  EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
+  EXPECT_EQ(c.first_birth->op.module, "scale");
+}

@@ -1,0 +1,119 @@
+// Every scenario of samples/faults/: the first birth is found at the right op,
+// phase, module and step, and the snapshot written for that step holds it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/snapshot.hpp"
+#include "torch_compat.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+struct Scenario {
+  const char* file;
+  int64_t step;
+  const char* kind;
+  const char* op;
+  const char* phase;
+  const char* module;
+  const char* backward_node;
+  const char* forward_op;
+  int64_t sample;
+  bool needs_fp16;
+};
+
+std::ostream& operator<<(std::ostream& os, const Scenario& s) { return os << s.file; }
+
+const Scenario kCatalog[] = {
+    {"p08-log-nonpositive", 6, "nan", "aten::log", "forward", "blocks.0.mlp", "", "", -1, false},
+    {"p08-sqrt-grad-zero", 6, "inf", "aten::div", "backward", "blocks.0.attn", "SqrtBackward0", "aten::sqrt", -1, false},
+    {"p08-div-zero-variance", 6, "nan", "aten::div", "forward", "blocks.0.ln1", "", "", -1, false},
+    {"p08-exp-overflow", 6, "inf", "aten::exp", "forward", "", "", "", -1, false},
+    {"p10-bf16-cancellation", 6, "inf", "aten::div", "forward", "blocks.0.ln1", "", "", -1, false},
+    {"p10-fp16-overflow", 6, "inf", "aten::mul", "forward", "blocks.0.mlp", "", "", -1, true},
+    {"p11-corrupt-sample", 6, "nan", "input", "input", "", "", "", 3, false},
+    {"p12-lr-explosion", 13, "inf", "aten::addmm", "forward", "head", "", "", -1, false},
+    {"p15-logit-drift", 6, "inf", nullptr, "forward", "head", "", "", -1, true},
+    {"p16-attention-logit-growth", 6, "inf", nullptr, "forward", "blocks.0.attn", "", "", -1, true},
+    {"masked-attention-row", 6, "nan", "aten::softmax", "forward", "blocks.0.attn", "", "", -1, false},
+};
+
+class Catalog : public ::testing::TestWithParam<Scenario> {};
+
+}  // namespace
+
+TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
+  const Scenario& s = GetParam();
+  if (s.needs_fp16 && !compat::autocast_supported(c10::kCPU, at::kHalf))
+    GTEST_SKIP() << "needs fp16 autocast (CUDA, or CPU with LibTorch 2.x)";
+  test::TempDir dir;
+  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + s.file + ".toml";
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config + " --quiet --threads 1 --run-dir " +
+                             dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  // The run skipped exactly the planted step first and recorded the snapshot.
+  auto run = format::read_run(dir.file("run/run.h5"));
+  int64_t first_skip = -1;
+  for (size_t i = 0; i < run.rows() && first_skip < 0; ++i)
+    if (run.skipped[i]) first_skip = run.step[i];
+  EXPECT_EQ(first_skip, s.step);
+  bool snapshot_event = false;
+  for (const auto& e : run.events) snapshot_event |= e.kind == "snapshot" && e.step == s.step;
+  EXPECT_TRUE(snapshot_event);
+
+  const std::string path = probe::snapshot_path(dir.file("run"), s.step);
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  probe::SnapshotContents snap = probe::read_snapshot(path);
+  EXPECT_EQ(snap.step, s.step);
+  ASSERT_TRUE(snap.capture.reproduced);
+  ASSERT_TRUE(snap.capture.first_birth.has_value());
+  const format::Birth& b = *snap.capture.first_birth;
+  EXPECT_EQ(b.kind, s.kind);
+  if (s.op) EXPECT_EQ(b.op.op, s.op);
+  EXPECT_EQ(b.op.phase, s.phase);
+  EXPECT_EQ(b.op.module, s.module);
+  EXPECT_EQ(b.op.backward_node, s.backward_node);
+  EXPECT_EQ(b.op.forward_op, s.forward_op);
+  EXPECT_EQ(b.sample, s.sample);
+  // The trail ends at the birth.
+  if (b.op.phase != "input") {
+    ASSERT_FALSE(snap.capture.trail.empty());
+    EXPECT_EQ(snap.capture.trail.back().op, b.op.op);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SamplesFaults, Catalog, ::testing::ValuesIn(kCatalog),
+                         [](const auto& info) {
+                           std::string name = info.param.file;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+TEST(Catalog, Bf16OnlyFailureRunsCleanInFp32) {
+  test::TempDir dir;
+  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/p10-bf16-cancellation.toml";
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+                             " --amp off --quiet --threads 1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(dir.file("run/run.h5"));
+  for (size_t i = 0; i < run.rows(); ++i) EXPECT_EQ(run.skipped[i], 0) << "step " << i;
+}
+
+TEST(Catalog, LrExplosionShowsTheGradNormRiseBeforeTheFirstSkip) {
+  test::TempDir dir;
+  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/p12-lr-explosion.toml";
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+                             " --quiet --threads 1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(dir.file("run/run.h5"));
+  EXPECT_EQ(run.skipped[12], 0);
+  EXPECT_GT(run.grad_norm[11], 100 * run.grad_norm[9]);
+  EXPECT_GT(run.grad_norm[12], 10 * run.grad_norm[11]);
+}

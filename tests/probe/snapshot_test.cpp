@@ -1,0 +1,121 @@
+// Snapshots: read back whole; and a snapshot that cannot be written never
+// stops training.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <fstream>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/snapshot.hpp"
+
+using namespace nanscope;
+
+TEST(Snapshot, RoundTripsEveryPart) {
+  test::TempDir dir;
+  probe::SnapshotContents s;
+  s.step = 42;
+  s.model_name = "gpt";
+  s.model_hparams = {{"n_layer", 2}, {"n_embd", 64}};
+  s.torchscript_bytes = std::string("\0PK\x03", 4);
+  s.parameters = {{"blocks.0.attn.qkv.weight", at::randn({3, 4})}, {"head.bias", at::randn({5})}};
+  s.buffers = {{"norm.running_mean", at::zeros({4})}};
+  s.optimizer = "adamw";
+  s.optimizer_state = {{"head.bias/exp_avg", at::randn({5})}, {"head.bias/step", at::full({}, 7, at::kLong)}};
+  s.inputs = at::randint(0, 256, {2, 8}, at::kLong);
+  s.targets = at::randint(0, 256, {2, 8}, at::kLong);
+  s.batch_rows = at::tensor({int64_t(5), int64_t(9)});
+  s.cpu_rng_state = at::randint(0, 255, {5056}, at::kByte);
+  s.precision = "bf16";
+  s.loss_scale = 32768;
+  s.lr = 3e-4;
+  s.clip = 1.0;
+  s.config = {{"model", "gpt"}, {"faults", "log_nonpositive@42:0"}};
+  format::Birth birth;
+  birth.op = {17, "aten::log", "forward", "blocks.0.mlp", "", "", 31, {"bfloat16", {2, 8, 256}, -1, 4, 4, 12, 0}};
+  birth.kind = "nan";
+  birth.inputs = {{"bfloat16", {2, 8, 256}, -0.2, 4, 4, 0, 0}};
+  s.capture.reproduced = true;
+  s.capture.ops_seen = 120;
+  s.capture.first_birth = birth;
+  s.capture.first_nan_birth = birth;
+  s.capture.trail = {birth.op};
+  s.layer_names = {"blocks.0.mlp.fc", "head"};
+  s.layer_grad_norm = {std::nanf(""), 0.5f};
+
+  const std::string path = dir.file("step.h5");
+  probe::write_snapshot(path, s);
+  probe::SnapshotContents r = probe::read_snapshot(path);
+  EXPECT_EQ(r.step, 42);
+  EXPECT_EQ(r.model_name, "gpt");
+  EXPECT_EQ(r.model_hparams, s.model_hparams);
+  EXPECT_EQ(r.torchscript_bytes, s.torchscript_bytes);
+  ASSERT_EQ(r.parameters.size(), 2u);
+  EXPECT_EQ(r.parameters[0].first, "blocks.0.attn.qkv.weight");
+  EXPECT_TRUE(at::equal(r.parameters[0].second, s.parameters[0].second));
+  EXPECT_EQ(r.optimizer_state[1].first, "head.bias/step");
+  EXPECT_EQ(r.optimizer_state[1].second.item<int64_t>(), 7);
+  EXPECT_TRUE(at::equal(r.inputs, s.inputs));
+  EXPECT_TRUE(at::equal(r.cpu_rng_state, s.cpu_rng_state));
+  EXPECT_EQ(r.precision, "bf16");
+  EXPECT_DOUBLE_EQ(r.loss_scale, 32768);
+  EXPECT_EQ(r.config, s.config);
+  ASSERT_TRUE(r.capture.first_birth);
+  EXPECT_EQ(r.capture.first_birth->op.op, "aten::log");
+  EXPECT_EQ(r.capture.first_birth->op.module, "blocks.0.mlp");
+  EXPECT_EQ(r.capture.first_birth->op.output.nan_count, 12);
+  EXPECT_DOUBLE_EQ(r.capture.first_birth->inputs[0].min, -0.2);
+  EXPECT_FALSE(r.capture.first_inf_birth);
+  EXPECT_EQ(r.capture.trail.size(), 1u);
+  EXPECT_EQ(r.layer_names, s.layer_names);
+  EXPECT_TRUE(std::isnan(r.layer_grad_norm[0]));
+}
+
+namespace {
+
+// Trains 12 gpt steps with faults at 3 and 8, writing under `run_dir`.
+test::CommandResult train_with_faults(const std::string& run_dir) {
+  return test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+                           " --model gpt --steps 12 --batch-size 4 --quiet --threads 1 --fault log_nonpositive@3"
+                           " --fault exp_overflow@8 --run-dir " + run_dir);
+}
+
+void expect_training_went_on(const std::string& run_dir, const test::CommandResult& r) {
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(run_dir + "/run.h5");
+  EXPECT_EQ(run.rows(), 12u) << "every step ran";
+  int failures = 0, snapshots = 0;
+  for (const auto& e : run.events) {
+    failures += e.kind == "snapshot_failed";
+    snapshots += e.kind == "snapshot";
+  }
+  EXPECT_EQ(failures, 2);
+  EXPECT_EQ(snapshots, 0);
+  // Reported once on stderr, not once per failure.
+  const auto first = r.output.find("cannot write snapshot");
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("cannot write snapshot", first + 1), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+TEST(Snapshot, UnwritableSnapshotDirectoryLeavesTrainingRunning) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  std::ofstream(dir.file("run/snapshots")) << "a file where the directory should be";
+  auto r = train_with_faults(dir.file("run"));
+  expect_training_went_on(dir.file("run"), r);
+}
+
+TEST(Snapshot, FullFilesystemLeavesTrainingRunning) {
+  test::TempDir dir;
+  const std::string full = dir.file("full");
+  std::filesystem::create_directories(full);
+  // A tmpfs with room for run.h5 but not for a snapshot of the model.
+  if (::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=384k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  auto r = train_with_faults(full + "/run");
+  expect_training_went_on(full + "/run", r);
+  ::umount(full.c_str());
+}
