@@ -77,6 +77,9 @@ def main():
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--amp", choices=["off", "bf16"], default="off")
+    p.add_argument("--nan-hooks", action="store_true",
+                   help="the playbook's cheap NaN check (P9): a forward hook on every module "
+                        "that tests its output with isfinite().all()")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -88,6 +91,12 @@ def main():
     inputs, targets = data[index], data[index + 1]
     model = Gpt(a.n_layer, a.n_head, a.n_embd, a.seq_len)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    if a.nan_hooks:
+        def check(module, inputs, output, name=""):
+            if torch.is_tensor(output) and not torch.isfinite(output).all():
+                print(f"NaN in {name}")
+        for name, m in model.named_modules():
+            m.register_forward_hook(lambda mod, i, o, n=name: check(mod, i, o, n))
     times = []
     for step in range(a.steps):
         t0 = time.perf_counter()

@@ -17,7 +17,7 @@ double default_arg(FaultKind kind) {
   switch (kind) {
     case FaultKind::lr_spike: return 1000.0;
     case FaultKind::attention_logit_growth:
-    case FaultKind::logit_drift: return 1e4;
+    case FaultKind::logit_drift: return 1e6;
     default: return 0.0;
   }
 }

@@ -20,8 +20,8 @@ enum class FaultKind {
   masked_row,          // a fully masked attention row in blocks.0.attn: softmax over all -inf
   variance_cancellation,  // P10 (bf16-only): variance as E[x^2]-E[x]^2 by matmul in blocks.0.ln1
   activation_overflow,    // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
-  attention_logit_growth, // P16: blocks.0.attn's queries x ARG (default 1e4): logits pass fp16's range
-  logit_drift,            // P15: the head's input x ARG (default 1e4): output logits pass fp16's range
+  attention_logit_growth, // P16: blocks.0.attn's queries x ARG (default 1e6): past fp16's range
+  logit_drift,            // P15: the head's input x ARG (default 1e6): past fp16's range
 };
 
 struct Fault {

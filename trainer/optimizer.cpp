@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "torch_compat.hpp"
+
 namespace nanscope {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
@@ -38,16 +40,14 @@ std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& o
 
 NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters) {
   NamedTensors out;
-  const auto& states = optimizer.state();
   for (const auto& [name, p] : parameters) {
-    // torch::optim keys per-parameter state by the TensorImpl's address.
-    auto it = states.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-    if (it == states.end()) continue;
-    if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+    const torch::optim::OptimizerParamState* state = compat::find_param_state(optimizer, p);
+    if (!state) continue;
+    if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
       out.emplace_back(name + "/step", at::full({}, adam->step(), at::kLong));
       out.emplace_back(name + "/exp_avg", adam->exp_avg());
       out.emplace_back(name + "/exp_avg_sq", adam->exp_avg_sq());
-    } else if (auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+    } else if (auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
       if (sgd->momentum_buffer().defined()) out.emplace_back(name + "/momentum_buffer", sgd->momentum_buffer());
     }
   }

@@ -2,7 +2,12 @@
 // The one place where LibTorch 1.13 and 2.x differ for nanscope. Everything
 // else calls these functions and never checks TORCH_VERSION_* itself.
 #include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
+
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #define NANSCOPE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -34,5 +39,28 @@ class AutocastGuard {
 // Whether at::_amp_foreach_non_finite_check_and_unscale_ has a kernel for
 // `device` (CUDA always; CPU only from LibTorch 2.x).
 bool fused_unscale_available(c10::DeviceType device);
+
+namespace detail {
+template <typename StateMap>
+const torch::optim::OptimizerParamState* find_state(const StateMap& states, c10::TensorImpl* impl) {
+  typename StateMap::const_iterator it;
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;  // what 1.13's c10::guts::to_string(impl) gives
+    key << impl;
+    it = states.find(key.str());
+  } else {
+    it = states.find(impl);
+  }
+  return it == states.end() ? nullptr : it->second.get();
+}
+}  // namespace detail
+
+// torch::optim keys per-parameter state by the TensorImpl's address: as a
+// string in 1.13, as a void* in later 2.x. Returns nullptr when `parameter` has
+// no state yet.
+inline const torch::optim::OptimizerParamState* find_param_state(const torch::optim::Optimizer& optimizer,
+                                                                 const at::Tensor& parameter) {
+  return detail::find_state(optimizer.state(), parameter.unsafeGetTensorImpl());
+}
 
 }  // namespace nanscope::compat

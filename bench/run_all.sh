@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# All benchmarks, one after the other (each interleaves its own modes).
+# Usage: bench/run_all.sh [BUILD_DIR]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$repo/build}
+echo "== probe overhead and capture cost (C++, one process)"
+"$build/bench/probe_overhead" 7 20 "${THREADS:-2}"
+echo "== nanscope-train vs the same loop in Python PyTorch"
+"$repo/bench/train_vs_python.sh" "$build" 5
