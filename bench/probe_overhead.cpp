@@ -9,6 +9,7 @@
 // Usage: probe_overhead [ROUNDS=7] [STEPS_PER_ROUND=20] [THREADS=2]
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
