@@ -27,3 +27,7 @@ with h5py.File(sys.argv[1], "r", libver="latest", swmr=True) as f:
     for step, kind, text in zip(e["step"][:], e["kind"][:], e["text"][:]):
         print(f"  step {step:4d}  {kind.decode().rstrip(chr(0)):<14} {text.decode().rstrip(chr(0))}")
 PY
+
+snapshot=$(ls "$out"/finetune/snapshots/step-*.h5 | head -1)
+echo "== replay of $snapshot (offline, from the snapshot alone)"
+"${BUILD_DIR:-$repo/build}/replay/nanscope-replay" "$snapshot"

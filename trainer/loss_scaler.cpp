@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 

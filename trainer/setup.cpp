@@ -10,7 +10,7 @@
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 #include "models/scripted_model.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "train_step.hpp"
 
 namespace nanscope {

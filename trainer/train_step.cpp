@@ -4,7 +4,7 @@
 
 #include "nanscope/probe/nvtx.hpp"
 #include "optimizer.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 

@@ -132,6 +132,12 @@ Group Group::group(const std::string& name) const {
 
 bool Group::has(const std::string& name) const { return h5::link_exists(state_->handle.get(), name); }
 
+void Group::remove(const std::string& name) const {
+  if (!has(name)) return;
+  h5::check(H5Ldelete(state_->handle.get(), name.c_str(), H5P_DEFAULT), state_->file->path,
+            "cannot remove " + child_path(state_->name, name));
+}
+
 std::vector<std::string> Group::children() const {
   return h5::child_names(state_->handle.get(), state_->file->path);
 }

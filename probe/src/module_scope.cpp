@@ -1,6 +1,10 @@
 #include "nanscope/probe/module_scope.hpp"
 
+#include <algorithm>
+#include <memory>
 #include <vector>
+
+#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope::probe {
 
@@ -12,18 +16,41 @@ namespace {
 // Full dotted paths, innermost last. Autograd worker threads have their own
 // (empty) stack: backward ops are attributed through seqNr instead.
 thread_local std::vector<std::string> t_scopes;
+
+// Autocast switched off on every device that has it, for one scope.
+struct AutocastOff {
+  compat::AutocastGuard cpu{c10::kCPU, at::kBFloat16, false};
+  compat::AutocastGuard cuda{c10::kCUDA, at::kHalf, false};
+};
+const std::vector<std::string>* g_fp32_modules = nullptr;
+thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // parallel to t_scopes
 }  // namespace
 
 void push_scope(const char* name) {
   if (t_scopes.empty() || t_scopes.back().empty()) t_scopes.emplace_back(name);
   else t_scopes.push_back(t_scopes.back() + "." + name);
+  const bool fp32 = g_fp32_modules && std::find(g_fp32_modules->begin(), g_fp32_modules->end(),
+                                                t_scopes.back()) != g_fp32_modules->end();
+  t_fp32_regions.push_back(fp32 ? std::make_unique<AutocastOff>() : nullptr);
 }
 
 void pop_scope() {
+  if (!t_fp32_regions.empty()) t_fp32_regions.pop_back();
   if (!t_scopes.empty()) t_scopes.pop_back();
 }
 
 }  // namespace detail
+
+Fp32Regions::Fp32Regions(std::vector<std::string> modules)
+    : modules_(std::move(modules)), scopes_were_enabled_(detail::g_scopes_enabled.load()) {
+  detail::g_fp32_modules = &modules_;
+  detail::g_scopes_enabled = true;
+}
+
+Fp32Regions::~Fp32Regions() {
+  detail::g_fp32_modules = nullptr;
+  detail::g_scopes_enabled = scopes_were_enabled_;
+}
 
 namespace {
 thread_local const char* t_phase = nullptr;

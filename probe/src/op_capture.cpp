@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -40,9 +41,11 @@ struct CaptureState {
     std::string op, module;
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
+  std::vector<std::string> modules_seen;                // forward modules, first-seen order
 };
 
 CaptureState* g_state = nullptr;
+bool g_scopes_were_enabled = false;
 bool g_installed = false;
 at::CallbackHandle g_handle = 0;
 
@@ -151,6 +154,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     record.phase = "forward";
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();
+    if (!record.module.empty() &&
+        std::find(st.modules_seen.begin(), st.modules_seen.end(), record.module) == st.modules_seen.end())
+      st.modules_seen.push_back(record.module);
     // Outer ops end after the ops inside them, so the op the model called wins.
     for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module};
   } else {
@@ -199,6 +205,7 @@ OpCapture::OpCapture(CaptureOptions options) {
   if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
   g_state = new CaptureState();
   g_state->options = options;
+  g_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                                        .needsInputs(true)
@@ -209,10 +216,15 @@ OpCapture::OpCapture(CaptureOptions options) {
 
 OpCapture::~OpCapture() {
   at::removeCallback(g_handle);
-  detail::g_scopes_enabled = false;
+  detail::g_scopes_enabled = g_scopes_were_enabled;
   g_installed = false;
   delete g_state;
   g_state = nullptr;
+}
+
+std::vector<std::string> OpCapture::modules_seen() const {
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  return g_state->modules_seen;
 }
 
 format::Capture OpCapture::result() const {

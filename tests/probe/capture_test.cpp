@@ -11,7 +11,7 @@
 #include "models/scripted_model.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "train_step.hpp"
 
 using namespace nanscope;

@@ -8,7 +8,7 @@
 #include "../test_paths.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 using namespace nanscope;
 

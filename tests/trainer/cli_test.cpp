@@ -12,7 +12,7 @@
 #include "../test_paths.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 using nanscope::test::run_command;
 using nanscope::test::TempDir;

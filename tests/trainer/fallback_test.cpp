@@ -6,7 +6,7 @@
 #include "nanscope/format/run_file.hpp"
 #include "optimizer.hpp"
 #include "test_models.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "trainer.hpp"
 
 using namespace nanscope;

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "loss_scaler.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 using nanscope::LossScaler;
 using nanscope::LossScalerConfig;

@@ -5,7 +5,7 @@
 
 #include "optimizer.hpp"
 #include "test_models.hpp"
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "train_step.hpp"
 
 using namespace nanscope;

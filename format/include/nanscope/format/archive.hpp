@@ -32,6 +32,8 @@ class Group {
   // Opens a child group; creates it when the archive is writable and it is missing.
   Group group(const std::string& name) const;
   bool has(const std::string& name) const;
+  // Unlinks a child (group or dataset); no-op when absent.
+  void remove(const std::string& name) const;
   std::vector<std::string> children() const;
 
   void put_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,

@@ -12,6 +12,7 @@
 // atomic load when op-level capture is not running: clean steps pay nothing.
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace nanscope::probe {
 
@@ -39,6 +40,21 @@ class ModuleScope {
 
 // The dotted path of the innermost open scope on this thread ("" at the root).
 const std::string& current_module_scope();
+
+// While alive, the listed modules (dotted paths) run with autocast off: an
+// fp32 region around each, as replay's precision bisection needs. Scopes are
+// active meanwhile. Not reentrant; one at a time.
+class Fp32Regions {
+ public:
+  explicit Fp32Regions(std::vector<std::string> modules);
+  ~Fp32Regions();
+  Fp32Regions(const Fp32Regions&) = delete;
+  Fp32Regions& operator=(const Fp32Regions&) = delete;
+
+ private:
+  std::vector<std::string> modules_;
+  bool scopes_were_enabled_;
+};
 
 // Labels the ops run inside it with a phase other than forward/backward, e.g.
 // "grad_norm" for the global-norm computation the re-run repeats after backward.

@@ -15,6 +15,8 @@
 // Costly by design (every op's inputs and outputs are reduced and copied to
 // the host): it runs on the forensic re-run, or every step when asked for.
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "nanscope/format/capture.hpp"
 
@@ -33,6 +35,8 @@ class OpCapture {
 
   // What was seen so far; `reproduced` is true when any op output was non-finite.
   format::Capture result() const;
+  // The module paths forward ops ran in, in first-seen order ("" excluded).
+  std::vector<std::string> modules_seen() const;
 };
 
 }  // namespace nanscope::probe

@@ -5,9 +5,12 @@
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include <c10/util/Exception.h>
+
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #define NANSCOPE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -39,6 +42,26 @@ class AutocastGuard {
 // Whether at::_amp_foreach_non_finite_check_and_unscale_ has a kernel for
 // `device` (CUDA always; CPU only from LibTorch 2.x).
 bool fused_unscale_available(c10::DeviceType device);
+
+// Collects LibTorch's warnings (TORCH_WARN) while alive instead of printing
+// them. The handler interface changed between 1.13 and 2.x.
+class WarningCollector : public c10::WarningHandler {
+ public:
+  WarningCollector();
+  ~WarningCollector() override;
+  WarningCollector(const WarningCollector&) = delete;
+  WarningCollector& operator=(const WarningCollector&) = delete;
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override;
+#else
+  void process(const c10::SourceLocation& location, const std::string& msg, bool verbatim) override;
+#endif
+  const std::vector<std::string>& messages() const { return messages_; }
+
+ private:
+  c10::WarningHandler* previous_;
+  std::vector<std::string> messages_;
+};
 
 namespace detail {
 template <typename StateMap>

@@ -1,4 +1,4 @@
-#include "torch_compat.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 #include <ATen/autocast_mode.h>
 
@@ -65,5 +65,21 @@ bool fused_unscale_available(c10::DeviceType device) {
   return false;
 #endif
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+WarningCollector::WarningCollector() : previous_(c10::WarningUtils::get_warning_handler()) {
+  c10::WarningUtils::set_warning_handler(this);
+}
+WarningCollector::~WarningCollector() { c10::WarningUtils::set_warning_handler(previous_); }
+void WarningCollector::process(const c10::Warning& warning) { messages_.push_back(warning.msg()); }
+#else
+WarningCollector::WarningCollector() : previous_(c10::Warning::get_warning_handler()) {
+  c10::Warning::set_warning_handler(this);
+}
+WarningCollector::~WarningCollector() { c10::Warning::set_warning_handler(previous_); }
+void WarningCollector::process(const c10::SourceLocation&, const std::string& msg, bool) {
+  messages_.push_back(msg);
+}
+#endif
 
 }  // namespace nanscope::compat

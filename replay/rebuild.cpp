@@ -1,0 +1,110 @@
+#include "rebuild.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/utils.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "loss_scaler.hpp"
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+#include "models/scripted_model.hpp"
+#include "optimizer.hpp"
+#include "train_step.hpp"
+
+namespace nanscope::replay {
+
+namespace {
+
+std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, const std::string& path) {
+  ModelSpec spec{s.model_name, s.model_hparams, s.torchscript_bytes};
+  if (s.model_name == "gpt") return make_gpt(gpt_config_from(spec), 0);
+  if (s.model_name == "mlp") return make_mlp(mlp_config_from(spec), 0);
+  if (!s.torchscript_bytes.empty()) return load_scripted_model_bytes(s.torchscript_bytes, path);
+  throw std::invalid_argument("'" + path + "': model '" + s.model_name +
+                              "' cannot be rebuilt (neither a built-in model nor TorchScript bytes)");
+}
+
+void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets, const std::string& path,
+                const char* what) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, target] : targets) {
+    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& p) { return p.first == name; });
+    if (it == saved.end())
+      throw std::invalid_argument("'" + path + "': " + what + " '" + name + "' missing from the snapshot");
+    if (it->second.sizes() != target.sizes())
+      throw std::invalid_argument("'" + path + "': " + what + " '" + name + "' has the wrong shape");
+    at::Tensor t = target;
+    t.copy_(it->second);
+  }
+}
+
+Amp amp_from(const std::string& precision, const std::string& path) {
+  if (precision == "fp32") return Amp::off;
+  if (precision == "bf16") return Amp::bf16;
+  if (precision == "fp16") return Amp::fp16;
+  throw std::invalid_argument("'" + path + "': unknown precision '" + precision + "'");
+}
+
+Fault fault_at_step(const std::map<std::string, std::string>& config, int64_t step) {
+  auto it = config.find("faults");
+  if (it == config.end() || it->second.empty()) return {};
+  std::vector<Fault> faults;
+  std::stringstream list(it->second);
+  for (std::string item; std::getline(list, item, ',');) faults.push_back(parse_fault(item));
+  return model_fault_at(faults, step);
+}
+
+}  // namespace
+
+ReplaySetup rebuild(const std::string& path) {
+  ReplaySetup setup;
+  setup.path = path;
+  setup.snapshot = probe::read_snapshot(path);
+  const probe::SnapshotContents& s = setup.snapshot;
+  setup.model = make_model(s, path);
+  load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
+  load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
+  setup.model->set_training(true);
+  for (const auto& [name, p] : setup.model->named_parameters())
+    if (p.requires_grad()) setup.parameters.push_back(p);
+  setup.amp = amp_from(s.precision, path);
+  setup.fault = fault_at_step(s.config, s.step);
+  if (!s.inputs.defined() || !s.targets.defined())
+    throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
+  return setup;
+}
+
+bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  if (s.cpu_rng_state.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(s.cpu_rng_state);
+  }
+  // The loss scale belongs to fp16; an fp32 re-run has none.
+  const double scale = amp == Amp::fp16 ? s.loss_scale : 1.0;
+  clear_grads(setup.parameters);
+  setup.model->plant_fault(setup.fault);
+  at::Tensor loss;
+  try {
+    loss = forward_backward(*setup.model, amp, scale, inputs, targets);
+  } catch (...) {
+    setup.model->plant_fault({});
+    clear_grads(setup.parameters);
+    throw;
+  }
+  setup.model->plant_fault({});
+  std::vector<at::Tensor> grads = defined_grads(setup.parameters);
+  LossScalerConfig same_scale;
+  same_scale.enabled = scale != 1.0;
+  same_scale.init_scale = scale;
+  at::Tensor found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
+  at::Tensor total = grad_norms(grads).second;
+  const bool finite = std::isfinite(loss.item<double>()) && std::isfinite(total.item<double>()) &&
+                      found_inf.item<float>() == 0.0f;
+  clear_grads(setup.parameters);
+  return finite;
+}
+
+}  // namespace nanscope::replay

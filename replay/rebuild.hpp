@@ -1,0 +1,34 @@
+#pragma once
+// Rebuilds a failing step from its snapshot alone: the model (built-in by name
+// and sizes, or TorchScript from its bytes) with the weights before the step,
+// the batch, the RNG state, the precision and loss scale, and the fault the
+// original run planted at that step (part of the harness's model code).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model.hpp"
+#include "nanscope/probe/snapshot.hpp"
+#include "options.hpp"
+
+namespace nanscope::replay {
+
+struct ReplaySetup {
+  std::string path;
+  probe::SnapshotContents snapshot;
+  std::unique_ptr<TrainableModel> model;
+  std::vector<at::Tensor> parameters;
+  Fault fault;  // kind none when nothing was planted at this step
+  Amp amp = Amp::off;
+};
+
+// Throws format::FormatError (bad file) or std::invalid_argument (a snapshot
+// this replay cannot rebuild), both naming the file.
+ReplaySetup rebuild(const std::string& path);
+
+// Runs forward + backward + unscale + the global grad norm of the step at
+// `amp` on `inputs`/`targets`, from the snapshot's RNG state. True when loss,
+// gradients and norm are all finite. Never changes the weights.
+bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets);
+
+}  // namespace nanscope::replay

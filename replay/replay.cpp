@@ -1,0 +1,124 @@
+#include "replay.hpp"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "bisect.hpp"
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/torch_compat.hpp"
+#include "rebuild.hpp"
+#include "train_step.hpp"
+
+namespace nanscope::replay {
+
+namespace {
+
+// fp32 with LibTorch's own anomaly detection: its message names the first
+// backward function that returned NaN.
+std::string anomaly_message(ReplaySetup& setup) {
+  compat::WarningCollector warnings;  // anomaly mode reports the forward trace as a warning
+  std::string message;
+  try {
+    torch::autograd::DetectAnomalyGuard anomaly;
+    step_is_finite(setup, Amp::off, setup.snapshot.inputs, setup.snapshot.targets);
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  for (const auto& w : warnings.messages())
+    if (message.empty() && w.find("should be enabled only for debugging") == std::string::npos) message = w;
+  // One line: the first line of the message.
+  if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
+  return message;
+}
+
+// "grad norm 1.2 at step 10 -> 4.4e+06 at step 12 (x3.7e+06 over 2 steps)"
+// when run.h5 sits beside the snapshots/ folder and the norm rose 10x or more.
+std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
+  namespace fs = std::filesystem;
+  const fs::path run = fs::path(snapshot_path).parent_path().parent_path() / "run.h5";
+  if (!fs::exists(run)) return "";
+  try {
+    format::RunData r = format::read_run(run.string());
+    int64_t first = -1, last = -1;
+    for (size_t i = 0; i < r.rows(); ++i) {
+      if (r.step[i] >= step || r.skipped[i] || !std::isfinite(r.grad_norm[i])) continue;
+      if (r.step[i] >= step - 10) {
+        if (first < 0) first = int64_t(i);
+        last = int64_t(i);
+      }
+    }
+    if (first < 0 || last <= first || r.grad_norm[first] <= 0) return "";
+    const double rise = r.grad_norm[last] / r.grad_norm[first];
+    if (rise < 10) return "";
+    std::ostringstream s;
+    s << "run.h5: grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> " << r.grad_norm[last]
+      << " at step " << r.step[last] << " (x" << rise << ") before this step: lengthen warmup or lower the LR (P12, P18)";
+    return s.str();
+  } catch (const format::FormatError&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+ReplayReport replay_snapshot(const ReplayOptions& options) {
+  ReplaySetup setup = rebuild(options.snapshot);
+  const probe::SnapshotContents& s = setup.snapshot;
+  ReplayReport report;
+  report.step = s.step;
+  report.precision = s.precision;
+  report.capture = s.capture;
+
+  // 1. At the original precision and loss scale, N times.
+  report.repeats = std::max(1, options.repeats);
+  for (int i = 0; i < report.repeats; ++i)
+    if (!step_is_finite(setup, setup.amp, s.inputs, s.targets)) ++report.reproduced;
+
+  // 2. In fp32, under op-level capture, then under anomaly detection.
+  {
+    probe::OpCapture capture;
+    report.fp32_finite = step_is_finite(setup, Amp::off, s.inputs, s.targets);
+    report.fp32_capture = capture.result();
+  }
+  if (!report.fp32_finite) report.anomaly = anomaly_message(setup);
+
+  // 3. Bisections, where they can say something.
+  const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == "input";
+  if (options.bisect && report.reproduced > 0) {
+    if (report.fp32_finite && setup.amp != Amp::off && !input_birth) {
+      report.precision_bisected = true;
+      report.fp32_modules = smallest_fp32_region(setup);
+    }
+    if (s.inputs.size(0) > 1) {
+      report.batch_bisected = true;
+      report.samples = samples_without_which_finite(setup);
+      for (int64_t row : report.samples)
+        report.dataset_rows.push_back(s.batch_rows.defined() ? s.batch_rows[row].item<int64_t>() : row);
+    }
+  }
+
+  VerdictInputs in;
+  in.birth = s.capture.first_birth;
+  in.reproduced = report.reproduced;
+  in.repeats = report.repeats;
+  in.fp32_finite = report.fp32_finite;
+  in.fp32_modules = report.fp32_modules;
+  in.samples = report.samples;
+  in.dataset_rows = report.dataset_rows;
+  in.precision = s.precision;
+  in.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
+  report.verdict = decide(in);
+  return report;
+}
+
+}  // namespace nanscope::replay

@@ -1,0 +1,141 @@
+#include "report.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/version.hpp"
+
+namespace nanscope::replay {
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string or_null(const std::string& s) { return s.empty() ? "null" : quoted(s); }
+
+std::string birth_json(const std::optional<format::Birth>& b) {
+  if (!b) return "null";
+  std::ostringstream o;
+  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(b->op.phase)
+    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(b->kind)
+    << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
+    << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null") << " }";
+  return o.str();
+}
+
+template <typename T, typename F>
+std::string list_json(const std::vector<T>& items, F render) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + render(items[i]);
+  return out + "]";
+}
+
+std::string birth_text(const std::optional<format::Birth>& b) {
+  if (!b) return "none";
+  std::string t = b->kind + " at " + b->op.op + " (" + b->op.phase;
+  if (!b->op.backward_node.empty()) t += ", in " + b->op.backward_node + " of " + b->op.forward_op;
+  t += ") in module '" + b->op.module + "'";
+  if (b->sample >= 0) t += ", batch row " + std::to_string(b->sample);
+  return t;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+std::string to_json(const ReplayReport& r) {
+  std::ostringstream o;
+  auto str = [](const std::string& s) { return quoted(s); };
+  auto num = [](int64_t v) { return std::to_string(v); };
+  o << "{ \"step\": " << r.step << ",\n"
+    << "  \"capture\": { \"first_birth\": " << birth_json(r.capture.first_birth)
+    << ",\n               \"first_nan_birth\": " << birth_json(r.capture.first_nan_birth)
+    << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth) << " },\n"
+    << "  \"replay\":  { \"reproduced\": " << (r.reproduced > 0 ? "true" : "false")
+    << ", \"reproduced_count\": " << r.reproduced << ", \"repeats\": " << r.repeats
+    << ", \"fp32_finite\": " << (r.fp32_finite ? "true" : "false")
+    << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth)
+    << ",\n               \"anomaly\": " << or_null(r.anomaly)
+    << ",\n               \"precision_bisection\": "
+    << (r.precision_bisected ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
+    << ",\n               \"batch_bisection\": "
+    << (r.batch_bisected ? "{ \"samples\": " + list_json(r.samples, num) +
+                               ", \"dataset_rows\": " + list_json(r.dataset_rows, num) + " }"
+                         : "null")
+    << " },\n"
+    << "  \"verdict\": " << quoted(r.verdict.verdict) << ",\n"
+    << "  \"category\": " << quoted(r.verdict.category) << ",\n"
+    << "  \"suggestion\": " << quoted(r.verdict.suggestion) << " }\n";
+  return o.str();
+}
+
+std::string to_text(const ReplayReport& r) {
+  std::ostringstream o;
+  o << "step " << r.step << " (" << r.precision << ")\n"
+    << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
+  if (r.capture.first_nan_birth && r.capture.first_inf_birth)
+    o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
+      << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
+  o << "  re-run at " << r.precision << ":  non-finite in " << r.reproduced << " of " << r.repeats << "\n"
+    << "  re-run in fp32:   " << (r.fp32_finite ? "finite" : "non-finite") << "\n";
+  if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
+  if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
+  if (r.precision_bisected)
+    o << "  fp32 needed in:   " << (r.fp32_modules.empty() ? "(no module set found)" : join(r.fp32_modules)) << "\n";
+  if (r.batch_bisected && !r.samples.empty()) {
+    o << "  finite without batch row(s):";
+    for (size_t i = 0; i < r.samples.size(); ++i)
+      o << " " << r.samples[i] << " (data row " << r.dataset_rows[i] << ")";
+    o << "\n";
+  }
+  o << "verdict:    " << r.verdict.verdict << "\n"
+    << "category:   " << r.verdict.category << "\n"
+    << "suggestion: " << r.verdict.suggestion << "\n";
+  return o.str();
+}
+
+void append_to_snapshot(const std::string& path, const ReplayReport& r) {
+  format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
+  format::Group root = archive.root();
+  root.remove("replay");
+  format::Group g = root.group("replay");
+  g.set_attr("verdict", r.verdict.verdict);
+  g.set_attr("category", r.verdict.category);
+  g.set_attr("suggestion", r.verdict.suggestion);
+  g.set_attr("reproduced_count", int64_t(r.reproduced));
+  g.set_attr("repeats", int64_t(r.repeats));
+  g.set_attr("fp32_finite", int64_t(r.fp32_finite));
+  g.set_attr("anomaly", r.anomaly);
+  g.set_attr("fp32_modules", join(r.fp32_modules));
+  std::string samples;
+  for (int64_t s : r.samples) samples += (samples.empty() ? "" : ",") + std::to_string(s);
+  g.set_attr("samples", samples);
+  format::write_capture(g.group("fp32_capture"), r.fp32_capture);
+  archive.close();
+}
+
+}  // namespace nanscope::replay

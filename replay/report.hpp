@@ -1,0 +1,15 @@
+#pragma once
+// Renders a replay: a report for people, the JSON of DESIGN.md's contract, and
+// a `replay` group appended to the snapshot for the viewer.
+#include <string>
+
+#include "replay.hpp"
+
+namespace nanscope::replay {
+
+std::string to_text(const ReplayReport& report);
+std::string to_json(const ReplayReport& report);
+// Replaces /replay in the snapshot. Throws format::FormatError.
+void append_to_snapshot(const std::string& path, const ReplayReport& report);
+
+}  // namespace nanscope::replay

@@ -1,0 +1,121 @@
+#include "verdict.hpp"
+
+#include <set>
+
+namespace nanscope::replay {
+
+namespace {
+
+std::string bare_op(const std::string& op) {
+  std::string name = op.rfind("aten::", 0) == 0 ? op.substr(6) : op;
+  if (!name.empty() && name.back() == '_') name.pop_back();  // in-place variants
+  return name;
+}
+
+std::string module_text(const std::string& module) { return module.empty() ? "the root module (the loss)" : module; }
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string join_rows(const std::vector<int64_t>& rows) {
+  std::string out;
+  for (int64_t r : rows) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// The playbook's fix for each origin, naming the module (P8, P10-P18).
+std::string fix_for(const std::string& category, const format::Birth& b) {
+  const std::string where = module_text(b.op.module);
+  if (category == "log_nonpositive")
+    return "clamp the input of " + b.op.op + " in " + where +
+           " (x.clamp(min=1e-7)) or add eps inside it; never hand-roll log(softmax(x)): use "
+           "log_softmax / cross_entropy (P8)";
+  if (category == "sqrt_grad_zero")
+    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where +
+           " (sqrt(x + 1e-12)) (P8)";
+  if (category == "div_by_zero")
+    return "add eps to the divisor of " + b.op.op + " in " + where +
+           " (a / (b + 1e-8); variance + eps in a norm) (P8)";
+  if (category == "exp_overflow")
+    return "exp overflows in " + where +
+           ": subtract the max before exp (use softmax / log_softmax / logsumexp), clamp the exponent (P8)";
+  if (category == "fully_masked_softmax")
+    return "a softmax in " + where +
+           " ran over a row with every position masked: guard fully masked rows (mask the output, or "
+           "use a large negative instead of -inf) (P8)";
+  if (category == "overflow")
+    return "values in " + where + " exceed the precision's range: bf16 instead of fp16, or an fp32 region "
+           "around " + where + "; z-loss (P15) and QK-LayerNorm (P16) stop logits growing (P10)";
+  if (category == "grad_explosion")
+    return "the gradients explode: lengthen warmup or lower the LR (P12), clip the global norm (P13), "
+           "check the init (P17)";
+  if (category == "nonfinite_input")
+    return "the batch itself holds a non-finite value: guard the data boundary with "
+           "assert isfinite(x).all() naming the index (P11)";
+  return "inspect " + b.op.op + " in " + where + " with the snapshot's trail of ops (P9)";
+}
+
+}  // namespace
+
+std::string category_of(const format::Birth& b) {
+  if (b.op.phase == "input") return "nonfinite_input";
+  if (b.op.phase == "grad_norm") return "grad_explosion";
+  if (b.op.backward_node == "SqrtBackward0") return "sqrt_grad_zero";
+  const std::string op = bare_op(b.op.op);
+  static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax"};
+  if (b.kind == "nan" && logs.count(op)) return "log_nonpositive";
+  if (b.kind == "nan" && (op == "softmax" || op == "_softmax")) return "fully_masked_softmax";
+  if (op == "exp" || op == "exp2" || op == "expm1") return "exp_overflow";
+  if (op == "div" || op == "reciprocal" || op == "rsqrt") return "div_by_zero";
+  if (b.kind == "inf") return "overflow";
+  return "other";
+}
+
+Verdict decide(const VerdictInputs& in) {
+  Verdict v;
+  if (!in.birth) {
+    v.verdict = "transient";
+    v.category = "other";
+    v.suggestion = "no birth was captured for this step";
+    return v;
+  }
+  const format::Birth& b = *in.birth;
+  v.category = category_of(b);
+  if (b.op.phase == "input") {
+    v.verdict = "data";
+    v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
+                   (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
+                   ": " + fix_for(v.category, b);
+    return v;
+  }
+  if (in.repeats > 0 && in.reproduced == 0) {
+    v.verdict = "transient";
+    v.suggestion = "0 of " + std::to_string(in.repeats) +
+                   " re-runs from the same state went non-finite: suspect non-determinism or the "
+                   "hardware, not the math; set the determinism knobs (P19) and watch for a recurrence";
+    return v;
+  }
+  if (in.fp32_finite) {
+    v.verdict = "precision";
+    std::string region = in.fp32_modules.empty() ? module_text(b.op.module) : join(in.fp32_modules);
+    v.suggestion = "finite in fp32: keep " + region + " in fp32 (autocast off inside it" +
+                   (in.fp32_modules.empty() ? "" : "; precision bisection: the smallest such set") + ")" +
+                   (in.precision == "fp16" ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") + ". " +
+                   fix_for(v.category, b);
+  } else {
+    v.verdict = "model_or_data";
+    // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
+    if (!in.grad_norm_trend.empty() && (v.category == "overflow" || v.category == "other"))
+      v.category = "grad_explosion";
+    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b);
+    if (!in.samples.empty())
+      v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
+  }
+  if (!in.grad_norm_trend.empty()) v.suggestion += ". " + in.grad_norm_trend;
+  return v;
+}
+
+}  // namespace nanscope::replay

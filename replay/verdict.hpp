@@ -1,0 +1,36 @@
+#pragma once
+// Verdicts and categories of DESIGN.md, with suggestions drawn from the
+// precision-and-stability playbook (seed 003, P1-P19).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::replay {
+
+// Which arithmetic origin (playbook P8-P18) a birth belongs to:
+// log_nonpositive, sqrt_grad_zero, div_by_zero, exp_overflow, overflow,
+// fully_masked_softmax, nonfinite_input, grad_explosion or other.
+std::string category_of(const format::Birth& birth);
+
+struct VerdictInputs {
+  std::optional<format::Birth> birth;       // the first birth at the original precision
+  int reproduced = 0, repeats = 0;          // re-runs at the original precision that went non-finite
+  bool fp32_finite = false;
+  std::vector<std::string> fp32_modules;    // precision bisection's answer (may be empty)
+  std::vector<int64_t> samples;             // batch bisection's answer (batch rows)
+  std::vector<int64_t> dataset_rows;        // the same samples' rows in the data set
+  std::string precision;                    // "bf16", "fp16", "fp32"
+  std::string grad_norm_trend;              // from run.h5 beside the snapshot, or ""
+};
+
+struct Verdict {
+  std::string verdict;     // precision | model_or_data | data | transient
+  std::string category;
+  std::string suggestion;
+};
+
+Verdict decide(const VerdictInputs& in);
+
+}  // namespace nanscope::replay

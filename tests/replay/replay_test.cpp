@@ -1,0 +1,242 @@
+// nanscope-replay as a user runs it: verdicts for the fault catalog, the
+// bisections, a snapshot replayed far from its run, and every bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/version.hpp"
+#include "nanscope/probe/snapshot.hpp"
+#include "nanscope/probe/torch_compat.hpp"
+#include "verdict.hpp"
+
+using namespace nanscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTrain = NANSCOPE_TRAIN_EXE;
+const std::string kReplay = NANSCOPE_REPLAY_EXE;
+
+// Trains a catalog scenario into `run_dir` and returns its first snapshot.
+std::string snapshot_of(const std::string& scenario, const std::string& run_dir, const std::string& extra = "") {
+  auto r = test::run_command(kTrain + " --config " + NANSCOPE_SAMPLES + "/faults/" + scenario +
+                             ".toml --quiet --threads 1 --run-dir " + run_dir + " " + extra);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> snapshots;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/snapshots")) snapshots.push_back(entry.path().string());
+  std::sort(snapshots.begin(), snapshots.end());  // step-NNNNNNN: the first step first
+  return snapshots.empty() ? "" : snapshots.front();
+}
+
+bool has(const std::string& json, const std::string& key, const std::string& value) {
+  return json.find("\"" + key + "\": " + value) != std::string::npos;
+}
+
+struct Expected {
+  const char* scenario;
+  const char* verdict;
+  const char* category;
+  const char* evidence;  // another fragment the JSON must hold, or nullptr
+  bool needs_fp16;
+};
+
+std::ostream& operator<<(std::ostream& os, const Expected& e) { return os << e.scenario; }
+
+const Expected kVerdicts[] = {
+    {"p08-log-nonpositive", "model_or_data", "log_nonpositive", "\"fp32_finite\": false", false},
+    {"p08-sqrt-grad-zero", "model_or_data", "sqrt_grad_zero", "SqrtBackward0", false},
+    {"p08-div-zero-variance", "model_or_data", "div_by_zero", nullptr, false},
+    {"p08-exp-overflow", "model_or_data", "exp_overflow", nullptr, false},
+    {"p10-bf16-cancellation", "precision", "div_by_zero", "\"fp32_modules\": [\"blocks.0.ln1\"]", false},
+    {"p10-fp16-overflow", "precision", "overflow", "\"fp32_modules\": [\"blocks.0.mlp\"]", true},
+    {"p11-corrupt-sample", "data", "nonfinite_input", "\"samples\": [3]", false},
+    {"p12-lr-explosion", "model_or_data", "grad_explosion", "grad norm", false},
+    {"p15-logit-drift", "precision", "overflow", "\"fp32_modules\": [\"head\"]", true},
+    {"p16-attention-logit-growth", "precision", "overflow", "\"fp32_modules\": [\"blocks.0.attn\"]", true},
+    {"masked-attention-row", "model_or_data", "fully_masked_softmax", nullptr, false},
+};
+
+class Verdicts : public ::testing::TestWithParam<Expected> {};
+
+}  // namespace
+
+TEST_P(Verdicts, CatalogScenarioGetsItsVerdictAndCategory) {
+  const Expected& e = GetParam();
+  if (e.needs_fp16 && !compat::autocast_supported(c10::kCPU, at::kHalf))
+    GTEST_SKIP() << "needs fp16 autocast (CUDA, or CPU with LibTorch 2.x)";
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of(e.scenario, dir.file("run"));
+  auto r = test::run_command(kReplay + " --json " + snapshot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "verdict", std::string("\"") + e.verdict + "\"")) << r.output;
+  EXPECT_TRUE(has(r.output, "category", std::string("\"") + e.category + "\"")) << r.output;
+  if (e.evidence) EXPECT_NE(r.output.find(e.evidence), std::string::npos) << r.output;
+  EXPECT_TRUE(has(r.output, "reproduced", "true")) << r.output;
+  // The result went into the snapshot for the viewer.
+  auto archive = format::Archive::open(snapshot, format::kSnapshotFileKind);
+  EXPECT_EQ(archive.root().group("replay").attr_string("verdict"), e.verdict);
+}
+
+INSTANTIATE_TEST_SUITE_P(SamplesFaults, Verdicts, ::testing::ValuesIn(kVerdicts), [](const auto& info) {
+  std::string name = info.param.scenario;
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+});
+
+TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                   "/make_scripted_model.py " + dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto r = test::run_command(kTrain + " --model " + dir.file("regressor.pt") + " --data " +
+                             dir.file("regressor_data.h5") + " --steps 8 --batch-size 16 --quiet --threads 1" +
+                             " --fault nonfinite_input@5:9 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::create_directories(dir.file("elsewhere"));
+  const std::string copy = dir.file("elsewhere/step.h5");
+  fs::copy_file(probe::snapshot_path(dir.file("run"), 5), copy);
+  fs::remove_all(dir.file("run"));
+  fs::remove(dir.file("regressor.pt"));
+  fs::remove(dir.file("regressor_data.h5"));
+  auto replay = test::run_command(kReplay + " --json " + copy);
+  ASSERT_EQ(replay.exit_code, 0) << replay.output;
+  EXPECT_TRUE(has(replay.output, "verdict", "\"data\"")) << replay.output;
+  EXPECT_TRUE(has(replay.output, "sample", "9")) << replay.output;
+}
+
+TEST(Replay, StepThatDoesNotReproduceIsTransient) {
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));
+  {
+    // The same snapshot without the planted fault: its re-runs are all finite.
+    auto archive = format::Archive::open(snapshot, format::kSnapshotFileKind, true);
+    archive.root().group("config").set_attr("faults", std::string(""));
+    archive.close();
+  }
+  auto r = test::run_command(kReplay + " --json --repeats 4 " + snapshot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "verdict", "\"transient\"")) << r.output;
+  EXPECT_TRUE(has(r.output, "reproduced_count", "0")) << r.output;
+  EXPECT_TRUE(has(r.output, "repeats", "4")) << r.output;
+}
+
+TEST(Replay, ReportForPeopleNamesTheBirthAndTheFix) {
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-sqrt-grad-zero", dir.file("run"));
+  auto r = test::run_command(kReplay + " " + snapshot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("first birth:      inf at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module "
+                          "'blocks.0.attn'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("add eps inside the sqrt in blocks.0.attn"), std::string::npos) << r.output;
+}
+
+namespace {
+
+void expect_bad_input(const std::string& path, const std::string& what) {
+  auto r = test::run_command(kReplay + " " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(what), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("HDF5-DIAG"), std::string::npos) << "HDF5's own error stack leaked:\n" << r.output;
+}
+
+}  // namespace
+
+TEST(Replay, EveryKindOfBadInputExitsTwoNamingTheFile) {
+  test::TempDir dir;
+  expect_bad_input(dir.file("missing.h5"), "no such file");
+  std::ofstream(dir.file("empty.h5")).close();
+  expect_bad_input(dir.file("empty.h5"), "file is empty");
+  std::ofstream(dir.file("text.h5")) << "this is not a snapshot";
+  expect_bad_input(dir.file("text.h5"), "not an HDF5 file");
+
+  const std::string real = snapshot_of("p08-log-nonpositive", dir.file("run"));
+  fs::copy_file(real, dir.file("truncated.h5"));
+  fs::resize_file(dir.file("truncated.h5"), fs::file_size(real) / 3);
+  expect_bad_input(dir.file("truncated.h5"), "");
+  fs::copy_file(real, dir.file("corrupt.h5"));
+  {
+    std::fstream f(dir.file("corrupt.h5"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64);
+    for (int i = 0; i < 20000; ++i) f.put(char(i * 31 + 7));
+  }
+  expect_bad_input(dir.file("corrupt.h5"), "");
+  expect_bad_input(dir.file("run/run.h5"), "is a 'nanscope-run' file, expected nanscope-snapshot");
+  fs::copy_file(real, dir.file("newer.h5"));
+  {
+    auto archive = format::Archive::open(dir.file("newer.h5"), format::kSnapshotFileKind, true);
+    archive.root().set_attr("format_version", std::string("2.0"));
+    archive.close();
+  }
+  expect_bad_input(dir.file("newer.h5"), "format_version 2.0 is not supported");
+  fs::copy_file(real, dir.file("no-capture.h5"));
+  {
+    auto archive = format::Archive::open(dir.file("no-capture.h5"), format::kSnapshotFileKind, true);
+    archive.root().remove("capture");
+    archive.close();
+  }
+  expect_bad_input(dir.file("no-capture.h5"), "/capture missing");
+  auto usage = test::run_command(kReplay);
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+}
+
+TEST(VerdictRules, CategoryFollowsTheBirth) {
+  format::Birth b;
+  b.kind = "nan";
+  b.op.phase = "forward";
+  b.op.op = "aten::log_";
+  EXPECT_EQ(replay::category_of(b), "log_nonpositive");
+  b.op.op = "aten::_softmax";
+  EXPECT_EQ(replay::category_of(b), "fully_masked_softmax");
+  b.op.op = "aten::div";
+  EXPECT_EQ(replay::category_of(b), "div_by_zero");
+  b.kind = "inf";
+  b.op.op = "aten::addmm";
+  EXPECT_EQ(replay::category_of(b), "overflow");
+  b.op.op = "aten::exp";
+  EXPECT_EQ(replay::category_of(b), "exp_overflow");
+  b.op.phase = "backward";
+  b.op.backward_node = "SqrtBackward0";
+  b.op.op = "aten::div";
+  EXPECT_EQ(replay::category_of(b), "sqrt_grad_zero");
+  b.op.phase = "grad_norm";
+  b.op.backward_node = "";
+  EXPECT_EQ(replay::category_of(b), "grad_explosion");
+  b.op.phase = "input";
+  EXPECT_EQ(replay::category_of(b), "nonfinite_input");
+  b.op.phase = "forward";
+  b.kind = "nan";
+  b.op.op = "aten::where";
+  EXPECT_EQ(replay::category_of(b), "other");
+}
+
+TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
+  replay::VerdictInputs in;
+  format::Birth b;
+  b.kind = "inf";
+  b.op.op = "aten::mul";
+  b.op.phase = "forward";
+  b.op.module = "blocks.0.mlp";
+  in.birth = b;
+  in.repeats = 3;
+  in.reproduced = 0;
+  EXPECT_EQ(replay::decide(in).verdict, "transient");
+  in.reproduced = 3;
+  in.fp32_finite = true;
+  in.precision = "fp16";
+  in.fp32_modules = {"blocks.0.mlp"};
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, "precision");
+  EXPECT_NE(v.suggestion.find("keep blocks.0.mlp in fp32"), std::string::npos) << v.suggestion;
+  EXPECT_NE(v.suggestion.find("bf16 instead of fp16"), std::string::npos) << v.suggestion;
+  in.fp32_finite = false;
+  EXPECT_EQ(replay::decide(in).verdict, "model_or_data");
+}
