@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "module_path.hpp"
 #include "nanscope/probe/module_scope.hpp"
@@ -27,13 +28,19 @@ struct Candidate {
   int64_t start_index = 0;  // order of the op's start: nesting = started later, ended earlier
 };
 
+// A trail entry: the record, and its output until its stats are computed.
+struct TrailEntry {
+  format::OpRecord record;
+  at::Tensor output;  // detached; stats computed when the capture's result is read
+};
+
 struct CaptureState {
   std::mutex mutex;
   CaptureOptions options;
   int64_t next_start = 0;
   int64_t next_end = 0;
   bool any_nonfinite = false;
-  std::deque<format::OpRecord> trail;
+  std::deque<TrailEntry> trail;
   bool trail_frozen = false;      // set at the first birth of either kind
   int64_t frozen_birth_start = -1;  // start index of that birth
   std::optional<Candidate> first_nan, first_inf;
@@ -68,22 +75,43 @@ struct OpContext : at::ObserverContext {
   int64_t start_index = 0;
   std::string module;
   bool input_nan = false, input_inf = false;
-  std::vector<format::TensorStats> inputs;
+  // The floating inputs (in-place ops: a copy as they were at the start) and
+  // scalar inputs; full statistics only if this op turns out to be a birth.
+  std::vector<at::Tensor> input_tensors;
+  std::vector<format::TensorStats> scalar_inputs;
 };
 
-void note_input(const c10::IValue& value, OpContext& ctx) {
-  auto add = [&](const format::TensorStats& s) {
-    ctx.input_nan |= s.nan_count > 0;
-    ctx.input_inf |= s.inf_count > 0;
-    ctx.inputs.push_back(s);
+// Ops that only re-view or copy their input unchanged cannot give birth to a
+// NaN or Inf; skipping them saves most of capture's cost. (Casts are kept: a
+// cast to fp16 can overflow.)
+bool is_pure_view(const char* name) {
+  static const std::unordered_set<std::string> views{
+      "aten::view", "aten::_unsafe_view", "aten::view_as", "aten::reshape", "aten::_reshape_alias",
+      "aten::transpose", "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::select",
+      "aten::slice", "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::split",
+      "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::detach", "aten::alias",
+      "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::flatten", "aten::unflatten",
+      "aten::narrow", "aten::contiguous", "aten::clone", "aten::numpy_T", "aten::matrix_H", "aten::mT"};
+  return views.count(name) > 0;
+}
+
+void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
+  auto add_tensor = [&](const at::Tensor& t) {
+    FiniteFlags f = finite_flags(t);
+    ctx.input_nan |= f.nan;
+    ctx.input_inf |= f.inf;
+    ctx.input_tensors.push_back(in_place_self ? t.detach().clone() : t.detach());
   };
   if (value.isTensor()) {
-    if (is_floating(value.toTensor())) add(tensor_stats(value.toTensor()));
+    if (is_floating(value.toTensor())) add_tensor(value.toTensor());
   } else if (value.isDouble()) {
-    add(scalar_stats(value.toDouble()));
+    format::TensorStats s = scalar_stats(value.toDouble());
+    ctx.input_nan |= s.nan_count > 0;
+    ctx.input_inf |= s.inf_count > 0;
+    ctx.scalar_inputs.push_back(s);
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorVector())
-      if (is_floating(t)) add(tensor_stats(t));
+      if (is_floating(t)) add_tensor(t);
   }
 }
 
@@ -102,7 +130,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ctx->is_node = true;
     return ctx;
   }
-  if (fn.scope() != at::RecordScope::FUNCTION) return nullptr;
+  if (fn.scope() != at::RecordScope::FUNCTION || is_pure_view(fn.name())) return nullptr;
   ReentryGuard guard;
   at::NoGradGuard no_grad;  // no graph nodes: they would shift every later seqNr
   auto ctx = std::make_unique<OpContext>();
@@ -111,7 +139,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ctx->start_index = g_state->next_start++;
   }
   ctx->module = t_backward_nodes.empty() ? module_now() : std::string();
-  for (const c10::IValue& input : fn.inputs()) note_input(input, *ctx);
+  const std::string name = fn.name();
+  const bool in_place = !name.empty() && name.back() == '_';
+  bool first = true;
+  for (const c10::IValue& input : fn.inputs()) {
+    note_input(input, in_place && first, *ctx);
+    first = false;
+  }
   return ctx;
 }
 
@@ -130,15 +164,15 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   // empty/empty_like/new_empty hand out uninitialised memory that may hold any
   // bit pattern; the op that fills it is the one that matters.
   if (record.op.find("empty") != std::string::npos) return;
-  bool have_output = false;
+  at::Tensor first_output;
   std::vector<int64_t> created_nodes;
   for (const c10::IValue& out : fn.outputs()) {
     if (!out.isTensor() || !is_floating(out.toTensor())) continue;
     const at::Tensor& t = out.toTensor();
-    format::TensorStats s = tensor_stats(t);
-    output_nan |= s.nan_count > 0;
-    output_inf |= s.inf_count > 0;
-    if (!have_output) record.output = s, have_output = true;
+    FiniteFlags f = finite_flags(t);
+    output_nan |= f.nan;
+    output_inf |= f.inf;
+    if (!first_output.defined()) first_output = t.detach();
     // Only the node this op created (its seqNr is the one peeked at its start);
     // a view or no-op such as resolve_conj returns a tensor of an older node.
     if (t.requires_grad() && t.grad_fn() && t.grad_fn()->sequence_nr() == uint64_t(fn.seqNr()))
@@ -171,7 +205,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   }
   st.any_nonfinite |= output_nan || output_inf;
   if (!st.trail_frozen) {
-    st.trail.push_back(record);
+    st.trail.push_back({record, first_output});
     while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
   }
   auto consider = [&](std::optional<Candidate>& slot, const char* kind) {
@@ -182,8 +216,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     Candidate c;
     c.start_index = ctx->start_index;
     c.birth.op = record;
+    if (first_output.defined()) c.birth.op.output = tensor_stats(first_output);
     c.birth.kind = kind;
-    c.birth.inputs = ctx->inputs;
+    for (const at::Tensor& t : ctx->input_tensors) c.birth.inputs.push_back(tensor_stats(t));
+    for (const auto& scalar : ctx->scalar_inputs) c.birth.inputs.push_back(scalar);
     slot = c;
     // The trail ends at the first birth: it was pushed above while unfrozen;
     // an outer op taking that birth over ends right after it.
@@ -191,7 +227,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.trail_frozen = true;
       st.frozen_birth_start = c.start_index;
     } else if (replaces_trail_end) {
-      st.trail.push_back(record);
+      st.trail.push_back({c.birth.op, {}});
       st.frozen_birth_start = c.start_index;
     }
   };
@@ -240,7 +276,15 @@ format::Capture OpCapture::result() const {
                                                                                 : c.first_inf_birth;
   else
     c.first_birth = c.first_nan_birth ? c.first_nan_birth : c.first_inf_birth;
-  c.trail.assign(st.trail.begin(), st.trail.end());
+  // Trail stats are computed now, from the outputs kept (an output changed in
+  // place by a later op shows its later values; the births' stats are exact).
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  for (const TrailEntry& entry : st.trail) {
+    format::OpRecord record = entry.record;
+    if (entry.output.defined()) record.output = tensor_stats(entry.output);
+    c.trail.push_back(record);
+  }
   return c;
 }
 

@@ -6,6 +6,14 @@ namespace nanscope::probe {
 
 bool is_floating(const at::Tensor& t) { return t.defined() && at::isFloatingType(t.scalar_type()); }
 
+FiniteFlags finite_flags(const at::Tensor& t) {
+  if (!is_floating(t) || t.numel() == 0) return {};
+  at::Tensor d = t.detach();
+  at::Tensor flags = at::stack({at::isnan(d).any(), at::isinf(d).any()}).to(at::kCPU);
+  const bool* f = flags.data_ptr<bool>();
+  return {f[0], f[1]};
+}
+
 format::TensorStats tensor_stats(const at::Tensor& tensor) {
   format::TensorStats s;
   s.dtype = c10::toString(tensor.scalar_type());

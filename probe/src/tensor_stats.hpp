@@ -8,6 +8,11 @@
 namespace nanscope::probe {
 
 bool is_floating(const at::Tensor& t);
+struct FiniteFlags {
+  bool nan = false, inf = false;
+};
+// Two reductions and one host copy: all that judging a birth needs.
+FiniteFlags finite_flags(const at::Tensor& t);
 format::TensorStats tensor_stats(const at::Tensor& t);
 format::TensorStats scalar_stats(double value);
 // Index of the first row (along dim 0) holding a non-finite value, or -1.
