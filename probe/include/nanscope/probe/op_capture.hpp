@@ -12,8 +12,11 @@
 // Backward ops carry their autograd node's name; the node's seqNr links them
 // to the forward op and module that created it.
 //
-// Costly by design (every op's inputs and outputs are reduced and copied to
-// the host): it runs on the forensic re-run, or every step when asked for.
+// Costly by design (every op's floating inputs and outputs are checked with a
+// reduction and a host copy; pure view ops are skipped): it runs on the
+// forensic re-run, or every step when asked for. Full statistics are computed
+// for births at once, and for the trail when result() is called (a trail
+// op's output changed in place later shows its later values).
 #include <cstddef>
 #include <string>
 #include <vector>
