@@ -31,6 +31,7 @@ struct TrainOptions {
   bool shuffle = true;
   bool probe = true;
   bool capture_every_step = false;  // op-level capture on every step, not only the re-run
+  int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
   std::string run_dir = "nanscope-run";
   std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;

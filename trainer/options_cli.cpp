@@ -67,6 +67,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, bool>{{"on-failure", false}, {"every-step", true}}, CLI::ignore_case))
       ->capture_default_str();
+  app.add_option("--act-absmax-every", o.act_absmax_every,
+                 "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
+                 "headroom to fp16/bf16 is log2(limit / absmax)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save, "Write a checkpoint here at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every,
@@ -103,6 +107,7 @@ void validate_options(const TrainOptions& o) {
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
   if (o.checkpoint_every > 0 && o.save.empty())
     throw std::invalid_argument("--checkpoint-every needs --save PATH");
+  if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
   for (const auto& f : o.faults)

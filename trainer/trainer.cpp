@@ -17,6 +17,7 @@
 #include "forensics.hpp"
 #include "loss_scaler.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "optimizer.hpp"
@@ -63,6 +64,8 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const Datas
           {"lr_backoff", fmt(o.lr_backoff)}, {"fallback", o.fallback ? "on" : "off"},
           {"z_loss", fmt(o.z_loss)},   {"shuffle", o.shuffle ? "on" : "off"},
           {"probe", o.probe ? "on" : "off"}, {"seed", std::to_string(o.seed)},
+          {"capture", o.capture_every_step ? "every-step" : "on-failure"},
+          {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"device", device.str()},    {"faults", faults},
           {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())}};
 }
@@ -102,6 +105,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   std::filesystem::create_directories(o.run_dir);
   format::RunHeader header;
   if (o.probe) header.layer_names = probe.layers().layer_names();
+  header.record_act_absmax = o.act_absmax_every > 0;
   header.config = run_config(o, data, device, *model);
   format::RunWriter writer((std::filesystem::path(o.run_dir) / "run.h5").string(), header);
 
@@ -139,12 +143,17 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       settings.batch_nonfinite = probe.batch_nonfinite(inputs);
     }
     StepOutcome outcome;
+    std::vector<float> act_absmax;
     {
       // --capture every-step: op-level capture on the live step (costly; for
       // hunting or measuring), instead of only on the forensic re-run.
       std::optional<probe::OpCapture> live_capture;
       if (o.capture_every_step) live_capture.emplace();
+      std::optional<probe::ActivationRecorder> activations;
+      if (o.probe && o.act_absmax_every > 0 && step % o.act_absmax_every == 0)
+        activations.emplace(probe.layers().layer_names());
       outcome = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
+      if (activations) act_absmax = activations->result();
     }
     model->plant_fault({FaultKind::none});
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -159,6 +168,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     row.amp = amp_mode(amp);
     row.step_time = step_time;
     if (o.probe) row.layer_grad_norm = probe.layer_grad_norms(outcome.parameter_norms);
+    row.layer_act_absmax = std::move(act_absmax);
     writer.append(row);
     step_times.push_back(step_time);
     summary.steps_run = step + 1;

@@ -81,20 +81,6 @@ struct OpContext : at::ObserverContext {
   std::vector<format::TensorStats> scalar_inputs;
 };
 
-// Ops that only re-view or copy their input unchanged cannot give birth to a
-// NaN or Inf; skipping them saves most of capture's cost. (Casts are kept: a
-// cast to fp16 can overflow.)
-bool is_pure_view(const char* name) {
-  static const std::unordered_set<std::string> views{
-      "aten::view", "aten::_unsafe_view", "aten::view_as", "aten::reshape", "aten::_reshape_alias",
-      "aten::transpose", "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::select",
-      "aten::slice", "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::split",
-      "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::detach", "aten::alias",
-      "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::flatten", "aten::unflatten",
-      "aten::narrow", "aten::contiguous", "aten::clone", "aten::numpy_T", "aten::matrix_H", "aten::mT"};
-  return views.count(name) > 0;
-}
-
 void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
   auto add_tensor = [&](const at::Tensor& t) {
     FiniteFlags f = finite_flags(t);
@@ -130,7 +116,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ctx->is_node = true;
     return ctx;
   }
-  if (fn.scope() != at::RecordScope::FUNCTION || is_pure_view(fn.name())) return nullptr;
+  if (fn.scope() != at::RecordScope::FUNCTION || makes_no_new_values(fn.name())) return nullptr;
   ReentryGuard guard;
   at::NoGradGuard no_grad;  // no graph nodes: they would shift every later seqNr
   auto ctx = std::make_unique<OpContext>();
@@ -161,9 +147,6 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   bool output_nan = false, output_inf = false;
   format::OpRecord record;
   record.op = fn.name();
-  // empty/empty_like/new_empty hand out uninitialised memory that may hold any
-  // bit pattern; the op that fills it is the one that matters.
-  if (record.op.find("empty") != std::string::npos) return;
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
   for (const c10::IValue& out : fn.outputs()) {

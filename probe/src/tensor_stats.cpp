@@ -1,10 +1,24 @@
 #include "tensor_stats.hpp"
 
 #include <cmath>
+#include <string>
+#include <unordered_set>
 
 namespace nanscope::probe {
 
 bool is_floating(const at::Tensor& t) { return t.defined() && at::isFloatingType(t.scalar_type()); }
+
+bool makes_no_new_values(const char* op_name) {
+  static const std::unordered_set<std::string> views{
+      "aten::view", "aten::_unsafe_view", "aten::view_as", "aten::reshape", "aten::_reshape_alias",
+      "aten::transpose", "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::select",
+      "aten::slice", "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::split",
+      "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::detach", "aten::alias",
+      "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::flatten", "aten::unflatten",
+      "aten::narrow", "aten::contiguous", "aten::clone", "aten::numpy_T", "aten::matrix_H", "aten::mT"};
+  const std::string name = op_name;
+  return views.count(name) > 0 || name.find("empty") != std::string::npos;
+}
 
 FiniteFlags finite_flags(const at::Tensor& t) {
   if (!is_floating(t) || t.numel() == 0) return {};

@@ -8,6 +8,7 @@
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/snapshot.hpp"
 
 using namespace nanscope;
@@ -118,4 +119,44 @@ TEST(Snapshot, FullFilesystemLeavesTrainingRunning) {
   auto r = train_with_faults(full + "/run");
   expect_training_went_on(full + "/run", r);
   ::umount(full.c_str());
+}
+
+TEST(ActivationAbsmax, RecordedEveryNStepsPerLayerWithHeadroom) {
+  test::TempDir dir;
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+                             " --model mlp --steps 6 --act-absmax-every 3 --quiet --threads 1 --run-dir " +
+                             dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(dir.file("run/run.h5"));
+  ASSERT_EQ(run.layer_names, (std::vector<std::string>{"fc1", "ln", "fc2", "head"}));
+  ASSERT_EQ(run.layer_act_absmax.size(), 6u * 4u);
+  for (size_t step = 0; step < 6; ++step)
+    for (size_t layer = 0; layer < 4; ++layer) {
+      const float v = run.layer_act_absmax[step * 4 + layer];
+      if (step % 3 == 0) {
+        EXPECT_TRUE(std::isfinite(v) && v > 0 && v < 1e3) << "step " << step << " layer " << layer << ": " << v;
+      } else {
+        EXPECT_TRUE(std::isnan(v)) << "step " << step << " was not a recording step";
+      }
+    }
+  EXPECT_NEAR(probe::headroom_bits(65504.0 / 8, 65504.0), 3.0, 1e-12);
+}
+
+TEST(ActivationAbsmax, SeesTheBlowUpThatOverflowsFp16) {
+  // activation_overflow blows up blocks.0.mlp's pre-activation (~1e5, fine in
+  // fp32): the next layer, blocks.0.mlp.proj, outputs ~4e4 where it output
+  // ~0.06: from over 10 bits of headroom to fp16's 65504 down to under one.
+  test::TempDir dir;
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+                             " --model gpt --steps 2 --batch-size 4 --act-absmax-every 1 --quiet --threads 1"
+                             " --fault activation_overflow@1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(dir.file("run/run.h5"));
+  const auto& names = run.layer_names;
+  const size_t proj = std::find(names.begin(), names.end(), "blocks.0.mlp.proj") - names.begin();
+  ASSERT_LT(proj, names.size());
+  const float before = run.layer_act_absmax[0 * names.size() + proj];
+  const float during = run.layer_act_absmax[1 * names.size() + proj];
+  EXPECT_GT(probe::headroom_bits(before, 65504.0), 10.0) << before;
+  EXPECT_LT(probe::headroom_bits(during, 65504.0), 1.0) << during;
 }
