@@ -1,5 +1,6 @@
 // Probe cost on a small GPT, measured in one process with the modes
-// interleaved round by round so they share the machine's state and noise:
+// interleaved (plain and probe step by step, the costly modes round by round)
+// so they share the machine's state and noise:
 //   plain    the stock step (what --probe off runs)
 //   probe    + RNG state copy, device-side batch check, per-parameter norms
 //            folded into per-layer norms (what --probe on adds to a clean step)
@@ -94,9 +95,16 @@ int main(int argc, char** argv) {
       {"anomaly", std::max(2, steps / 4), [&] { return timed(false, false, true); }, {}},
   };
   for (int i = 0; i < 3; ++i) timed(false, false, false);  // warm-up: allocator, thread pool
-  for (int r = 0; r < rounds; ++r)
-    for (auto& mode : modes)
-      for (int s = 0; s < mode.steps_per_round; ++s) mode.times.push_back(mode.run_step());
+  for (int r = 0; r < rounds; ++r) {
+    // plain and probe alternate step by step: the ratio that matters most
+    // sees the same machine state on both sides.
+    for (int s = 0; s < steps; ++s) {
+      modes[0].times.push_back(modes[0].run_step());
+      modes[1].times.push_back(modes[1].run_step());
+    }
+    for (size_t m = 2; m < modes.size(); ++m)
+      for (int s = 0; s < modes[m].steps_per_round; ++s) modes[m].times.push_back(modes[m].run_step());
+  }
 
   const double plain = median(modes[0].times);
   std::printf("probe_overhead: gpt %lldx%lld, batch 16x%lld, %d threads, %d rounds interleaved (LibTorch %s)\n",
