@@ -33,7 +33,7 @@ void save_checkpoint(const std::string& path, const TrainableModel& model, int64
     archive.close();
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw format::FormatError(path, "cannot move the new checkpoint into place");
+    throw format::WriteError(path, "cannot move the new checkpoint into place");
 }
 
 namespace {

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return 2;
+  } catch (const nanscope::format::WriteError& e) {
+    std::cerr << "nanscope-train: training failed: cannot write " << e.what() << "\n";
+    return 1;
   } catch (const nanscope::format::FormatError& e) {
     std::cerr << "nanscope-train: bad input " << e.what() << "\n";
     return 2;

@@ -311,14 +311,14 @@ void write_image(hid_t file, const std::string& path) {
   if (H5Fget_file_image(file, image.data(), image.size()) < 0)
     throw FormatError(path, "cannot take the file image");
   FILE* out = std::fopen(path.c_str(), "wb");
-  if (!out) throw FormatError(path, std::string("cannot create file: ") + std::strerror(errno));
+  if (!out) throw WriteError(path, std::string("cannot create file: ") + std::strerror(errno));
   const bool written = std::fwrite(image.data(), 1, image.size(), out) == image.size();
   const int saved_errno = errno;
   const bool closed = std::fclose(out) == 0;
   if (!written || !closed) {
     std::remove(path.c_str());
-    throw FormatError(path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) +
-                                " (disk full?)");
+    throw WriteError(path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) +
+                               " (disk full?)");
   }
 }
 

@@ -56,8 +56,8 @@ void append_rows(Column& column, const void* data, hsize_t rows, const std::stri
   h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
             path, "H5Sselect_hyperslab");
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
-  h5::check(H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
-            path, "cannot write rows (disk full?)");
+  if (H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
+    throw WriteError(path, "cannot write rows (disk full?)");
 }
 
 // Copies a string into a fixed-size, null-padded field (truncating).
@@ -191,7 +191,8 @@ void RunWriter::event(const RunEvent& event) {
 
 void RunWriter::flush() {
   impl_->write_pending();
-  h5::check(H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL), impl_->path, "cannot flush run file");
+  if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0)
+    throw WriteError(impl_->path, "cannot flush run file (disk full?)");
 }
 
 void RunWriter::Impl::write_pending() {

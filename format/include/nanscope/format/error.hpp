@@ -16,4 +16,11 @@ class FormatError : public std::runtime_error {
   std::string path_;
 };
 
+// Writing failed (disk full, no permission): the input was fine, the
+// machine was not. Tools exit 1 for it, not 2.
+class WriteError : public FormatError {
+ public:
+  using FormatError::FormatError;
+};
+
 }  // namespace nanscope::format
