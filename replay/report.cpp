@@ -100,7 +100,7 @@ std::string to_text(const ReplayReport& r) {
   if (r.capture.first_nan_birth && r.capture.first_inf_birth)
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
-  o << "  re-run at " << r.precision << ":  non-finite in " << r.reproduced << " of " << r.repeats << "\n"
+  o << "  re-run at " << r.precision << ":   non-finite in " << r.reproduced << " of " << r.repeats << "\n"
     << "  re-run in fp32:   " << (r.fp32_finite ? "finite" : "non-finite") << "\n";
   if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";

@@ -105,7 +105,7 @@ void write_capture(const Group& g, const Capture& c) {
   Group trail = g.group("trail");
   trail.set_attr("count", int64_t(c.trail.size()));
   for (size_t i = 0; i < c.trail.size(); ++i) {
-    char name[16];
+    char name[24];
     std::snprintf(name, sizeof name, "%05zu", i);
     write_op(trail.group(name), c.trail[i]);
   }
@@ -121,7 +121,7 @@ Capture read_capture(const Group& g) {
   Group trail = g.group("trail");
   const int64_t n = trail.attr_int("count");
   for (int64_t i = 0; i < n; ++i) {
-    char name[16];
+    char name[24];
     std::snprintf(name, sizeof name, "%05lld", static_cast<long long>(i));
     c.trail.push_back(read_op(trail.group(name)));
   }
