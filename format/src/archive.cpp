@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "h5.hpp"
+#include "h5_types.hpp"
 #include "nanscope/format/error.hpp"
 
 namespace nanscope::format {
@@ -37,40 +38,6 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::int16, "int16", 2},     {DType::int8, "int8", 1},       {DType::uint8, "uint8", 1},
     {DType::boolean, "bool", 1},
 };
-
-// HDF5 1.10 has no half or bfloat16 type: both are stored as uint16 with the
-// `dtype` attribute saying how to view them (numpy: .view(np.float16)).
-hid_t file_type(DType dtype) {
-  switch (dtype) {
-    case DType::float32: return H5T_IEEE_F32LE;
-    case DType::float64: return H5T_IEEE_F64LE;
-    case DType::float16:
-    case DType::bfloat16: return H5T_STD_U16LE;
-    case DType::int16: return H5T_STD_I16LE;
-    case DType::int64: return H5T_STD_I64LE;
-    case DType::int32: return H5T_STD_I32LE;
-    case DType::int8: return H5T_STD_I8LE;
-    case DType::uint8:
-    case DType::boolean: return H5T_STD_U8LE;
-  }
-  return H5T_STD_U8LE;
-}
-
-hid_t memory_type(DType dtype) {
-  switch (dtype) {
-    case DType::float32: return H5T_NATIVE_FLOAT;
-    case DType::float64: return H5T_NATIVE_DOUBLE;
-    case DType::float16:
-    case DType::bfloat16: return H5T_NATIVE_UINT16;
-    case DType::int16: return H5T_NATIVE_INT16;
-    case DType::int64: return H5T_NATIVE_INT64;
-    case DType::int32: return H5T_NATIVE_INT32;
-    case DType::int8: return H5T_NATIVE_INT8;
-    case DType::uint8:
-    case DType::boolean: return H5T_NATIVE_UINT8;
-  }
-  return H5T_NATIVE_UINT8;
-}
 
 std::string child_path(const std::string& parent, const std::string& name) {
   return parent == "/" ? "/" + name : parent + "/" + name;
@@ -154,12 +121,12 @@ void Group::put_tensor(const std::string& name, DType dtype, const std::vector<i
   h5::Handle space = h5::space_handle(
       dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
       path, "H5Screate");
-  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), file_type(dtype),
+  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), h5::file_type(dtype),
                                                 space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                      path, "cannot create tensor " + full);
   h5::write_string_attr(ds.get(), "dtype", dtype_name(dtype), path);
   if (numel > 0)
-    h5::check(H5Dwrite(ds.get(), memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
+    h5::check(H5Dwrite(ds.get(), h5::memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
               "cannot write tensor " + full + " (disk full?)");
 }
 
@@ -184,7 +151,7 @@ TensorData Group::tensor(const std::string& name) const {
   out.shape.assign(dims.begin(), dims.end());
   out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
   if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                       out.bytes.data()),
               path, "cannot read tensor " + full + " (corrupt or truncated file?)");
   return out;

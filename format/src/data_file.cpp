@@ -1,6 +1,7 @@
 #include "nanscope/format/data_file.hpp"
 
 #include "h5.hpp"
+#include "h5_types.hpp"
 #include "nanscope/format/error.hpp"
 
 namespace nanscope::format {
@@ -29,18 +30,6 @@ DType dtype_of(hid_t type, const std::string& path, const std::string& name) {
   throw FormatError(path, name + " has an unsupported element type (use float32/64 or int)");
 }
 
-hid_t memory_type(DType dtype) {
-  switch (dtype) {
-    case DType::float32: return H5T_NATIVE_FLOAT;
-    case DType::float64: return H5T_NATIVE_DOUBLE;
-    case DType::int64: return H5T_NATIVE_INT64;
-    case DType::int32: return H5T_NATIVE_INT32;
-    case DType::int16: return H5T_NATIVE_INT16;
-    case DType::int8: return H5T_NATIVE_INT8;
-    default: return H5T_NATIVE_UINT8;
-  }
-}
-
 TensorData read_array(hid_t file, const std::string& name, const std::string& path) {
   if (!h5::link_exists(file, name)) throw FormatError(path, name + " missing (a data file needs /inputs and /targets)");
   h5::Handle ds = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), path,
@@ -56,7 +45,7 @@ TensorData read_array(hid_t file, const std::string& name, const std::string& pa
   out.shape.assign(dims.begin(), dims.end());
   out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
   if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                       out.bytes.data()),
               path, "cannot read " + name + " (corrupt or truncated file?)");
   return out;
@@ -66,7 +55,7 @@ void write_array(hid_t file, const std::string& name, const TensorData& t, const
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   h5::Handle space = h5::space_handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), path,
                                       "H5Screate");
-  hid_t mem = memory_type(t.dtype);
+  hid_t mem = h5::memory_type(t.dtype);
   h5::Handle ds = h5::dataset_handle(
       H5Dcreate2(file, name.c_str(), mem, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
       "cannot create " + name);
