@@ -6,7 +6,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "loss_scaler.hpp"
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 #include "models/scripted_model.hpp"
@@ -84,25 +83,13 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const
   }
   // The loss scale belongs to fp16; an fp32 re-run has none.
   const double scale = amp == Amp::fp16 ? s.loss_scale : 1.0;
-  clear_grads(setup.parameters);
-  setup.model->plant_fault(setup.fault);
-  at::Tensor loss;
+  bool finite = false;
   try {
-    loss = forward_backward(*setup.model, amp, scale, inputs, targets);
+    finite = recompute_step(*setup.model, setup.parameters, amp, scale, setup.fault, inputs, targets).finite();
   } catch (...) {
-    setup.model->plant_fault({});
     clear_grads(setup.parameters);
     throw;
   }
-  setup.model->plant_fault({});
-  std::vector<at::Tensor> grads = defined_grads(setup.parameters);
-  LossScalerConfig same_scale;
-  same_scale.enabled = scale != 1.0;
-  same_scale.init_scale = scale;
-  at::Tensor found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
-  at::Tensor total = grad_norms(grads).second;
-  const bool finite = std::isfinite(loss.item<double>()) && std::isfinite(total.item<double>()) &&
-                      found_inf.item<float>() == 0.0f;
   clear_grads(setup.parameters);
   return finite;
 }

@@ -1,7 +1,5 @@
 #include "forensics.hpp"
 
-#include "loss_scaler.hpp"
-#include "nanscope/probe/module_scope.hpp"
 #include "optimizer.hpp"
 
 namespace nanscope {
@@ -20,26 +18,10 @@ ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& mod
                                         const FailedStep& failed) {
   ForensicsResult result;
   // The same step again: same weights (the step was skipped), same RNG state
-  // (restored by the probe), same precision and loss scale, same planted fault,
-  // through the unscale and the global grad norm (finite gradients whose norm
-  // overflows are a non-finite step too: grad explosion, P18).
+  // (restored by the probe), same precision, loss scale and planted fault.
   auto rerun = [&] {
-    clear_grads(parameters);
-    model.plant_fault(model_fault_at(faults, failed.step));
-    try {
-      forward_backward(model, failed.amp, failed.loss_scale, failed.inputs, failed.targets);
-    } catch (...) {
-      model.plant_fault({FaultKind::none});
-      throw;
-    }
-    model.plant_fault({FaultKind::none});
-    probe::PhaseScope phase("grad_norm");
-    std::vector<at::Tensor> grads = defined_grads(parameters);
-    LossScalerConfig same_scale;
-    same_scale.enabled = failed.loss_scale != 1.0;
-    same_scale.init_scale = failed.loss_scale;
-    if (same_scale.enabled) LossScaler(same_scale).unscale_(grads);
-    grad_norms(grads);
+    recompute_step(model, parameters, failed.amp, failed.loss_scale, model_fault_at(faults, failed.step),
+                   failed.inputs, failed.targets);
   };
   result.capture = probe.investigate(rerun, failed.inputs);
   clear_grads(parameters);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
 #include "optimizer.hpp"
 #include "nanscope/probe/torch_compat.hpp"
@@ -37,6 +38,35 @@ std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::
   std::vector<at::Tensor> norms = at::_foreach_norm(grads);
   at::Tensor total = at::stack(norms).norm();
   return {std::move(norms), std::move(total)};
+}
+
+StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
+                                 double loss_scale, const Fault& fault, const at::Tensor& inputs,
+                                 const at::Tensor& targets) {
+  clear_grads(parameters);
+  model.plant_fault(fault);
+  StepRecomputation out;
+  try {
+    out.loss = forward_backward(model, amp, loss_scale, inputs, targets);
+  } catch (...) {
+    model.plant_fault({});
+    throw;
+  }
+  model.plant_fault({});
+  // Finite gradients whose norm overflows are a non-finite step too (P18).
+  probe::PhaseScope phase("grad_norm");
+  std::vector<at::Tensor> grads = defined_grads(parameters);
+  LossScalerConfig same_scale;
+  same_scale.enabled = loss_scale != 1.0;
+  same_scale.init_scale = loss_scale;
+  out.found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
+  out.total_norm = grad_norms(grads).second;
+  return out;
+}
+
+bool StepRecomputation::finite() const {
+  return std::isfinite(loss.item<double>()) && std::isfinite(total_norm.item<double>()) &&
+         found_inf.item<float>() == 0.0f;
 }
 
 namespace {

@@ -44,6 +44,18 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters)
 // Per-gradient L2 norms and the global norm over all of them, on the device.
 std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads);
 
+// The step without its optimizer: `fault` planted, forward + backward on
+// loss x loss_scale, unscale, the global grad norm (ops of that last part run
+// in capture's "grad_norm" phase). What the probe's forensic re-run and
+// replay repeat. Leaves the gradients for the caller to clear.
+struct StepRecomputation {
+  at::Tensor loss, found_inf, total_norm;
+  bool finite() const;  // reads all three on the host
+};
+StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
+                                 double loss_scale, const Fault& fault, const at::Tensor& inputs,
+                                 const at::Tensor& targets);
+
 // Forward + loss under autocast, backward on loss x loss_scale: the part of a
 // step that the probe's forensic re-run repeats. Returns the unscaled loss.
 at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,
