@@ -16,8 +16,10 @@ bool makes_no_new_values(const char* op_name) {
       "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::detach", "aten::alias",
       "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::flatten", "aten::unflatten",
       "aten::narrow", "aten::contiguous", "aten::clone", "aten::numpy_T", "aten::matrix_H", "aten::mT"};
+  // resize_ / resize_as_ grow a buffer without initialising it, as empty does.
+  static const std::unordered_set<std::string> uninitialised{"aten::resize_", "aten::resize_as_", "aten::set_"};
   const std::string name = op_name;
-  return views.count(name) > 0 || name.find("empty") != std::string::npos;
+  return views.count(name) > 0 || uninitialised.count(name) > 0 || name.find("empty") != std::string::npos;
 }
 
 FiniteFlags finite_flags(const at::Tensor& t) {

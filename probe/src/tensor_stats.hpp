@@ -11,7 +11,7 @@ bool is_floating(const at::Tensor& t);
 
 // Ops whose outputs hold no value they computed: pure views and copies of
 // their input (skipping them saves most of capture's cost), and empty-like
-// factories, whose uninitialised memory may hold any bit pattern (even a view
+// factories and resize_, whose uninitialised memory may hold any bit pattern (even a view
 // of such a buffer, taken before it is filled, does). Casts are not here: a
 // cast to fp16 can overflow.
 bool makes_no_new_values(const char* op_name);
