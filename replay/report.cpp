@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "nanscope/format/archive.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 
 namespace nanscope::replay {
@@ -120,21 +121,18 @@ std::string to_text(const ReplayReport& r) {
 
 void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
-  format::Group root = archive.root();
-  root.remove("replay");
-  format::Group g = root.group("replay");
-  g.set_attr("verdict", r.verdict.verdict);
-  g.set_attr("category", r.verdict.category);
-  g.set_attr("suggestion", r.verdict.suggestion);
-  g.set_attr("reproduced_count", int64_t(r.reproduced));
-  g.set_attr("repeats", int64_t(r.repeats));
-  g.set_attr("fp32_finite", int64_t(r.fp32_finite));
-  g.set_attr("anomaly", r.anomaly);
-  g.set_attr("fp32_modules", join(r.fp32_modules));
-  std::string samples;
-  for (int64_t s : r.samples) samples += (samples.empty() ? "" : ",") + std::to_string(s);
-  g.set_attr("samples", samples);
-  format::write_capture(g.group("fp32_capture"), r.fp32_capture);
+  format::ReplayRecord record;
+  record.verdict = r.verdict.verdict;
+  record.category = r.verdict.category;
+  record.suggestion = r.verdict.suggestion;
+  record.reproduced_count = r.reproduced;
+  record.repeats = r.repeats;
+  record.fp32_finite = r.fp32_finite;
+  record.anomaly = r.anomaly;
+  record.fp32_modules = join(r.fp32_modules);
+  for (int64_t s : r.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
+  record.fp32_capture = r.fp32_capture;
+  format::write_replay_record(archive.root(), record);
   archive.close();
 }
 

@@ -233,3 +233,16 @@ void check_identity(hid_t file, const std::string& kind, const std::string& path
 }
 
 }  // namespace nanscope::format::h5
+
+namespace nanscope::format {
+
+std::string file_kind(const std::string& path) {
+  h5::Handle file = h5::open_file_readonly(path);
+  if (!h5::attr_exists(file.get(), "format"))
+    throw FormatError(path, "not a nanscope file: the root has no 'format' attribute");
+  std::string kind = h5::read_string_attr(file.get(), "format", path);
+  h5::check_identity(file.get(), kind, path);  // the version check
+  return kind;
+}
+
+}  // namespace nanscope::format

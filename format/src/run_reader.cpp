@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "h5.hpp"
@@ -29,28 +30,32 @@ h5::Handle open_dataset(hid_t loc, const std::string& group, const std::string& 
                             "cannot open " + full);
 }
 
-// Reads the first `rows` rows (x `columns`) of a dataset into `out`.
+// Reads rows [from, to) (x `columns`; 0: a 1-D dataset) of a dataset into
+// `out`, which already holds the first `from` rows and grows to `to`.
 template <typename T>
 void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type,
-               hsize_t rows, hsize_t columns, std::vector<T>& out, const std::string& path) {
+               hsize_t from, hsize_t to, hsize_t columns, std::vector<T>& out,
+               const std::string& path) {
   h5::Handle ds = open_dataset(loc, group, name, path);
   auto dims = refreshed_dims(ds.get(), path, name);
   const std::string full = group + "/" + name;
-  if (dims.empty() || dims[0] < rows)
+  if (dims.empty() || dims[0] < to)
     throw FormatError(path, full + " has fewer rows than /steps/step (truncated file?)");
   if ((columns == 0 && dims.size() != 1) ||
       (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
     throw FormatError(path, full + " has an unexpected shape");
-  out.resize(rows * std::max<hsize_t>(1, columns));
-  if (rows == 0) return;
+  const hsize_t width = std::max<hsize_t>(1, columns);
+  out.resize(to * width);
+  if (to <= from) return;
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
-  hsize_t start[2] = {0, 0};
-  hsize_t count[2] = {rows, columns};
+  hsize_t start[2] = {from, 0};
+  hsize_t count[2] = {to - from, columns};
   const int rank = columns == 0 ? 1 : 2;
   h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
             path, "H5Sselect_hyperslab");
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
-  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
+  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                    out.data() + from * width),
             path, "cannot read " + full + " (corrupt file?)");
 }
 
@@ -93,12 +98,77 @@ hsize_t row_count(hid_t file, const std::string& full, const std::string& path) 
 
 }  // namespace
 
-RunData read_run(const std::string& path) {
-  h5::Handle file = h5::open_file_readonly(path);
-  hid_t f = file.get();
+struct RunFollower::Impl {
+  h5::Handle file;
+  RunData run;
+  bool has_layer_grad_norm = false, has_layer_act_absmax = false;
+
+  // Reads steps [from, to) of every column; on failure every column is put
+  // back to `from` rows, so a reader never sees columns of different lengths.
+  void read_steps(hsize_t from, hsize_t to) {
+    try {
+      read_step_columns(from, to);
+    } catch (...) {
+      truncate_rows(from);
+      throw;
+    }
+  }
+
+  void truncate_rows(hsize_t rows) {
+    const hsize_t layers = run.layer_names.size();
+    for (auto* column : {&run.loss, &run.lr, &run.loss_scale, &run.grad_norm, &run.step_time})
+      column->resize(rows);
+    run.step.resize(rows);
+    run.skipped.resize(rows);
+    run.amp.resize(rows);
+    if (has_layer_grad_norm) run.layer_grad_norm.resize(rows * layers);
+    if (has_layer_act_absmax) run.layer_act_absmax.resize(rows * layers);
+  }
+
+  void read_step_columns(hsize_t from, hsize_t to) {
+    hid_t f = file.get();
+    const std::string& path = run.path;
+    const std::string steps = run_schema::kStepsGroup;
+    const hsize_t layers = run.layer_names.size();
+    read_rows(f, steps, "step", H5T_NATIVE_INT64, from, to, 0, run.step, path);
+    read_rows(f, steps, "loss", H5T_NATIVE_DOUBLE, from, to, 0, run.loss, path);
+    read_rows(f, steps, "lr", H5T_NATIVE_DOUBLE, from, to, 0, run.lr, path);
+    read_rows(f, steps, "loss_scale", H5T_NATIVE_DOUBLE, from, to, 0, run.loss_scale, path);
+    read_rows(f, steps, "grad_norm", H5T_NATIVE_DOUBLE, from, to, 0, run.grad_norm, path);
+    read_rows(f, steps, "skipped", H5T_NATIVE_UINT8, from, to, 0, run.skipped, path);
+    read_rows(f, steps, "amp", H5T_NATIVE_UINT8, from, to, 0, run.amp, path);
+    read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, from, to, 0, run.step_time, path);
+    if (has_layer_grad_norm)
+      read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, from, to, layers,
+                run.layer_grad_norm, path);
+    if (has_layer_act_absmax)
+      read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers,
+                run.layer_act_absmax, path);
+  }
+
+  // Events are few; they are re-read whole when their count changes.
+  void read_events() {
+    hid_t f = file.get();
+    const std::string& path = run.path;
+    const std::string events = run_schema::kEventsGroup;
+    if (!h5::link_exists(f, events)) throw FormatError(path, events + " missing");
+    const hsize_t rows = row_count(f, events + "/step", path);
+    if (rows == run.events.size()) return;
+    std::vector<int64_t> event_steps;
+    read_rows(f, events, "step", H5T_NATIVE_INT64, 0, rows, 0, event_steps, path);
+    auto kinds = read_strings(f, events + "/kind", rows, path);
+    auto texts = read_strings(f, events + "/text", rows, path);
+    run.events.clear();
+    for (hsize_t i = 0; i < rows; ++i) run.events.push_back({event_steps[i], kinds[i], texts[i]});
+  }
+};
+
+RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->file = h5::open_file_readonly(path);
+  hid_t f = impl_->file.get();
   h5::check_identity(f, kRunFileKind, path);
 
-  RunData run;
+  RunData& run = impl_->run;
   run.path = path;
   run.format_version = h5::read_string_attr(f, "format_version", path);
   if (h5::link_exists(f, run_schema::kConfigGroup)) {
@@ -114,33 +184,29 @@ RunData read_run(const std::string& path) {
 
   const std::string steps = run_schema::kStepsGroup;
   if (!h5::link_exists(f, steps)) throw FormatError(path, steps + " missing");
-  // /steps/step is written last in each batch: its length is the committed row count.
-  const hsize_t rows = row_count(f, steps + "/step", path);
-  const hsize_t layers = run.layer_names.size();
-  read_rows(f, steps, "step", H5T_NATIVE_INT64, rows, 0, run.step, path);
-  read_rows(f, steps, "loss", H5T_NATIVE_DOUBLE, rows, 0, run.loss, path);
-  read_rows(f, steps, "lr", H5T_NATIVE_DOUBLE, rows, 0, run.lr, path);
-  read_rows(f, steps, "loss_scale", H5T_NATIVE_DOUBLE, rows, 0, run.loss_scale, path);
-  read_rows(f, steps, "grad_norm", H5T_NATIVE_DOUBLE, rows, 0, run.grad_norm, path);
-  read_rows(f, steps, "skipped", H5T_NATIVE_UINT8, rows, 0, run.skipped, path);
-  read_rows(f, steps, "amp", H5T_NATIVE_UINT8, rows, 0, run.amp, path);
-  read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, rows, 0, run.step_time, path);
-  if (layers > 0 && h5::link_exists(f, steps + "/layer_grad_norm"))
-    read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, rows, layers, run.layer_grad_norm,
-              path);
-  if (layers > 0 && h5::link_exists(f, steps + "/layer_act_absmax"))
-    read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, rows, layers, run.layer_act_absmax,
-              path);
-
-  const std::string events = run_schema::kEventsGroup;
-  if (!h5::link_exists(f, events)) throw FormatError(path, events + " missing");
-  const hsize_t event_rows = row_count(f, events + "/step", path);
-  std::vector<int64_t> event_steps;
-  read_rows(f, events, "step", H5T_NATIVE_INT64, event_rows, 0, event_steps, path);
-  auto kinds = read_strings(f, events + "/kind", event_rows, path);
-  auto texts = read_strings(f, events + "/text", event_rows, path);
-  for (hsize_t i = 0; i < event_rows; ++i) run.events.push_back({event_steps[i], kinds[i], texts[i]});
-  return run;
+  const bool layers = !run.layer_names.empty();
+  impl_->has_layer_grad_norm = layers && h5::link_exists(f, steps + "/layer_grad_norm");
+  impl_->has_layer_act_absmax = layers && h5::link_exists(f, steps + "/layer_act_absmax");
+  refresh();
 }
+
+RunFollower::~RunFollower() = default;
+
+size_t RunFollower::refresh() {
+  RunData& run = impl_->run;
+  // /steps/step is written last in each batch: its length is the committed row count.
+  const hsize_t rows =
+      row_count(impl_->file.get(), std::string(run_schema::kStepsGroup) + "/step", run.path);
+  const hsize_t have = run.rows();
+  if (rows > have) impl_->read_steps(have, rows);
+  impl_->read_events();
+  return rows > have ? rows - have : 0;
+}
+
+const RunData& RunFollower::data() const { return impl_->run; }
+
+RunData RunFollower::take() && { return std::move(impl_->run); }
+
+RunData read_run(const std::string& path) { return RunFollower(path).take(); }
 
 }  // namespace nanscope::format

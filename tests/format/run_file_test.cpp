@@ -143,6 +143,62 @@ TEST(RunFile, FlushedRowsAreReadableWhileTheWriterIsOpen) {
   EXPECT_EQ(after.layer_grad_norm.size(), 12u);
 }
 
+TEST(RunFile, FollowerSeesRowsAndEventsAppendedByALiveWriter) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    RunWriter writer(path, two_layer_header(), /*flush_every=*/4);
+    for (int64_t s = 0; s < 8; ++s) writer.append(row_for(s));
+    char c = 'x';
+    (void)!write(to_parent[1], &c, 1);
+    (void)!read(to_child[0], &c, 1);  // the parent has opened the file
+    for (int64_t s = 8; s < 20; ++s) writer.append(row_for(s));
+    writer.event({19, "fallback", "to fp32"});
+    writer.flush();
+    (void)!write(to_parent[1], &c, 1);
+    std::this_thread::sleep_for(std::chrono::seconds(30));  // killed by the parent first
+    _exit(0);
+  }
+  char c = 'x';
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  RunFollower follower(path);
+  EXPECT_EQ(follower.data().rows(), 8u);
+  EXPECT_EQ(follower.refresh(), 0u);  // nothing new yet
+  ASSERT_EQ(write(to_child[1], &c, 1), 1);
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  EXPECT_EQ(follower.refresh(), 12u);
+  const RunData& run = follower.data();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_EQ(run.rows(), 20u);
+  for (int64_t s = 0; s < 20; ++s) {
+    EXPECT_EQ(run.step[s], s);
+    EXPECT_DOUBLE_EQ(run.loss[s], 10.0 - s);
+    EXPECT_FLOAT_EQ(run.layer_grad_norm[s * 2 + 1], 2.0f * s);
+    EXPECT_FLOAT_EQ(run.layer_act_absmax[s * 2], s + 0.5f);
+  }
+  ASSERT_EQ(run.events.size(), 1u);
+  EXPECT_EQ(run.events[0].kind, "fallback");
+}
+
+TEST(RunFile, FileKindNamesEachKindAndRejectsForeignFiles) {
+  TempDir dir;
+  const std::string run = dir.file("run.h5");
+  { RunWriter writer(run, two_layer_header()); }
+  EXPECT_EQ(file_kind(run), kRunFileKind);
+  const std::string snapshot = dir.file("snap.h5");
+  Archive archive = Archive::create(snapshot, kSnapshotFileKind);
+  archive.close();
+  EXPECT_EQ(file_kind(snapshot), kSnapshotFileKind);
+  const std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "hello";
+  expect_format_error([&] { file_kind(text); }, text, "HDF5");
+}
+
 TEST(RunFile, MissingFileNamesTheFile) {
   TempDir dir;
   const std::string path = dir.file("nope.h5");

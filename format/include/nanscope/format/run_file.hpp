@@ -78,4 +78,25 @@ struct RunData {
 // a file that is still being written or whose writer was killed.
 RunData read_run(const std::string& path);
 
+// Follows a run file that may still be written: keeps it open for SWMR reading
+// and, on refresh(), reads only the rows and events committed since the last
+// call (the viewer's live view). Throws FormatError like read_run.
+class RunFollower {
+ public:
+  explicit RunFollower(const std::string& path);  // reads every row committed so far
+  ~RunFollower();
+  RunFollower(const RunFollower&) = delete;
+  RunFollower& operator=(const RunFollower&) = delete;
+
+  // Appends newly committed rows to data(); returns how many. Events are
+  // re-read when their count changed.
+  size_t refresh();
+  const RunData& data() const;
+  RunData take() &&;  // hands the data over; the follower is done
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace nanscope::format

@@ -1,0 +1,52 @@
+#pragma once
+// The parts of a snapshot a person reads (how the step ran, what capture
+// found, the batch's rows, per-layer norms, replay's verdict), without the
+// weights and without LibTorch: the viewer's view of a snapshot. The probe
+// writes snapshots; replay appends its record through write_replay_record.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::format {
+
+// What nanscope-replay found, stored as /replay (docs/format.md).
+struct ReplayRecord {
+  std::string verdict, category, suggestion;
+  int64_t reproduced_count = 0, repeats = 0;
+  bool fp32_finite = false;
+  std::string anomaly;
+  std::string fp32_modules;  // comma-separated module paths
+  std::string samples;       // comma-separated batch rows
+  Capture fp32_capture;
+};
+
+// Replaces /replay in an archive opened for writing.
+void write_replay_record(const Group& root, const ReplayRecord& record);
+// Nothing when the snapshot was never replayed.
+std::optional<ReplayRecord> read_replay_record(const Group& root);
+
+struct SnapshotSummary {
+  std::string path;
+  int64_t step = 0;
+  std::string precision;
+  double loss_scale = 1, lr = 0, clip = 0;
+  std::string model_name;
+  std::map<std::string, std::string> config;
+  Capture capture;
+  std::vector<std::string> layer_names;
+  std::vector<float> layer_grad_norm;  // empty when not recorded
+  std::vector<int64_t> batch_rows;     // each batch row's index in the data set
+  std::vector<int64_t> input_shape;
+  std::string input_dtype;
+  std::optional<ReplayRecord> replay;
+};
+
+// Throws FormatError naming the file for a missing, foreign or malformed snapshot.
+SnapshotSummary read_snapshot_summary(const std::string& path);
+
+}  // namespace nanscope::format

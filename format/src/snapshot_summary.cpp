@@ -1,0 +1,105 @@
+#include "nanscope/format/snapshot_summary.hpp"
+
+#include <cstring>
+
+#include "nanscope/format/error.hpp"
+#include "nanscope/format/version.hpp"
+
+namespace nanscope::format {
+
+namespace {
+
+// An integer tensor (any integer dtype) as int64 values.
+std::vector<int64_t> int_values(const TensorData& t, const std::string& path, const std::string& what) {
+  std::vector<int64_t> out(t.numel());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint8_t* p = t.bytes.data() + i * dtype_size(t.dtype);
+    switch (t.dtype) {
+      case DType::int64: { int64_t v; std::memcpy(&v, p, 8); out[i] = v; break; }
+      case DType::int32: { int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
+      case DType::int16: { int16_t v; std::memcpy(&v, p, 2); out[i] = v; break; }
+      case DType::int8: out[i] = int8_t(*p); break;
+      case DType::uint8: out[i] = *p; break;
+      default: throw FormatError(path, what + " is " + dtype_name(t.dtype) + ", expected integers");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_replay_record(const Group& root, const ReplayRecord& r) {
+  root.remove("replay");
+  Group g = root.group("replay");
+  g.set_attr("verdict", r.verdict);
+  g.set_attr("category", r.category);
+  g.set_attr("suggestion", r.suggestion);
+  g.set_attr("reproduced_count", r.reproduced_count);
+  g.set_attr("repeats", r.repeats);
+  g.set_attr("fp32_finite", int64_t(r.fp32_finite));
+  g.set_attr("anomaly", r.anomaly);
+  g.set_attr("fp32_modules", r.fp32_modules);
+  g.set_attr("samples", r.samples);
+  write_capture(g.group("fp32_capture"), r.fp32_capture);
+}
+
+std::optional<ReplayRecord> read_replay_record(const Group& root) {
+  if (!root.has("replay")) return std::nullopt;
+  Group g = root.group("replay");
+  ReplayRecord r;
+  r.verdict = g.attr_string("verdict");
+  r.category = g.attr_string("category");
+  r.suggestion = g.attr_string("suggestion");
+  r.reproduced_count = g.attr_int("reproduced_count");
+  r.repeats = g.attr_int("repeats");
+  r.fp32_finite = g.attr_int("fp32_finite") != 0;
+  r.anomaly = g.attr_string("anomaly");
+  r.fp32_modules = g.attr_string("fp32_modules");
+  r.samples = g.attr_string("samples");
+  if (g.has("fp32_capture")) r.fp32_capture = read_capture(g.group("fp32_capture"));
+  return r;
+}
+
+SnapshotSummary read_snapshot_summary(const std::string& path) {
+  Archive archive = Archive::open(path, kSnapshotFileKind);
+  Group root = archive.root();
+  SnapshotSummary s;
+  s.path = path;
+  s.step = root.attr_int("step");
+  s.precision = root.attr_string("precision");
+  s.loss_scale = root.attr_double("loss_scale");
+  s.lr = root.attr_double("lr");
+  s.clip = root.has_attr("clip") ? root.attr_double("clip") : 0.0;
+  if (root.has("model")) s.model_name = root.group("model").attr_string("name");
+  if (root.has("config")) {
+    Group config = root.group("config");
+    for (const auto& key : config.attr_names()) s.config[key] = config.attr_string(key);
+  }
+  if (!root.has("capture")) throw FormatError(path, "/capture missing");
+  s.capture = read_capture(root.group("capture"));
+  if (root.has("layers")) {
+    Group layers = root.group("layers");
+    const int64_t n = layers.attr_int("count");
+    for (int64_t i = 0; i < n; ++i) s.layer_names.push_back(layers.attr_string("name_" + std::to_string(i)));
+    if (layers.has("grad_norm")) {
+      TensorData t = layers.tensor("grad_norm");
+      if (t.dtype != DType::float32 || t.numel() != n)
+        throw FormatError(path, "/layers/grad_norm is not float32[" + std::to_string(n) + "]");
+      s.layer_grad_norm.resize(n);
+      std::memcpy(s.layer_grad_norm.data(), t.bytes.data(), n * sizeof(float));
+    }
+  }
+  if (root.has("batch")) {
+    Group batch = root.group("batch");
+    if (batch.has("rows")) s.batch_rows = int_values(batch.tensor("rows"), path, "/batch/rows");
+    if (batch.has("inputs")) {
+      TensorData inputs = batch.tensor("inputs");
+      s.input_shape = inputs.shape;
+      s.input_dtype = dtype_name(inputs.dtype);
+    }
+  }
+  s.replay = read_replay_record(root);
+  return s;
+}
+
+}  // namespace nanscope::format

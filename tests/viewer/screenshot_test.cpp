@@ -1,0 +1,196 @@
+// nanscope-view in a real window under Xvfb: the screenshots' pixels show the
+// plots, the heatmap and the snapshot, and bad inputs are reported, not fatal.
+#include <gtest/gtest.h>
+#include <stb/stb_image.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "nanscope/viewer/colormap.hpp"
+#include "synthetic_files.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+const std::string kView = NANSCOPE_VIEW_EXE;
+const std::string kXvfbRun = NANSCOPE_XVFB_RUN;
+
+struct Rgb {
+  int r, g, b;
+};
+
+Rgb rgb_of(uint32_t packed) { return {int(packed & 255), int(packed >> 8 & 255), int(packed >> 16 & 255)}; }
+
+int distance(Rgb a, Rgb b) { return std::abs(a.r - b.r) + std::abs(a.g - b.g) + std::abs(a.b - b.b); }
+
+struct Region {
+  int x = 0, y = 0, w = 0, h = 0;
+};
+
+class Screenshot {
+ public:
+  Screenshot(const std::string& png, const std::string& output) {
+    int channels = 0;
+    pixels_.reset(stbi_load(png.c_str(), &width_, &height_, &channels, 3));
+    std::istringstream lines(output);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream in(line);
+      std::string word, name;
+      Region r;
+      if (in >> word >> name >> r.x >> r.y >> r.w >> r.h && word == "region") regions_[name] = r;
+    }
+  }
+  bool loaded() const { return pixels_ != nullptr; }
+  bool has(const std::string& region) const { return regions_.count(region) > 0; }
+  Region region(const std::string& name) const { return regions_.at(name); }
+  Rgb at(int x, int y) const {
+    const unsigned char* p = pixels_.get() + (size_t(y) * width_ + x) * 3;
+    return {p[0], p[1], p[2]};
+  }
+  // Pixels of `region` within `tolerance` (sum of channel differences) of `color`.
+  int count(const Region& r, Rgb color, int tolerance = 40) const {
+    int n = 0;
+    for_each(r, [&](Rgb p) { n += distance(p, color) <= tolerance; });
+    return n;
+  }
+  template <typename Fn>
+  void for_each(const Region& r, Fn fn) const {
+    for (int y = std::max(0, r.y); y < std::min(height_, r.y + r.h); ++y)
+      for (int x = std::max(0, r.x); x < std::min(width_, r.x + r.w); ++x) fn(at(x, y));
+  }
+
+ private:
+  struct Free {
+    void operator()(unsigned char* p) const { stbi_image_free(p); }
+  };
+  std::unique_ptr<unsigned char, Free> pixels_;
+  int width_ = 0, height_ = 0;
+  std::map<std::string, Region> regions_;
+};
+
+// Runs nanscope-view on `inputs` under Xvfb and returns its exit code and output.
+test::CommandResult view(const std::string& inputs, const std::string& png, const std::string& extra = "") {
+  return test::run_command(kXvfbRun + " -a -s '-screen 0 1600x1000x24' " + kView + " " + inputs +
+                           " --screenshot " + png + " --frames 4 " + extra);
+}
+
+// How much of a region is drawn in the heatmap's colour map.
+double colormap_share(const Screenshot& shot, const Region& r, std::set<int>* distinct) {
+  std::vector<Rgb> map;
+  for (int i = 0; i <= 64; ++i) map.push_back(rgb_of(viewer::colormap(float(i) / 64)));
+  int on_map = 0, total = 0;
+  shot.for_each(r, [&](Rgb p) {
+    ++total;
+    for (const Rgb& m : map)
+      if (distance(p, m) <= 24) {
+        ++on_map;
+        if (distinct) distinct->insert(p.r << 16 | p.g << 8 | p.b);
+        break;
+      }
+  });
+  return total ? double(on_map) / total : 0;
+}
+
+class ViewerScreenshot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kXvfbRun.empty()) GTEST_SKIP() << "xvfb-run not installed (apt-get install xvfb xauth)";
+  }
+};
+
+const Rgb kRunColor = rgb_of(viewer::rgba(80, 160, 255));
+const Rgb kNaN = rgb_of(viewer::kNaNColor);
+
+}  // namespace
+
+// The bundled fine-tune with its planted fault (log of a GELU output at step
+// 40), replayed, then shown: the sample run a user would look at.
+TEST_F(ViewerScreenshot, SampleRunShowsLossCurveNaNMarkerAndHeatmap) {
+  test::TempDir dir;
+  const std::string run = dir.file("run");
+  auto train = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
+                                 "/configs/gpt-finetune-fault.toml --steps 60 --act-absmax-every 5 --run-dir " + run);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  auto r = view(run, dir.file("run.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("run.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("plot.loss") && shot.has("heatmap") && shot.has("plot.act_absmax")) << r.output;
+
+  // The loss curve is drawn in the run's colour, and step 40's NaN is marked.
+  const Region loss = shot.region("plot.loss");
+  EXPECT_GT(shot.count(loss, kRunColor), loss.w / 2) << r.output;
+  EXPECT_GT(shot.count({loss.x, loss.y, loss.w, 8}, kNaN, 10), 5);
+  // The NaN marker sits at step 40 of 60 (the plot spans steps 0-60).
+  const int nan_x = loss.x + int(40.5 / 60.0 * loss.w);
+  EXPECT_GT(shot.count({nan_x - 6, loss.y, 12, 8}, kNaN, 10), 5);
+
+  // The heatmap is the colour map almost everywhere, many shades of it, with
+  // the NaN step a column in the NaN colour through every layer.
+  const Region heat = shot.region("heatmap");
+  std::set<int> distinct;
+  EXPECT_GT(colormap_share(shot, heat, &distinct), 0.85);
+  EXPECT_GT(distinct.size(), 40u);
+  const int column = heat.x + int(40.5 / 60.0 * heat.w);
+  EXPECT_GT(shot.count({column - 2, heat.y, 5, heat.h}, kNaN, 10), heat.h);
+
+  // The activation plot draws the fp16 limit as a headroom line.
+  EXPECT_GT(shot.count(shot.region("plot.act_absmax"), rgb_of(viewer::rgba(255, 120, 40)), 30), 100);
+}
+
+TEST_F(ViewerScreenshot, SnapshotShowsLayerNormsWithTheNaNLayer) {
+  test::TempDir dir;
+  const std::string snapshot = dir.file("step-0000150.h5");
+  test::write_synthetic_snapshot(snapshot, 150, 8, /*replayed=*/true);
+  auto r = view(snapshot, dir.file("snapshot.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("snapshot.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("snapshot.layers")) << "the Snapshot tab opens for a snapshot alone\n" << r.output;
+  const Region bars = shot.region("snapshot.layers");
+  // 8 bars, one row each: layer 1 (the second row) is NaN, the others finite.
+  const int row = bars.h / 8;
+  EXPECT_GT(shot.count({bars.x, bars.y + row, bars.w, row}, kNaN, 10), bars.w / 2);
+  EXPECT_EQ(shot.count({bars.x, bars.y + 3 * row, bars.w, row}, kNaN, 10), 0);
+  EXPECT_GT(colormap_share(shot, {bars.x, bars.y + 7 * row + 1, 20, row - 2}, nullptr), 0.9);
+}
+
+TEST_F(ViewerScreenshot, BadFileIsReportedAndTheGoodRunStillShown) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "run");
+  test::write_synthetic_run(dir.file("run/run.h5"), 400, 12, 250);
+  const std::string bad = dir.file("garbage.h5");
+  std::ofstream(bad) << "this is not HDF5";
+  auto r = view(dir.file("run") + " " + bad, dir.file("bad.png"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("garbage.h5': not an HDF5 file"), std::string::npos) << r.output;
+  Screenshot shot(dir.file("bad.png"), r.output);
+  ASSERT_TRUE(shot.loaded()) << "the screenshot is still written";
+  const Region loss = shot.region("plot.loss");
+  EXPECT_GT(shot.count(loss, kRunColor), loss.w / 2);
+  const int nan_x = loss.x + int(250.5 / 400.0 * loss.w);
+  EXPECT_GT(shot.count({nan_x - 6, loss.y, 12, 8}, kNaN, 10), 5);
+}
+
+TEST(ViewerCli, WithoutADisplayItSaysSoAndExitsOne) {
+  auto r = test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY " + kView + " /nonexistent");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("xvfb-run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << "the bad input is reported too";
+}
+
+TEST(ViewerCli, NoInputIsAUsageError) {
+  auto r = test::run_command(kView);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("paths is required"), std::string::npos) << r.output;
+}

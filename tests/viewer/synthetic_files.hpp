@@ -1,0 +1,108 @@
+#pragma once
+// Run files and snapshots with known contents, written through the format
+// library (no LibTorch, no trainer), for the viewer's tests.
+#include <cmath>
+#include <string>
+
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/format/version.hpp"
+
+namespace nanscope::test {
+
+inline format::RunHeader synthetic_header(size_t layers) {
+  format::RunHeader header;
+  for (size_t l = 0; l < layers; ++l) header.layer_names.push_back("blocks." + std::to_string(l) + ".fc");
+  header.record_act_absmax = true;
+  header.config = {{"model", "synthetic"}};
+  return header;
+}
+
+// Step s: loss falls, layer l's norm is (l+1)/10 growing slowly; step
+// `nan_step` has a NaN loss, grad norm and layer-2 norm.
+inline format::StepRow synthetic_row(int64_t s, size_t layers, int64_t nan_step = -1) {
+  format::StepRow row;
+  row.step = s;
+  row.loss = 5.0 * std::exp(-0.01 * double(s)) + 0.1;
+  row.lr = 1e-3;
+  row.loss_scale = 65536;
+  row.grad_norm = 1.0 + 0.001 * double(s);
+  row.amp = format::AmpMode::bf16;
+  row.step_time = 0.01;
+  for (size_t l = 0; l < layers; ++l) {
+    row.layer_grad_norm.push_back(float((l + 1) * 0.1 * (1.0 + 0.002 * double(s))));
+    row.layer_act_absmax.push_back(s % 5 == 0 ? float(10 * (l + 1)) : NAN);
+  }
+  if (s == nan_step) {
+    row.loss = NAN;
+    row.grad_norm = NAN;
+    row.skipped = true;
+    if (layers > 2) row.layer_grad_norm[2] = NAN;
+  }
+  return row;
+}
+
+inline void write_synthetic_run(const std::string& path, int64_t steps, size_t layers, int64_t nan_step) {
+  format::RunWriter writer(path, synthetic_header(layers), 64);
+  for (int64_t s = 0; s < steps; ++s) {
+    writer.append(synthetic_row(s, layers, nan_step));
+    if (s == nan_step) writer.event({s, "skip", "non-finite loss; step skipped"});
+  }
+}
+
+// A snapshot as the probe writes it (the parts the viewer reads): a NaN born
+// in aten::log in blocks.1.fc, a two-op trail, layer norms with a NaN, and,
+// when `replayed`, replay's record.
+inline void write_synthetic_snapshot(const std::string& path, int64_t step, size_t layers, bool replayed) {
+  format::Archive archive = format::Archive::create(path, format::kSnapshotFileKind);
+  format::Group root = archive.root();
+  root.set_attr("step", step);
+  root.set_attr("precision", std::string("bf16"));
+  root.set_attr("loss_scale", 1.0);
+  root.set_attr("lr", 1e-3);
+  root.set_attr("clip", 1.0);
+  root.group("model").set_attr("name", std::string("synthetic"));
+  format::Capture capture;
+  capture.reproduced = true;
+  capture.ops_seen = 42;
+  format::OpRecord before;
+  before.index = 40;
+  before.op = "aten::gelu";
+  before.phase = "forward";
+  before.module = "blocks.1.fc";
+  before.output = {"bfloat16", {16, 64}, -0.2, 3.0, 3.0, 0, 0};
+  format::Birth birth;
+  birth.op = before;
+  birth.op.index = 41;
+  birth.op.op = "aten::log";
+  birth.op.output = {"bfloat16", {16, 64}, -14, 1.1, 14, 37, 0};
+  birth.kind = "nan";
+  birth.inputs = {before.output};
+  capture.first_birth = capture.first_nan_birth = birth;
+  capture.trail = {before, birth.op};
+  format::write_capture(root.group("capture"), capture);
+  format::Group layer_group = root.group("layers");
+  layer_group.set_attr("count", int64_t(layers));
+  std::vector<float> norms;
+  for (size_t l = 0; l < layers; ++l) {
+    layer_group.set_attr("name_" + std::to_string(l), "blocks." + std::to_string(l) + ".fc");
+    norms.push_back(l == 1 ? NAN : float(0.1 * (l + 1)));
+  }
+  layer_group.put_tensor("grad_norm", format::DType::float32, {int64_t(layers)}, norms.data());
+  const std::vector<int64_t> rows = {7, 3, 11, 5};
+  root.group("batch").put_tensor("rows", format::DType::int64, {4}, rows.data());
+  if (replayed) {
+    format::ReplayRecord record;
+    record.verdict = "model_or_data";
+    record.category = "log_nonpositive";
+    record.suggestion = "clamp the input of aten::log in blocks.1.fc";
+    record.reproduced_count = 3;
+    record.repeats = 3;
+    record.samples = "2";
+    format::write_replay_record(root, record);
+  }
+  archive.close();
+}
+
+}  // namespace nanscope::test

@@ -1,0 +1,135 @@
+// The viewer's ViewModel: what it opens, what it refuses, and live follow.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../test_paths.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/viewer/view_model.hpp"
+#include "synthetic_files.hpp"
+
+using namespace nanscope;
+using viewer::ViewModel;
+
+namespace {
+
+bool mentions(const std::vector<std::string>& errors, const std::string& path, const std::string& what) {
+  for (const auto& e : errors)
+    if (e.find(path) != std::string::npos && e.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(ViewModel, OpensARunDirectoryWithItsSnapshots) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "run/snapshots");
+  test::write_synthetic_run(dir.file("run/run.h5"), 300, 6, 150);
+  test::write_synthetic_snapshot(dir.file("run/snapshots/step-0000150.h5"), 150, 6, true);
+  ViewModel model;
+  ASSERT_TRUE(model.open({dir.file("run")}));
+  ASSERT_EQ(model.runs.size(), 1u);
+  EXPECT_EQ(model.runs[0].label(), "run");
+  EXPECT_EQ(model.runs[0].data().rows(), 300u);
+  EXPECT_EQ(model.runs[0].first_nonfinite_step(), 150);
+  EXPECT_EQ(model.runs[0].grad_norms().layers(), 6u);
+  EXPECT_DOUBLE_EQ(model.step_extent().hi, 300);
+  ASSERT_EQ(model.snapshots.size(), 1u);
+  const auto& s = *model.snapshots[0].summary;
+  EXPECT_EQ(model.snapshots[0].run, 0);
+  EXPECT_EQ(s.step, 150);
+  EXPECT_EQ(s.capture.first_birth->op.op, "aten::log");
+  EXPECT_EQ(s.capture.first_birth->op.module, "blocks.1.fc");
+  EXPECT_EQ(s.capture.trail.size(), 2u);
+  EXPECT_TRUE(std::isnan(s.layer_grad_norm[1]));
+  EXPECT_EQ(s.batch_rows, (std::vector<int64_t>{7, 3, 11, 5}));
+  ASSERT_TRUE(s.replay);
+  EXPECT_EQ(s.replay->verdict, "model_or_data");
+  EXPECT_EQ(s.replay->samples, "2");
+}
+
+TEST(ViewModel, BadInputsBecomeErrorsAndTheRestStillOpen) {
+  test::TempDir dir;
+  const std::string good = dir.file("good.h5"), corrupt = dir.file("corrupt.h5"),
+                    truncated = dir.file("truncated.h5"), text = dir.file("notes.txt"),
+                    checkpoint = dir.file("ckpt.h5"), empty_dir = dir.file("empty");
+  test::write_synthetic_run(good, 50, 3, -1);
+  test::write_synthetic_run(truncated, 500, 3, -1);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
+  {
+    std::ifstream in(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    for (size_t i = 2048; i < bytes.size(); i += 7) bytes[i] = char(bytes[i] ^ 0x5a);
+    std::ofstream(corrupt, std::ios::binary) << bytes;
+  }
+  std::ofstream(text) << "not a run";
+  format::Archive::create(checkpoint, format::kCheckpointFileKind).close();
+  std::filesystem::create_directories(empty_dir);
+
+  ViewModel model;
+  EXPECT_FALSE(model.open({good, corrupt, truncated, text, checkpoint, empty_dir, dir.file("missing.h5")}));
+  ASSERT_EQ(model.runs.size(), 1u);
+  EXPECT_EQ(model.runs[0].data().rows(), 50u);
+  EXPECT_TRUE(mentions(model.errors(), text, "not an HDF5 file"));
+  EXPECT_TRUE(mentions(model.errors(), checkpoint, "nanscope-checkpoint"));
+  EXPECT_TRUE(mentions(model.errors(), empty_dir, "no run.h5"));
+  EXPECT_TRUE(mentions(model.errors(), dir.file("missing.h5"), "no such file"));
+  EXPECT_TRUE(mentions(model.errors(), corrupt, ""));
+  EXPECT_TRUE(mentions(model.errors(), truncated, ""));
+  EXPECT_EQ(model.errors().size(), 6u);  // one line per bad input
+}
+
+TEST(ViewModel, FollowsALiveRunAndPicksUpNewSnapshots) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "run/snapshots");
+  const std::string path = dir.file("run/run.h5");
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    format::RunWriter writer(path, test::synthetic_header(4), /*flush_every=*/8);
+    for (int64_t s = 0; s < 16; ++s) writer.append(test::synthetic_row(s, 4));
+    char c = 'x';
+    (void)!write(to_parent[1], &c, 1);
+    (void)!read(to_child[0], &c, 1);
+    for (int64_t s = 16; s < 40; ++s) writer.append(test::synthetic_row(s, 4, 30));
+    writer.event({30, "skip", "non-finite"});
+    writer.flush();
+    test::write_synthetic_snapshot(dir.file("run/snapshots/step-0000030.h5"), 30, 4, false);
+    (void)!write(to_parent[1], &c, 1);
+    std::this_thread::sleep_for(std::chrono::seconds(30));  // killed by the parent
+    _exit(0);
+  }
+  char c = 'x';
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  ViewModel model;
+  ASSERT_TRUE(model.open({dir.file("run")}));
+  ASSERT_EQ(model.runs[0].data().rows(), 16u);
+  EXPECT_TRUE(model.snapshots.empty());
+  EXPECT_FALSE(model.poll());
+  ASSERT_EQ(write(to_child[1], &c, 1), 1);
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  EXPECT_TRUE(model.poll());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  const auto& run = model.runs[0];
+  EXPECT_EQ(run.data().rows(), 40u);
+  EXPECT_EQ(run.rows_since_open(), 24u);
+  EXPECT_EQ(run.first_nonfinite_step(), 30);
+  EXPECT_EQ(run.grad_norms().rows(), 40u);
+  EXPECT_TRUE(std::isnan(run.grad_norms().max_over(2, 28, 32, 1)));
+  ASSERT_EQ(run.data().events.size(), 1u);
+  ASSERT_EQ(model.snapshots.size(), 1u);
+  EXPECT_EQ(model.snapshots[0].summary->step, 30);
+  EXPECT_FALSE(model.snapshots[0].summary->replay);
+  // The writer is gone (SIGKILL): the rows read so far stay, polling is harmless.
+  model.poll();
+  EXPECT_EQ(model.runs[0].data().rows(), 40u);
+}

@@ -1,0 +1,55 @@
+#pragma once
+// One run file in the viewer: its rows (followed while the run is written),
+// the pyramids the heatmaps read, and the error that stopped it, if any. A run
+// that goes bad while followed keeps every row read before.
+#include <memory>
+#include <string>
+
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/viewer/axes.hpp"
+#include "nanscope/viewer/layer_pyramid.hpp"
+
+namespace nanscope::viewer {
+
+class RunSource {
+ public:
+  // Never throws: a file that cannot be read keeps its message in error().
+  explicit RunSource(const std::string& path);
+  RunSource(RunSource&&) noexcept;
+  RunSource& operator=(RunSource&&) noexcept;
+  ~RunSource();
+
+  const std::string& path() const { return path_; }
+  // The run directory's name (or the file's), for legends.
+  const std::string& label() const { return label_; }
+  const std::string& error() const { return error_; }
+  bool has_data() const { return follower_ != nullptr; }
+  const format::RunData& data() const;
+
+  // Reads rows appended since the last poll and extends the pyramids; returns
+  // how many. A read error stops following and sets error().
+  size_t poll();
+  bool following() const { return following_; }
+  // Rows that arrived after the file was opened: the run is live.
+  size_t rows_since_open() const { return data().rows() - rows_at_open_; }
+
+  const LayerPyramid& grad_norms() const { return grad_norms_; }
+  const LayerPyramid& act_absmax() const { return act_absmax_; }
+  // Steps [first, last]; {0, 1} for an empty run.
+  AxisRange step_extent() const;
+  // The first step whose loss or global grad norm is not finite; -1 if none.
+  int64_t first_nonfinite_step() const { return first_nonfinite_step_; }
+
+ private:
+  void absorb_new_rows(size_t from);
+
+  std::string path_, label_, error_;
+  std::unique_ptr<format::RunFollower> follower_;
+  bool following_ = false;
+  size_t rows_at_open_ = 0;
+  LayerPyramid grad_norms_{false};
+  LayerPyramid act_absmax_{true};
+  int64_t first_nonfinite_step_ = -1;
+};
+
+}  // namespace nanscope::viewer

@@ -1,0 +1,71 @@
+#include "nanscope/viewer/run_source.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include "nanscope/format/error.hpp"
+
+namespace nanscope::viewer {
+
+namespace {
+std::string label_for(const std::string& path) {
+  std::filesystem::path p(path);
+  // run/run.h5 is named after its directory; any other file after itself.
+  if (p.filename() == "run.h5" && p.has_parent_path() && !p.parent_path().filename().empty())
+    return p.parent_path().filename().string();
+  return p.filename().string();
+}
+}  // namespace
+
+RunSource::RunSource(const std::string& path) : path_(path), label_(label_for(path)) {
+  try {
+    follower_ = std::make_unique<format::RunFollower>(path);
+    following_ = true;
+    rows_at_open_ = follower_->data().rows();
+    absorb_new_rows(0);
+  } catch (const format::FormatError& e) {
+    error_ = e.what();
+  } catch (const std::exception& e) {
+    error_ = "'" + path + "': " + e.what();
+  }
+}
+
+RunSource::RunSource(RunSource&&) noexcept = default;
+RunSource& RunSource::operator=(RunSource&&) noexcept = default;
+RunSource::~RunSource() = default;
+
+const format::RunData& RunSource::data() const {
+  static const format::RunData empty;
+  return follower_ ? follower_->data() : empty;
+}
+
+size_t RunSource::poll() {
+  if (!following_) return 0;
+  const size_t before = data().rows();
+  try {
+    const size_t added = follower_->refresh();
+    if (added > 0) absorb_new_rows(before);
+    return added;
+  } catch (const std::exception& e) {
+    following_ = false;
+    error_ = std::string("stopped following: ") + e.what();
+    return 0;
+  }
+}
+
+void RunSource::absorb_new_rows(size_t from) {
+  const format::RunData& run = data();
+  const size_t layers = run.layer_names.size();
+  grad_norms_.update(run.layer_grad_norm, run.rows(), run.layer_grad_norm.empty() ? 0 : layers);
+  act_absmax_.update(run.layer_act_absmax, run.rows(), run.layer_act_absmax.empty() ? 0 : layers);
+  for (size_t i = from; i < run.rows() && first_nonfinite_step_ < 0; ++i)
+    if (!std::isfinite(run.loss[i]) || !std::isfinite(run.grad_norm[i])) first_nonfinite_step_ = run.step[i];
+}
+
+AxisRange RunSource::step_extent() const {
+  const format::RunData& run = data();
+  if (run.rows() == 0) return {0, 1};
+  return {double(run.step.front()), double(run.step.back()) + 1};
+}
+
+}  // namespace nanscope::viewer
