@@ -9,6 +9,8 @@ packages=(
   libcli11-dev libgtest-dev libgmock-dev
   python3-torch python3-h5py python3-numpy # TorchScript fixtures and the Python baseline
   debootstrap                              # the LibTorch 2.x lane's chroot
+  libimgui-dev libglfw3-dev libstb-dev libgl-dev  # nanscope-view: Dear ImGui 1.86 (+GLFW/OpenGL3 backends)
+  libgl1-mesa-dri xvfb xauth               # a software-GL X server for screenshots and tests without a display
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, from a fresh Debian bookworm machine (root): install, build,
-# then an instrumented fine-tune of the bundled gpt sample with a planted fault.
+# then an instrumented fine-tune of the bundled gpt sample with a planted fault,
+# its replay, and the viewer (a screenshot; the window too when a display is present).
 # Output goes to OUT_DIR (default ./nanscope-demo).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,3 +32,16 @@ PY
 snapshot=$(ls "$out"/finetune/snapshots/step-*.h5 | head -1)
 echo "== replay of $snapshot (offline, from the snapshot alone)"
 "${BUILD_DIR:-$repo/build}/replay/nanscope-replay" "$snapshot"
+
+view="${BUILD_DIR:-$repo/build}/viewer/nanscope-view"
+echo "== the viewer: $out/finetune-view.png (the run; its snapshot is under the Snapshot tab)"
+if [ -n "${DISPLAY:-}" ]; then
+  "$view" "$out/finetune" --screenshot "$out/finetune-view.png" --frames 5
+  echo "== opening nanscope-view on $out/finetune (close the window to finish)"
+  "$view" "$out/finetune"
+else
+  # No display: a software-GL X server (Xvfb) renders the same window.
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$view" "$out/finetune" --screenshot "$out/finetune-view.png" --frames 5
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$view" "$out/finetune" --show snapshot \
+    --screenshot "$out/finetune-snapshot.png" --frames 5
+fi

@@ -243,3 +243,18 @@ TEST(LayerTable, SortsByNormAndByGrowthWithANaNLayerFirst) {
   layer_rows(run, 2, rows);      // the last 2 steps only: a grows 3 -> 4
   EXPECT_NEAR(rows[0].growth, 4.0 / 3.0, 1e-12);
 }
+
+TEST(Colormap, TheHeatmapsFastColoursMatchTheExactOnes) {
+  const LogScale scale{1e-4, 1e2};
+  const HeatColorizer fast(scale, /*nan_is_missing=*/false);
+  auto channel_gap = [](uint32_t a, uint32_t b) {
+    int worst = 0;
+    for (int shift : {0, 8, 16}) worst = std::max(worst, std::abs(int(a >> shift & 255) - int(b >> shift & 255)));
+    return worst;
+  };
+  for (double v = 1e-5; v < 1e3; v *= 1.07)
+    EXPECT_LE(channel_gap(fast(float(v)), heat_color(float(v), scale, false)), 4) << v;
+  EXPECT_EQ(fast(NAN), kNaNColor);
+  EXPECT_EQ(fast(INFINITY), kInfColor);
+  EXPECT_EQ(HeatColorizer(scale, true)(NAN), kMissingColor);
+}

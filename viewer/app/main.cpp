@@ -97,6 +97,8 @@ int run_viewer(const ViewerOptions& options) {
           std::fprintf(stderr, "nanscope-view: %s\n", model.errors()[errors_reported].c_str());
       }
 
+      const bool last_frame = !options.screenshot.empty() && frame + 1 >= options.frames;
+      if (last_frame) ui.regions.clear();  // report only what the screenshot shows
       const auto build_start = std::chrono::steady_clock::now();
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
@@ -115,7 +117,7 @@ int run_viewer(const ViewerOptions& options) {
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 
-      if (!options.screenshot.empty() && frame + 1 >= options.frames) {
+      if (last_frame) {
         glFinish();
         const std::string error = write_framebuffer_png(options.screenshot, fb_width, fb_height);
         if (!error.empty()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace nanscope::viewer {
 
@@ -38,6 +39,36 @@ uint32_t heat_color(float value, const LogScale& scale, bool nan_is_missing) {
   if (std::isnan(value)) return nan_is_missing ? kMissingColor : kNaNColor;
   if (std::isinf(value)) return kInfColor;
   return colormap(scale.position(value));
+}
+
+namespace {
+// log2 from the float's exponent plus a quadratic in its mantissa, exact at
+// powers of two.
+float fast_log2(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const float exponent = float(int((bits >> 23) & 255) - 127);
+  bits = (bits & 0x7FFFFFu) | 0x3F800000u;
+  float mantissa;
+  std::memcpy(&mantissa, &bits, sizeof mantissa);
+  const float f = mantissa - 1.0f;
+  return exponent + f * (1.3465f - 0.3465f * f);
+}
+}  // namespace
+
+HeatColorizer::HeatColorizer(const LogScale& scale, bool nan_is_missing)
+    : log2_lo_(float(std::log2(scale.lo))),
+      per_octave_(float(255.0 / (std::log2(scale.hi) - std::log2(scale.lo)))),
+      nan_is_missing_(nan_is_missing) {
+  for (int i = 0; i < 256; ++i) table_[i] = colormap(float(i) / 255.0f);
+}
+
+uint32_t HeatColorizer::operator()(float value) const {
+  if (std::isnan(value)) return nan_is_missing_ ? kMissingColor : kNaNColor;
+  if (std::isinf(value)) return kInfColor;
+  if (!(value > 0)) return table_[0];
+  const float index = (fast_log2(value) - log2_lo_) * per_octave_;
+  return table_[index <= 0 ? 0 : index >= 255 ? 255 : int(index + 0.5f)];
 }
 
 }  // namespace nanscope::viewer

@@ -18,16 +18,19 @@ void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0
   if (columns == 0 || layers == 0 || rows == 0 || !(x1 > x0)) return;
   const double step_width = (x1 - x0) / double(columns);
   const double rows_per_pixel = step_width;  // steps are consecutive rows
+  const HeatColorizer color(scale, pyramid.nan_is_missing());
   // Step s covers [s, s+1): zoomed in, one step fills several pixel columns.
   for (size_t c = 0; c < columns; ++c) {
     const double a = x0 + double(c) * step_width, b = a + step_width;
     const size_t row_begin = first_at_or_after(steps, rows, std::nextafter(a - 1, b));
     const size_t row_end = first_at_or_after(steps, rows, b);
     if (row_end > row_begin) {
+      image.column.resize(layers);
+      pyramid.max_over_all(row_begin, row_end, rows_per_pixel, image.column.data());
       for (size_t l = 0; l < layers; ++l) {
-        const float v = pyramid.max_over(l, row_begin, row_end, rows_per_pixel);
+        const float v = image.column[l];
         image.value[l * columns + c] = v;
-        image.rgba[l * columns + c] = heat_color(v, scale, pyramid.nan_is_missing());
+        image.rgba[l * columns + c] = color(v);
       }
     }
   }

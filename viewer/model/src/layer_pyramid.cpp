@@ -76,4 +76,23 @@ float LayerPyramid::max_over(size_t layer, size_t row_begin, size_t row_end,
   return best;
 }
 
+void LayerPyramid::max_over_all(size_t row_begin, size_t row_end, double rows_per_pixel,
+                                float* out) const {
+  row_end = std::min(row_end, rows_);
+  if (row_begin >= row_end) {
+    std::fill(out, out + layers_, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  size_t k = 0;
+  while (k + 1 < levels() && double(size_t(1) << (k + 1)) <= rows_per_pixel) ++k;
+  const float* data = level(k);
+  const size_t begin = row_begin >> k;
+  const size_t end = std::min(rows_at(k), ((row_end - 1) >> k) + 1);
+  std::copy(data + begin * layers_, data + (begin + 1) * layers_, out);
+  for (size_t i = begin + 1; i < end; ++i) {
+    const float* row = data + i * layers_;
+    for (size_t l = 0; l < layers_; ++l) out[l] = combine(out[l], row[l]);
+  }
+}
+
 }  // namespace nanscope::viewer

@@ -15,6 +15,7 @@ struct HeatmapImage {
   size_t columns = 0, rows = 0;  // rows: one per layer, top to bottom
   std::vector<float> value;      // [rows x columns], for hover read-outs
   std::vector<uint32_t> rgba;    // [rows x columns], the texture
+  std::vector<float> column;     // scratch: one pixel column, all layers
   float at(size_t row, size_t column) const { return value[row * columns + column]; }
 };
 

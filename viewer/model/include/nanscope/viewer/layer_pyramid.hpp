@@ -28,6 +28,9 @@ class LayerPyramid {
   // the ends may reach slightly past the range: a heatmap pixel then shows its
   // neighbour's peak, never hides one. NaN when the range holds nothing.
   float max_over(size_t layer, size_t row_begin, size_t row_end, double rows_per_pixel) const;
+  // The same for every layer at once (out: layers() values): one pass over
+  // contiguous rows, the heatmap's inner loop.
+  void max_over_all(size_t row_begin, size_t row_end, double rows_per_pixel, float* out) const;
 
   // The smallest and largest finite positive values seen (the colour scale).
   double finite_min() const { return finite_min_; }
