@@ -1,10 +1,10 @@
 #include "nanscope/probe/snapshot.hpp"
 
 #include <cstdio>
-#include <cstring>
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 
@@ -99,16 +99,24 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
 }
 
 SnapshotContents read_snapshot(const std::string& path) {
+  // What a person reads (how the step ran, capture, layer norms) comes through
+  // the format library's one reader, the viewer's too; the tensors are read here.
+  format::SnapshotSummary summary = format::read_snapshot_summary(path);
+  SnapshotContents s;
+  s.step = summary.step;
+  s.precision = summary.precision;
+  s.loss_scale = summary.loss_scale;
+  s.lr = summary.lr;
+  s.clip = summary.clip;
+  s.model_name = summary.model_name;
+  s.config = std::move(summary.config);
+  s.capture = std::move(summary.capture);
+  s.layer_names = std::move(summary.layer_names);
+  s.layer_grad_norm = std::move(summary.layer_grad_norm);
+
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind);
   format::Group root = archive.root();
-  SnapshotContents s;
-  s.step = root.attr_int("step");
-  s.precision = root.attr_string("precision");
-  s.loss_scale = root.attr_double("loss_scale");
-  s.lr = root.attr_double("lr");
-  s.clip = root.attr_double("clip");
   format::Group model = root.group("model");
-  s.model_name = model.attr_string("name");
   format::Group hparams = model.group("hparams");
   for (const auto& k : hparams.attr_names()) s.model_hparams[k] = hparams.attr_int(k);
   if (model.has("torchscript")) s.torchscript_bytes = model.blob("torchscript");
@@ -123,17 +131,6 @@ SnapshotContents read_snapshot(const std::string& path) {
   s.batch_rows = get_tensor(batch, "rows");
   format::Group rng = root.group("rng");
   if (rng.has("cpu_state")) s.cpu_rng_state = get_tensor(rng, "cpu_state");
-  format::Group config = root.group("config");
-  for (const auto& k : config.attr_names()) s.config[k] = config.attr_string(k);
-  s.capture = format::read_capture(root.group("capture"));
-  format::Group layers = root.group("layers");
-  const int64_t n = layers.attr_int("count");
-  for (int64_t i = 0; i < n; ++i) s.layer_names.push_back(layers.attr_string("name_" + std::to_string(i)));
-  if (layers.has("grad_norm")) {
-    format::TensorData t = layers.tensor("grad_norm");
-    s.layer_grad_norm.resize(t.bytes.size() / sizeof(float));
-    std::memcpy(s.layer_grad_norm.data(), t.bytes.data(), t.bytes.size());
-  }
   return s;
 }
 
