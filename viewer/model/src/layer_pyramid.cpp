@@ -62,15 +62,18 @@ void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t l
   coarse_.resize(k - 1);
 }
 
+LayerPyramid::Blocks LayerPyramid::blocks_covering(size_t row_begin, size_t row_end,
+                                                   double rows_per_pixel) const {
+  size_t k = 0;
+  while (k + 1 < levels() && double(size_t(1) << (k + 1)) <= rows_per_pixel) ++k;
+  return {level(k), row_begin >> k, std::min(rows_at(k), ((row_end - 1) >> k) + 1)};
+}
+
 float LayerPyramid::max_over(size_t layer, size_t row_begin, size_t row_end,
                              double rows_per_pixel) const {
   row_end = std::min(row_end, rows_);
   if (layer >= layers_ || row_begin >= row_end) return std::numeric_limits<float>::quiet_NaN();
-  size_t k = 0;
-  while (k + 1 < levels() && double(size_t(1) << (k + 1)) <= rows_per_pixel) ++k;
-  const float* data = level(k);
-  const size_t begin = row_begin >> k;
-  const size_t end = std::min(rows_at(k), ((row_end - 1) >> k) + 1);
+  const auto [data, begin, end] = blocks_covering(row_begin, row_end, rows_per_pixel);
   float best = data[begin * layers_ + layer];
   for (size_t i = begin + 1; i < end; ++i) best = combine(best, data[i * layers_ + layer]);
   return best;
@@ -83,11 +86,7 @@ void LayerPyramid::max_over_all(size_t row_begin, size_t row_end, double rows_pe
     std::fill(out, out + layers_, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  size_t k = 0;
-  while (k + 1 < levels() && double(size_t(1) << (k + 1)) <= rows_per_pixel) ++k;
-  const float* data = level(k);
-  const size_t begin = row_begin >> k;
-  const size_t end = std::min(rows_at(k), ((row_end - 1) >> k) + 1);
+  const auto [data, begin, end] = blocks_covering(row_begin, row_end, rows_per_pixel);
   std::copy(data + begin * layers_, data + (begin + 1) * layers_, out);
   for (size_t i = begin + 1; i < end; ++i) {
     const float* row = data + i * layers_;

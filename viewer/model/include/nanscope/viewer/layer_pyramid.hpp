@@ -41,6 +41,13 @@ class LayerPyramid {
 
  private:
   const float* level(size_t k) const { return k == 0 ? base_ : coarse_[k - 1].data(); }
+  // The coarsest level whose blocks are no longer than rows_per_pixel, and its
+  // blocks [begin, end) that cover rows [row_begin, row_end) (non-empty).
+  struct Blocks {
+    const float* data;
+    size_t begin, end;
+  };
+  Blocks blocks_covering(size_t row_begin, size_t row_end, double rows_per_pixel) const;
 
   bool nan_is_missing_;
   const float* base_ = nullptr;
