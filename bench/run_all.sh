@@ -8,3 +8,5 @@ echo "== probe overhead and capture cost (C++, one process)"
 "$build/bench/probe_overhead" 7 20 "${THREADS:-2}"
 echo "== nanscope-train vs the same loop in Python PyTorch"
 "$repo/bench/train_vs_python.sh" "$build" 5
+echo "== data-parallel scaling: 1, 2, 4 ranks over c10d Gloo"
+"$repo/bench/dist_scaling.sh" "$build" 3

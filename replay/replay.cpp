@@ -11,6 +11,7 @@
 #include "bisect.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/torch_compat.hpp"
@@ -42,11 +43,12 @@ std::string anomaly_message(ReplaySetup& setup) {
 }
 
 // "grad norm 1.2 at step 10 -> 4.4e+06 at step 12 (x3.7e+06 over 2 steps)"
-// when run.h5 sits beside the snapshots/ folder and the norm rose 10x or more.
+// when the run file that wrote the snapshot sits beside its snapshots/ folder
+// (run.h5, or run-rank-R.h5 for a rank's snapshot) and the norm rose 10x or more.
 std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
   namespace fs = std::filesystem;
-  const fs::path run = fs::path(snapshot_path).parent_path().parent_path() / "run.h5";
-  if (!fs::exists(run)) return "";
+  const fs::path run = format::run_file_beside_snapshot(snapshot_path);
+  if (run.empty() || !fs::exists(run)) return "";
   try {
     format::RunData r = format::read_run(run.string());
     int64_t first = -1, last = -1;
@@ -61,7 +63,7 @@ std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
     const double rise = r.grad_norm[last] / r.grad_norm[first];
     if (rise < 10) return "";
     std::ostringstream s;
-    s << "run.h5: grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> " << r.grad_norm[last]
+    s << run.filename().string() << ": grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> " << r.grad_norm[last]
       << " at step " << r.step[last] << " (x" << rise << ") before this step: lengthen warmup or lower the LR (P12, P18)";
     return s.str();
   } catch (const format::FormatError&) {

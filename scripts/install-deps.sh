@@ -7,6 +7,7 @@ packages=(
   libtorch-dev libopenblas0-pthread        # LibTorch 1.13 (CPU); OpenBLAS, not reference BLAS (10x on fp32)
   libhdf5-dev hdf5-tools                   # the run and snapshot files; h5dump for people
   libcli11-dev libgtest-dev libgmock-dev
+  libgloo-dev                              # c10d ProcessGroupGloo headers (multi-process runs)
   python3-torch python3-h5py python3-numpy # TorchScript fixtures and the Python baseline
   debootstrap                              # the LibTorch 2.x lane's chroot
   libimgui-dev libglfw3-dev libstb-dev libgl-dev  # nanscope-view: Dear ImGui 1.86 (+GLFW/OpenGL3 backends)

@@ -7,12 +7,14 @@ set -euo pipefail
 root=${1:-${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}}
 mirror=${NANSCOPE_MIRROR:-http://deb.debian.org/debian}
 packages="libtorch-dev libopenblas0-pthread libhdf5-dev libcli11-dev libgtest-dev libgmock-dev cmake ninja-build g++ \
- python3-torch python3-h5py python3-numpy ccache libimgui-dev libglfw3-dev libstb-dev pkg-config xvfb xauth"
+ libgloo-dev python3-torch python3-h5py python3-numpy ccache libimgui-dev libglfw3-dev libstb-dev pkg-config xvfb xauth"
 
 if ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
-if [ -f "$root/.nanscope-ready" ]; then
+# The marker holds the package list it was made with: a list that grew since
+# (a new dependency) installs the missing packages into the existing chroot.
+if [ -f "$root/.nanscope-ready" ] && [ "$(cat "$root/.nanscope-ready")" = "$packages" ]; then
   echo "torch2-chroot: $root is ready"
   exit 0
 fi
@@ -28,5 +30,5 @@ cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 echo "torch2-chroot: installing libtorch-dev 2.x and build dependencies"
 chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages" \
   >/tmp/nanscope-chroot-apt.log 2>&1 || { tail -20 /tmp/nanscope-chroot-apt.log; exit 1; }
-touch "$root/.nanscope-ready"
+printf %s "$packages" >"$root/.nanscope-ready"
 echo "torch2-chroot: ready ($(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev))"

@@ -50,8 +50,10 @@ Dataset builtin_teacher_dataset(int64_t samples, int64_t features, int64_t class
   return {x, y, "built-in teacher task (seed " + std::to_string(seed) + ")"};
 }
 
-BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed)
-    : size_(dataset_size), batch_size_(batch_size), shuffle_(shuffle), seed_(seed) {
+BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, int rank,
+                           int world_size)
+    : size_(dataset_size), batch_size_(batch_size), rank_(rank), world_size_(world_size), shuffle_(shuffle),
+      seed_(seed) {
   if (size_ < 1) throw std::invalid_argument("dataset is empty");
 }
 
@@ -61,7 +63,7 @@ at::Tensor BatchSampler::rows(int64_t step) const {
   std::vector<int64_t> permutation;
   int64_t permutation_epoch = -1;
   for (int64_t j = 0; j < batch_size_; ++j) {
-    const int64_t position = step * batch_size_ + j;
+    const int64_t position = (step * world_size_ + rank_) * batch_size_ + j;
     const int64_t within = position % size_;
     if (!shuffle_) {
       r[j] = within;

@@ -26,13 +26,17 @@ Dataset builtin_teacher_dataset(int64_t samples, int64_t features, int64_t class
 
 class BatchSampler {
  public:
-  BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed);
+  // With several ranks, batch_size is per rank and rank R reads rows
+  // [R*B, (R+1)*B) of each global batch of B x world_size: together the ranks
+  // read exactly what one process with the global batch would.
+  BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, int rank = 0,
+               int world_size = 1);
   // Rows of batch `step`: without shuffle rows [step*B, (step+1)*B) wrapping
   // around; with shuffle, the same positions in a seeded per-epoch permutation.
   at::Tensor rows(int64_t step) const;
 
  private:
-  int64_t size_, batch_size_;
+  int64_t size_, batch_size_, rank_, world_size_;
   bool shuffle_;
   uint64_t seed_;
 };

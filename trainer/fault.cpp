@@ -51,9 +51,14 @@ std::vector<std::string> fault_kind_names() {
 Fault parse_fault(const std::string& text) {
   const auto at = text.find('@');
   if (at == std::string::npos)
-    throw std::invalid_argument("fault '" + text + "' must look like KIND@STEP[:ARG]");
+    throw std::invalid_argument("fault '" + text + "' must look like KIND@STEP[:ARG][/rankR]");
   const std::string name = text.substr(0, at);
   std::string rest = text.substr(at + 1);
+  std::string rank;
+  if (const auto slash = rest.find("/rank"); slash != std::string::npos) {
+    rank = rest.substr(slash + 5);
+    rest = rest.substr(0, slash);
+  }
   std::string arg;
   if (const auto colon = rest.find(':'); colon != std::string::npos) {
     arg = rest.substr(colon + 1);
@@ -74,10 +79,23 @@ Fault parse_fault(const std::string& text) {
     fault.arg = default_arg(fault.kind);
     if (!arg.empty()) fault.arg = std::stod(arg, &used);
     if (!arg.empty() && used != arg.size()) throw std::invalid_argument("");
+    if (!rank.empty()) fault.rank = std::stoi(rank, &used);
+    if (!rank.empty() && (used != rank.size() || fault.rank < 0)) throw std::invalid_argument("");
   } catch (const std::exception&) {
-    throw std::invalid_argument("fault '" + text + "': STEP must be a step number >= 0 and ARG a number");
+    throw std::invalid_argument("fault '" + text +
+                                "': STEP must be a step number >= 0, ARG a number and RANK (after /rank) a rank >= 0");
   }
   return fault;
+}
+
+std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
+  std::vector<Fault> mine;
+  for (Fault f : faults)
+    if (f.rank < 0 || f.rank == rank) {
+      f.rank = -1;  // from here on, "this process"
+      mine.push_back(f);
+    }
+  return mine;
 }
 
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {

@@ -1,5 +1,5 @@
 #pragma once
-// Planted faults (--fault KIND@STEP[:ARG]): one per arithmetic origin of a NaN
+// Planted faults (--fault KIND@STEP[:ARG][/rankR]): one per arithmetic origin of a NaN
 // in the playbook (seed 003, P8/P11/P12), placed at a known op and module so a
 // test can check that the run survives it and, later, that the probe finds it.
 #include <cstdint>
@@ -28,11 +28,16 @@ struct Fault {
   FaultKind kind = FaultKind::none;
   int64_t step = 0;
   double arg = 0;  // the row for nonfinite_input, the factor for lr_spike
+  int rank = -1;   // multi-process runs: planted on this rank only (-1: every rank)
 };
 
 const char* fault_name(FaultKind kind);
-// Parses KIND@STEP[:ARG]; throws std::invalid_argument with a readable message.
+// Parses KIND@STEP[:ARG][/rankR]; throws std::invalid_argument with a readable message.
 Fault parse_fault(const std::string& text);
+// The faults this rank plants (those for every rank and those for it), with
+// the rank dropped: what the rank's run config and snapshots record, so a
+// snapshot replays on one process with exactly the faults its rank had.
+std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank);
 std::vector<std::string> fault_kind_names();
 
 // The fault (kind none if any) planted inside the model at `step`.

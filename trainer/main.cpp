@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "distributed.hpp"
 #include "nanscope/format/error.hpp"
 #include "options_cli.hpp"
 #include "trainer.hpp"
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return 2;
+  } catch (const nanscope::DistributedError& e) {
+    std::cerr << "nanscope-train: " << e.what() << "\n";
+    return 3;
   } catch (const nanscope::format::WriteError& e) {
     std::cerr << "nanscope-train: training failed: cannot write " << e.what() << "\n";
     return 1;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed.hpp"
 #include "fault.hpp"
 
 namespace nanscope {
@@ -46,6 +47,9 @@ struct TrainOptions {
   int64_t hidden = 128;
   int64_t log_every = 0;  // 0: about once a second
   bool quiet = false;
+  // Data parallel across processes (torchrun's environment or flags).
+  // --batch-size is per rank; the global batch is batch_size x world_size.
+  DistOptions dist;
 };
 
 const char* amp_name(Amp amp);

@@ -21,7 +21,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
       "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
       "fallback to fp32 with an LR backoff. Writes RUN_DIR/run.h5 (docs/format.md).\n"
-      "Exit codes: 0 done, 1 training failed, 2 bad arguments or input.");
+      "Exit codes: 0 done, 1 training failed, 2 bad arguments or input, 3 another rank died or\n"
+      "a collective timed out (multi-process runs).");
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
 
   auto* model = app.add_option("--model", o.model,
@@ -87,16 +88,39 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
          [&o](const std::vector<std::string>& specs) {
            for (const auto& s : specs) o.faults.push_back(parse_fault(s));
          },
-         "Plant a fault: KIND@STEP[:ARG] with KIND one of nonfinite_input (ARG: sample row), "
+         "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
          "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
-         "(ARG: factor, default 1000). Repeatable. See samples/faults/")
-      ->type_name("KIND@STEP[:ARG]");
+         "(ARG: factor, default 1000); /rankR plants it on rank R only. Repeatable. See samples/faults/")
+      ->type_name("KIND@STEP[:ARG][/rankR]");
   auto* sizes = app.add_option_group("Built-in model sizes");
   sizes->add_option("--n-layer", o.n_layer, "gpt: transformer blocks")->capture_default_str();
   sizes->add_option("--n-head", o.n_head, "gpt: attention heads")->capture_default_str();
   sizes->add_option("--n-embd", o.n_embd, "gpt: embedding width")->capture_default_str();
   sizes->add_option("--seq-len", o.seq_len, "gpt: tokens per sample")->capture_default_str();
   sizes->add_option("--hidden", o.hidden, "mlp: hidden width")->capture_default_str();
+  auto* dist = app.add_option_group(
+      "Data parallel (c10d)",
+      "Run N copies, one per rank, as torchrun does (torchrun --nproc-per-node N --no-python "
+      "nanscope-train ...); each reads its shard of every global batch, gradients are averaged "
+      "with a bucketed all-reduce, and all ranks skip, back off and fall back together. Rank R "
+      "writes RUN_DIR/run-rank-R.h5 and RUN_DIR/snapshots/rank-R/. Flags override the environment.");
+  dist->add_option("--rank", o.dist.rank, "This process's rank")->envname("RANK")->capture_default_str();
+  dist->add_option("--world-size", o.dist.world_size, "Number of processes")
+      ->envname("WORLD_SIZE")->capture_default_str();
+  dist->add_option("--local-rank", o.dist.local_rank, "Rank on this machine (picks the CUDA device)")
+      ->envname("LOCAL_RANK")->capture_default_str();
+  dist->add_option("--master-addr", o.dist.master_addr, "Rank 0's address (its TCPStore)")
+      ->envname("MASTER_ADDR")->capture_default_str();
+  dist->add_option("--master-port", o.dist.master_port, "Rank 0's TCPStore port")
+      ->envname("MASTER_PORT")->capture_default_str();
+  dist->add_option("--dist-backend", o.dist.backend, "auto (nccl for CUDA where built, else gloo), gloo or nccl")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  dist->add_option("--dist-timeout", o.dist.timeout_s,
+                   "Seconds a rendezvous or collective may wait for the other ranks before the run "
+                   "ends with an error (exit 3)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  dist->add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
   app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
 }
@@ -110,6 +134,12 @@ void validate_options(const TrainOptions& o) {
   if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
+  validate(o.dist);
+  for (const auto& f : o.faults)
+    if (f.rank >= o.dist.world_size)
+      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + "@" + std::to_string(f.step) +
+                                  "/rank" + std::to_string(f.rank) + ": there are only " +
+                                  std::to_string(o.dist.world_size) + " rank(s)");
   for (const auto& f : o.faults)
     if (f.step >= o.steps)
       throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + "@" +

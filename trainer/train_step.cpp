@@ -1,5 +1,6 @@
 #include "train_step.hpp"
 
+#include <chrono>
 #include <cmath>
 
 #include "nanscope/probe/module_scope.hpp"
@@ -71,6 +72,31 @@ bool StepRecomputation::finite() const {
 
 namespace {
 
+// Data parallel: this rank's verdict goes into its slots of a [2 x world + 1]
+// flag vector (gradients, loss, then one "stop" slot for Ctrl-C), the gradient buckets and the
+// flags are all-reduced together, and the global norm is taken over the
+// averaged gradients. Still on the device: the host read comes after.
+struct AveragedGradients {
+  at::Tensor flags, total_norm;
+  double seconds = 0;
+};
+AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
+                                       const at::Tensor& loss, const at::Tensor& found_inf,
+                                       const at::Tensor& local_norm) {
+  NANSCOPE_NVTX_RANGE("all_reduce");
+  const int world = settings.world_size;
+  AveragedGradients out;
+  out.flags = at::zeros({2 * world + 1}, found_inf.options().dtype(at::kFloat));
+  if (settings.stop_requested) out.flags[2 * world].fill_(1);
+  out.flags[settings.rank].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
+  out.flags[world + settings.rank].copy_((~at::isfinite(loss.detach().reshape({}))).to(at::kFloat));
+  const auto start = std::chrono::steady_clock::now();
+  settings.buckets->average(out.flags);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.total_norm = grad_norms(defined_grads(parameters)).second;
+  return out;
+}
+
 // Unscale, then the finiteness verdict and the norms, copied to the host once.
 StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
                               const std::vector<at::Tensor>& grads, const StepSettings& settings,
@@ -78,15 +104,23 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   NANSCOPE_NVTX_RANGE("unscale_and_check");
   // P7: unscale before anything reads the gradients.
   at::Tensor found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, loss.options().dtype(at::kFloat));
-  auto [norms, total_norm] = grad_norms(grads);
+  auto [norms, local_norm] = grad_norms(grads);
+  // Which parameters had a gradient here, before averaging gives every one of them one.
+  std::vector<bool> had_grad(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) had_grad[i] = parameters[i].grad().defined();
+  AveragedGradients averaged;
+  if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, found_inf, local_norm);
+  const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
 
-  // The step's one host sync: loss, global norm, inf flag, batch flag (and
-  // per-parameter norms).
+  // The step's one host sync: loss, global norm, inf flag, batch flag, this
+  // rank's norm and every rank's flags (several ranks), per-parameter norms.
   at::Tensor batch_flag = settings.batch_nonfinite.defined() ? settings.batch_nonfinite.reshape({1})
                                                              : at::zeros_like(found_inf);
   std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}),
                                total_norm.to(at::kFloat).reshape({1}), found_inf.reshape({1}),
-                               batch_flag.to(found_inf.device(), at::kFloat)};
+                               batch_flag.to(found_inf.device(), at::kFloat),
+                               local_norm.to(at::kFloat).reshape({1})};
+  if (settings.buckets) pack.push_back(averaged.flags);
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
   at::Tensor host = at::cat(pack).to(at::kCPU);
   const float* h = host.data_ptr<float>();
@@ -94,15 +128,34 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   StepOutcome out;
   out.loss = h[0];
   out.grad_norm = h[1];
-  out.loss_finite = std::isfinite(h[0]);
-  out.grads_finite = std::isfinite(h[1]) && h[2] == 0.0f;
   out.batch_finite = h[3] == 0.0f;
+  out.local_loss_finite = std::isfinite(h[0]);
+  out.local_grads_finite = std::isfinite(h[4]) && h[2] == 0.0f;
+  size_t next = 5;
+  if (settings.buckets) {
+    const int world = settings.world_size;
+    bool any_grads = false, any_loss = false;
+    for (int r = 0; r < world; ++r) {
+      const bool grads_bad = h[next + r] != 0.0f, loss_bad = h[next + world + r] != 0.0f;
+      if (grads_bad || loss_bad) out.nonfinite_ranks.push_back(r);
+      any_grads |= grads_bad;
+      any_loss |= loss_bad;
+    }
+    out.stop_requested = h[next + 2 * world] != 0.0f;
+    next += 2 * world + 1;
+    out.loss_finite = !any_loss;
+    out.grads_finite = !any_grads && std::isfinite(h[1]);
+    out.allreduce_seconds = averaged.seconds;
+  } else {
+    out.loss_finite = out.local_loss_finite;
+    out.grads_finite = out.local_grads_finite && std::isfinite(h[1]);
+    if (!out.finite()) out.nonfinite_ranks.push_back(0);
+  }
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);
-    size_t g = 0;
     for (size_t i = 0; i < parameters.size(); ++i)
-      if (parameters[i].grad().defined()) out.parameter_norms[i] = h[4 + g++];
+      if (had_grad[i]) out.parameter_norms[i] = h[next++];
   }
   return out;
 }
@@ -117,6 +170,7 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
   std::vector<at::Tensor> grads = defined_grads(parameters);
 
   StepOutcome out = unscale_and_check(scaler, parameters, grads, settings, loss);
+  if (settings.buckets) grads = defined_grads(parameters);  // averaging defined the unused ones
   if (!out.finite()) {
     // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
     clear_grads(parameters);

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "gradient_buckets.hpp"
 #include "loss_scaler.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -20,17 +21,31 @@ struct StepSettings {
   bool parameter_norms = false;    // also bring back each parameter's grad norm
   // The probe's one-element "batch is non-finite" flag, read back with the rest.
   at::Tensor batch_nonfinite;
+  // Data parallel: average gradients across ranks (nullptr: one process).
+  GradientBuckets* buckets = nullptr;
+  int rank = 0, world_size = 1;
+  bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
 };
 
+// With several ranks, loss_finite/grads_finite are every rank's verdict (the
+// flags all-reduced with MAX), so all ranks skip, back off and fall back
+// together; the local_* fields are this rank's own check, made before the
+// gradient all-reduce mixed the ranks' gradients.
 struct StepOutcome {
-  double loss = 0;       // unscaled
-  double grad_norm = 0;  // global, after unscale, before clipping
+  double loss = 0;       // unscaled, this rank's batch
+  double grad_norm = 0;  // global (all ranks' averaged gradients), after unscale, before clipping
   bool loss_finite = true;
   bool grads_finite = true;
   bool skipped = false;
   bool batch_finite = true;
-  std::vector<float> parameter_norms;  // when asked for; one per parameter
+  bool local_loss_finite = true;
+  bool local_grads_finite = true;
+  std::vector<int> nonfinite_ranks;    // ranks whose own check failed (one process: {0} or {})
+  double allreduce_seconds = 0;        // wall time in the gradient all-reduce (0: one process)
+  bool stop_requested = false;         // some rank was interrupted (several ranks)
+  std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
   bool finite() const { return loss_finite && grads_finite; }
+  bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };
 
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,

@@ -13,10 +13,13 @@
 #include <torch/version.h>
 
 #include "checkpoint.hpp"
+#include "distributed.hpp"
 #include "fallback.hpp"
+#include "gradient_buckets.hpp"
 #include "forensics.hpp"
 #include "loss_scaler.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
@@ -49,10 +52,11 @@ std::string fmt(double v) {
   return s.str();
 }
 
-std::map<std::string, std::string> run_config(const TrainOptions& o, const Dataset& data,
-                                              at::Device device, const TrainableModel& model) {
+std::map<std::string, std::string> run_config(const TrainOptions& o, const std::vector<Fault>& planted,
+                                              const Dataset& data, at::Device device,
+                                              const TrainableModel& model) {
   std::string faults;
-  for (const auto& f : o.faults)
+  for (const auto& f : planted)
     faults += (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" +
               std::to_string(f.step) + ":" + fmt(f.arg);
   return {{"model", o.model},          {"data", data.source},
@@ -67,14 +71,33 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const Datas
           {"capture", o.capture_every_step ? "every-step" : "on-failure"},
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"device", device.str()},    {"faults", faults},
-          {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())}};
+          {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())},
+          {"rank", std::to_string(o.dist.rank)}, {"world_size", std::to_string(o.dist.world_size)}};
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+
+// --save with several ranks: rank 0 writes it (the weights are the same on
+// every rank), unless the path names "{rank}", which each rank fills in.
+std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d) {
+  const auto at = path.find("{rank}");
+  if (at != std::string::npos) return std::string(path).replace(at, 6, std::to_string(d.rank));
+  return d.rank == 0 ? path : "";
 }
 
 }  // namespace
 
 TrainSummary run(const TrainOptions& o, std::ostream& log) {
-  const at::Device device = select_device(o.device);
+  const DistOptions& dist = o.dist;
+  at::Device device = select_device(o.device);
+  if (dist.enabled() && device.is_cuda()) device = at::Device(at::kCUDA, dist.local_rank);
   configure_runtime(o, device);
+  const std::vector<Fault> faults = faults_on_rank(o.faults, dist.rank);
+  const std::string who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
   Dataset data = make_dataset(o);
   std::unique_ptr<TrainableModel> model = make_model(o, data);
   if (!o.init.empty()) {
@@ -95,23 +118,46 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       parameter_names.push_back(name);
     }
   if (parameters.empty()) throw std::invalid_argument("the model has no trainable parameters");
+  // Data parallel: rendezvous, every rank starts from rank 0's weights, and
+  // the gradient buckets are laid out once.
+  std::unique_ptr<ProcessGroup> group;
+  std::optional<GradientBuckets> buckets;
+  if (dist.enabled()) {
+    group = ProcessGroup::connect(dist, device);
+    group->set_context("start: weights from rank 0");
+    std::vector<at::Tensor> state;
+    for (auto& [name, t] : named) state.push_back(t.detach());
+    for (auto& [name, t] : model->named_buffers()) state.push_back(t);
+    group->broadcast(state);
+    buckets.emplace(*group, parameters, dist.bucket_mb);
+  }
   auto optimizer = make_optimizer(o.optimizer, parameters, o.lr, o.weight_decay);
   LossScalerConfig scaler_config;
   scaler_config.enabled = o.amp == Amp::fp16;
   LossScaler scaler(scaler_config);
-  probe::Probe probe({o.run_dir, {}}, parameter_names);
-  BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed);
+  probe::ProbeOptions probe_options;
+  probe_options.run_dir = o.run_dir;
+  probe_options.rank = dist.rank;
+  probe_options.world_size = dist.world_size;
+  probe::Probe probe(probe_options, parameter_names);
+  // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
+  BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
 
   std::filesystem::create_directories(o.run_dir);
   format::RunHeader header;
   if (o.probe) header.layer_names = probe.layers().layer_names();
   header.record_act_absmax = o.act_absmax_every > 0;
-  header.config = run_config(o, data, device, *model);
-  format::RunWriter writer((std::filesystem::path(o.run_dir) / "run.h5").string(), header);
+  header.config = run_config(o, faults, data, device, *model);
+  format::RunWriter writer(
+      (std::filesystem::path(o.run_dir) / format::run_file_name(dist.rank, dist.world_size)).string(), header);
 
-  log << "nanscope-train: " << o.model << " (" << model->parameter_count() << " parameters) on "
+  log << who << "nanscope-train: " << o.model << " (" << model->parameter_count() << " parameters) on "
       << data.source << " (" << data.size() << " samples), " << o.steps << " steps, amp "
-      << amp_name(o.amp) << ", device " << device.str() << ", LibTorch " << TORCH_VERSION << "\n";
+      << amp_name(o.amp) << ", device " << device.str() << ", LibTorch " << TORCH_VERSION;
+  if (group)
+    log << ", rank " << dist.rank << " of " << dist.world_size << " (c10d " << group->backend() << ", "
+        << buckets->bucket_count() << " gradient bucket(s))";
+  log << "\n";
 
   g_interrupted = false;
   auto previous_handler = std::signal(SIGINT, on_interrupt);
@@ -120,31 +166,39 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   TrainSummary summary;
   summary.run_file = writer.path();
   summary.final_loss = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> step_times;
-  ProgressLine progress(log, o.log_every, o.quiet);
+  std::vector<double> step_times, allreduce_times;
+  ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
   const auto run_start = std::chrono::steady_clock::now();
+  bool stop = false;
 
-  for (int64_t step = 0; step < o.steps && !g_interrupted; ++step) {
+  for (int64_t step = 0; step < o.steps && !stop; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, step) * fallback.lr_multiplier() *
-                      lr_multiplier_at(o.faults, step);
+                      lr_multiplier_at(faults, step);
     set_lr(*optimizer, lr);
     at::Tensor rows = sampler.rows(step);
     at::Tensor inputs = data.inputs.index_select(0, rows);
-    if (auto row = poisoned_row_at(o.faults, step)) inputs[*row].fill_(std::nan(""));
+    if (auto row = poisoned_row_at(faults, step)) inputs[*row].fill_(std::nan(""));
     inputs = inputs.to(device);
     at::Tensor targets = data.targets.index_select(0, rows).to(device);
 
-    model->plant_fault(model_fault_at(o.faults, step));
+    model->plant_fault(model_fault_at(faults, step));
     const double scale_before = scaler.scale();
     StepSettings settings{amp, o.clip, o.probe, {}};
+    if (buckets) {
+      settings.buckets = &*buckets;
+      settings.rank = dist.rank;
+      settings.world_size = dist.world_size;
+      settings.stop_requested = g_interrupted;
+      group->set_context("step " + std::to_string(step));
+    }
     if (o.probe) {
       probe.begin_step(step, rows);
       settings.batch_nonfinite = probe.batch_nonfinite(inputs);
     }
     StepOutcome outcome;
     std::vector<float> act_absmax;
-    {
+    try {
       // --capture every-step: op-level capture on the live step (costly; for
       // hunting or measuring), instead of only on the forensic re-run.
       std::optional<probe::OpCapture> live_capture;
@@ -154,9 +208,15 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
         activations.emplace(probe.layers().layer_names());
       outcome = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
       if (activations) act_absmax = activations->result();
+    } catch (const DistributedError& e) {
+      // A peer is gone: say so in this rank's run file, which stays whole.
+      writer.event({step, format::kEventDistError, e.what()});
+      writer.flush();
+      throw;
     }
     model->plant_fault({FaultKind::none});
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stop = buckets ? outcome.stop_requested : g_interrupted.load();
 
     format::StepRow row;
     row.step = step;
@@ -171,23 +231,39 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     row.layer_act_absmax = std::move(act_absmax);
     writer.append(row);
     step_times.push_back(step_time);
+    if (buckets) allreduce_times.push_back(outcome.allreduce_seconds);
     summary.steps_run = step + 1;
 
     if (outcome.finite()) {
       summary.final_loss = outcome.loss;
     } else {
       ++summary.skipped;
+      const std::string where = buckets ? " on rank(s) " + rank_list(outcome.nonfinite_ranks) : "";
       writer.event({step, "skip",
-                    std::string(outcome.loss_finite ? "non-finite gradients" : "non-finite loss") +
+                    std::string(outcome.loss_finite ? "non-finite gradients" : "non-finite loss") + where +
                         " at " + precision_name(amp) + "; optimizer step skipped"});
+      if (buckets) {
+        // Every rank records who went non-finite; the first time, as the run's first.
+        const std::string ranks = rank_list(outcome.nonfinite_ranks);
+        if (summary.first_nonfinite_ranks.empty() && !outcome.nonfinite_ranks.empty()) {
+          summary.first_nonfinite_ranks = outcome.nonfinite_ranks;
+          writer.event({step, format::kEventFirstNonfinite, ranks});
+        }
+        writer.event({step, format::kEventNonfiniteRanks, ranks});
+      }
       if (scaler.enabled())
         writer.event({step, "scale_backoff", "loss scale " + fmt(scale_before) + " -> " + fmt(scaler.scale())});
-      if (o.probe) {
+      // Forensics where the fault is: a rank whose own check failed re-runs
+      // its own batch. If none did (only the averaged gradients overflowed),
+      // rank 0 looks.
+      const bool investigate =
+          !outcome.locally_finite() || (outcome.nonfinite_ranks.empty() && dist.rank == 0);
+      if (o.probe && investigate) {
         FailedStep failed{step, amp, scale_before, lr, inputs, targets, row.layer_grad_norm};
-        ForensicsResult found = investigate_failed_step(probe, *model, *optimizer, parameters, o.faults, o,
+        ForensicsResult found = investigate_failed_step(probe, *model, *optimizer, parameters, faults, o,
                                                         header.config, failed);
         const std::string birth = describe_birth(found.capture);
-        log << "step " << step << ": first birth: " << birth << "\n";
+        log << who << "step " << step << ": first birth: " << birth << "\n";
         writer.event({step, "first_birth", birth});
         if (!found.snapshot_path.empty()) {
           writer.event({step, "snapshot", found.snapshot_path});
@@ -200,11 +276,11 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
         fallback.fire(*model, *optimizer, scaler, device, step);
         summary.fallback_step = step;
         writer.event({step, "fallback", std::string(precision_name(amp)) + " -> fp32, LR x " + fmt(o.lr_backoff)});
-        log << "step " << step << ": non-finite " << (outcome.loss_finite ? "gradients" : "loss")
+        log << who << "step " << step << ": non-finite " << (outcome.loss_finite ? "gradients" : "loss") << where
             << " at " << precision_name(amp) << " -> skipped; fallback to fp32, LR x " << o.lr_backoff << "\n";
         amp = Amp::off;
       } else {
-        log << "step " << step << ": non-finite " << (outcome.loss_finite ? "gradients" : "loss")
+        log << who << "step " << step << ": non-finite " << (outcome.loss_finite ? "gradients" : "loss") << where
             << " -> skipped" << (scaler.enabled() ? ", loss scale " + fmt(scaler.scale()) : "") << "\n";
       }
       writer.flush();  // a skip is exactly what a post-mortem wants on disk
@@ -213,19 +289,34 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     summary.final_loss_scale = scaler.scale();
     progress.update({step, o.steps, summary.skipped, outcome.loss, scaler.scale(), outcome.grad_norm,
                      precision_name(amp)});
-    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0)
-      save_checkpoint(o.save, *model, step + 1);
+    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      const std::string path = checkpoint_path_for_rank(o.save, dist);
+      if (!path.empty()) save_checkpoint(path, *model, step + 1);
+    }
   }
   std::signal(SIGINT, previous_handler);
-  summary.interrupted = g_interrupted;
+  summary.interrupted = stop;
   writer.flush();
-  if (!o.save.empty()) save_checkpoint(o.save, *model, summary.steps_run);
+  if (!o.save.empty()) {
+    const std::string path = checkpoint_path_for_rank(o.save, dist);
+    if (!path.empty()) save_checkpoint(path, *model, summary.steps_run);
+  }
+  if (group) {
+    group->set_context("end of run");
+    group->barrier();  // no rank tears its connections down while a peer still reads
+  }
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.steps_per_second = total > 0 ? double(summary.steps_run) / total : 0;
   if (!step_times.empty()) {
     std::nth_element(step_times.begin(), step_times.begin() + step_times.size() / 2, step_times.end());
     summary.median_step_time = step_times[step_times.size() / 2];
+  }
+  if (!allreduce_times.empty()) {
+    std::nth_element(allreduce_times.begin(), allreduce_times.begin() + allreduce_times.size() / 2,
+                     allreduce_times.end());
+    summary.median_allreduce_time = allreduce_times[allreduce_times.size() / 2];
+    summary.world_size = dist.world_size;
   }
   return summary;
 }
@@ -235,7 +326,14 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
       << s.skipped << " skipped, fallback "
       << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed"))
       << ", final loss " << s.final_loss << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale
-      << ", " << s.steps_per_second << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n"
+      << ", " << s.steps_per_second << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n";
+  if (s.world_size > 1)
+    out << "ranks: " << s.world_size << ", median all-reduce " << s.median_allreduce_time * 1e3 << " ms ("
+        << (s.median_step_time > 0 ? 100.0 * s.median_allreduce_time / s.median_step_time : 0.0)
+        << "% of the median step)"
+        << (s.first_nonfinite_ranks.empty() ? "" : ", first non-finite rank(s) " + rank_list(s.first_nonfinite_ranks))
+        << "\n";
+  out
       << "run file: " << s.run_file << "\n";
 }
 

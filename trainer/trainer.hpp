@@ -21,6 +21,10 @@ struct TrainSummary {
   bool interrupted = false;
   std::string run_file;
   std::vector<std::string> snapshots;  // written by the probe, in step order
+  // Multi-process runs.
+  int world_size = 1;
+  double median_allreduce_time = 0;        // seconds in the gradient all-reduce, median over steps
+  std::vector<int> first_nonfinite_ranks;  // the ranks whose own check failed at the first skip
 };
 
 // Throws std::invalid_argument / format::FormatError for bad options or input

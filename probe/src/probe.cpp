@@ -69,7 +69,7 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
 }
 
 std::string Probe::save_snapshot(const SnapshotContents& contents) {
-  const std::string path = snapshot_path(options_.run_dir, contents.step);
+  const std::string path = snapshot_path(options_.run_dir, contents.step, options_.rank, options_.world_size);
   try {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     write_snapshot(path, contents);

@@ -4,6 +4,7 @@
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/tensor_io.hpp"
@@ -37,10 +38,10 @@ NamedTensorList get_named(const format::Group& g) {
 
 }  // namespace
 
-std::string snapshot_path(const std::string& run_dir, int64_t step) {
+std::string snapshot_path(const std::string& run_dir, int64_t step, int rank, int world_size) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%07lld.h5", static_cast<long long>(step));
-  return run_dir + "/snapshots/" + name;
+  return format::snapshot_dir(run_dir, rank, world_size) + "/" + name;
 }
 
 void write_snapshot(const std::string& path, const SnapshotContents& s) {

@@ -182,6 +182,52 @@ TEST_F(ViewerScreenshot, BadFileIsReportedAndTheGoodRunStillShown) {
   EXPECT_GT(shot.count({nan_x - 6, loss.y, 12, 8}, kNaN, 10), 5);
 }
 
+// Two data-parallel ranks where only rank 1's local gradients went NaN, at
+// step 40 of 60: the ranks' heatmaps stand side by side on one step axis, the
+// NaN column is in rank 1's alone, and rank 1 alone is framed and titled in
+// red as the first rank to go non-finite.
+TEST_F(ViewerScreenshot, RanksSideBySideWithTheFirstNonfiniteRankFramed) {
+  test::TempDir dir;
+  const std::string run = dir.file("run");
+  test::write_synthetic_rank_dir(run, 2, 60, 10, /*nan_rank=*/1, /*nan_step=*/40, "1");
+  auto r = view(run, dir.file("ranks.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("ranks.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("heatmap-rank-0") && shot.has("heatmap-rank-1") && shot.has("heatmap")) << r.output;
+  const Region rank0 = shot.region("heatmap-rank-0"), rank1 = shot.region("heatmap-rank-1");
+
+  // Side by side: one row, rank 1 right of rank 0 with a gap, the same size.
+  EXPECT_EQ(rank0.y, rank1.y);
+  EXPECT_EQ(rank0.h, rank1.h);
+  EXPECT_GT(rank1.x, rank0.x + rank0.w);
+  EXPECT_LE(std::abs(rank0.w - rank1.w), 2);
+  EXPECT_GT(rank0.w, 300);
+  // "heatmap" stays the chosen run's: rank 0, the first opened.
+  EXPECT_EQ(shot.region("heatmap").x, rank0.x);
+
+  // Both are drawn in the colour map; step 40's column is NaN through every
+  // layer on rank 1 and nowhere on rank 0.
+  EXPECT_GT(colormap_share(shot, rank0, nullptr), 0.85);
+  EXPECT_GT(colormap_share(shot, rank1, nullptr), 0.85);
+  const int column1 = rank1.x + int(40.5 / 60.0 * rank1.w);
+  EXPECT_GT(shot.count({column1 - 2, rank1.y, 5, rank1.h}, kNaN, 10), rank1.h);
+  EXPECT_EQ(shot.count(rank0, kNaN, 10), 0);
+
+  // The red frame just outside rank 1's heatmap (left, right and bottom
+  // strips; the top one meets the title), none around rank 0's; the title
+  // above rank 1's is red, rank 0's is not.
+  const Rgb marker = rgb_of(viewer::kFirstNonfiniteRankColor);
+  auto frame_pixels = [&](const Region& h) {
+    return shot.count({h.x - 7, h.y, 6, h.h}, marker, 10) + shot.count({h.x + h.w + 1, h.y, 6, h.h}, marker, 10) +
+           shot.count({h.x, h.y + h.h + 1, h.w, 6}, marker, 10);
+  };
+  EXPECT_GT(frame_pixels(rank1), 2 * rank1.h + rank1.w) << r.output;
+  EXPECT_EQ(frame_pixels(rank0), 0);
+  EXPECT_GT(shot.count({rank1.x, rank1.y - 30, rank1.w, 20}, marker, 10), 20);
+  EXPECT_EQ(shot.count({rank0.x, rank0.y - 30, rank0.w, 20}, marker, 10), 0);
+}
+
 TEST(ViewerCli, WithoutADisplayItSaysSoAndExitsOne) {
   auto r = test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY " + kView + " /nonexistent");
   EXPECT_EQ(r.exit_code, 1) << r.output;

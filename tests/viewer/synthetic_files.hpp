@@ -2,10 +2,13 @@
 // Run files and snapshots with known contents, written through the format
 // library (no LibTorch, no trainer), for the viewer's tests.
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 
@@ -49,6 +52,46 @@ inline void write_synthetic_run(const std::string& path, int64_t steps, size_t l
     writer.append(synthetic_row(s, layers, nan_step));
     if (s == nan_step) writer.event({s, "skip", "non-finite loss; step skipped"});
   }
+}
+
+// Rank `rank` of a `world_size`-process run, as nanscope-train writes it: at
+// `nan_step` every rank skips (the all-reduced global grad norm is NaN on all)
+// but only `nan_rank`'s own layer norms are NaN, and every rank records the
+// event format::kEventFirstNonfinite with `first_ranks_text` (none when it is "").
+// Each rank's loss differs a little (its own batches).
+inline void write_synthetic_rank_run(const std::string& path, int rank, int world_size, int64_t steps,
+                                     size_t layers, int nan_rank, int64_t nan_step,
+                                     const std::string& first_ranks_text, size_t flush_every = 64) {
+  format::RunHeader header = synthetic_header(layers);
+  header.config["rank"] = std::to_string(rank);
+  header.config["world_size"] = std::to_string(world_size);
+  format::RunWriter writer(path, header, flush_every);
+  for (int64_t s = 0; s < steps; ++s) {
+    format::StepRow row = synthetic_row(s, layers);
+    row.loss *= 1.0 + 0.05 * rank;
+    if (s == nan_step) {
+      row.skipped = true;
+      row.grad_norm = NAN;
+      if (rank == nan_rank)
+        for (float& norm : row.layer_grad_norm) norm = NAN;
+    }
+    writer.append(row);
+    if (s != nan_step) continue;
+    writer.event({s, "skip", "non-finite grads; step skipped"});
+    writer.event({s, format::kEventNonfiniteRanks, std::to_string(nan_rank)});
+    if (!first_ranks_text.empty()) writer.event({s, format::kEventFirstNonfinite, first_ranks_text});
+    if (rank == nan_rank) {
+      writer.event({s, "first_birth", "nan at aten::log in 'blocks.1.fc' (forward)"});
+      writer.event({s, "snapshot", "snapshot written"});
+    }
+  }
+}
+
+// The path of rank `rank`'s snapshot of `step` in run directory `dir`.
+inline std::string rank_snapshot_path(const std::string& dir, int rank, int world_size, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%07lld.h5", static_cast<long long>(step));
+  return (std::filesystem::path(format::snapshot_dir(dir, rank, world_size)) / name).string();
 }
 
 // A snapshot as the probe writes it (the parts the viewer reads): a NaN born
@@ -103,6 +146,19 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
     format::write_replay_record(root, record);
   }
   archive.close();
+}
+
+// A whole `world_size`-process run directory: every rank's run file and
+// `nan_rank`'s snapshot of `nan_step` in snapshots/rank-R/.
+inline void write_synthetic_rank_dir(const std::string& dir, int world_size, int64_t steps, size_t layers,
+                                     int nan_rank, int64_t nan_step, const std::string& first_ranks_text) {
+  std::filesystem::create_directories(dir);
+  for (int rank = 0; rank < world_size; ++rank)
+    write_synthetic_rank_run((std::filesystem::path(dir) / format::run_file_name(rank, world_size)).string(), rank,
+                             world_size, steps, layers, nan_rank, nan_step, first_ranks_text);
+  const std::string snapshot = rank_snapshot_path(dir, nan_rank, world_size, nan_step);
+  std::filesystem::create_directories(std::filesystem::path(snapshot).parent_path());
+  write_synthetic_snapshot(snapshot, nan_step, layers, false);
 }
 
 }  // namespace nanscope::test

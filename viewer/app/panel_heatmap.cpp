@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "nanscope/viewer/colormap.hpp"
 #include "panels.hpp"
@@ -12,6 +14,7 @@ namespace nanscope::viewer {
 namespace {
 
 constexpr float kNameMargin = 150, kLegendWidth = 90;
+constexpr float kRankGap = 20;  // room for the first rank's frame, clear of its neighbours
 
 // A colour bar with decade labels and the NaN/Inf swatches.
 void draw_legend(ImDrawList* dl, ImVec2 lo, float height, const LogScale& scale) {
@@ -36,86 +39,166 @@ void draw_legend(ImDrawList* dl, ImVec2 lo, float height, const LogScale& scale)
   dl->AddText({lo.x + 48 + kBar, y - 1}, rgba(200, 200, 200), "Inf");
 }
 
+// One run's heatmap in [lo, hi], from its cached image (rebuilt when the
+// rows, the width, the visible steps or the shared scale changed).
+void draw_run_heatmap(ImDrawList* dl, const RunSource& run, HeatmapState& h, ImVec2 lo, ImVec2 hi,
+                      const StepView& steps, const LogScale& scale) {
+  const LayerPyramid& pyramid = run.grad_norms();
+  const size_t columns = size_t(std::max(1.0f, hi.x - lo.x));
+  if (h.source != &run || h.rows != pyramid.rows() || h.columns != columns || h.x.lo != steps.x.lo ||
+      h.x.hi != steps.x.hi || h.scale.lo != scale.lo || h.scale.hi != scale.hi) {
+    render_heatmap(pyramid, run.data().step.data(), steps.x.lo, steps.x.hi, columns, scale, h.image);
+    h.texture.upload(h.image.rgba.data(), h.image.columns, h.image.rows);
+    h.source = &run;
+    h.rows = pyramid.rows();
+    h.columns = columns;
+    h.x = steps.x;
+    h.scale = scale;
+  }
+  dl->AddRectFilled(lo, hi, rgba(22, 24, 28));
+  if (!h.texture.empty()) dl->AddImage(h.texture.id(), lo, hi);
+}
+
+// "rank 1" or "rank 1: first non-finite @ step 40", above a rank's heatmap.
+void draw_rank_title(ImDrawList* dl, const RunSource& run, const RankGroup& group, bool active, ImVec2 at,
+                     float width) {
+  char title[96];
+  std::snprintf(title, sizeof title, "rank %d", run.rank());
+  const bool first = group.first_nonfinite.has(run.rank());
+  if (first) {
+    // The longest wording that fits a narrow pane (many ranks) whole.
+    const long long step = static_cast<long long>(group.first_nonfinite.step);
+    for (const char* wording :
+         {"rank %d: first non-finite @ step %lld", "rank %d: first @ step %lld", "rank %d: first"}) {
+      std::snprintf(title, sizeof title, wording, run.rank(), step);
+      if (ImGui::CalcTextSize(title).x <= width) break;
+    }
+  }
+  const uint32_t color = first ? kFirstNonfiniteRankColor : active ? rgba(255, 255, 255) : rgba(170, 170, 170);
+  dl->PushClipRect(at, {at.x + width, at.y + ImGui::GetTextLineHeight()}, true);
+  dl->AddText(at, color, title);
+  dl->PopClipRect();
+}
+
 }  // namespace
 
 void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
   ImGui::TextUnformatted("grad norm per layer (log colour: largest value in each pixel's steps)");
   if (ui.active_run < 0 || size_t(ui.active_run) >= model.runs.size()) return;
-  const RunSource& run = model.runs[ui.active_run];
-  const LayerPyramid& pyramid = run.grad_norms();
-  const format::RunData& data = run.data();
-  if (pyramid.layers() == 0) {
-    ImGui::TextDisabled("%s has no per-layer grad norms (trained with --probe off?)", run.label().c_str());
+  const RunSource& active = model.runs[ui.active_run];
+  // The active run alone, or every rank of its group side by side, all on
+  // the shared step axis and one colour scale.
+  const RankGroup* group = model.group_of(size_t(ui.active_run));
+  static std::vector<size_t> shown;  // reused every frame
+  shown.clear();
+  if (group) {
+    for (size_t run : group->runs)
+      if (model.runs[run].grad_norms().layers() > 0) shown.push_back(run);
+  } else if (active.grad_norms().layers() > 0) {
+    shown.push_back(size_t(ui.active_run));
+  }
+  if (shown.empty()) {
+    ImGui::TextDisabled("%s has no per-layer grad norms (trained with --probe off?)", active.label().c_str());
     return;
   }
-  const float width = ImGui::GetContentRegionAvail().x;
-  const float height = std::clamp(float(pyramid.layers()) * 14.0f, 140.0f, 300.0f);
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  ImGui::InvisibleButton("heatmap", {width, height});
-  const bool hovered = ImGui::IsItemHovered();
-  const ImVec2 lo{origin.x + kNameMargin, origin.y};
-  const ImVec2 hi{origin.x + width - kLegendWidth, origin.y + height};
-  const size_t columns = size_t(std::max(1.0f, hi.x - lo.x));
-  const LogScale scale = LogScale::spanning(pyramid.finite_min(), pyramid.finite_max());
-
-  HeatmapState& h = ui.grad_heatmap;
-  if (h.source != &run || h.rows != pyramid.rows() || h.columns != columns || h.x.lo != ui.steps.x.lo ||
-      h.x.hi != ui.steps.x.hi) {
-    render_heatmap(pyramid, data.step.data(), ui.steps.x.lo, ui.steps.x.hi, columns, scale, h.image);
-    h.texture.upload(h.image.rgba.data(), h.image.columns, h.image.rows);
-    h.source = &run;
-    h.rows = pyramid.rows();
-    h.columns = columns;
-    h.x = ui.steps.x;
+  // The ranks run one model: the layer names are the same on every rank.
+  const format::RunData& names = model.runs[shown.front()].data();
+  const size_t layers = model.runs[shown.front()].grad_norms().layers();
+  double finite_min = 0, finite_max = 0;
+  bool any_finite = false;
+  for (size_t run : shown) {
+    const LayerPyramid& pyramid = model.runs[run].grad_norms();
+    if (!(pyramid.finite_max() > 0)) continue;  // no rows, or none finite yet
+    finite_min = any_finite ? std::min(finite_min, pyramid.finite_min()) : pyramid.finite_min();
+    finite_max = any_finite ? std::max(finite_max, pyramid.finite_max()) : pyramid.finite_max();
+    any_finite = true;
   }
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->AddRectFilled(lo, hi, rgba(22, 24, 28));
-  if (!h.texture.empty()) dl->AddImage(h.texture.id(), lo, hi);
-  ui.regions["heatmap"] = {lo.x, lo.y, hi.x - lo.x, hi.y - lo.y};
+  const LogScale scale = LogScale::spanning(finite_min, finite_max);
 
-  // Layer names: every one when rows are tall enough, else every n-th.
-  const size_t layers = pyramid.layers();
-  const float row_height = (hi.y - lo.y) / float(layers);
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float title_height = group ? ImGui::GetTextLineHeight() + 8 : 0;
+  const float height = std::clamp(float(layers) * 14.0f, 140.0f, 300.0f);
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("heatmap", {width, title_height + height});
+  const bool hovered = ImGui::IsItemHovered();
+  const float area_lo = origin.x + kNameMargin, area_hi = origin.x + width - kLegendWidth;
+  const float gap = shown.size() > 1 ? kRankGap : 0;
+  const float pane_width =
+      std::max(1.0f, (area_hi - area_lo - gap * float(shown.size() - 1)) / float(shown.size()));
+  const float top = origin.y + title_height, bottom = top + height;
+  auto pane_lo = [&](size_t k) { return ImVec2{area_lo + float(k) * (pane_width + gap), top}; };
+
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float row_height = height / float(layers);
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const RunSource& run = model.runs[shown[k]];
+    const ImVec2 lo = pane_lo(k), hi{lo.x + pane_width, bottom};
+    draw_run_heatmap(dl, run, ui.grad_heatmaps[shown[k]], lo, hi, ui.steps, scale);
+    const Region region{lo.x, lo.y, hi.x - lo.x, hi.y - lo.y};
+    if (int(shown[k]) == ui.active_run) ui.regions["heatmap"] = region;
+    if (group) {
+      ui.regions["heatmap-rank-" + std::to_string(run.rank())] = region;
+      draw_rank_title(dl, run, *group, int(shown[k]) == ui.active_run, {lo.x, origin.y}, pane_width);
+      if (group->first_nonfinite.has(run.rank()))
+        dl->AddRect({lo.x - 4, lo.y - 4}, {hi.x + 4, hi.y + 4}, kFirstNonfiniteRankColor, 0, 0, 3.0f);
+    }
+    if (ui.selected_layer >= 0 && size_t(ui.selected_layer) < layers)
+      dl->AddRect({lo.x - 1, lo.y + row_height * ui.selected_layer},
+                  {hi.x + 1, lo.y + row_height * (ui.selected_layer + 1)}, rgba(255, 255, 255));
+  }
+
+  // Layer names left of the first heatmap: every one when rows are tall enough, else every n-th.
   const size_t every = size_t(std::ceil(13.0f / std::max(1.0f, row_height)));
-  dl->PushClipRect({origin.x, lo.y}, {lo.x - 4, hi.y}, true);
+  dl->PushClipRect({origin.x, top}, {area_lo - 4, bottom}, true);
   for (size_t l = 0; l < layers; l += every) {
-    const char* name = data.layer_names[l].empty() ? "(root)" : data.layer_names[l].c_str();
+    const char* name = names.layer_names[l].empty() ? "(root)" : names.layer_names[l].c_str();
     const float text_width = ImGui::CalcTextSize(name).x;
-    dl->AddText({lo.x - 6 - text_width, lo.y + row_height * (float(l) + 0.5f) - 7},
+    dl->AddText({area_lo - 6 - text_width, top + row_height * (float(l) + 0.5f) - 7},
                 int(l) == ui.selected_layer ? rgba(255, 255, 255) : rgba(180, 180, 180), name);
   }
   dl->PopClipRect();
-  if (ui.selected_layer >= 0 && size_t(ui.selected_layer) < layers)
-    dl->AddRect({lo.x - 1, lo.y + row_height * ui.selected_layer},
-                {hi.x + 1, lo.y + row_height * (ui.selected_layer + 1)}, rgba(255, 255, 255));
-  draw_legend(dl, {hi.x + 10, lo.y}, height, scale);
+  draw_legend(dl, {area_hi + 10, top}, height, scale);
 
+  // Hover: which rank's heatmap, which layer, which steps.
   const ImGuiIO& io = ImGui::GetIO();
-  if (hovered && io.MousePos.x >= lo.x && io.MousePos.x < hi.x) {
-    const size_t layer = std::min(layers - 1, size_t((io.MousePos.y - lo.y) / row_height));
-    const size_t column = std::min(columns - 1, size_t(io.MousePos.x - lo.x));
-    const double per_column = ui.steps.x.span() / double(columns);
-    const double first = std::ceil(ui.steps.x.lo + per_column * double(column));
-    const double last = std::ceil(ui.steps.x.lo + per_column * double(column + 1)) - 1;
-    char value[32];
-    format_value(h.image.at(layer, column), value, sizeof value);
-    ImGui::BeginTooltip();
-    ImGui::Text("layer %s", data.layer_names[layer].empty() ? "(root)" : data.layer_names[layer].c_str());
-    if (last > first)
-      ImGui::Text("steps %.0f-%.0f", first, last);
-    else
-      ImGui::Text("step %.0f", first);
-    ImGui::Text("grad norm %s%s", value, last > first ? " (largest)" : "");
-    ImGui::TextDisabled("click: plot this layer");
-    ImGui::EndTooltip();
-    if (ImGui::IsItemClicked(ImGuiMouseButton_Left)) ui.selected_layer = int(layer);
-    if (io.MouseWheel != 0) {
-      const double anchor = ui.steps.x.lo + per_column * double(io.MousePos.x - lo.x);
-      const AxisRange extent = model.step_extent();
-      ui.steps.x = clamped(zoomed(ui.steps.x, anchor, std::pow(0.85, double(io.MouseWheel))),
-                           {extent.lo - 0.05 * extent.span(), extent.hi + 0.05 * extent.span()}, 4.0);
-      ui.steps.follow = false;
+  if (!hovered || io.MousePos.y < top || io.MousePos.x < area_lo) return;
+  const size_t k = std::min(shown.size() - 1, size_t((io.MousePos.x - area_lo) / (pane_width + gap)));
+  const float x = io.MousePos.x - pane_lo(k).x;
+  if (x >= pane_width) return;  // in the gap between two ranks
+  const size_t run_index = shown[k];
+  const RunSource& run = model.runs[run_index];
+  const HeatmapState& h = ui.grad_heatmaps[run_index];
+  if (h.image.columns == 0 || h.image.rows == 0) return;
+  const size_t layer = std::min(std::min(layers, h.image.rows) - 1, size_t((io.MousePos.y - top) / row_height));
+  const size_t column = std::min(h.image.columns - 1, size_t(x));
+  const double per_column = ui.steps.x.span() / double(h.image.columns);
+  const double first = std::ceil(ui.steps.x.lo + per_column * double(column));
+  const double last = std::ceil(ui.steps.x.lo + per_column * double(column + 1)) - 1;
+  char value[32];
+  format_value(h.image.at(layer, column), value, sizeof value);
+  ImGui::BeginTooltip();
+  if (group) ImGui::Text("rank %d", run.rank());
+  ImGui::Text("layer %s", names.layer_names[layer].empty() ? "(root)" : names.layer_names[layer].c_str());
+  if (last > first)
+    ImGui::Text("steps %.0f-%.0f", first, last);
+  else
+    ImGui::Text("step %.0f", first);
+  ImGui::Text("grad norm %s%s", value, last > first ? " (largest)" : "");
+  ImGui::TextDisabled(group ? "click: plot this layer of this rank" : "click: plot this layer");
+  ImGui::EndTooltip();
+  if (ImGui::IsItemClicked(ImGuiMouseButton_Left)) {
+    if (int(run_index) != ui.active_run) {  // the table and the layer plots follow the clicked rank
+      ui.active_run = int(run_index);
+      ui.layer_rows_built_for = SIZE_MAX;
     }
+    ui.selected_layer = int(layer);
+  }
+  if (io.MouseWheel != 0) {
+    const double anchor = ui.steps.x.lo + per_column * double(x);
+    const AxisRange extent = model.step_extent();
+    ui.steps.x = clamped(zoomed(ui.steps.x, anchor, std::pow(0.85, double(io.MouseWheel))),
+                         {extent.lo - 0.05 * extent.span(), extent.hi + 0.05 * extent.span()}, 4.0);
+    ui.steps.follow = false;
   }
 }
 

@@ -1,5 +1,6 @@
 #include <imgui.h>
 
+#include <algorithm>
 #include <string>
 
 #include "nanscope/viewer/colormap.hpp"
@@ -18,37 +19,73 @@ std::string birth_line(const format::SnapshotSummary& s) {
   return b.kind + " at " + b.op.op + " in '" + b.op.module + "' (" + b.op.phase + ")";
 }
 
+// One run's line: shown or not, its colour, whether the heatmap and the
+// table show it, its size, live growth and first non-finite step.
+void draw_run_row(const ViewModel& model, UiState& ui, size_t i, const std::string& name) {
+  const RunSource& run = model.runs[i];
+  ImGui::PushID(int(i));
+  bool visible = ui.run_visible[i];
+  if (ImGui::Checkbox("##visible", &visible)) ui.run_visible[i] = visible;
+  ImGui::SameLine();
+  ImGui::ColorButton("##color", ImColor(run_color(i)), ImGuiColorEditFlags_NoTooltip, {14, 14});
+  ImGui::SameLine();
+  if (ImGui::RadioButton(name.c_str(), ui.active_run == int(i))) {
+    ui.active_run = int(i);
+    ui.layer_rows_built_for = SIZE_MAX;
+    ui.selected_layer = -1;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("%s (%s)\nthe heatmap and the layer table show this run", run.label().c_str(),
+                      run.path().c_str());
+  const format::RunData& data = run.data();
+  ImGui::Indent(26);
+  ImGui::TextDisabled("%zu steps, %zu layers", data.rows(), data.layer_names.size());
+  if (run.rows_since_open() > 0) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImColor(rgba(120, 220, 120)), "live: +%zu since opened", run.rows_since_open());
+  }
+  if (run.first_nonfinite_step() >= 0) {
+    ImGui::TextColored(ImColor(kNaNColor), "non-finite at step %lld",
+                       static_cast<long long>(run.first_nonfinite_step()));
+  }
+  ImGui::Unindent(26);
+  ImGui::PopID();
+}
+
+// A multi-process run: its name, how many ranks, and which went non-finite first.
+void draw_group_header(const ViewModel& model, const RankGroup& group) {
+  ImGui::Text("%s: %zu of %d ranks", group.label.c_str(), group.runs.size(), group.world_size);
+  if (group.first_nonfinite.known()) {
+    std::string ranks;
+    for (int rank : group.first_nonfinite.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
+    ImGui::TextColored(ImColor(kFirstNonfiniteRankColor), "first non-finite: rank%s %s @ step %lld",
+                       group.first_nonfinite.ranks.size() > 1 ? "s" : "", ranks.c_str(),
+                       static_cast<long long>(group.first_nonfinite.step));
+    return;
+  }
+  const bool any_nonfinite = std::any_of(group.runs.begin(), group.runs.end(), [&](size_t run) {
+    return model.runs[run].first_nonfinite_step() >= 0;
+  });
+  if (any_nonfinite) ImGui::TextDisabled("first non-finite rank: unknown (no readable %s event)", format::kEventFirstNonfinite);
+}
+
 }  // namespace
 
 void draw_sources_panel(const ViewModel& model, UiState& ui) {
   ImGui::TextUnformatted("Runs");
   if (model.runs.empty()) ImGui::TextDisabled("(none)");
   for (size_t i = 0; i < model.runs.size(); ++i) {
-    const RunSource& run = model.runs[i];
-    ImGui::PushID(int(i));
-    bool visible = ui.run_visible[i];
-    if (ImGui::Checkbox("##visible", &visible)) ui.run_visible[i] = visible;
-    ImGui::SameLine();
-    ImGui::ColorButton("##color", ImColor(run_color(i)), ImGuiColorEditFlags_NoTooltip, {14, 14});
-    ImGui::SameLine();
-    if (ImGui::RadioButton(run.label().c_str(), ui.active_run == int(i))) {
-      ui.active_run = int(i);
-      ui.layer_rows_built_for = SIZE_MAX;
-      ui.selected_layer = -1;
+    const RankGroup* group = model.group_of(i);
+    if (!group) {
+      draw_run_row(model, ui, i, model.runs[i].label());
+      continue;
     }
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\nthe heatmap and the layer table show this run", run.path().c_str());
-    const format::RunData& data = run.data();
-    ImGui::Indent(26);
-    ImGui::TextDisabled("%zu steps, %zu layers", data.rows(), data.layer_names.size());
-    if (run.rows_since_open() > 0) {
-      ImGui::SameLine();
-      ImGui::TextColored(ImColor(rgba(120, 220, 120)), "live: +%zu since opened", run.rows_since_open());
-    }
-    if (run.first_nonfinite_step() >= 0) {
-      ImGui::TextColored(ImColor(kNaNColor), "non-finite at step %lld",
-                         static_cast<long long>(run.first_nonfinite_step()));
-    }
-    ImGui::Unindent(26);
+    if (i != group->runs.front()) continue;  // drawn with its group
+    ImGui::PushID(group);
+    draw_group_header(model, *group);
+    ImGui::Indent(12);
+    for (size_t run : group->runs) draw_run_row(model, ui, run, "rank " + std::to_string(model.runs[run].rank()));
+    ImGui::Unindent(12);
     ImGui::PopID();
   }
 
@@ -59,7 +96,10 @@ void draw_sources_panel(const ViewModel& model, UiState& ui) {
     const SnapshotEntry& entry = model.snapshots[i];
     if (!entry.summary) continue;  // listed under Errors
     ImGui::PushID(int(i));
-    const std::string label = "step " + std::to_string(entry.summary->step) + ": " + birth_line(*entry.summary);
+    // A rank's snapshot says which rank: each rank of a group may write one.
+    const int rank = entry.run >= 0 ? model.runs[size_t(entry.run)].rank() : -1;
+    const std::string label = (rank >= 0 ? "rank " + std::to_string(rank) + " " : std::string()) + "step " +
+                              std::to_string(entry.summary->step) + ": " + birth_line(*entry.summary);
     if (ImGui::Selectable(label.c_str(), ui.selected_snapshot == int(i))) {
       ui.selected_snapshot = int(i);
       ui.tab = Tab::snapshot;

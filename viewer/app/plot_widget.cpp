@@ -87,6 +87,7 @@ uint32_t event_color(const std::string& kind) {
   if (kind == "fallback") return rgba(255, 120, 40);
   if (kind == "snapshot") return rgba(200, 140, 255);
   if (kind == "first_birth") return kNaNColor;
+  if (kind == format::kEventFirstNonfinite || kind == format::kEventNonfiniteRanks) return kFirstNonfiniteRankColor;
   return rgba(200, 200, 200);
 }
 

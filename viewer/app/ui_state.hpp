@@ -32,10 +32,12 @@ struct PlotState {
 struct HeatmapState {
   HeatmapImage image;
   GlTexture texture;
-  // What the image was built from; rebuilt when any of it changes.
+  // What the image was built from; rebuilt when any of it changes (the scale
+  // too: ranks side by side share one, widened by any rank's new rows).
   const void* source = nullptr;
   size_t rows = 0, columns = 0;
   AxisRange x{0, 0};
+  LogScale scale;
 };
 
 // A screen rectangle a screenshot test inspects (printed with --screenshot).
@@ -49,7 +51,9 @@ struct UiState {
   StepView steps;
   PlotState loss{false}, loss_scale{true}, lr{false}, grad_norm{true};
   PlotState layer_norm{true}, act_absmax{true};
-  HeatmapState grad_heatmap;
+  // Per run index: the active run's heatmap, or each rank's of its group.
+  // A map, not a vector: a GlTexture cannot move.
+  std::map<size_t, HeatmapState> grad_heatmaps;
   std::vector<bool> run_visible;
   int active_run = 0;          // the run whose layers the heatmap and table show
   int selected_layer = -1;     // plotted below the heatmap

@@ -8,16 +8,19 @@
 namespace nanscope::viewer {
 
 namespace {
-std::string label_for(const std::string& path) {
+std::string label_for(const std::string& path, int rank) {
   std::filesystem::path p(path);
-  // run/run.h5 is named after its directory; any other file after itself.
-  if (p.filename() == "run.h5" && p.has_parent_path() && !p.parent_path().filename().empty())
-    return p.parent_path().filename().string();
+  // run/run.h5 is named after its directory, run/run-rank-1.h5 "run rank 1";
+  // any other file after itself.
+  const bool in_run_dir = p.has_parent_path() && !p.parent_path().filename().empty();
+  if (rank >= 0 && in_run_dir) return p.parent_path().filename().string() + " rank " + std::to_string(rank);
+  if (p.filename() == "run.h5" && in_run_dir) return p.parent_path().filename().string();
   return p.filename().string();
 }
 }  // namespace
 
-RunSource::RunSource(const std::string& path) : path_(path), label_(label_for(path)) {
+RunSource::RunSource(const std::string& path, int rank)
+    : path_(path), label_(label_for(path, rank)), rank_(rank) {
   try {
     follower_ = std::make_unique<format::RunFollower>(path);
     following_ = true;

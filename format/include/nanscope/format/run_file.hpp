@@ -28,9 +28,16 @@ struct StepRow {
 
 struct RunEvent {
   int64_t step = 0;
-  std::string kind;  // skip, scale_backoff, fallback, snapshot, ...
-  std::string text;
+  std::string kind;  // skip, scale_backoff, fallback, snapshot, ... (at most 16 characters)
+  std::string text;  // cut at 240 characters
 };
+
+// Event kinds of multi-process runs, written by every rank: the ranks whose
+// own check went non-finite at a skipped step ("1" or "0,2"), and the same at
+// the first such step of the run; a collective that failed (a peer died).
+inline constexpr const char* kEventNonfiniteRanks = "nonfinite_ranks";
+inline constexpr const char* kEventFirstNonfinite = "first_nonfinite";
+inline constexpr const char* kEventDistError = "dist_error";
 
 struct RunHeader {
   std::vector<std::string> layer_names;  // empty: no per-layer datasets

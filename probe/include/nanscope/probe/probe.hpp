@@ -31,6 +31,7 @@ namespace nanscope::probe {
 
 struct ProbeOptions {
   std::string run_dir;          // snapshots go to RUN_DIR/snapshots/
+  int rank = 0, world_size = 1;  // a multi-process run: snapshots go to RUN_DIR/snapshots/rank-R/
   CaptureOptions capture;
 };
 
@@ -55,7 +56,7 @@ class Probe {
   // the returned capture's ops_seen = -1 (the probe never throws into a loop).
   format::Capture investigate(const std::function<void()>& rerun, const at::Tensor& inputs);
 
-  // Writes RUN_DIR/snapshots/step-NNNNNNN.h5. Never throws: on failure (disk
+  // Writes RUN_DIR/snapshots/[rank-R/]step-NNNNNNN.h5. Never throws: on failure (disk
   // full, no permission) it warns once on stderr and returns "".
   std::string save_snapshot(const SnapshotContents& contents);
   const std::string& last_error() const { return last_error_; }

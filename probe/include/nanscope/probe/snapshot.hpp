@@ -45,6 +45,6 @@ void write_snapshot(const std::string& path, const SnapshotContents& snapshot);
 SnapshotContents read_snapshot(const std::string& path);
 
 // snapshots/step-0000042.h5 under a run directory.
-std::string snapshot_path(const std::string& run_dir, int64_t step);
+std::string snapshot_path(const std::string& run_dir, int64_t step, int rank = 0, int world_size = 1);
 
 }  // namespace nanscope::probe

@@ -13,6 +13,9 @@ constexpr uint32_t rgba(uint8_t r, uint8_t g, uint8_t b, uint8_t a = 255) {
 inline constexpr uint32_t kNaNColor = rgba(255, 0, 200);
 inline constexpr uint32_t kInfColor = rgba(255, 40, 40);
 inline constexpr uint32_t kMissingColor = rgba(0, 0, 0, 0);
+// The frame and title of the rank that went non-finite first: red, drawn
+// outside the heatmap so it never reads as an Inf cell.
+inline constexpr uint32_t kFirstNonfiniteRankColor = rgba(255, 64, 64);
 
 // A perceptually ordered map (viridis' endpoints and midpoints), t in [0, 1].
 uint32_t colormap(float t);

@@ -14,14 +14,17 @@ namespace nanscope::viewer {
 class RunSource {
  public:
   // Never throws: a file that cannot be read keeps its message in error().
-  explicit RunSource(const std::string& path);
+  // `rank`: which process of a multi-process run wrote it (-1: a one-process
+  // run, or a file opened on its own).
+  explicit RunSource(const std::string& path, int rank = -1);
   RunSource(RunSource&&) noexcept;
   RunSource& operator=(RunSource&&) noexcept;
   ~RunSource();
 
   const std::string& path() const { return path_; }
-  // The run directory's name (or the file's), for legends.
+  // The run directory's name (or the file's), for legends; "DIR rank R" for a rank.
   const std::string& label() const { return label_; }
+  int rank() const { return rank_; }
   const std::string& error() const { return error_; }
   bool has_data() const { return follower_ != nullptr; }
   const format::RunData& data() const;
@@ -44,6 +47,7 @@ class RunSource {
   void absorb_new_rows(size_t from);
 
   std::string path_, label_, error_;
+  int rank_ = -1;
   std::unique_ptr<format::RunFollower> follower_;
   bool following_ = false;
   size_t rows_at_open_ = 0;

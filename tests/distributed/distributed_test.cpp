@@ -1,0 +1,363 @@
+// Data-parallel nanscope-train: real processes on 127.0.0.1 over c10d Gloo,
+// launched the way torchrun launches them (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT in the environment). Every wait here is bounded, so a hang is a
+// failure, never a stuck CI.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "checkpoint.hpp"
+#include "data.hpp"
+#include "fault.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_layout.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
+#include "setup.hpp"
+
+namespace nanscope {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test::TempDir;
+
+// A port nothing listens on right now (the kernel's pick for port 0).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Rank {
+  pid_t pid = -1;
+  int exit_code = -1;
+  std::string log;  // stdout + stderr
+};
+
+// N copies of nanscope-train, one per rank, each with its log in DIR/rank-R.log.
+class Job {
+ public:
+  Job(const TempDir& dir, int world, const std::string& args, int port = free_port()) : dir_(dir) {
+    for (int r = 0; r < world; ++r) {
+      const std::string log = dir.file("rank-" + std::to_string(r) + ".log");
+      const std::string command = "exec env RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
+                                  " LOCAL_RANK=" + std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                                  std::to_string(port) + " " + NANSCOPE_TRAIN_EXE + " " + args + " >" + log + " 2>&1";
+      const pid_t pid = fork();
+      if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      ranks_.push_back({pid, -1, ""});
+    }
+  }
+  ~Job() {
+    for (auto& r : ranks_)
+      if (r.exit_code < 0 && r.pid > 0) {
+        kill(r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+      }
+  }
+  // Waits up to `limit` for rank r; false (and the rank killed) if it is still running.
+  bool wait(int r, std::chrono::seconds limit) {
+    Rank& rank = ranks_[r];
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (rank.exit_code < 0) {
+      int status = 0;
+      if (waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
+        rank.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    std::ifstream in(dir_.file("rank-" + std::to_string(r) + ".log"));
+    rank.log.assign(std::istreambuf_iterator<char>(in), {});
+    return true;
+  }
+  bool wait_all(std::chrono::seconds limit) {
+    bool all = true;
+    for (size_t r = 0; r < ranks_.size(); ++r) all = wait(int(r), limit) && all;
+    return all;
+  }
+  Rank& operator[](int r) { return ranks_[r]; }
+
+ private:
+  const TempDir& dir_;
+  std::vector<Rank> ranks_;
+};
+
+std::string mlp_args(const std::string& run_dir, int steps, int batch) {
+  return "--model mlp --lr 3e-3 --steps " + std::to_string(steps) + " --batch-size " + std::to_string(batch) +
+         " --threads 1 --quiet --run-dir " + run_dir;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> mlp_weights(const std::string& checkpoint) {
+  TrainOptions o;
+  o.model = "mlp";
+  std::unique_ptr<TrainableModel> model = make_model(o, make_dataset(o));
+  load_checkpoint(checkpoint, *model);
+  return model->named_parameters();
+}
+
+format::RunData rank_run(const std::string& run_dir, int rank, int world) {
+  return format::read_run((fs::path(run_dir) / format::run_file_name(rank, world)).string());
+}
+
+std::vector<std::string> event_texts(const format::RunData& run, const std::string& kind) {
+  std::vector<std::string> texts;
+  for (const auto& e : run.events)
+    if (e.kind == kind) texts.push_back(std::to_string(e.step) + ":" + e.text);
+  return texts;
+}
+
+TEST(DataParallelSampler, RanksTogetherReadExactlyTheGlobalBatchOfOneProcess) {
+  for (bool shuffle : {false, true}) {
+    const int world = 4, batch = 5;
+    BatchSampler single(97, batch * world, shuffle, 7);
+    std::vector<BatchSampler> ranks;
+    for (int r = 0; r < world; ++r) ranks.emplace_back(97, batch, shuffle, 7, r, world);
+    for (int64_t step : {0, 1, 4, 19, 20, 55}) {
+      std::vector<at::Tensor> parts;
+      for (const auto& s : ranks) parts.push_back(s.rows(step));
+      EXPECT_TRUE(at::equal(at::cat(parts), single.rows(step))) << "step " << step << " shuffle " << shuffle;
+      EXPECT_FALSE(at::equal(parts[0], parts[1])) << "ranks must read different rows";
+    }
+  }
+}
+
+TEST(DataParallelFaults, RankSuffixPlantsOnThatRankOnly) {
+  const Fault f = parse_fault("log_nonpositive@6/rank1");
+  EXPECT_EQ(f.kind, FaultKind::log_nonpositive);
+  EXPECT_EQ(f.step, 6);
+  EXPECT_EQ(f.rank, 1);
+  const Fault every = parse_fault("lr_spike@3:10");
+  EXPECT_EQ(every.rank, -1);
+  EXPECT_EQ(faults_on_rank({f, every}, 0).size(), 1u);
+  ASSERT_EQ(faults_on_rank({f, every}, 1).size(), 2u);
+  EXPECT_EQ(faults_on_rank({f, every}, 1)[0].rank, -1);  // a rank's own config names no rank
+  EXPECT_THROW(parse_fault("log_nonpositive@6/rankX"), std::invalid_argument);
+  EXPECT_THROW(parse_fault("log_nonpositive@6/rank-1"), std::invalid_argument);
+}
+
+class DataParallelRun : public ::testing::TestWithParam<int> {};
+
+// Same data, same steps: W ranks with batch B must train like one process
+// with batch W x B (the gradient average is the global batch's gradient), and
+// every rank must hold the same weights at the end.
+TEST_P(DataParallelRun, RanksAgreeBitForBitAndFollowOneProcessWithTheSummedBatch) {
+  const int world = GetParam(), batch = 8, steps = 12;
+  TempDir dir;
+  Job job(dir, world, mlp_args(dir.file("dp"), steps, batch) + " --save " + dir.file("rank{rank}.h5"));
+  ASSERT_TRUE(job.wait_all(120s)) << "a rank did not finish";
+  for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+  EXPECT_NE(job[0].log.find("ranks: " + std::to_string(world) + ", median all-reduce"), std::string::npos)
+      << job[0].log;
+
+  const std::string single_dir = dir.file("single");
+  const auto single = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " " +
+                                        mlp_args(single_dir, steps, batch * world) + " --save " +
+                                        dir.file("single.h5"));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+
+  const auto weights0 = mlp_weights(dir.file("rank0.h5"));
+  for (int r = 1; r < world; ++r) {
+    const auto weights = mlp_weights(dir.file("rank" + std::to_string(r) + ".h5"));
+    ASSERT_EQ(weights.size(), weights0.size());
+    for (size_t i = 0; i < weights.size(); ++i)
+      EXPECT_TRUE(at::equal(weights[i].second, weights0[i].second)) << "rank " << r << " " << weights[i].first;
+  }
+  const auto weights_single = mlp_weights(dir.file("single.h5"));
+  for (size_t i = 0; i < weights0.size(); ++i) {
+    EXPECT_TRUE(at::allclose(weights0[i].second, weights_single[i].second, 1e-4, 1e-5))
+        << weights0[i].first << " max diff "
+        << (weights0[i].second - weights_single[i].second).abs().max().item<double>();
+  }
+
+  // The loss curve: the mean of the ranks' losses is the global batch's loss.
+  const format::RunData one = format::read_run(single_dir + "/run.h5");
+  std::vector<format::RunData> runs;
+  for (int r = 0; r < world; ++r) runs.push_back(rank_run(dir.file("dp"), r, world));
+  ASSERT_EQ(one.rows(), size_t(steps));
+  for (int s = 0; s < steps; ++s) {
+    double mean = 0;
+    for (const auto& run : runs) {
+      ASSERT_EQ(run.rows(), size_t(steps));
+      mean += run.loss[s] / world;
+      EXPECT_EQ(run.grad_norm[s], runs[0].grad_norm[s]) << "the global norm differs between ranks at step " << s;
+    }
+    EXPECT_NEAR(mean, one.loss[s], 1e-5 * std::abs(one.loss[s])) << "step " << s;
+    EXPECT_NEAR(runs[0].grad_norm[s], one.grad_norm[s], 1e-4 * one.grad_norm[s]) << "step " << s;
+  }
+  EXPECT_LT(one.loss.back(), one.loss.front()) << "the run should learn something";
+  EXPECT_EQ(runs[1].config.at("rank"), "1");
+  EXPECT_EQ(runs[1].config.at("world_size"), std::to_string(world));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, DataParallelRun, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+// A NaN born on rank 1 only: every rank skips that step and falls back
+// together, rank 1 (and only rank 1) investigates and names the birth, every
+// rank's file says rank 1 went first, and the snapshot replays on one process.
+TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
+  const int world = 4, fault_step = 6, steps = 10;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world,
+          mlp_args(run_dir, steps, 8) + " --amp bf16 --fault log_nonpositive@" + std::to_string(fault_step) +
+              "/rank1");
+  ASSERT_TRUE(job.wait_all(120s));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+  EXPECT_NE(job[1].log.find("[rank 1] step 6: first birth: nan at aten::log (forward) in module 'fc1'"),
+            std::string::npos)
+      << job[1].log;
+  EXPECT_EQ(job[0].log.find("first birth"), std::string::npos) << "rank 0 had nothing to investigate";
+
+  for (int r = 0; r < world; ++r) {
+    const format::RunData run = rank_run(run_dir, r, world);
+    ASSERT_EQ(run.rows(), size_t(steps)) << "rank " << r;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_EQ(run.skipped[s], s == fault_step ? 1 : 0) << "rank " << r << " step " << s;
+      // The one-shot fallback fires on every rank at the same step.
+      EXPECT_EQ(run.amp[s], s <= fault_step ? 1 : 0) << "rank " << r << " step " << s;
+    }
+    EXPECT_EQ(event_texts(run, format::kEventFirstNonfinite), std::vector<std::string>{"6:1"}) << "rank " << r;
+    EXPECT_EQ(event_texts(run, "fallback").size(), 1u) << "rank " << r;
+    // Per-layer norms are the rank's own gradients: NaN on rank 1 only.
+    const size_t layers = run.layer_names.size();
+    ASSERT_GT(layers, 0u);
+    bool nan_in_row = false;
+    for (size_t l = 0; l < layers; ++l) nan_in_row |= std::isnan(run.layer_grad_norm[fault_step * layers + l]);
+    EXPECT_EQ(nan_in_row, r == 1) << "rank " << r;
+    EXPECT_EQ(event_texts(run, "snapshot").size(), r == 1 ? 1u : 0u) << "rank " << r;
+  }
+
+  const std::string snapshot = (fs::path(run_dir) / "snapshots" / "rank-1" / "step-0000006.h5").string();
+  ASSERT_TRUE(fs::exists(snapshot));
+  for (int r : {0, 2, 3}) EXPECT_FALSE(fs::exists(fs::path(run_dir) / "snapshots" / ("rank-" + std::to_string(r))));
+  const format::SnapshotSummary summary = format::read_snapshot_summary(snapshot);
+  ASSERT_TRUE(summary.capture.first_birth.has_value());
+  EXPECT_EQ(summary.capture.first_birth->op.op, "aten::log");
+  EXPECT_EQ(summary.capture.first_birth->op.module, "fc1");
+  EXPECT_EQ(summary.config.at("rank"), "1");
+  EXPECT_EQ(summary.config.at("faults"), "log_nonpositive@6:0");  // the rank's own fault, no rank in it
+
+  // Replay needs no process group: one process, the snapshot alone.
+  const auto replay = test::run_command(std::string(NANSCOPE_REPLAY_EXE) + " " + snapshot + " --json --repeats 1");
+  EXPECT_EQ(replay.exit_code, 0) << replay.output;
+  EXPECT_NE(replay.output.find("\"verdict\": \"model_or_data\""), std::string::npos) << replay.output;
+}
+
+// A rank killed mid-run: the survivors end with a clear error (exit 3) within
+// seconds, not at the collective timeout and never hung, and every rank's
+// run file stays readable with its steps.
+TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
+  const int world = 2;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world, mlp_args(run_dir, 1000000, 8) + " --dist-timeout 120");
+  // Let it train until rank 1 has flushed some rows.
+  const std::string rank1_file = (fs::path(run_dir) / format::run_file_name(1, world)).string();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  size_t rows = 0;
+  while (rows < 40 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    try {
+      rows = format::read_run(rank1_file).rows();
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_GE(rows, 40u) << "the job did not start";
+  ASSERT_EQ(kill(job[1].pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(job.wait(0, 30s)) << "rank 0 hung after rank 1 died";
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ASSERT_TRUE(job.wait(1, 5s));
+  EXPECT_EQ(job[0].exit_code, 3) << job[0].log;
+  EXPECT_NE(job[0].log.find("rank 0 of 2: step "), std::string::npos) << job[0].log;
+  EXPECT_NE(job[0].log.find("another rank died or did not answer"), std::string::npos) << job[0].log;
+  EXPECT_LT(seconds, 30.0);
+
+  const format::RunData survivor = rank_run(run_dir, 0, world);
+  EXPECT_GE(survivor.rows(), 40u);
+  ASSERT_EQ(event_texts(survivor, format::kEventDistError).size(), 1u);
+  EXPECT_GE(rank_run(run_dir, 1, world).rows(), 40u);  // the killed rank's file too
+}
+
+// A rank that stops answering (not dead: its sockets stay open) is caught by
+// the collective timeout.
+TEST(DataParallel, StalledRankIsCaughtByTheCollectiveTimeout) {
+  const int world = 2;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world, mlp_args(run_dir, 1000000, 8) + " --dist-timeout 3");
+  const std::string rank1_file = (fs::path(run_dir) / format::run_file_name(1, world)).string();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  size_t rows = 0;
+  while (rows < 20 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    try {
+      rows = format::read_run(rank1_file).rows();
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_GE(rows, 20u);
+  ASSERT_EQ(kill(job[1].pid, SIGSTOP), 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const bool ended = job.wait(0, 40s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  kill(job[1].pid, SIGKILL);
+  ASSERT_TRUE(ended) << "rank 0 hung past --dist-timeout 3";
+  EXPECT_EQ(job[0].exit_code, 3) << job[0].log;
+  EXPECT_GE(seconds, 2.5);
+  EXPECT_LT(seconds, 40.0);
+  EXPECT_GE(rank_run(run_dir, 0, world).rows(), 20u);
+}
+
+TEST(DataParallel, MissingPeerFailsTheRendezvousWithinTheTimeout) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = test::run_command("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                                        std::to_string(free_port()) + " timeout 60 " + NANSCOPE_TRAIN_EXE + " " +
+                                        mlp_args(dir.file("dp"), 5, 8) + " --dist-timeout 2");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_NE(result.output.find("rendezvous at 127.0.0.1"), std::string::npos) << result.output;
+  EXPECT_LT(seconds, 30.0);
+}
+
+TEST(DataParallel, BadRankOrFaultRankIsAUsageError) {
+  TempDir dir;
+  const std::string exe = NANSCOPE_TRAIN_EXE;
+  auto r = test::run_command("RANK=2 WORLD_SIZE=2 " + exe + " " + mlp_args(dir.file("a"), 5, 8));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("outside [0, 2)"), std::string::npos) << r.output;
+  r = test::run_command(exe + " --world-size 2 --rank 0 --fault log_nonpositive@2/rank5 " +
+                        mlp_args(dir.file("b"), 5, 8));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("only 2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("a"))) << "nothing written for a usage error";
+}
+
+}  // namespace
+}  // namespace nanscope

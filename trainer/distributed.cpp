@@ -1,0 +1,201 @@
+#include "distributed.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef NANSCOPE_HAVE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#endif
+#ifdef NANSCOPE_HAVE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace nanscope {
+
+bool distributed_available() {
+#ifdef NANSCOPE_HAVE_C10D_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
+void validate(const DistOptions& o) {
+  if (o.world_size < 1) throw std::invalid_argument("--world-size (WORLD_SIZE) must be at least 1");
+  if (o.rank < 0 || o.rank >= o.world_size)
+    throw std::invalid_argument("--rank (RANK) " + std::to_string(o.rank) + " is outside [0, " +
+                                std::to_string(o.world_size) + ")");
+  if (o.master_port < 1 || o.master_port > 65535)
+    throw std::invalid_argument("--master-port (MASTER_PORT) must be in 1..65535");
+  if (o.timeout_s <= 0) throw std::invalid_argument("--dist-timeout must be positive");
+  if (o.bucket_mb <= 0) throw std::invalid_argument("--bucket-mb must be positive");
+  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "nccl")
+    throw std::invalid_argument("--dist-backend must be auto, gloo or nccl");
+  if (o.enabled() && !distributed_available())
+    throw std::invalid_argument(
+        "WORLD_SIZE > 1 but this nanscope-train was built without c10d Gloo (install libgloo-dev "
+        "and rebuild)");
+}
+
+namespace {
+
+// The first line of an error: c10d/Gloo messages carry a C++ backtrace after it.
+std::string first_line(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10 ? c10->what_without_backtrace() : e.what();
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+}  // namespace
+
+#ifdef NANSCOPE_HAVE_C10D_GLOO
+
+namespace {
+
+// LibTorch 1.x's process groups are c10d::ProcessGroup; 2.x split them into a
+// ProcessGroup front and per-device c10d::Backend objects, which is what
+// ProcessGroupGloo/NCCL are there. Both have the collectives used here.
+#if TORCH_VERSION_MAJOR >= 2
+using Collectives = c10d::Backend;
+#else
+using Collectives = c10d::ProcessGroup;
+#endif
+using WorkPtr = decltype(std::declval<Collectives&>().barrier());
+
+// LibTorch 2.x's TCPStore defaults to a libuv server that Debian's build does
+// not have ("use_libuv was requested but PyTorch was build without libuv
+// support"); the wheels do. Try the default, then the classic server.
+template <typename Options>
+auto prefer_classic_store(Options& o, int) -> decltype(o.useLibUV = false, void()) {
+  o.useLibUV = false;
+}
+template <typename Options>
+void prefer_classic_store(Options&, long) {}
+
+c10::intrusive_ptr<c10d::Store> make_store(const DistOptions& d) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(d.master_port);
+  options.isServer = d.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(d.world_size);
+  options.waitWorkers = true;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(d.master_addr, options);
+  } catch (const c10::Error& e) {
+    if (std::strstr(e.what(), "libuv") == nullptr) throw;
+    prefer_classic_store(options, 0);
+    return c10::make_intrusive<c10d::TCPStore>(d.master_addr, options);
+  }
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<Collectives> group;
+};
+
+std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::Device device) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
+  std::string backend = d.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : d.backend;
+#ifndef NANSCOPE_HAVE_C10D_NCCL
+  if (backend == "nccl" && d.backend == "auto") backend = "gloo";  // Gloo reduces CUDA tensors too
+  if (backend == "nccl")
+    throw std::invalid_argument("--dist-backend nccl: this LibTorch was built without CUDA/NCCL");
+#endif
+  // LibTorch 2.x's c10d logs every rendezvous retry (a rank that starts
+  // before rank 0's store is up: normal) as a warning with a C++ backtrace.
+  // Errors only, unless the user asked for more.
+  setenv("TORCH_CPP_LOG_LEVEL", "ERROR", /*overwrite=*/0);
+  auto impl = std::make_unique<Impl>();
+  try {
+    impl->store = make_store(d);
+    if (backend == "gloo") {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(d.master_addr));
+      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, d.rank, d.world_size, options);
+    } else {
+#ifdef NANSCOPE_HAVE_C10D_NCCL
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, d.rank, d.world_size, options);
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw DistributedError("rank " + std::to_string(d.rank) + " of " + std::to_string(d.world_size) +
+                           ": rendezvous at " + d.master_addr + ":" + std::to_string(d.master_port) +
+                           " failed (all ranks must start within --dist-timeout " +
+                           std::to_string(int(d.timeout_s)) + " s): " + first_line(e));
+  }
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, backend));
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, int rank, int world_size, std::string backend)
+    : impl_(std::move(impl)), rank_(rank), world_size_(world_size), backend_(std::move(backend)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::all_reduce(const std::vector<Reduction>& reductions) {
+  try {
+    std::vector<WorkPtr> pending;
+    pending.reserve(reductions.size());
+    for (const Reduction& r : reductions) {
+      c10d::AllreduceOptions options;
+      options.reduceOp = r.op == Reduce::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+      std::vector<at::Tensor> one{r.tensor};
+      pending.push_back(impl_->group->allreduce(one, options));
+    }
+    for (auto& work : pending) work->wait();
+  } catch (const std::exception& e) {
+    fail("all-reduce", e);
+  }
+}
+
+void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors) {
+  try {
+    std::vector<WorkPtr> pending;
+    for (const at::Tensor& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      pending.push_back(impl_->group->broadcast(one));
+    }
+    for (auto& work : pending) work->wait();
+  } catch (const std::exception& e) {
+    fail("broadcast", e);
+  }
+}
+
+void ProcessGroup::barrier() {
+  try {
+    impl_->group->barrier()->wait();
+  } catch (const std::exception& e) {
+    fail("barrier", e);
+  }
+}
+
+#else  // no c10d Gloo in this build: validate() refuses WORLD_SIZE > 1 first
+
+struct ProcessGroup::Impl {};
+std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions&, at::Device) {
+  throw std::invalid_argument("this nanscope-train was built without c10d Gloo");
+}
+ProcessGroup::~ProcessGroup() = default;
+void ProcessGroup::all_reduce(const std::vector<Reduction>&) {}
+void ProcessGroup::broadcast(const std::vector<at::Tensor>&) {}
+void ProcessGroup::barrier() {}
+
+#endif
+
+void ProcessGroup::fail(const char* what, const std::exception& e) const {
+  throw DistributedError("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
+                         (context_.empty() ? "" : context_ + ": ") + what +
+                         " failed: another rank died or did not answer within --dist-timeout (" +
+                         first_line(e) + ")");
+}
+
+}  // namespace nanscope

@@ -1,0 +1,79 @@
+#pragma once
+// Data parallelism over c10d (torch.distributed's C++ core): the process
+// group a multi-process nanscope-train runs on, and the few collectives the
+// training loop needs. c10d's types stay in distributed.cpp; what differs
+// between LibTorch versions is wrapped there, once.
+//
+// Launch conventions are torchrun's: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT (or the same as flags). Rank 0 hosts the TCPStore rendezvous.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nanscope {
+
+struct DistOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string backend = "auto";  // auto (nccl on CUDA where built, else gloo) | gloo | nccl
+  double timeout_s = 300;        // a collective (or the rendezvous) waiting longer fails the run
+  double bucket_mb = 25;         // gradient all-reduce bucket size, as DDP's bucket_cap_mb
+  bool enabled() const { return world_size > 1; }
+};
+
+// A collective failed: a peer died, or did not answer within the timeout.
+// Every rank that sees it ends with this error instead of hanging.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// True when this build can run multi-process (c10d Gloo headers were found).
+bool distributed_available();
+// Checks rank/world/port; throws std::invalid_argument naming the bad value.
+void validate(const DistOptions& options);
+
+class ProcessGroup {
+ public:
+  // Rendezvous through the TCPStore at MASTER_ADDR:MASTER_PORT and build the
+  // group. Throws DistributedError when the peers do not all arrive in time.
+  static std::unique_ptr<ProcessGroup> connect(const DistOptions& options, at::Device device);
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend() const { return backend_; }
+
+  enum class Reduce { sum, max };
+  struct Reduction {
+    at::Tensor tensor;  // reduced in place
+    Reduce op;
+  };
+  // One collective per tensor, all in flight together, then waits for all:
+  // the way a list of gradient buckets (and the step's flags) is reduced.
+  void all_reduce(const std::vector<Reduction>& reductions);
+  // Rank 0's values into every rank's tensors (in place).
+  void broadcast(const std::vector<at::Tensor>& tensors);
+  void barrier();
+
+  // What the next collective is for, so a failure names it ("step 41: gradient all-reduce").
+  void set_context(std::string context) { context_ = std::move(context); }
+
+ private:
+  struct Impl;
+  ProcessGroup(std::unique_ptr<Impl> impl, int rank, int world_size, std::string backend);
+  [[noreturn]] void fail(const char* what, const std::exception& e) const;
+
+  std::unique_ptr<Impl> impl_;
+  int rank_, world_size_;
+  std::string backend_;
+  std::string context_;
+};
+
+}  // namespace nanscope
