@@ -33,10 +33,18 @@ snapshot=$(ls "$out"/finetune/snapshots/step-*.h5 | head -1)
 echo "== replay of $snapshot (offline, from the snapshot alone)"
 "${BUILD_DIR:-$repo/build}/replay/nanscope-replay" "$snapshot"
 
+echo "== the same fine-tune as 2 data-parallel ranks (c10d Gloo on 127.0.0.1), the fault on rank 1 only"
+# torchrun's conventions (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); scripts/launch.sh sets them.
+"$repo/scripts/launch.sh" 2 "$train" --config "$repo/samples/configs/gpt-finetune-fault.toml" \
+  --init "$out/gpt-base.h5" --batch-size 8 --fault log_nonpositive@40/rank1 --threads 1 \
+  --run-dir "$out/finetune-2ranks"
+ls "$out"/finetune-2ranks/run-rank-*.h5 "$out"/finetune-2ranks/snapshots/rank-*/
+
 view="${BUILD_DIR:-$repo/build}/viewer/nanscope-view"
-echo "== the viewer: $out/finetune-view.png (the run; its snapshot is under the Snapshot tab)"
+echo "== the viewer: $out/finetune-view.png (the run; its snapshot is under the Snapshot tab), $out/finetune-2ranks.png"
 if [ -n "${DISPLAY:-}" ]; then
   "$view" "$out/finetune" --screenshot "$out/finetune-view.png" --frames 5
+  "$view" "$out/finetune-2ranks" --screenshot "$out/finetune-2ranks.png" --frames 5
   echo "== opening nanscope-view on $out/finetune (close the window to finish)"
   "$view" "$out/finetune"
 else
@@ -44,4 +52,6 @@ else
   xvfb-run -a -s "-screen 0 1600x1000x24" "$view" "$out/finetune" --screenshot "$out/finetune-view.png" --frames 5
   xvfb-run -a -s "-screen 0 1600x1000x24" "$view" "$out/finetune" --show snapshot \
     --screenshot "$out/finetune-snapshot.png" --frames 5
+  xvfb-run -a -s "-screen 0 1600x1000x24" "$view" "$out/finetune-2ranks" \
+    --screenshot "$out/finetune-2ranks.png" --frames 5
 fi

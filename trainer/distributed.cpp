@@ -81,7 +81,10 @@ void prefer_classic_store(Options&, long) {}
 c10::intrusive_ptr<c10d::Store> make_store(const DistOptions& d) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(d.master_port);
-  options.isServer = d.rank == 0;
+  // Upstream torchrun's agent already hosts the store at MASTER_PORT and says
+  // so in TORCHELASTIC_USE_AGENT_STORE; then rank 0 is a client like the rest.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  options.isServer = d.rank == 0 && !(agent_store && std::string(agent_store) == "True");
   options.numWorkers = static_cast<std::size_t>(d.world_size);
   options.waitWorkers = true;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));

@@ -98,29 +98,31 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   sizes->add_option("--n-embd", o.n_embd, "gpt: embedding width")->capture_default_str();
   sizes->add_option("--seq-len", o.seq_len, "gpt: tokens per sample")->capture_default_str();
   sizes->add_option("--hidden", o.hidden, "mlp: hidden width")->capture_default_str();
-  auto* dist = app.add_option_group(
-      "Data parallel (c10d)",
-      "Run N copies, one per rank, as torchrun does (torchrun --nproc-per-node N --no-python "
-      "nanscope-train ...); each reads its shard of every global batch, gradients are averaged "
-      "with a bucketed all-reduce, and all ranks skip, back off and fall back together. Rank R "
-      "writes RUN_DIR/run-rank-R.h5 and RUN_DIR/snapshots/rank-R/. Flags override the environment.");
-  dist->add_option("--rank", o.dist.rank, "This process's rank")->envname("RANK")->capture_default_str();
-  dist->add_option("--world-size", o.dist.world_size, "Number of processes")
-      ->envname("WORLD_SIZE")->capture_default_str();
-  dist->add_option("--local-rank", o.dist.local_rank, "Rank on this machine (picks the CUDA device)")
-      ->envname("LOCAL_RANK")->capture_default_str();
-  dist->add_option("--master-addr", o.dist.master_addr, "Rank 0's address (its TCPStore)")
-      ->envname("MASTER_ADDR")->capture_default_str();
-  dist->add_option("--master-port", o.dist.master_port, "Rank 0's TCPStore port")
-      ->envname("MASTER_PORT")->capture_default_str();
-  dist->add_option("--dist-backend", o.dist.backend, "auto (nccl for CUDA where built, else gloo), gloo or nccl")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "gloo", "nccl"}));
-  dist->add_option("--dist-timeout", o.dist.timeout_s,
-                   "Seconds a rendezvous or collective may wait for the other ranks before the run "
-                   "ends with an error (exit 3)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  dist->add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  // Plain options under a help heading, not an option group: CLI11 2.4 reads
+  // an option group's environment variables only when one of its flags is given.
+  const std::string dist = "Data parallel (c10d): run N copies, one per rank, as torchrun does";
+  app.footer(
+      "Data parallel: each rank reads its shard of every global batch (--batch-size is per rank), "
+      "gradients are averaged with a bucketed all-reduce, and all ranks skip, back off and fall "
+      "back together. Rank R writes RUN_DIR/run-rank-R.h5 and RUN_DIR/snapshots/rank-R/. Flags "
+      "override the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).");
+  app.add_option("--rank", o.dist.rank, "This process's rank")->envname("RANK")->capture_default_str()->group(dist);
+  app.add_option("--world-size", o.dist.world_size, "Number of processes")
+      ->envname("WORLD_SIZE")->capture_default_str()->group(dist);
+  app.add_option("--local-rank", o.dist.local_rank, "Rank on this machine (picks the CUDA device)")
+      ->envname("LOCAL_RANK")->capture_default_str()->group(dist);
+  app.add_option("--master-addr", o.dist.master_addr, "Rank 0's address (its TCPStore)")
+      ->envname("MASTER_ADDR")->capture_default_str()->group(dist);
+  app.add_option("--master-port", o.dist.master_port, "Rank 0's TCPStore port")
+      ->envname("MASTER_PORT")->capture_default_str()->group(dist);
+  app.add_option("--dist-backend", o.dist.backend, "auto (nccl for CUDA where built, else gloo), gloo or nccl")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "gloo", "nccl"}))->group(dist);
+  app.add_option("--dist-timeout", o.dist.timeout_s,
+                 "Seconds a rendezvous or collective may wait for the other ranks before the run "
+                 "ends with an error (exit 3)")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(dist);
+  app.add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
+      ->capture_default_str()->check(CLI::PositiveNumber)->group(dist);
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
   app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
 }

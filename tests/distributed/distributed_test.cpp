@@ -361,3 +361,29 @@ TEST(DataParallel, BadRankOrFaultRankIsAUsageError) {
 
 }  // namespace
 }  // namespace nanscope
+
+namespace nanscope {
+namespace {
+
+// scripts/launch.sh: torchrun's environment for N local ranks, and a failed
+// rank stops the others instead of leaving them waiting for it.
+TEST(Launcher, StartsEveryRankAndStopsTheOthersWhenOneFails) {
+  test::TempDir dir;
+  const std::string launch = std::string(NANSCOPE_SCRIPTS) + "/launch.sh";
+  auto ok = test::run_command(launch + " 2 " + NANSCOPE_TRAIN_EXE + " --model mlp --steps 5 --threads 1 --quiet --run-dir " +
+                              dir.file("dp"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("dp/run-rank-0.h5")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("dp/run-rank-1.h5")));
+
+  const auto start = std::chrono::steady_clock::now();
+  auto failed = test::run_command(launch + " 3 sh -c 'if [ $RANK = 1 ]; then exit 5; fi; sleep 60'");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(failed.exit_code, 5) << failed.output;
+  EXPECT_NE(failed.output.find("stopping the others"), std::string::npos) << failed.output;
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_EQ(test::run_command(launch + " x").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace nanscope

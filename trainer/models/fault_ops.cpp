@@ -12,10 +12,14 @@ at::Tensor add_rms_of_zeros(const at::Tensor& x) {
 at::Tensor layer_norm_without_eps_on_constant_row(const at::Tensor& x, const at::Tensor& weight,
                                                   const at::Tensor& bias) {
   // Row 0 of the flattened batch becomes its own mean: constant across features.
+  // Rounded to a multiple of 1/8 so every partial sum of the row is exact and
+  // the variance is exactly 0 whatever the reduction order (thread count, BLAS
+  // build): with an arbitrary constant, mean() can miss it by an ulp and the
+  // variance comes out 1e-15 instead of 0, and then there is no NaN to find.
   at::Tensor flat = x.reshape({-1, x.size(-1)});
   at::Tensor row_mask = at::zeros({flat.size(0), 1}, x.options().dtype(at::kBool));
   row_mask.index_fill_(0, at::zeros({1}, x.options().dtype(at::kLong)), true);
-  at::Tensor constant = flat.mean(-1, /*keepdim=*/true).expand_as(flat);
+  at::Tensor constant = (flat.mean(-1, /*keepdim=*/true) * 8).round().div(8).expand_as(flat);
   at::Tensor rows = at::where(row_mask, constant, flat);
   at::Tensor mean = rows.mean(-1, /*keepdim=*/true);
   at::Tensor var = (rows - mean).pow(2).mean(-1, /*keepdim=*/true);
