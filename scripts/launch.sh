@@ -14,24 +14,28 @@ if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
 fi
 n=$1; shift
 port=${MASTER_PORT:-$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+# Each rank leads its own process group (setsid execs in place: $! is the
+# rank), so stopping a rank stops whatever it started too.
 pids=()
 for rank in $(seq 0 $((n - 1))); do
-  RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
+  RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port setsid "$@" &
   pids+=($!)
 done
-trap 'kill -INT "${pids[@]}" 2>/dev/null' INT
+trap 'for p in "${pids[@]}"; do kill -INT -- "-$p" 2>/dev/null; done' INT
 status=0
 running=("${pids[@]}")
 while [ ${#running[@]} -gt 0 ]; do
   done_pid=""
   wait -n -p done_pid "${running[@]}"; code=$?
-  [ -z "$done_pid" ] && break
+  [ -z "${done_pid:-}" ] && break
   still=(); for p in "${running[@]}"; do [ "$p" != "$done_pid" ] && still+=("$p"); done
   running=("${still[@]}")
-  if [ $code -ne 0 ] && [ $status -eq 0 ]; then
+  if [ $code -ne 0 ]; then
     status=$code
     echo "launch: a rank exited with $code; stopping the others" >&2
-    kill "${running[@]}" 2>/dev/null
+    for p in "${running[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+    wait 2>/dev/null
+    break
   fi
 done
 exit $status

@@ -21,6 +21,7 @@
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "fault.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
@@ -121,6 +122,21 @@ std::vector<std::pair<std::string, at::Tensor>> mlp_weights(const std::string& c
 
 format::RunData rank_run(const std::string& run_dir, int rank, int world) {
   return format::read_run((fs::path(run_dir) / format::run_file_name(rank, world)).string());
+}
+
+// Rows of a live rank's run file once it has `rows` (or after a minute: fewer).
+size_t wait_for_rows(const std::string& run_dir, int rank, int world, size_t rows) {
+  const std::string file = (fs::path(run_dir) / format::run_file_name(rank, world)).string();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  size_t seen = 0;
+  while (seen < rows && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    try {
+      seen = format::read_run(file).rows();
+    } catch (const std::exception&) {  // not created yet
+    }
+  }
+  return seen;
 }
 
 std::vector<std::string> event_texts(const format::RunData& run, const std::string& kind) {
@@ -268,6 +284,31 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_NE(replay.output.find("\"verdict\": \"model_or_data\""), std::string::npos) << replay.output;
 }
 
+// fp16: the loss scaler sees every rank's overflow, so a fault on one rank
+// backs the scale off on all of them, and the scale stays identical.
+TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
+  if (!compat::autocast_supported(c10::kCPU, at::kHalf)) GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
+  const int world = 2, fault_step = 4, steps = 8;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world,
+          "--model mlp --batch-size 8 --steps " + std::to_string(steps) +
+              " --amp fp16 --fallback false --threads 1 --quiet --run-dir " + run_dir +
+              " --fault activation_overflow@" + std::to_string(fault_step) + "/rank1");
+  ASSERT_TRUE(job.wait_all(120s));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+  const format::RunData rank0 = rank_run(run_dir, 0, world), rank1 = rank_run(run_dir, 1, world);
+  ASSERT_EQ(rank0.rows(), size_t(steps));
+  ASSERT_EQ(rank1.rows(), size_t(steps));
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_EQ(rank0.loss_scale[s], rank1.loss_scale[s]) << "step " << s;
+    EXPECT_EQ(rank0.skipped[s], s == fault_step ? 1 : 0) << "step " << s;
+    EXPECT_EQ(rank1.skipped[s], s == fault_step ? 1 : 0) << "step " << s;
+  }
+  EXPECT_EQ(rank0.loss_scale[fault_step + 1], rank0.loss_scale[fault_step] / 2);
+  EXPECT_EQ(event_texts(rank0, format::kEventFirstNonfinite), std::vector<std::string>{"4:1"});
+}
+
 // A rank killed mid-run: the survivors end with a clear error (exit 3) within
 // seconds, not at the collective timeout and never hung, and every rank's
 // run file stays readable with its steps.
@@ -277,17 +318,7 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
   const std::string run_dir = dir.file("dp");
   Job job(dir, world, mlp_args(run_dir, 1000000, 8) + " --dist-timeout 120");
   // Let it train until rank 1 has flushed some rows.
-  const std::string rank1_file = (fs::path(run_dir) / format::run_file_name(1, world)).string();
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  size_t rows = 0;
-  while (rows < 40 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-    try {
-      rows = format::read_run(rank1_file).rows();
-    } catch (const std::exception&) {
-    }
-  }
-  ASSERT_GE(rows, 40u) << "the job did not start";
+  ASSERT_GE(wait_for_rows(run_dir, 1, world, 40), 40u) << "the job did not start";
   ASSERT_EQ(kill(job[1].pid, SIGKILL), 0);
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(job.wait(0, 30s)) << "rank 0 hung after rank 1 died";
@@ -311,17 +342,7 @@ TEST(DataParallel, StalledRankIsCaughtByTheCollectiveTimeout) {
   TempDir dir;
   const std::string run_dir = dir.file("dp");
   Job job(dir, world, mlp_args(run_dir, 1000000, 8) + " --dist-timeout 3");
-  const std::string rank1_file = (fs::path(run_dir) / format::run_file_name(1, world)).string();
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  size_t rows = 0;
-  while (rows < 20 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-    try {
-      rows = format::read_run(rank1_file).rows();
-    } catch (const std::exception&) {
-    }
-  }
-  ASSERT_GE(rows, 20u);
+  ASSERT_GE(wait_for_rows(run_dir, 1, world, 20), 20u) << "the job did not start";
   ASSERT_EQ(kill(job[1].pid, SIGSTOP), 0);
   const auto stopped_at = std::chrono::steady_clock::now();
   const bool ended = job.wait(0, 40s);
