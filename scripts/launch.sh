@@ -33,7 +33,9 @@ while [ ${#running[@]} -gt 0 ]; do
   if [ $code -ne 0 ]; then
     status=$code
     echo "launch: a rank exited with $code; stopping the others" >&2
-    for p in "${running[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+    # The group for what a rank started; the pid too, for a rank so new it
+    # has not made its group yet.
+    for p in "${running[@]}"; do kill -TERM -- "-$p" "$p" 2>/dev/null; done
     wait 2>/dev/null
     break
   fi
