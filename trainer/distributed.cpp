@@ -97,6 +97,17 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistOptions& d) {
   }
 }
 
+// The interface this rank's Gloo pairs listen on, chosen as torch.distributed
+// chooses it: GLOO_SOCKET_IFNAME when set; every rank on this machine when the
+// rendezvous is on loopback; else the address this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0)
+    return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
 }  // namespace
 
 struct ProcessGroup::Impl {
@@ -121,7 +132,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
     impl->store = make_store(d);
     if (backend == "gloo") {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(d.master_addr));
+      options->devices.push_back(gloo_device(d.master_addr));
       impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, d.rank, d.world_size, options);
     } else {
 #ifdef NANSCOPE_HAVE_C10D_NCCL
