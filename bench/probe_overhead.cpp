@@ -27,6 +27,7 @@
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "optimizer.hpp"
+#include "setup.hpp"
 #include "train_step.hpp"
 
 using namespace nanscope;
@@ -44,7 +45,11 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
-  at::set_num_threads(threads);
+  // The trainer's runtime set-up (threads, OpenBLAS on one thread, seed), so
+  // these steps run as nanscope-train's do.
+  TrainOptions runtime;
+  runtime.threads = threads;
+  configure_runtime(runtime, at::kCPU);
   GptConfig config;
   config.n_layer = 4;
   config.n_embd = 128;

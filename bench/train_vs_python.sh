@@ -21,9 +21,11 @@ for r in $(seq 1 "$rounds"); do
       --threads "$threads" --quiet --run-dir "$tmp/on" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
   o=$("$build/trainer/nanscope-train" --model gpt "${sizes[@]}" --steps $steps --no-shuffle --amp "$amp" \
       --threads "$threads" --quiet --probe off --run-dir "$tmp/off" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
-  p=$(/usr/bin/python3 "$repo/bench/python_gpt_loop.py" "${sizes[@]}" --steps $steps --amp "$amp" \
+  # nanscope-train runs OpenBLAS on one thread beside ATen's pool (trainer/setup.cpp);
+  # Python gets the same BLAS setting so both loops run the same kernels the same way.
+  p=$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$repo/bench/python_gpt_loop.py" "${sizes[@]}" --steps $steps --amp "$amp" \
       --threads "$threads" | sed -n 's/median_step_ms=//p')
-  h=$(/usr/bin/python3 "$repo/bench/python_gpt_loop.py" "${sizes[@]}" --steps $steps --amp "$amp" \
+  h=$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$repo/bench/python_gpt_loop.py" "${sizes[@]}" --steps $steps --amp "$amp" \
       --threads "$threads" --nan-hooks | sed -n 's/median_step_ms=//p')
   echo "round $r: nanscope-train ${c} ms (probe off ${o} ms), python ${p} ms (with NaN forward hooks ${h} ms)"
   cpp+=("$c"); probe_off+=("$o"); py+=("$p"); hooks+=("$h")

@@ -78,7 +78,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Also write the --save checkpoint every N steps (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads, OpenBLAS's included (0: LibTorch's default; with several ranks, the cores shared between the ranks on this machine)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")->check(CLI::NonNegativeNumber);
   app.add_option("--device", o.device, "auto, cpu or cuda")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 matmuls and convolutions (P2)");
