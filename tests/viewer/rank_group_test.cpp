@@ -87,6 +87,7 @@ TEST(ViewModel, OpensEveryRankOfAMultiProcessRunAsOneGroup) {
   ASSERT_TRUE(group.first_nonfinite.known());
   EXPECT_EQ(group.first_nonfinite.step, 40);
   EXPECT_EQ(group.first_nonfinite.ranks, Ranks{1});
+  EXPECT_EQ(model.runs[model.first_run_to_show()].rank(), 1) << "the window opens on the first non-finite rank";
 
   ASSERT_EQ(model.snapshots.size(), 1u);
   const viewer::SnapshotEntry& snapshot = model.snapshots[0];
@@ -109,6 +110,7 @@ TEST(ViewModel, OneProcessRunIsNotAGroup) {
   EXPECT_EQ(model.group_of(0), nullptr);
   EXPECT_EQ(model.runs[0].rank(), -1);
   EXPECT_EQ(model.runs[0].label(), "run");
+  EXPECT_EQ(model.first_run_to_show(), 0u);
 }
 
 TEST(ViewModel, GarbledOrMissingFirstNonfiniteRanksIsUnknown) {

@@ -203,8 +203,8 @@ TEST_F(ViewerScreenshot, RanksSideBySideWithTheFirstNonfiniteRankFramed) {
   EXPECT_GT(rank1.x, rank0.x + rank0.w);
   EXPECT_LE(std::abs(rank0.w - rank1.w), 2);
   EXPECT_GT(rank0.w, 300);
-  // "heatmap" stays the chosen run's: rank 0, the first opened.
-  EXPECT_EQ(shot.region("heatmap").x, rank0.x);
+  // "heatmap" is the chosen run's: the first non-finite rank is shown first.
+  EXPECT_EQ(shot.region("heatmap").x, rank1.x);
 
   // Both are drawn in the colour map; step 40's column is NaN through every
   // layer on rank 1 and nowhere on rank 0.

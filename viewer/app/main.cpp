@@ -78,6 +78,7 @@ int run_viewer(const ViewerOptions& options) {
   {
     UiState ui;  // owns GL textures: destroyed while the context is alive
     ui.layer_window = options.layer_window;
+    ui.active_run = int(model.first_run_to_show());
     const bool only_snapshots = model.runs.empty() && !model.snapshots.empty();
     ui.tab = options.show == "snapshot" || (options.show == "auto" && only_snapshots) ? Tab::snapshot
                                                                                       : Tab::training;

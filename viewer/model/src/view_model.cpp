@@ -198,4 +198,13 @@ AxisRange ViewModel::step_extent() const {
   return extent;
 }
 
+size_t ViewModel::first_run_to_show() const {
+  for (const RankGroup& group : groups) {
+    if (!group.first_nonfinite.known()) continue;
+    for (size_t run : group.runs)
+      if (group.first_nonfinite.has(runs[run].rank())) return run;
+  }
+  return 0;
+}
+
 }  // namespace nanscope::viewer

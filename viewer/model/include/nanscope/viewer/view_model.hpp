@@ -41,6 +41,11 @@ class ViewModel {
   // One line per input that could not be opened and per run that failed later.
   const std::vector<std::string>& errors() const { return errors_; }
 
+  // The run to show first: in the first rank group that knows one, the first
+  // rank to go non-finite (where the NaN was born is what a person opens a
+  // multi-process run for); else run 0.
+  size_t first_run_to_show() const;
+
   // The union of every run's steps; {0, 1} with no rows anywhere.
   AxisRange step_extent() const;
 
