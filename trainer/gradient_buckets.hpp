@@ -22,6 +22,8 @@ class GradientBuckets {
   void average(const at::Tensor& flags);
 
   size_t bucket_count() const { return buckets_.size(); }
+  int rank() const { return group_.rank(); }
+  int world_size() const { return group_.world_size(); }
 
  private:
   struct Slot {

@@ -84,12 +84,12 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
                                        const at::Tensor& loss, const at::Tensor& found_inf,
                                        const at::Tensor& local_norm) {
   NANSCOPE_NVTX_RANGE("all_reduce");
-  const int world = settings.world_size;
+  const int world = settings.buckets->world_size(), rank = settings.buckets->rank();
   AveragedGradients out;
   out.flags = at::zeros({2 * world + 1}, found_inf.options().dtype(at::kFloat));
   if (settings.stop_requested) out.flags[2 * world].fill_(1);
-  out.flags[settings.rank].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
-  out.flags[world + settings.rank].copy_((~at::isfinite(loss.detach().reshape({}))).to(at::kFloat));
+  out.flags[rank].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
+  out.flags[world + rank].copy_((~at::isfinite(loss.detach().reshape({}))).to(at::kFloat));
   const auto start = std::chrono::steady_clock::now();
   settings.buckets->average(out.flags);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -105,9 +105,11 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   // P7: unscale before anything reads the gradients.
   at::Tensor found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, loss.options().dtype(at::kFloat));
   auto [norms, local_norm] = grad_norms(grads);
-  // Which parameters had a gradient here, before averaging gives every one of them one.
-  std::vector<bool> had_grad(parameters.size());
-  for (size_t i = 0; i < parameters.size(); ++i) had_grad[i] = parameters[i].grad().defined();
+  // Which parameters had a gradient here (the norms are theirs), taken before
+  // averaging gives every parameter one.
+  std::vector<bool> had_grad;
+  if (settings.parameter_norms)
+    for (const auto& p : parameters) had_grad.push_back(p.grad().defined());
   AveragedGradients averaged;
   if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, found_inf, local_norm);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
@@ -133,7 +135,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   out.local_grads_finite = std::isfinite(h[4]) && h[2] == 0.0f;
   size_t next = 5;
   if (settings.buckets) {
-    const int world = settings.world_size;
+    const int world = settings.buckets->world_size();
     bool any_grads = false, any_loss = false;
     for (int r = 0; r < world; ++r) {
       const bool grads_bad = h[next + r] != 0.0f, loss_bad = h[next + world + r] != 0.0f;

@@ -23,7 +23,6 @@ struct StepSettings {
   at::Tensor batch_nonfinite;
   // Data parallel: average gradients across ranks (nullptr: one process).
   GradientBuckets* buckets = nullptr;
-  int rank = 0, world_size = 1;
   bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
 };
 

@@ -75,12 +75,6 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"rank", std::to_string(o.dist.rank)}, {"world_size", std::to_string(o.dist.world_size)}};
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
-  return text;
-}
-
 // --save with several ranks: rank 0 writes it (the weights are the same on
 // every rank), unless the path names "{rank}", which each rank fills in.
 std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d) {
@@ -187,8 +181,6 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     StepSettings settings{amp, o.clip, o.probe, {}};
     if (buckets) {
       settings.buckets = &*buckets;
-      settings.rank = dist.rank;
-      settings.world_size = dist.world_size;
       settings.stop_requested = g_interrupted;
       group->set_context("step " + std::to_string(step));
     }
@@ -238,13 +230,13 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       summary.final_loss = outcome.loss;
     } else {
       ++summary.skipped;
-      const std::string where = buckets ? " on rank(s) " + rank_list(outcome.nonfinite_ranks) : "";
+      const std::string where = buckets ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
       writer.event({step, "skip",
                     std::string(outcome.loss_finite ? "non-finite gradients" : "non-finite loss") + where +
                         " at " + precision_name(amp) + "; optimizer step skipped"});
       if (buckets) {
         // Every rank records who went non-finite; the first time, as the run's first.
-        const std::string ranks = rank_list(outcome.nonfinite_ranks);
+        const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
         if (summary.first_nonfinite_ranks.empty() && !outcome.nonfinite_ranks.empty()) {
           summary.first_nonfinite_ranks = outcome.nonfinite_ranks;
           writer.event({step, format::kEventFirstNonfinite, ranks});
@@ -331,7 +323,9 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
     out << "ranks: " << s.world_size << ", median all-reduce " << s.median_allreduce_time * 1e3 << " ms ("
         << (s.median_step_time > 0 ? 100.0 * s.median_allreduce_time / s.median_step_time : 0.0)
         << "% of the median step)"
-        << (s.first_nonfinite_ranks.empty() ? "" : ", first non-finite rank(s) " + rank_list(s.first_nonfinite_ranks))
+        << (s.first_nonfinite_ranks.empty()
+                ? ""
+                : ", first non-finite rank(s) " + format::rank_list_text(s.first_nonfinite_ranks))
         << "\n";
   out
       << "run file: " << s.run_file << "\n";

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,14 @@ struct RunEvent {
 inline constexpr const char* kEventNonfiniteRanks = "nonfinite_ranks";
 inline constexpr const char* kEventFirstNonfinite = "first_nonfinite";
 inline constexpr const char* kEventDistError = "dist_error";
+
+// The text of those two rank events, written and read here only: "1", "0,2".
+std::string rank_list_text(const std::vector<int>& ranks);
+// "1", "0,2", " 2, 0 " -> the ranks, ascending and unique. Anything else (empty,
+// a stray comma, a sign, a letter, a rank not below `world_size` when that is
+// > 0, a number too large for an int) -> nullopt: a garbled list is unknown,
+// never a guess.
+std::optional<std::vector<int>> parse_rank_list(const std::string& text, int world_size);
 
 struct RunHeader {
   std::vector<std::string> layer_names;  // empty: no per-layer datasets

@@ -20,12 +20,6 @@ struct FirstNonfiniteRanks {
   bool has(int rank) const;
 };
 
-// "1", "0,2", " 2, 0 " -> the ranks, ascending and unique. Anything else (empty,
-// a stray comma, a sign, a letter, a rank not below `world_size` when that is
-// > 0, a number too large for an int) -> nullopt: a garbled list is unknown,
-// never a guess.
-std::optional<std::vector<int>> parse_rank_list(const std::string& text, int world_size);
-
 // The earliest format::kEventFirstNonfinite event in `events` whose list parses.
 FirstNonfiniteRanks first_nonfinite_ranks(const std::vector<format::RunEvent>& events, int world_size);
 
