@@ -60,12 +60,6 @@ std::string birth_text(const std::optional<format::Birth>& b) {
   return t;
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 }  // namespace
 
 std::string to_json(const ReplayReport& r) {
@@ -106,7 +100,7 @@ std::string to_text(const ReplayReport& r) {
   if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
   if (r.precision_bisected)
-    o << "  fp32 needed in:   " << (r.fp32_modules.empty() ? "(no module set found)" : join(r.fp32_modules)) << "\n";
+    o << "  fp32 needed in:   " << (r.fp32_modules.empty() ? "(no module set found)" : comma_list(r.fp32_modules)) << "\n";
   if (r.batch_bisected && !r.samples.empty()) {
     o << "  finite without batch row(s):";
     for (size_t i = 0; i < r.samples.size(); ++i)
@@ -129,7 +123,7 @@ void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   record.repeats = r.repeats;
   record.fp32_finite = r.fp32_finite;
   record.anomaly = r.anomaly;
-  record.fp32_modules = join(r.fp32_modules);
+  record.fp32_modules = comma_list(r.fp32_modules);
   for (int64_t s : r.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
   record.fp32_capture = r.fp32_capture;
   format::write_replay_record(archive.root(), record);

@@ -14,12 +14,6 @@ std::string bare_op(const std::string& op) {
 
 std::string module_text(const std::string& module) { return module.empty() ? "the root module (the loss)" : module; }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 std::string join_rows(const std::vector<int64_t>& rows) {
   std::string out;
   for (int64_t r : rows) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -100,7 +94,7 @@ Verdict decide(const VerdictInputs& in) {
   }
   if (in.fp32_finite) {
     v.verdict = "precision";
-    std::string region = in.fp32_modules.empty() ? module_text(b.op.module) : join(in.fp32_modules);
+    std::string region = in.fp32_modules.empty() ? module_text(b.op.module) : comma_list(in.fp32_modules);
     v.suggestion = "finite in fp32: keep " + region + " in fp32 (autocast off inside it" +
                    (in.fp32_modules.empty() ? "" : "; precision bisection: the smallest such set") + ")" +
                    (in.precision == "fp16" ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") + ". " +
@@ -116,6 +110,12 @@ Verdict decide(const VerdictInputs& in) {
   }
   if (!in.grad_norm_trend.empty()) v.suggestion += ". " + in.grad_norm_trend;
   return v;
+}
+
+std::string comma_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
 }  // namespace nanscope::replay

@@ -33,4 +33,7 @@ struct Verdict {
 
 Verdict decide(const VerdictInputs& in);
 
+// "a, b, c": how reports and suggestions list modules.
+std::string comma_list(const std::vector<std::string>& items);
+
 }  // namespace nanscope::replay

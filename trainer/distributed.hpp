@@ -6,38 +6,15 @@
 //
 // Launch conventions are torchrun's: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT (or the same as flags). Rank 0 hosts the TCPStore rendezvous.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "dist_options.hpp"
+
 namespace nanscope {
-
-struct DistOptions {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string backend = "auto";  // auto (nccl on CUDA where built, else gloo) | gloo | nccl
-  double timeout_s = 300;        // a collective (or the rendezvous) waiting longer fails the run
-  double bucket_mb = 25;         // gradient all-reduce bucket size, as DDP's bucket_cap_mb
-  bool enabled() const { return world_size > 1; }
-};
-
-// A collective failed: a peer died, or did not answer within the timeout.
-// Every rank that sees it ends with this error instead of hanging.
-class DistributedError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// True when this build can run multi-process (c10d Gloo headers were found).
-bool distributed_available();
-// Checks rank/world/port; throws std::invalid_argument naming the bad value.
-void validate(const DistOptions& options);
 
 class ProcessGroup {
  public:

@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "distributed.hpp"
+#include "dist_options.hpp"
 #include "nanscope/format/error.hpp"
 #include "options_cli.hpp"
 #include "trainer.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed.hpp"
+#include "dist_options.hpp"
 #include "fault.hpp"
 
 namespace nanscope {

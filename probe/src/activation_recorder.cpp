@@ -29,7 +29,7 @@ at::CallbackHandle g_recorder_handle = 0;
 bool g_recorder_scopes_were_enabled = false;
 thread_local bool t_recording = false;
 
-void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+void record_absmax_on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (t_recording || !g_recorder || fn.scope() != at::RecordScope::FUNCTION) return;
   if (makes_no_new_values(fn.name())) return;
   std::string module = current_module_scope();
@@ -49,7 +49,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   t_recording = false;
 }
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction&) { return nullptr; }
+std::unique_ptr<at::ObserverContext> record_absmax_on_op_start(const at::RecordFunction&) { return nullptr; }
 
 }  // namespace
 
@@ -62,7 +62,7 @@ ActivationRecorder::ActivationRecorder(const std::vector<std::string>& layer_nam
   detail::g_scopes_enabled = true;
   // Forward only: activations are what the forward produces.
   g_recorder_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(on_start, on_end).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+      at::RecordFunctionCallback(record_absmax_on_op_start, record_absmax_on_op_end).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
 }
 
 ActivationRecorder::~ActivationRecorder() {

@@ -108,7 +108,7 @@ std::string module_now() {
   return dotted_module_path(torch::jit::currentModuleHierarchy());
 }
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
   if (t_in_callback || !g_state) return nullptr;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     t_backward_nodes.push_back({fn.name(), fn.seqNr()});
@@ -135,7 +135,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return ctx;
 }
 
-void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   if (!raw || !g_state) return;
   auto* ctx = static_cast<OpContext*>(raw);
   if (ctx->is_node) {
@@ -226,7 +226,7 @@ OpCapture::OpCapture(CaptureOptions options) {
   g_state->options = options;
   g_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
-  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(capture_on_op_start, capture_on_op_end)
                                        .needsInputs(true)
                                        .needsOutputs(true)
                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
