@@ -34,7 +34,7 @@ echo "configure: $(cut -d' ' -f1 <<<"$configure") s"
 awk -v w="$wall" -v u="$user" -v s="$sys" -v n="$steps" 'BEGIN {
   printf "cold build: %.1f s wall, %.0f s compiler CPU (user %.0f + sys %.0f), %d steps\n", w, u + s, u, s, n }'
 echo "ten slowest steps (s):"
-awk 'NR > 1 { printf "%8.1f  %s\n", ($2 - $1) / 1000, $4 }' "$work/build/.ninja_log" | sort -rn | head -10
+awk 'NR > 1 { printf "%8.1f  %s\n", ($2 - $1) / 1000, $4 }' "$work/build/.ninja_log" | sort -rn | sed -n 1,10p  # sed reads all: no SIGPIPE under pipefail
 
 touch "$work/src/trainer/train_step.cpp"
 timed incremental ninja -C "$work/build" -j"$jobs"

@@ -28,7 +28,8 @@ mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 trap 'umount "$root/proc" 2>/dev/null || true' EXIT
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 echo "torch2-chroot: installing libtorch-dev 2.x and build dependencies"
-chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages" \
+# dpkg --configure -a: finishes an install that an earlier run was stopped in.
+chroot "$root" /bin/sh -c "export DEBIAN_FRONTEND=noninteractive; dpkg --configure -a && apt-get update -qq && apt-get install -y -qq --no-install-recommends $packages" \
   >/tmp/nanscope-chroot-apt.log 2>&1 || { tail -20 /tmp/nanscope-chroot-apt.log; exit 1; }
 printf %s "$packages" >"$root/.nanscope-ready"
 echo "torch2-chroot: ready ($(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev))"

@@ -1,6 +1,7 @@
 // A TorchScript model written by Debian's python3-torch trains in C++.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "../subprocess.hpp"
