@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 a verdict, 1 replay failed, 2 bad input.",
       "nanscope-replay"};
   app.add_option("SNAPSHOT", options.snapshot, "A snapshots/step-NNNNNNN.h5 file")->required();
-  app.add_flag("--json", json, "Print one JSON object (the fields of DESIGN.md) instead of the report");
+  app.add_flag("--json", json, "Print one JSON object (its fields are in the README) instead of the report");
   app.add_option("--repeats", options.repeats, "Re-runs at the original precision (0 of N: transient)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -100,6 +100,9 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     if (report.fp32_finite && setup.amp != Amp::off && !input_birth) {
       report.precision_bisected = true;
       report.fp32_modules = smallest_fp32_region(setup);
+      report.fp32_search = !s.torchscript_bytes.empty() ? Fp32Search::unsupported
+                           : report.fp32_modules.empty() ? Fp32Search::none_found
+                                                         : Fp32Search::found;
     }
     if (s.inputs.size(0) > 1) {
       report.batch_bisected = true;
@@ -115,6 +118,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   in.repeats = report.repeats;
   in.fp32_finite = report.fp32_finite;
   in.fp32_modules = report.fp32_modules;
+  in.fp32_search = report.fp32_search;
   in.samples = report.samples;
   in.dataset_rows = report.dataset_rows;
   in.precision = s.precision;

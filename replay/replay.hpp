@@ -28,6 +28,7 @@ struct ReplayReport {
   std::string anomaly;              // DetectAnomalyGuard's message in fp32, if it raised
   bool precision_bisected = false;  // ran (only for a precision verdict)
   std::vector<std::string> fp32_modules;
+  Fp32Search fp32_search = Fp32Search::not_run;
   bool batch_bisected = false;
   std::vector<int64_t> samples;       // batch rows without which the step is finite
   std::vector<int64_t> dataset_rows;  // their rows in the data set

@@ -100,7 +100,11 @@ std::string to_text(const ReplayReport& r) {
   if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
   if (r.precision_bisected)
-    o << "  fp32 needed in:   " << (r.fp32_modules.empty() ? "(no module set found)" : comma_list(r.fp32_modules)) << "\n";
+    o << "  fp32 needed in:   "
+      << (r.fp32_search == Fp32Search::found         ? comma_list(r.fp32_modules)
+          : r.fp32_search == Fp32Search::unsupported ? "(not searched: a TorchScript model's modules cannot be switched)"
+                                                     : "(no module set found)")
+      << "\n";
   if (r.batch_bisected && !r.samples.empty()) {
     o << "  finite without batch row(s):";
     for (size_t i = 0; i < r.samples.size(); ++i)

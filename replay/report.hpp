@@ -1,5 +1,5 @@
 #pragma once
-// Renders a replay: a report for people, the JSON of DESIGN.md's contract, and
+// Renders a replay: a report for people, the JSON of the README's contract, and
 // a `replay` group appended to the snapshot for the viewer.
 #include <string>
 

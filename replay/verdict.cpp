@@ -21,7 +21,7 @@ std::string join_rows(const std::vector<int64_t>& rows) {
 }
 
 // The playbook's fix for each origin, naming the module (P8, P10-P18).
-std::string fix_for(const std::string& category, const format::Birth& b) {
+std::string fix_for(const std::string& category, const format::Birth& b, const std::string& precision) {
   const std::string where = module_text(b.op.module);
   if (category == "log_nonpositive")
     return "clamp the input of " + b.op.op + " in " + where +
@@ -41,8 +41,10 @@ std::string fix_for(const std::string& category, const format::Birth& b) {
            " ran over a row with every position masked: guard fully masked rows (mask the output, or "
            "use a large negative instead of -inf) (P8)";
   if (category == "overflow")
-    return "values in " + where + " exceed the precision's range: bf16 instead of fp16, or an fp32 region "
-           "around " + where + "; z-loss (P15) and QK-LayerNorm (P16) stop logits growing (P10)";
+    // No wider type here: whether fp32 helps is the verdict's to say, from the fp32 re-run.
+    return "values in " + where + " exceed the range of " + (precision.empty() ? "the precision" : precision) +
+           ": find what grows before it (logits, activations, grad norms); z-loss (P15) and QK-LayerNorm (P16) "
+           "stop logits growing (P10)";
   if (category == "grad_explosion")
     return "the gradients explode: lengthen warmup or lower the LR (P12), clip the global norm (P13), "
            "check the init (P17)";
@@ -52,6 +54,33 @@ std::string fix_for(const std::string& category, const format::Birth& b) {
   return "inspect " + b.op.op + " in " + where + " with the snapshot's trail of ops (P9)";
 }
 
+// The divisor's stats (min and max over its finite values) span 0. A 0/0 NaN
+// or x/0 Inf needs a zero there; a divisor of one sign cannot be zero.
+bool divisor_can_be_zero(const std::string& op, const format::Birth& b) {
+  const size_t divisor = op == "div" ? 1 : 0;
+  if (b.inputs.size() <= divisor) return true;  // not recorded: keep the usual reading
+  const format::TensorStats& d = b.inputs[divisor];
+  return d.min <= 0 && d.max >= 0;
+}
+
+// Names an fp32 module set only when precision bisection found it.
+std::string fp32_advice(const VerdictInputs& in) {
+  switch (in.fp32_search) {
+    case Fp32Search::found:
+      return "keep " + comma_list(in.fp32_modules) +
+             " in fp32 (autocast off inside; precision bisection: the smallest such set)";
+    case Fp32Search::none_found:
+      return "no set of modules in fp32 made the step finite, only the whole step in fp32 (the loss "
+             "included): run the loss in fp32, or train in fp32";
+    case Fp32Search::unsupported:
+      return "the step is finite with autocast off; precision bisection cannot switch a TorchScript "
+             "model's modules to fp32, so it names no module set";
+    case Fp32Search::not_run:
+      break;
+  }
+  return "the step is finite with autocast off (precision bisection did not run)";
+}
+
 }  // namespace
 
 std::string category_of(const format::Birth& b) {
@@ -59,11 +88,19 @@ std::string category_of(const format::Birth& b) {
   if (b.op.phase == "grad_norm") return "grad_explosion";
   if (b.op.backward_node == "SqrtBackward0") return "sqrt_grad_zero";
   const std::string op = bare_op(b.op.op);
-  static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax"};
-  if (b.kind == "nan" && logs.count(op)) return "log_nonpositive";
+  // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).
+  static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax", "xlogy"};
+  if (logs.count(op)) return "log_nonpositive";
   if (b.kind == "nan" && (op == "softmax" || op == "_softmax")) return "fully_masked_softmax";
   if (op == "exp" || op == "exp2" || op == "expm1") return "exp_overflow";
-  if (op == "div" || op == "reciprocal" || op == "rsqrt") return "div_by_zero";
+  if (op == "div" || op == "reciprocal" || op == "rsqrt") {
+    // Infinities coming in (inf / inf) were made upstream; only a divisor that
+    // can be zero is a division by zero, and a finite quotient that grew past
+    // the type's range is an overflow.
+    for (const auto& in : b.inputs)
+      if (in.inf_count > 0) return "overflow";
+    return divisor_can_be_zero(op, b) ? "div_by_zero" : "overflow";
+  }
   if (b.kind == "inf") return "overflow";
   return "other";
 }
@@ -82,7 +119,7 @@ Verdict decide(const VerdictInputs& in) {
     v.verdict = "data";
     v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
                    (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
-                   ": " + fix_for(v.category, b);
+                   ": " + fix_for(v.category, b, in.precision);
     return v;
   }
   if (in.repeats > 0 && in.reproduced == 0) {
@@ -94,17 +131,15 @@ Verdict decide(const VerdictInputs& in) {
   }
   if (in.fp32_finite) {
     v.verdict = "precision";
-    std::string region = in.fp32_modules.empty() ? module_text(b.op.module) : comma_list(in.fp32_modules);
-    v.suggestion = "finite in fp32: keep " + region + " in fp32 (autocast off inside it" +
-                   (in.fp32_modules.empty() ? "" : "; precision bisection: the smallest such set") + ")" +
+    v.suggestion = "finite in fp32: " + fp32_advice(in) +
                    (in.precision == "fp16" ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") + ". " +
-                   fix_for(v.category, b);
+                   fix_for(v.category, b, in.precision);
   } else {
     v.verdict = "model_or_data";
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
     if (!in.grad_norm_trend.empty() && (v.category == "overflow" || v.category == "other"))
       v.category = "grad_explosion";
-    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b);
+    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in.precision);
     if (!in.samples.empty())
       v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
   }

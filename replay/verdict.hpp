@@ -1,5 +1,5 @@
 #pragma once
-// Verdicts and categories of DESIGN.md, with suggestions drawn from the
+// Verdicts and categories (README, nanscope-replay), with suggestions drawn from the
 // precision-and-stability playbook (seed 003, P1-P19).
 #include <optional>
 #include <string>
@@ -14,11 +14,20 @@ namespace nanscope::replay {
 // fully_masked_softmax, nonfinite_input, grad_explosion or other.
 std::string category_of(const format::Birth& birth);
 
+// What the search for modules that need fp32 established.
+enum class Fp32Search {
+  not_run,      // not a precision verdict, or --no-bisect
+  found,        // fp32_modules is the smallest set
+  none_found,   // no set of modules in fp32 made the step finite (only the whole step did)
+  unsupported,  // the model's modules cannot be switched to fp32 (TorchScript)
+};
+
 struct VerdictInputs {
   std::optional<format::Birth> birth;       // the first birth at the original precision
   int reproduced = 0, repeats = 0;          // re-runs at the original precision that went non-finite
   bool fp32_finite = false;
-  std::vector<std::string> fp32_modules;    // precision bisection's answer (may be empty)
+  Fp32Search fp32_search = Fp32Search::not_run;
+  std::vector<std::string> fp32_modules;    // precision bisection's answer, when found
   std::vector<int64_t> samples;             // batch bisection's answer (batch rows)
   std::vector<int64_t> dataset_rows;        // the same samples' rows in the data set
   std::string precision;                    // "bf16", "fp16", "fp32"

@@ -10,22 +10,22 @@ const char* precision_of(Amp amp) { return amp == Amp::off ? "fp32" : amp_name(a
 
 }  // namespace
 
-ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& model,
-                                        torch::optim::Optimizer& optimizer,
-                                        const std::vector<at::Tensor>& parameters,
-                                        const std::vector<Fault>& faults, const TrainOptions& options,
-                                        const std::map<std::string, std::string>& config,
-                                        const FailedStep& failed) {
-  ForensicsResult result;
-  // The same step again: same weights (the step was skipped), same RNG state
-  // (restored by the probe), same precision, loss scale and planted fault.
+format::Capture rerun_under_capture(probe::Probe& probe, TrainableModel& model,
+                                    const std::vector<at::Tensor>& parameters, const std::vector<Fault>& faults,
+                                    const FailedStep& failed) {
   auto rerun = [&] {
     recompute_step(model, parameters, failed.amp, failed.loss_scale, model_fault_at(faults, failed.step),
                    failed.inputs, failed.targets);
   };
-  result.capture = probe.investigate(rerun, failed.inputs);
+  format::Capture capture = probe.investigate(rerun, failed.inputs);
   clear_grads(parameters);
+  return capture;
+}
 
+std::string write_failed_step_snapshot(probe::Probe& probe, TrainableModel& model,
+                                       torch::optim::Optimizer& optimizer, const TrainOptions& options,
+                                       const std::map<std::string, std::string>& config,
+                                       const FailedStep& failed, const format::Capture& capture) {
   probe::SnapshotContents s;
   s.step = failed.step;
   const ModelSpec spec = model.spec();
@@ -45,11 +45,10 @@ ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& mod
   s.lr = failed.lr;
   s.clip = options.clip;
   s.config = config;
-  s.capture = result.capture;
+  s.capture = capture;
   s.layer_names = probe.layers().layer_names();
   s.layer_grad_norm = failed.layer_grad_norm;
-  result.snapshot_path = probe.save_snapshot(s);
-  return result;
+  return probe.save_snapshot(s);
 }
 
 std::string describe_birth(const format::Capture& c) {

@@ -23,17 +23,19 @@ struct FailedStep {
   std::vector<float> layer_grad_norm;
 };
 
-struct ForensicsResult {
-  format::Capture capture;
-  std::string snapshot_path;  // "" when it could not be written
-};
+// The same step again under op-level capture: same weights (the step was
+// skipped), RNG state (restored by the probe), precision, loss scale, batch
+// and planted fault. Leaves the gradients cleared.
+format::Capture rerun_under_capture(probe::Probe& probe, TrainableModel& model,
+                                    const std::vector<at::Tensor>& parameters, const std::vector<Fault>& faults,
+                                    const FailedStep& failed);
 
-ForensicsResult investigate_failed_step(probe::Probe& probe, TrainableModel& model,
-                                        torch::optim::Optimizer& optimizer,
-                                        const std::vector<at::Tensor>& parameters,
-                                        const std::vector<Fault>& faults, const TrainOptions& options,
-                                        const std::map<std::string, std::string>& config,
-                                        const FailedStep& failed);
+// Everything needed to replay the failed step elsewhere; returns the path, or
+// "" when it could not be written (probe.last_error() says why).
+std::string write_failed_step_snapshot(probe::Probe& probe, TrainableModel& model,
+                                       torch::optim::Optimizer& optimizer, const TrainOptions& options,
+                                       const std::map<std::string, std::string>& config,
+                                       const FailedStep& failed, const format::Capture& capture);
 
 // "nan at aten::log (forward) in blocks.0.mlp" — for logs and events.
 std::string describe_birth(const format::Capture& capture);

@@ -1,6 +1,6 @@
 #pragma once
 // What the training loop needs from a model, whether it is a built-in C++
-// module (mlp, gpt) or a TorchScript file. Contract (DESIGN.md):
+// module (mlp, gpt) or a TorchScript file. Contract (README, Models):
 // loss(inputs, targets) returns a scalar loss.
 #include <ATen/ATen.h>
 

@@ -72,6 +72,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
                  "headroom to fp16/bf16 is log2(limit / absmax)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-snapshots", o.max_snapshots,
+                 "Snapshots a run writes at most: one for each non-finite step whose first birth "
+                 "(kind, op, module) is new; the others are counted in snapshot_skipped events")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save, "Write a checkpoint here at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every,

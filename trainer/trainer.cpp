@@ -27,6 +27,7 @@
 #include "progress.hpp"
 #include "schedule.hpp"
 #include "setup.hpp"
+#include "snapshot_policy.hpp"
 #include "train_step.hpp"
 
 namespace nanscope {
@@ -70,6 +71,7 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"probe", o.probe ? "on" : "off"}, {"seed", std::to_string(o.seed)},
           {"capture", o.capture_every_step ? "every-step" : "on-failure"},
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
+          {"max_snapshots", std::to_string(o.max_snapshots)},
           {"device", device.str()},    {"faults", faults},
           {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())},
           {"rank", std::to_string(o.dist.rank)}, {"world_size", std::to_string(o.dist.world_size)}};
@@ -157,9 +159,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   auto previous_handler = std::signal(SIGINT, on_interrupt);
   Amp amp = o.amp;
   FallbackPolicy fallback(o.fallback, o.lr_backoff, o.fallback_min_scale);
+  SnapshotPolicy snapshots(o.max_snapshots);
   TrainSummary summary;
   summary.run_file = writer.path();
-  summary.final_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> step_times, allreduce_times;
   ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
   const auto run_start = std::chrono::steady_clock::now();
@@ -227,7 +229,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     summary.steps_run = step + 1;
 
     if (outcome.finite()) {
-      summary.final_loss = outcome.loss;
+      summary.last_finite_loss = outcome.loss;
+      summary.last_finite_step = step;
     } else {
       ++summary.skipped;
       const std::string where = buckets ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
@@ -252,14 +255,18 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
           !outcome.locally_finite() || (outcome.nonfinite_ranks.empty() && dist.rank == 0);
       if (o.probe && investigate) {
         FailedStep failed{step, amp, scale_before, lr, inputs, targets, row.layer_grad_norm};
-        ForensicsResult found = investigate_failed_step(probe, *model, *optimizer, parameters, faults, o,
-                                                        header.config, failed);
-        const std::string birth = describe_birth(found.capture);
+        const format::Capture capture = rerun_under_capture(probe, *model, parameters, faults, failed);
+        const std::string birth = describe_birth(capture);
         log << who << "step " << step << ": first birth: " << birth << "\n";
         writer.event({step, "first_birth", birth});
-        if (!found.snapshot_path.empty()) {
-          writer.event({step, "snapshot", found.snapshot_path});
-          summary.snapshots.push_back(found.snapshot_path);
+        const SnapshotPolicy::Decision decision = snapshots.decide(step, capture);
+        if (!decision.write) {
+          writer.event({step, format::kEventSnapshotSkipped, decision.why_not});
+        } else if (std::string path =
+                       write_failed_step_snapshot(probe, *model, *optimizer, o, header.config, failed, capture);
+                   !path.empty()) {
+          writer.event({step, "snapshot", path});
+          summary.snapshots.push_back(path);
         } else {
           writer.event({step, "snapshot_failed", probe.last_error()});
         }
@@ -279,8 +286,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     }
     summary.final_lr = lr;
     summary.final_loss_scale = scaler.scale();
-    progress.update({step, o.steps, summary.skipped, outcome.loss, scaler.scale(), outcome.grad_norm,
-                     precision_name(amp)});
+    progress.update({step, o.steps, summary.skipped, outcome.loss, !outcome.finite(), summary.last_finite_loss,
+                     summary.last_finite_step, scaler.scale(), outcome.grad_norm, precision_name(amp)});
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
       if (!path.empty()) save_checkpoint(path, *model, step + 1);
@@ -317,7 +324,10 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
   out << "summary: " << s.steps_run << " steps" << (s.interrupted ? " (interrupted)" : "") << ", "
       << s.skipped << " skipped, fallback "
       << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed"))
-      << ", final loss " << s.final_loss << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale
+      << ", " << (s.last_finite_step < 0 ? std::string("no finite loss")
+                                         : "last finite loss " + fmt(s.last_finite_loss) + " (step " +
+                                               std::to_string(s.last_finite_step) + ")")
+      << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale
       << ", " << s.steps_per_second << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n";
   if (s.world_size > 1)
     out << "ranks: " << s.world_size << ", median all-reduce " << s.median_allreduce_time * 1e3 << " ms ("

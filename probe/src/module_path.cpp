@@ -1,14 +1,106 @@
 #include "module_path.hpp"
 
+#include <torch/csrc/jit/api/module.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "nanscope/probe/torchscript_modules.hpp"
+
 namespace nanscope::probe {
 
+namespace {
+
+struct ModuleTree {
+  std::vector<std::pair<std::string, std::string>> modules;  // path, class; named_modules() order
+};
+
+std::mutex g_trees_mutex;
+std::map<std::string, std::shared_ptr<const ModuleTree>> g_trees;  // by the root's class name
+
+// "__torch__.torch.nn.modules.container.ModuleList" -> "ModuleList", as the frames spell classes.
+std::string bare_class(const std::string& qualified) { return qualified.substr(qualified.find_last_of('.') + 1); }
+
+struct Frame {
+  std::string name, type;
+  bool function = false;  // a free function's frame: no module of its own
+};
+
+Frame parse_frame(const std::string& entry) {
+  Frame f;
+  if (entry.rfind("CALL_FUNCTION::", 0) == 0 || entry.rfind("::", 0) == 0) {
+    f.function = true;
+    return f;
+  }
+  const size_t open = entry.find('(');
+  f.name = entry.substr(0, open);
+  if (open != std::string::npos) {
+    const size_t close = entry.find(')', open);
+    f.type = entry.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
+  }
+  return f;
+}
+
+std::string join(const std::string& parent, const std::string& name) {
+  return parent.empty() ? name : parent + "." + name;
+}
+
+// The module below `parent` whose last name is `name` (any name when empty)
+// and whose class is `type` (any when empty): the shallowest such, so a direct
+// child wins over a namesake deeper down; named_modules() order settles a tie
+// (two containers under one called module holding the same class at the same
+// index, which the frames cannot tell apart).
+const std::string* find_below(const ModuleTree& tree, const std::string& parent, const std::string& name,
+                              const std::string& type) {
+  const std::string prefix = parent.empty() ? "" : parent + ".";
+  const std::string* best = nullptr;
+  size_t best_depth = 0;
+  for (const auto& [path, cls] : tree.modules) {
+    if (path.size() <= prefix.size() || path.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!type.empty() && cls != type) continue;
+    const size_t dot = path.find_last_of('.');
+    if (!name.empty() && path.compare(dot == std::string::npos ? 0 : dot + 1, std::string::npos, name) != 0) continue;
+    const size_t depth = size_t(std::count(path.begin() + prefix.size(), path.end(), '.'));
+    if (!best || depth < best_depth) {
+      best = &path;
+      best_depth = depth;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void register_torchscript_modules(const torch::jit::Module& model) {
+  auto tree = std::make_shared<ModuleTree>();
+  for (const auto& m : model.named_modules()) {
+    const auto type_name = m.value.type()->name();
+    tree->modules.emplace_back(m.name, type_name ? bare_class(type_name->qualifiedName()) : "");
+  }
+  const std::string root = tree->modules.empty() ? "" : tree->modules.front().second;
+  std::lock_guard<std::mutex> lock(g_trees_mutex);
+  g_trees[root] = std::move(tree);
+}
+
 std::string dotted_module_path(const std::vector<std::string>& hierarchy) {
+  if (hierarchy.empty()) return "";
+  std::shared_ptr<const ModuleTree> tree;
+  {
+    std::lock_guard<std::mutex> lock(g_trees_mutex);
+    if (auto it = g_trees.find(parse_frame(hierarchy.front()).type); it != g_trees.end()) tree = it->second;
+  }
   std::string path;
   for (size_t i = 1; i < hierarchy.size(); ++i) {  // entry 0 is the top-level module
-    std::string name = hierarchy[i];
-    if (auto paren = name.find('('); paren != std::string::npos) name.resize(paren);
-    if (name.empty()) continue;
-    path += (path.empty() ? "" : ".") + name;
+    const Frame f = parse_frame(hierarchy[i]);
+    if (f.function || f.name.empty() || f.name == "SELF") continue;  // same module as its caller
+    const bool unknown = f.name == "INSTANCE_NAME_UNKNOWN";          // reached through a local variable
+    const std::string* found = tree ? find_below(*tree, path, unknown ? "" : f.name, f.type) : nullptr;
+    if (found)
+      path = *found;
+    else if (!unknown)
+      path = join(path, f.name);
   }
   return path;
 }

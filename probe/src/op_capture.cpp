@@ -57,7 +57,7 @@ bool g_installed = false;
 at::CallbackHandle g_handle = 0;
 
 // The callback's own reductions are ops too: this guard keeps it from
-// recording itself (DESIGN.md, RecordFunction notes).
+// recording itself.
 thread_local bool t_in_callback = false;
 struct ReentryGuard {
   ReentryGuard() { t_in_callback = true; }
@@ -75,6 +75,7 @@ struct OpContext : at::ObserverContext {
   int64_t start_index = 0;
   std::string module;
   bool input_nan = false, input_inf = false;
+  bool scalar_inf = false;  // an infinite scalar (masked_fill(x, m, -inf)) may put infinities anywhere
   // The floating inputs (in-place ops: a copy as they were at the start) and
   // scalar inputs; full statistics only if this op turns out to be a birth.
   std::vector<at::Tensor> input_tensors;
@@ -94,11 +95,51 @@ void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
     format::TensorStats s = scalar_stats(value.toDouble());
     ctx.input_nan |= s.nan_count > 0;
     ctx.input_inf |= s.inf_count > 0;
+    ctx.scalar_inf |= s.inf_count > 0;
     ctx.scalar_inputs.push_back(s);
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorVector())
       if (is_floating(t)) add_tensor(t);
   }
+}
+
+// Elementwise ops that can turn finite values into infinities (overflow, a
+// zero divisor, log of 0, a cast to a narrower type). For these, output
+// position i comes from input position i (after broadcasting), so an infinity
+// can be told apart from one an input already held there.
+bool is_pointwise_arithmetic(const std::string& op) {
+  static const std::unordered_set<std::string> ops{
+      "aten::exp",   "aten::exp2",   "aten::expm1",  "aten::pow",        "aten::mul",   "aten::div",
+      "aten::add",   "aten::sub",    "aten::rsub",   "aten::square",     "aten::sinh",  "aten::cosh",
+      "aten::tan",   "aten::reciprocal", "aten::rsqrt", "aten::log",     "aten::log2",  "aten::log10",
+      "aten::xlogy", "aten::addcmul", "aten::addcdiv", "aten::lerp",     "aten::where", "aten::to",
+      "aten::_to_copy", "aten::copy", "aten::type_as", "aten::softplus", "aten::ldexp", "aten::float_power"};
+  const bool in_place = !op.empty() && op.back() == '_';
+  return ops.count(in_place ? op.substr(0, op.size() - 1) : op) > 0;
+}
+
+bool broadcasts_to(at::IntArrayRef from, at::IntArrayRef to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 1; i <= from.size(); ++i)
+    if (from[from.size() - i] != 1 && from[from.size() - i] != to[to.size() - i]) return false;
+  return true;
+}
+
+// The refined Inf rule: an op whose inputs already hold infinities (a causal
+// mask's -inf) still gives birth to one where its output holds an infinity at a
+// position at which every input was finite: exp over masked attention logits
+// that overflows to +inf. Ops that only carry infinities along (add of a mask,
+// neg, where) hold them at the same positions as their inputs, so they are no
+// births. Needs positions that correspond: pointwise ops whose inputs broadcast
+// to the output; for any other op the plain rule stands.
+bool holds_new_infinity(const std::string& op, const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
+  if (!output.defined() || !is_pointwise_arithmetic(op)) return false;
+  at::Tensor inherited = at::zeros(output.sizes(), output.options().dtype(at::kBool));
+  for (const at::Tensor& in : inputs) {
+    if (!broadcasts_to(in.sizes(), output.sizes())) return false;
+    inherited.logical_or_(at::isinf(in.to(output.device())).expand(output.sizes()));
+  }
+  return at::logical_and(at::isinf(output), inherited.logical_not()).any().item<bool>();
 }
 
 std::string module_now() {
@@ -215,7 +256,9 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     }
   };
   if (output_nan && !ctx->input_nan) consider(st.first_nan, "nan");
-  if (output_inf && !ctx->input_nan && !ctx->input_inf) consider(st.first_inf, "inf");
+  if (output_inf && !ctx->input_nan &&
+      (!ctx->input_inf || (!ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
+    consider(st.first_inf, "inf");
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
       rerun();
       capture = op_capture.result();
     }
-    // DESIGN.md: a non-finite batch is a birth with phase "input", op "input",
+    // docs/design.md: a non-finite batch is a birth with phase "input", op "input",
     // module "", and the sample's row within the batch. It precedes every op.
     const int64_t row = first_nonfinite_row(inputs);
     if (row >= 0) {

@@ -1,5 +1,5 @@
 // Op-level capture on plain ops and on TorchScript models written by Debian's
-// python3-torch: the first NaN and Inf births exactly as DESIGN.md defines them.
+// python3-torch: the first NaN and Inf births exactly as docs/design.md defines them.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -61,6 +61,49 @@ TEST(Capture, SoftmaxOverAFullyMaskedRowIsANanBirth) {
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::softmax") << "the op the code called, not its inner _softmax";
   EXPECT_EQ(c.first_nan_birth->op.module, "attn");
   EXPECT_FALSE(c.first_inf_birth) << "masked_fill's -inf is not an Inf birth";
+}
+
+TEST(Capture, ExpOverflowBesideACausalMaskIsAnInfBirth) {
+  // A hand-written softmax without max subtraction: the logits hold the mask's
+  // -inf (intended) and one logit of 200, which exp overflows to +inf. exp is
+  // the birth even though its input held infinities of its own; the NaN that
+  // follows (inf / inf) is born later, at div.
+  probe::OpCapture capture;
+  at::Tensor scores = at::randn({4, 4});
+  scores[3][1] = 200.0f;
+  at::Tensor future = at::ones({4, 4}, at::kBool).triu(1);
+  {
+    NANSCOPE_MODULE_SCOPE("attn");
+    at::Tensor e = at::exp(scores.masked_fill(future, -kInf));
+    (void)(e / e.sum(-1, true));
+  }
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_inf_birth);
+  EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp");
+  EXPECT_EQ(c.first_inf_birth->op.module, "attn");
+  EXPECT_EQ(c.first_inf_birth->op.output.inf_count, 1);
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->op.op, "aten::exp") << "the Inf comes before the NaN it causes";
+  ASSERT_TRUE(c.first_nan_birth);
+  EXPECT_EQ(c.first_nan_birth->op.op, "aten::div");
+}
+
+TEST(Capture, OpsThatCarryAMasksInfinitiesOnAreNotBirths) {
+  // Additive masks, negation, selection and a cast: every infinity in their
+  // outputs sits where an input already held one.
+  probe::OpCapture capture;
+  at::Tensor scores = at::randn({4, 4});
+  at::Tensor future = at::ones({4, 4}, at::kBool).triu(1);
+  at::Tensor additive = at::zeros({4, 4}).masked_fill(future, -kInf);
+  at::Tensor masked = scores + additive;
+  at::Tensor flipped = -masked;
+  at::Tensor chosen = at::where(future, masked, scores);
+  at::Tensor half = chosen.to(at::kBFloat16);
+  (void)flipped.sum();  // +inf: carried on by a reduction
+  (void)half.sum();     // -inf
+  format::Capture c = capture.result();
+  EXPECT_FALSE(c.first_inf_birth) << c.first_inf_birth->op.op;
+  EXPECT_FALSE(c.first_nan_birth) << c.first_nan_birth->op.op;
 }
 
 TEST(Capture, InPlaceOpsAreJudgedOnTheirInputsAsTheyWere) {
@@ -185,4 +228,28 @@ TEST_F(ScriptedCapture, BackwardOnlyFailureNamesTheNodeAndTheForwardOp) {
   EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
   EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
   EXPECT_EQ(c.first_birth->op.module, "scale");
+}
+
+TEST_F(ScriptedCapture, ModulesReachedThroughContainersKeepTheirFullPath) {
+  // transformer (ModuleDict) and h (ModuleList) are indexed, never called: the
+  // interpreter's frames name only "1" and "attn".
+  for (const char* model : {"nested_script.pt", "nested_trace.pt"}) {
+    format::Capture c = capture(model, Amp::off);
+    ASSERT_TRUE(c.first_birth) << model;
+    EXPECT_EQ(c.first_birth->op.op, "aten::log") << model;
+    EXPECT_EQ(c.first_birth->op.module, "transformer.h.1.attn") << model;
+    EXPECT_EQ(c.first_birth->kind, "nan") << model;
+  }
+}
+
+TEST_F(ScriptedCapture, FreeFunctionBelongsToTheModuleThatCalledIt) {
+  format::Capture root = capture("free_function.pt", Amp::off);
+  ASSERT_TRUE(root.first_birth);
+  EXPECT_EQ(root.first_birth->op.op, "aten::log");
+  EXPECT_EQ(root.first_birth->op.module, "") << "a function frame is not a module";
+  format::Capture sub = capture("free_function_in_submodule.pt", Amp::off);
+  ASSERT_TRUE(sub.first_birth);
+  EXPECT_EQ(sub.first_birth->op.op, "aten::log");
+  EXPECT_EQ(sub.first_birth->op.module, "scorer");
+  EXPECT_EQ(sub.first_birth->kind, "inf");
 }

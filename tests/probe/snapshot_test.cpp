@@ -160,3 +160,47 @@ TEST(ActivationAbsmax, SeesTheBlowUpThatOverflowsFp16) {
   EXPECT_GT(probe::headroom_bits(before, 65504.0), 10.0) << before;
   EXPECT_LT(probe::headroom_bits(during, 65504.0), 1.0) << during;
 }
+
+TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
+  // Steps 2-4 go NaN at the same op and module, 6 and 8 at others; the run
+  // ends on a skipped step. With --max-snapshots 2: snapshots at 2 and 6 only.
+  test::TempDir dir;
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+                             " --model gpt --steps 12 --batch-size 4 --threads 1 --log-every 1 --max-snapshots 2"
+                             " --fault log_nonpositive@2 --fault log_nonpositive@3 --fault log_nonpositive@4"
+                             " --fault exp_overflow@6 --fault sqrt_grad_zero@8 --fault log_nonpositive@11"
+                             " --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = format::read_run(dir.file("run/run.h5"));
+  std::vector<int64_t> written, skipped;
+  std::string skipped_text;
+  for (const auto& e : run.events) {
+    if (e.kind == "snapshot") written.push_back(e.step);
+    if (e.kind == format::kEventSnapshotSkipped) {
+      skipped.push_back(e.step);
+      skipped_text += e.text + "\n";
+    }
+  }
+  EXPECT_EQ(written, (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(skipped, (std::vector<int64_t>{3, 4, 8, 11})) << skipped_text;
+  EXPECT_NE(skipped_text.find("same first birth as the snapshot of step 2 (1 skipped so far)"), std::string::npos)
+      << skipped_text;
+  EXPECT_NE(skipped_text.find("--max-snapshots 2 reached (3 skipped so far)"), std::string::npos) << skipped_text;
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir.file("run/snapshots"))) ++files;
+  EXPECT_EQ(files, 2u);
+
+  // The last step was skipped: its progress line and the summary both name the
+  // last finite loss, the same one.
+  const std::string progress_text = "step 12/12  loss nan (skipped; last finite ";
+  const std::string summary_text = "last finite loss ";
+  const auto progress = r.output.find(progress_text);
+  ASSERT_NE(progress, std::string::npos) << r.output;
+  const auto summary = r.output.find(summary_text);
+  ASSERT_NE(summary, std::string::npos) << r.output;
+  const double in_progress = std::stod(r.output.substr(progress + progress_text.size()));
+  const double in_summary = std::stod(r.output.substr(summary + summary_text.size()));
+  EXPECT_NEAR(in_progress, in_summary, 1e-4);
+  EXPECT_NE(r.output.find(" at step 10)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(step 10)"), std::string::npos) << r.output;
+}

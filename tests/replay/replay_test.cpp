@@ -237,10 +237,79 @@ TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   in.fp32_finite = true;
   in.precision = "fp16";
   in.fp32_modules = {"blocks.0.mlp"};
+  in.fp32_search = replay::Fp32Search::found;
   replay::Verdict v = replay::decide(in);
   EXPECT_EQ(v.verdict, "precision");
   EXPECT_NE(v.suggestion.find("keep blocks.0.mlp in fp32"), std::string::npos) << v.suggestion;
   EXPECT_NE(v.suggestion.find("bf16 instead of fp16"), std::string::npos) << v.suggestion;
   in.fp32_finite = false;
   EXPECT_EQ(replay::decide(in).verdict, "model_or_data");
+}
+
+namespace {
+
+format::Birth birth_at(const char* op, const char* kind, std::vector<format::TensorStats> inputs = {}) {
+  format::Birth b;
+  b.kind = kind;
+  b.op.op = op;
+  b.op.phase = "forward";
+  b.op.module = "attn";
+  b.inputs = std::move(inputs);
+  return b;
+}
+
+format::TensorStats stats(double min, double max, int64_t inf_count = 0) {
+  format::TensorStats t;
+  t.min = min;
+  t.max = max;
+  t.inf_count = inf_count;
+  return t;
+}
+
+}  // namespace
+
+TEST(VerdictRules, LogOfExactlyZeroIsLogNonpositiveNotOverflow) {
+  // A bf16 sigmoid rounded to 1.0 inside a hand-written BCE: log(1 - p) = -inf.
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::log", "inf", {stats(0, 0.5)});
+  in.repeats = in.reproduced = 3;
+  in.precision = "bf16";
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.category, "log_nonpositive");
+  EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
+}
+
+TEST(VerdictRules, DivisionOfInfinitiesPointsUpstreamNotAtTheDivisor) {
+  // exp(x) / exp(x).sum() without max subtraction: inf / inf = NaN at div.
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::div", "nan", {stats(0, 3, 2), stats(1, 9, 4)});
+  in.repeats = in.reproduced = 3;
+  in.precision = "fp32";
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.category, "overflow");
+  EXPECT_EQ(v.suggestion.find("eps to the divisor"), std::string::npos) << v.suggestion;
+  EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
+
+  in.birth = birth_at("aten::div", "nan", {stats(-1, 1), stats(0, 0)});  // 0 / 0
+  EXPECT_EQ(replay::decide(in).category, "div_by_zero");
+  in.birth = birth_at("aten::div", "inf", {stats(1e30, 3e38), stats(1e-9, 1e-8)});  // finite, divisor > 0
+  EXPECT_EQ(replay::decide(in).category, "overflow");
+}
+
+TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::mul", "inf");
+  in.repeats = in.reproduced = 3;
+  in.fp32_finite = true;
+  in.precision = "bf16";
+  for (auto search : {replay::Fp32Search::none_found, replay::Fp32Search::unsupported, replay::Fp32Search::not_run}) {
+    in.fp32_search = search;
+    replay::Verdict v = replay::decide(in);
+    EXPECT_EQ(v.verdict, "precision");
+    EXPECT_EQ(v.suggestion.find("keep attn in fp32"), std::string::npos) << v.suggestion;
+    EXPECT_EQ(v.suggestion.find("fp32 around attn"), std::string::npos) << v.suggestion;
+    EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
+  }
+  in.fp32_search = replay::Fp32Search::unsupported;
+  EXPECT_NE(replay::decide(in).suggestion.find("TorchScript"), std::string::npos);
 }

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nanscope/probe/torchscript_modules.hpp"
+
 namespace nanscope {
 
 namespace {
@@ -53,6 +55,7 @@ std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& byt
   try {
     std::istringstream in(bytes);
     torch::jit::Module module = torch::jit::load(in);
+    probe::register_torchscript_modules(module);  // births named by named_modules() paths
     return std::make_unique<ScriptedModel>(std::move(module), bytes);
   } catch (const c10::Error& e) {
     throw std::invalid_argument("cannot load TorchScript model '" + origin +

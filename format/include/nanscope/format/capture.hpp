@@ -31,7 +31,7 @@ struct OpRecord {
   TensorStats output;           // the first floating output
 };
 
-// Where a NaN or an Inf was born (DESIGN.md: "first birth").
+// Where a NaN or an Inf was born (docs/design.md: "first birth").
 struct Birth {
   OpRecord op;
   std::string kind;             // "nan" | "inf"

@@ -33,6 +33,10 @@ struct RunEvent {
   std::string text;  // cut at 240 characters
 };
 
+// A non-finite step whose snapshot was not written: its first birth was the
+// same as an earlier snapshot's, or the run's --max-snapshots were used up.
+inline constexpr const char* kEventSnapshotSkipped = "snapshot_skipped";
+
 // Event kinds of multi-process runs, written by every rank: the ranks whose
 // own check went non-finite at a skipped step ("1" or "0,2"), and the same at
 // the first such step of the run; a collective that failed (a peer died).

@@ -1,11 +1,13 @@
 #pragma once
 // Op-level capture: while an OpCapture is alive, a global RecordFunction
 // callback sees every aten op, forward and backward, on every thread, and
-// finds the first NaN birth and the first Inf birth (DESIGN.md):
+// finds the first NaN birth and the first Inf birth (docs/design.md):
 //  - a NaN is born at an op whose output holds a NaN while none of its
 //    floating inputs (tensors and scalars) held one;
 //  - an Inf is born at an op whose output holds +-Inf while all its floating
-//    inputs were finite;
+//    inputs were finite, or, for an elementwise op with no infinite scalar
+//    input, at a position where all its inputs were finite (exp overflowing
+//    beside a causal mask's -inf);
 //  - inputs are judged as they were when the op started (in-place ops);
 //  - when a composite op and the op inside it both qualify, the outer one
 //    (what the model's code called) is reported.

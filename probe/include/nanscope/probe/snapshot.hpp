@@ -1,6 +1,6 @@
 #pragma once
 // A snapshot: everything needed to replay one step offline, with no other
-// file (DESIGN.md "Files"; schema in docs/format.md). Written by the probe on a
+// file (schema in docs/format.md). Written by the probe on a
 // non-finite step, read by nanscope-replay.
 #include <ATen/ATen.h>
 

@@ -1,0 +1,34 @@
+#include "snapshot_policy.hpp"
+
+namespace nanscope {
+
+namespace {
+
+// A re-run that found no birth (transient) or failed is one story too.
+std::string birth_key(const format::Capture& c) {
+  if (!c.first_birth) return c.ops_seen < 0 ? "rerun-failed" : "not-reproduced";
+  const format::Birth& b = *c.first_birth;
+  return b.kind + '\n' + b.op.op + '\n' + b.op.module;
+}
+
+}  // namespace
+
+SnapshotPolicy::Decision SnapshotPolicy::decide(int64_t step, const format::Capture& capture) {
+  Decision d;
+  const std::string key = birth_key(capture);
+  if (auto seen = step_of_birth_.find(key); seen != step_of_birth_.end()) {
+    d.why_not = "same first birth as the snapshot of step " + std::to_string(seen->second);
+  } else if (written_ >= max_snapshots_) {
+    d.why_not = "--max-snapshots " + std::to_string(max_snapshots_) + " reached";
+  } else {
+    d.write = true;
+    step_of_birth_.emplace(key, step);
+    ++written_;
+    return d;
+  }
+  ++skipped_;
+  d.why_not += " (" + std::to_string(skipped_) + " skipped so far)";
+  return d;
+}
+
+}  // namespace nanscope

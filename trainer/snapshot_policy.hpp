@@ -1,0 +1,36 @@
+#pragma once
+// Which non-finite steps get a snapshot. A run that stays non-finite would
+// otherwise write one every step (a real model's weights and optimizer state
+// each time, until the disk is full), though every later step only repeats the
+// first one's story. A snapshot is written for a first birth not seen before
+// (its kind, op and module), at most `max_snapshots` in a run.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope {
+
+class SnapshotPolicy {
+ public:
+  explicit SnapshotPolicy(int64_t max_snapshots) : max_snapshots_(max_snapshots) {}
+
+  struct Decision {
+    bool write = false;
+    std::string why_not;  // for the snapshot_skipped event: which earlier step, or the cap
+  };
+  // Decides for the capture of `step`, and remembers a birth it lets through.
+  Decision decide(int64_t step, const format::Capture& capture);
+
+  int64_t written() const { return written_; }
+  int64_t skipped() const { return skipped_; }
+
+ private:
+  int64_t max_snapshots_;
+  int64_t written_ = 0, skipped_ = 0;
+  std::map<std::string, int64_t> step_of_birth_;  // birth key -> the step whose snapshot has it
+};
+
+}  // namespace nanscope
