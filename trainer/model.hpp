@@ -28,8 +28,14 @@ class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
   virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
-  // Dotted names as named_parameters() gives them.
-  virtual NamedTensors named_parameters() const = 0;
+  // Each parameter once, under the first name the model gives it: a tensor
+  // shared by two names (an embedding tied to the output head, as in GPT-2) is
+  // one parameter to the optimizer, the grad norms, clipping, the per-layer
+  // norms (it counts under its first name's module), checkpoints, snapshots
+  // and the gradient buckets, as it is in PyTorch's parameters().
+  NamedTensors named_parameters() const;
+  // Every (dotted name, tensor) pair the model holds, a shared tensor under each of its names.
+  virtual NamedTensors all_named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
   virtual void to(at::Device device, at::ScalarType dtype) = 0;
   virtual void set_training(bool on) = 0;

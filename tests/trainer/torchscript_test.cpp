@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
@@ -62,4 +64,42 @@ TEST_F(TorchScript, ModelFaultsNeedABuiltInModel) {
   TrainOptions o = options("bad");
   o.faults = {parse_fault("log_nonpositive@1")};
   EXPECT_THROW(run(o, std::cerr), std::invalid_argument);
+}
+
+TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
+  // An embedding tied to the output head: LibTorch lists the tensor under both
+  // names. Stepped twice, counted twice in the norm and the clip, it drifts
+  // from PyTorch within a few steps; stepped once, it follows it.
+  test::TempDir dir;
+  const int steps = 12, batch = 8;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                   "/tied_lm_reference.py " + dir.path().string() + " " + std::to_string(steps) +
+                                   " " + std::to_string(batch) + " 0.01");
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  std::ifstream reference(dir.file("reference_losses.txt"));
+  int64_t python_parameters = 0;
+  reference >> python_parameters;
+  std::vector<double> expected;
+  for (double v; reference >> v;) expected.push_back(v);
+  ASSERT_EQ(expected.size(), size_t(steps));
+
+  TrainOptions o;
+  o.model = dir.file("tied_lm.pt");
+  o.data = dir.file("tokens.h5");
+  o.steps = steps;
+  o.batch_size = batch;
+  o.lr = 0.01;
+  o.shuffle = false;
+  o.run_dir = dir.file("run");
+  o.quiet = true;
+  o.threads = 1;
+  std::ostringstream log;
+  TrainSummary summary = run(o, log);
+  EXPECT_NE(log.str().find("(" + std::to_string(python_parameters) + " parameters)"), std::string::npos)
+      << log.str();
+  auto r = format::read_run(summary.run_file);
+  ASSERT_EQ(r.rows(), size_t(steps));
+  for (int i = 0; i < steps; ++i) EXPECT_NEAR(r.loss[i], expected[i], 1e-4 * expected[i]) << "step " << i;
+  // The shared tensor counts under its first name: lm_head owns no parameter of its own.
+  EXPECT_EQ(r.layer_names, (std::vector<std::string>{"wte", "ln", "mlp"}));
 }

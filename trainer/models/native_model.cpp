@@ -2,9 +2,19 @@
 
 #include <torch/nn/functional/loss.h>
 
+#include <unordered_set>
+
 #include "models/fault_ops.hpp"
 
 namespace nanscope {
+
+NamedTensors TrainableModel::named_parameters() const {
+  NamedTensors unique;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (auto& [name, tensor] : all_named_parameters())
+    if (seen.insert(tensor.unsafeGetTensorImpl()).second) unique.emplace_back(std::move(name), std::move(tensor));
+  return unique;
+}
 
 int64_t TrainableModel::parameter_count() const {
   int64_t n = 0;
@@ -12,7 +22,7 @@ int64_t TrainableModel::parameter_count() const {
   return n;
 }
 
-NamedTensors NativeModel::named_parameters() const {
+NamedTensors NativeModel::all_named_parameters() const {
   NamedTensors out;
   for (const auto& item : module_->named_parameters(/*recurse=*/true))
     out.emplace_back(item.key(), item.value());

@@ -11,7 +11,7 @@ namespace nanscope {
 
 class NativeModel : public TrainableModel {
  public:
-  NamedTensors named_parameters() const override;
+  NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
   void to(at::Device device, at::ScalarType dtype) override;
   void set_training(bool on) override;

@@ -24,7 +24,7 @@ class ScriptedModel : public TrainableModel {
       throw std::invalid_argument("TorchScript forward(inputs, targets) must return a scalar loss");
     return out.toTensor().reshape({});
   }
-  NamedTensors named_parameters() const override {
+  NamedTensors all_named_parameters() const override {
     NamedTensors out;
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace_back(p.name, p.value);
     return out;
