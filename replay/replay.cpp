@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
 #include <cmath>
@@ -83,8 +84,11 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
 
   // 1. At the original precision and loss scale, N times.
   report.repeats = std::max(1, options.repeats);
-  for (int i = 0; i < report.repeats; ++i)
+  for (int i = 0; i < report.repeats; ++i) {
     if (!step_is_finite(setup, setup.amp, s.inputs, s.targets)) ++report.reproduced;
+    if (i == 0 && s.cpu_rng_state.defined())  // step_is_finite started the generator from this state
+      report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
+  }
 
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
@@ -104,7 +108,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
                            : report.fp32_modules.empty() ? Fp32Search::none_found
                                                          : Fp32Search::found;
     }
-    if (s.inputs.size(0) > 1) {
+    if (s.inputs.size(0) > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;
       report.samples = samples_without_which_finite(setup);
       for (int64_t row : report.samples)

@@ -29,6 +29,10 @@ struct ReplayReport {
   bool precision_bisected = false;  // ran (only for a precision verdict)
   std::vector<std::string> fp32_modules;
   Fp32Search fp32_search = Fp32Search::not_run;
+  // The step drew random numbers (dropout, a VAE's randn_like): without one
+  // sample every later draw shifts, so batch bisection cannot single one out
+  // and is not run. Seen on the CPU generator.
+  bool draws_random_numbers = false;
   bool batch_bisected = false;
   std::vector<int64_t> samples;       // batch rows without which the step is finite
   std::vector<int64_t> dataset_rows;  // their rows in the data set

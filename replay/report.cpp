@@ -77,6 +77,7 @@ std::string to_json(const ReplayReport& r) {
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
     << ",\n               \"precision_bisection\": "
     << (r.precision_bisected ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
+    << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
     << (r.batch_bisected ? "{ \"samples\": " + list_json(r.samples, num) +
                                ", \"dataset_rows\": " + list_json(r.dataset_rows, num) + " }"
@@ -105,6 +106,9 @@ std::string to_text(const ReplayReport& r) {
           : r.fp32_search == Fp32Search::unsupported ? "(not searched: a TorchScript model's modules cannot be switched)"
                                                      : "(no module set found)")
       << "\n";
+  if (r.draws_random_numbers)
+    o << "  batch bisection:  not run: the step draws random numbers, so removing a sample shifts every "
+         "later draw and cannot single one out\n";
   if (r.batch_bisected && !r.samples.empty()) {
     o << "  finite without batch row(s):";
     for (size_t i = 0; i < r.samples.size(); ++i)

@@ -112,6 +112,29 @@ TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
   ASSERT_EQ(replay.exit_code, 0) << replay.output;
   EXPECT_TRUE(has(replay.output, "verdict", "\"data\"")) << replay.output;
   EXPECT_TRUE(has(replay.output, "sample", "9")) << replay.output;
+  EXPECT_TRUE(has(replay.output, "draws_random_numbers", "false")) << replay.output;
+}
+
+TEST(Replay, BatchBisectionSaysItCannotSeparateSamplesOfAModelThatSamples) {
+  // randn_like draws one number per sample: without a sample every later draw
+  // shifts, and each removal would "fix" the step by luck.
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                   "/make_scripted_model.py " + dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto r = test::run_command(kTrain + " --model " + dir.file("sampler.pt") + " --data " +
+                             dir.file("regressor_data.h5") + " --steps 1 --batch-size 16 --quiet --threads 1" +
+                             " --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string snapshot = probe::snapshot_path(dir.file("run"), 0);
+  auto json = test::run_command(kReplay + " --json --no-write " + snapshot);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "op", "\"aten::log\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "draws_random_numbers", "true")) << json.output;
+  EXPECT_TRUE(has(json.output, "batch_bisection", "null")) << json.output;
+  auto text = test::run_command(kReplay + " --no-write " + snapshot);
+  EXPECT_NE(text.output.find("batch bisection:  not run: the step draws random numbers"), std::string::npos)
+      << text.output;
 }
 
 TEST(Replay, StepThatDoesNotReproduceIsTransient) {
