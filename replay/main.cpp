@@ -1,10 +1,10 @@
 // nanscope-replay: re-run a snapshot's step offline and say why it went NaN.
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 
 #include <iostream>
 
 #include "nanscope/format/error.hpp"
+#include "nanscope/probe/error_text.hpp"
 #include "replay.hpp"
 #include "report.hpp"
 
@@ -47,11 +47,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
     return 2;
-  } catch (const c10::Error& e) {
-    std::cerr << "nanscope-replay: replay failed: " << e.what_without_backtrace() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "nanscope-replay: replay failed: " << e.what() << "\n";
+    std::cerr << "nanscope-replay: replay failed: " << nanscope::probe::one_line_error(e) << "\n";
     return 1;
   }
 }

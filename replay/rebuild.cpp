@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/utils.h>
 
+#include "nanscope/probe/error_text.hpp"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -86,9 +88,13 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const
   bool finite = false;
   try {
     finite = recompute_step(*setup.model, setup.parameters, amp, scale, setup.fault, inputs, targets).finite();
-  } catch (...) {
-    clear_grads(setup.parameters);
-    throw;
+  } catch (const std::exception& e) {
+    // An op that raised on a non-finite value (binary_cross_entropy checks its
+    // input) ended the step: it did not come out finite. The snapshot exists
+    // because the trainer's re-run found a birth before such an exception;
+    // the report quotes it.
+    finite = false;
+    setup.rerun_error = probe::one_line_error(e);
   }
   clear_grads(setup.parameters);
   return finite;

@@ -20,6 +20,7 @@ struct ReplaySetup {
   std::vector<at::Tensor> parameters;
   Fault fault;  // kind none when nothing was planted at this step
   Amp amp = Amp::off;
+  std::string rerun_error;  // what the last re-run that raised said (one line), or ""
 };
 
 // Throws format::FormatError (bad file) or std::invalid_argument (a snapshot

@@ -97,6 +97,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     report.fp32_capture = capture.result();
   }
   if (!report.fp32_finite) report.anomaly = anomaly_message(setup);
+  report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.
   const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == "input";

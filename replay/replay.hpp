@@ -26,6 +26,7 @@ struct ReplayReport {
   bool fp32_finite = false;
   format::Capture fp32_capture;
   std::string anomaly;              // DetectAnomalyGuard's message in fp32, if it raised
+  std::string rerun_error;          // an op raised during a re-run (on the non-finite values), one line
   bool precision_bisected = false;  // ran (only for a precision verdict)
   std::vector<std::string> fp32_modules;
   Fp32Search fp32_search = Fp32Search::not_run;

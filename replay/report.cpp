@@ -75,6 +75,7 @@ std::string to_json(const ReplayReport& r) {
     << ", \"fp32_finite\": " << (r.fp32_finite ? "true" : "false")
     << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth)
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
+    << ",\n               \"rerun_error\": " << or_null(r.rerun_error)
     << ",\n               \"precision_bisection\": "
     << (r.precision_bisected ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
@@ -100,6 +101,7 @@ std::string to_text(const ReplayReport& r) {
     << "  re-run in fp32:   " << (r.fp32_finite ? "finite" : "non-finite") << "\n";
   if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
+  if (!r.rerun_error.empty()) o << "  re-run raised:    " << r.rerun_error << "\n";
   if (r.precision_bisected)
     o << "  fp32 needed in:   "
       << (r.fp32_search == Fp32Search::found         ? comma_list(r.fp32_modules)

@@ -12,7 +12,7 @@ std::string bare_op(const std::string& op) {
   return name;
 }
 
-std::string module_text(const std::string& module) { return module.empty() ? "the root module (the loss)" : module; }
+std::string module_text(const std::string& module) { return module.empty() ? "the root module" : module; }
 
 std::string join_rows(const std::vector<int64_t>& rows) {
   std::string out;

@@ -1,5 +1,7 @@
 #include "distributed.hpp"
 
+#include "nanscope/probe/error_text.hpp"
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
@@ -18,14 +20,6 @@
 namespace nanscope {
 
 namespace {
-
-// The first line of an error: c10d/Gloo messages carry a C++ backtrace after it.
-std::string first_line(const std::exception& e) {
-  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10 ? c10->what_without_backtrace() : e.what();
-  const size_t end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
-}
 
 }  // namespace
 
@@ -120,7 +114,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
     throw DistributedError("rank " + std::to_string(d.rank) + " of " + std::to_string(d.world_size) +
                            ": rendezvous at " + d.master_addr + ":" + std::to_string(d.master_port) +
                            " failed (all ranks must start within --dist-timeout " +
-                           std::to_string(int(d.timeout_s)) + " s): " + first_line(e));
+                           std::to_string(int(d.timeout_s)) + " s): " + probe::one_line_error(e));
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, backend));
 }
@@ -184,7 +178,7 @@ void ProcessGroup::fail(const char* what, const std::exception& e) const {
   throw DistributedError("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
                          (context_.empty() ? "" : context_ + ": ") + what +
                          " failed: another rank died or did not answer within --dist-timeout (" +
-                         first_line(e) + ")");
+                         probe::one_line_error(e) + ")");
 }
 
 }  // namespace nanscope

@@ -1,10 +1,10 @@
 // nanscope-train: parse the command line into TrainOptions and call run().
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 
 #include <iostream>
 
 #include "dist_options.hpp"
+#include "nanscope/probe/error_text.hpp"
 #include "nanscope/format/error.hpp"
 #include "options_cli.hpp"
 #include "trainer.hpp"
@@ -39,11 +39,8 @@ int main(int argc, char** argv) {
   } catch (const nanscope::format::FormatError& e) {
     std::cerr << "nanscope-train: bad input " << e.what() << "\n";
     return 2;
-  } catch (const c10::Error& e) {
-    std::cerr << "nanscope-train: training failed: " << e.what_without_backtrace() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "nanscope-train: training failed: " << e.what() << "\n";
+    std::cerr << "nanscope-train: training failed: " << nanscope::probe::one_line_error(e) << "\n";
     return 1;
   }
 }

@@ -13,6 +13,7 @@
 #include <torch/version.h>
 
 #include "checkpoint.hpp"
+#include "nanscope/probe/error_text.hpp"
 #include "distributed.hpp"
 #include "fallback.hpp"
 #include "gradient_buckets.hpp"
@@ -75,6 +76,21 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"device", device.str()},    {"faults", faults},
           {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())},
           {"rank", std::to_string(o.dist.rank)}, {"world_size", std::to_string(o.dist.world_size)}};
+}
+
+// The outcome of a step whose forward or backward raised: nothing finite came
+// of it, so it is skipped like a non-finite loss (gradients dropped, the fp16
+// scale backs off).
+StepOutcome raised_step_outcome(LossScaler& scaler, const std::vector<at::Tensor>& parameters) {
+  clear_grads(parameters);
+  StepOutcome out;
+  out.loss = std::numeric_limits<double>::quiet_NaN();
+  out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  out.loss_finite = out.local_loss_finite = false;
+  out.skipped = true;
+  out.nonfinite_ranks = {0};
+  scaler.update(true);
+  return out;
 }
 
 // --save with several ranks: rank 0 writes it (the weights are the same on
@@ -191,6 +207,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       settings.batch_nonfinite = probe.batch_nonfinite(inputs);
     }
     StepOutcome outcome;
+    std::string step_error;  // the model raised during the step
     std::vector<float> act_absmax;
     try {
       // --capture every-step: op-level capture on the live step (costly; for
@@ -207,6 +224,14 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       writer.event({step, format::kEventDistError, e.what()});
       writer.flush();
       throw;
+    } catch (const std::exception& e) {
+      // An op that raised on a NaN (binary_cross_entropy checks its input) is
+      // a non-finite step if the forensic re-run finds a birth before it;
+      // otherwise (or with no probe to look, or peers waiting in a collective)
+      // it is an error in the model and the run fails.
+      if (!o.probe || buckets) throw;
+      step_error = probe::one_line_error(e);
+      outcome = raised_step_outcome(scaler, parameters);
     }
     model->plant_fault({FaultKind::none});
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -236,7 +261,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       const std::string where = buckets ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
       writer.event({step, "skip",
                     std::string(outcome.loss_finite ? "non-finite gradients" : "non-finite loss") + where +
-                        " at " + precision_name(amp) + "; optimizer step skipped"});
+                        " at " + precision_name(amp) + "; optimizer step skipped" +
+                        (step_error.empty() ? "" : " (the model raised: " + step_error + ")")});
       if (buckets) {
         // Every rank records who went non-finite; the first time, as the run's first.
         const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
@@ -256,6 +282,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       if (o.probe && investigate) {
         FailedStep failed{step, amp, scale_before, lr, inputs, targets, row.layer_grad_norm};
         const format::Capture capture = rerun_under_capture(probe, *model, parameters, faults, failed);
+        if (!step_error.empty() && !capture.first_birth) {
+          writer.flush();
+          throw std::runtime_error("step " + std::to_string(step) + ": " + step_error);
+        }
         const std::string birth = describe_birth(capture);
         log << who << "step " << step << ": first birth: " << birth << "\n";
         writer.event({step, "first_birth", birth});

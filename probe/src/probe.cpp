@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "nanscope/probe/error_text.hpp"
 #include "nanscope/probe/nvtx.hpp"
 #include "tensor_stats.hpp"
 
@@ -41,8 +42,16 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
     }
     {
       OpCapture op_capture(options_.capture);
-      rerun();
+      // A NaN can make a later op raise (binary_cross_entropy checks its input
+      // is in [0, 1]): the births before the exception are the answer.
+      std::string raised;
+      try {
+        rerun();
+      } catch (const std::exception& e) {
+        raised = e.what();
+      }
       capture = op_capture.result();
+      if (!raised.empty() && !capture.first_birth) throw std::runtime_error(raised);
     }
     // docs/design.md: a non-finite batch is a birth with phase "input", op "input",
     // module "", and the sample's row within the batch. It precedes every op.
@@ -62,7 +71,7 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
   } catch (const std::exception& e) {
     capture = format::Capture{};
     capture.ops_seen = -1;
-    last_error_ = std::string("forensic re-run failed: ") + e.what();
+    last_error_ = "forensic re-run failed: " + one_line_error(e);
     std::cerr << "nanscope probe: " << last_error_ << "\n";
   }
   return capture;

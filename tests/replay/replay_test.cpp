@@ -137,6 +137,25 @@ TEST(Replay, BatchBisectionSaysItCannotSeparateSamplesOfAModelThatSamples) {
       << text.output;
 }
 
+TEST(Replay, StepWhoseOpRaisedOnTheNanReplaysAndQuotesTheError) {
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                   "/make_scripted_model.py " + dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto r = test::run_command(kTrain + " --model " + dir.file("raises_after_nan.pt") + " --data " +
+                             dir.file("regressor_data.h5") + " --steps 1 --batch-size 16 --quiet --threads 1" +
+                             " --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto json = test::run_command(kReplay + " --json --no-write " + probe::snapshot_path(dir.file("run"), 0));
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "verdict", "\"model_or_data\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "category", "\"log_nonpositive\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "module", "\"enc\"")) << json.output;
+  EXPECT_NE(json.output.find("\"rerun_error\": \"RuntimeError: all elements of input should be between 0 and 1"),
+            std::string::npos)
+      << json.output;
+}
+
 TEST(Replay, StepThatDoesNotReproduceIsTransient) {
   test::TempDir dir;
   const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));

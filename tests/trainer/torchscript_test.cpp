@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -64,6 +65,39 @@ TEST_F(TorchScript, ModelFaultsNeedABuiltInModel) {
   TrainOptions o = options("bad");
   o.faults = {parse_fault("log_nonpositive@1")};
   EXPECT_THROW(run(o, std::cerr), std::invalid_argument);
+}
+
+TEST_F(TorchScript, OpRaisingOnANanIsANonFiniteStepAndTheRunGoesOn) {
+  // binary_cross_entropy raises on the NaN born at log in "enc": the step is
+  // skipped like any non-finite step, its birth found and snapshotted.
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("raises_after_nan.pt") +
+                             " --data " + dir_->file("regressor_data.h5") +
+                             " --steps 3 --batch-size 16 --quiet --threads 1 --run-dir " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 0: first birth: nan at aten::log (forward) in module 'enc'"), std::string::npos)
+      << r.output;
+  auto run_file = format::read_run(run_dir + "/run.h5");
+  ASSERT_EQ(run_file.rows(), 3u);
+  std::string skip_text;
+  for (const auto& e : run_file.events)
+    if (e.kind == "skip" && e.step == 0) skip_text = e.text;
+  EXPECT_NE(skip_text.find("the model raised: "), std::string::npos) << skip_text;
+  EXPECT_NE(skip_text.find("between 0 and 1"), std::string::npos) << skip_text;
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/snapshots/step-0000000.h5"));
+}
+
+TEST_F(TorchScript, ModelThatRaisesWithoutANanFailsTheRunInOneLine) {
+  test::TempDir dir;
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("raises_always.pt") +
+                             " --data " + dir_->file("regressor_data.h5") +
+                             " --steps 3 --batch-size 16 --quiet --threads 1 --run-dir " + dir.file("run"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto failed = r.output.find("nanscope-train: training failed: step 0: ");
+  ASSERT_NE(failed, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n', failed), r.output.size() - 1) << "one line, at the end:\n" << r.output;
+  EXPECT_EQ(r.output.find("Traceback of TorchScript"), std::string::npos) << r.output;
 }
 
 TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
