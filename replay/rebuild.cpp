@@ -1,5 +1,6 @@
 #include "rebuild.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/utils.h>
 

@@ -1,5 +1,6 @@
 #include "checkpoint.hpp"
 
+#include <c10/core/GradMode.h>
 #include <torch/utils.h>
 
 #include <cstdio>

@@ -1,5 +1,6 @@
 #include "gradient_buckets.hpp"
 
+#include <c10/core/GradMode.h>
 #include <stdexcept>
 
 namespace nanscope {

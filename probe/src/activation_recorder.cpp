@@ -1,5 +1,6 @@
 #include "nanscope/probe/activation_recorder.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/jit/runtime/interpreter.h>

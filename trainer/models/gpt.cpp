@@ -1,5 +1,6 @@
 #include "models/gpt.hpp"
 
+#include <c10/core/GradMode.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/container/modulelist.h>
