@@ -38,6 +38,21 @@ bool has(const std::string& json, const std::string& key, const std::string& val
   return json.find("\"" + key + "\": " + value) != std::string::npos;
 }
 
+// Writes the TorchScript fixtures (tests/fixtures/make_scripted_model.py) into
+// `dir`, trains `model` on their regressor data for `steps` steps (plus
+// `extra` flags) into dir/run and returns the snapshot of `snapshot_step`.
+std::string scripted_snapshot(const test::TempDir& dir, const std::string& model, int steps, int snapshot_step,
+                              const std::string& extra = "") {
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                   "/make_scripted_model.py " + dir.path().string());
+  EXPECT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto r = test::run_command(kTrain + " --model " + dir.file(model) + " --data " + dir.file("regressor_data.h5") +
+                             " --steps " + std::to_string(steps) + " --batch-size 16 --quiet --threads 1 " + extra +
+                             " --run-dir " + dir.file("run"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return probe::snapshot_path(dir.file("run"), snapshot_step);
+}
+
 struct Expected {
   const char* scenario;
   const char* verdict;
@@ -95,16 +110,10 @@ INSTANTIATE_TEST_SUITE_P(SamplesFaults, Verdicts, ::testing::ValuesIn(kVerdicts)
 
 TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                                   "/make_scripted_model.py " + dir.path().string());
-  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
-  auto r = test::run_command(kTrain + " --model " + dir.file("regressor.pt") + " --data " +
-                             dir.file("regressor_data.h5") + " --steps 8 --batch-size 16 --quiet --threads 1" +
-                             " --fault nonfinite_input@5:9 --run-dir " + dir.file("run"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string snapshot = scripted_snapshot(dir, "regressor.pt", 8, 5, "--fault nonfinite_input@5:9");
   fs::create_directories(dir.file("elsewhere"));
   const std::string copy = dir.file("elsewhere/step.h5");
-  fs::copy_file(probe::snapshot_path(dir.file("run"), 5), copy);
+  fs::copy_file(snapshot, copy);
   fs::remove_all(dir.file("run"));
   fs::remove(dir.file("regressor.pt"));
   fs::remove(dir.file("regressor_data.h5"));
@@ -119,14 +128,7 @@ TEST(Replay, BatchBisectionSaysItCannotSeparateSamplesOfAModelThatSamples) {
   // randn_like draws one number per sample: without a sample every later draw
   // shifts, and each removal would "fix" the step by luck.
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                                   "/make_scripted_model.py " + dir.path().string());
-  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
-  auto r = test::run_command(kTrain + " --model " + dir.file("sampler.pt") + " --data " +
-                             dir.file("regressor_data.h5") + " --steps 1 --batch-size 16 --quiet --threads 1" +
-                             " --run-dir " + dir.file("run"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string snapshot = probe::snapshot_path(dir.file("run"), 0);
+  const std::string snapshot = scripted_snapshot(dir, "sampler.pt", 1, 0);
   auto json = test::run_command(kReplay + " --json --no-write " + snapshot);
   ASSERT_EQ(json.exit_code, 0) << json.output;
   EXPECT_TRUE(has(json.output, "op", "\"aten::log\"")) << json.output;
@@ -139,14 +141,7 @@ TEST(Replay, BatchBisectionSaysItCannotSeparateSamplesOfAModelThatSamples) {
 
 TEST(Replay, StepWhoseOpRaisedOnTheNanReplaysAndQuotesTheError) {
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                                   "/make_scripted_model.py " + dir.path().string());
-  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
-  auto r = test::run_command(kTrain + " --model " + dir.file("raises_after_nan.pt") + " --data " +
-                             dir.file("regressor_data.h5") + " --steps 1 --batch-size 16 --quiet --threads 1" +
-                             " --run-dir " + dir.file("run"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto json = test::run_command(kReplay + " --json --no-write " + probe::snapshot_path(dir.file("run"), 0));
+  auto json = test::run_command(kReplay + " --json --no-write " + scripted_snapshot(dir, "raises_after_nan.pt", 1, 0));
   ASSERT_EQ(json.exit_code, 0) << json.output;
   EXPECT_TRUE(has(json.output, "verdict", "\"model_or_data\"")) << json.output;
   EXPECT_TRUE(has(json.output, "category", "\"log_nonpositive\"")) << json.output;
