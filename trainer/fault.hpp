@@ -1,6 +1,6 @@
 #pragma once
 // Planted faults (--fault KIND@STEP[:ARG][/rankR]): one per arithmetic origin of a NaN
-// in the playbook (seed 003, P8/P11/P12), placed at a known op and module so a
+// in the playbook (P8/P11/P12), placed at a known op and module so a
 // test can check that the run survives it and, later, that the probe finds it.
 #include <cstdint>
 #include <optional>

@@ -17,7 +17,7 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr);
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 // The state of each named parameter's slots, as "NAME/exp_avg", "NAME/step"...
 NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);
-// The fp32 fallback casts the optimizer state with the model (seed 000).
+// The fp32 fallback casts the optimizer state with the model.
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype);
 // Drops gradients (set_to_none): a skipped step leaves no trace in .grad.
 void clear_grads(const std::vector<at::Tensor>& parameters);

@@ -1,5 +1,5 @@
 #pragma once
-// One optimizer step of the stock mixed-precision loop (seed 000, playbook
+// One optimizer step of the stock mixed-precision loop (playbook
 // P4/P5/P7/P13/P14): forward + loss under autocast, backward on the scaled
 // loss, unscale, one finiteness verdict and the grad norms copied to the host
 // once, then clip and step, or skip with weights and optimizer state intact.

@@ -1,6 +1,6 @@
 #pragma once
 // The arithmetic of each planted fault, shared by the built-in models. Each
-// is the realistic mistake the playbook (seed 003, P8) names, not a direct
+// is the realistic mistake the playbook (P8) names, not a direct
 // write of NaN: the NaN/Inf must be born at a real op for the probe to find.
 #include <ATen/ATen.h>
 
