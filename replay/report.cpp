@@ -77,7 +77,7 @@ std::string to_json(const ReplayReport& r) {
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
     << ",\n               \"rerun_error\": " << or_null(r.rerun_error)
     << ",\n               \"precision_bisection\": "
-    << (r.precision_bisected ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
+    << (r.fp32_search != Fp32Search::not_run ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
     << (r.batch_bisected ? "{ \"samples\": " + list_json(r.samples, num) +
@@ -102,7 +102,7 @@ std::string to_text(const ReplayReport& r) {
   if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
   if (!r.rerun_error.empty()) o << "  re-run raised:    " << r.rerun_error << "\n";
-  if (r.precision_bisected)
+  if (r.fp32_search != Fp32Search::not_run)
     o << "  fp32 needed in:   "
       << (r.fp32_search == Fp32Search::found         ? comma_list(r.fp32_modules)
           : r.fp32_search == Fp32Search::unsupported ? "(not searched: a TorchScript model's modules cannot be switched)"

@@ -18,12 +18,11 @@ SnapshotPolicy::Decision SnapshotPolicy::decide(int64_t step, const format::Capt
   const std::string key = birth_key(capture);
   if (auto seen = step_of_birth_.find(key); seen != step_of_birth_.end()) {
     d.why_not = "same first birth as the snapshot of step " + std::to_string(seen->second);
-  } else if (written_ >= max_snapshots_) {
+  } else if (int64_t(step_of_birth_.size()) >= max_snapshots_) {
     d.why_not = "--max-snapshots " + std::to_string(max_snapshots_) + " reached";
   } else {
     d.write = true;
     step_of_birth_.emplace(key, step);
-    ++written_;
     return d;
   }
   ++skipped_;

@@ -24,12 +24,9 @@ class SnapshotPolicy {
   // Decides for the capture of `step`, and remembers a birth it lets through.
   Decision decide(int64_t step, const format::Capture& capture);
 
-  int64_t written() const { return written_; }
-  int64_t skipped() const { return skipped_; }
-
  private:
   int64_t max_snapshots_;
-  int64_t written_ = 0, skipped_ = 0;
+  int64_t skipped_ = 0;
   std::map<std::string, int64_t> step_of_birth_;  // birth key -> the step whose snapshot has it
 };
 

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
+#include <exception>
 #include <filesystem>
 #include <iostream>
 
@@ -44,14 +45,14 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
       OpCapture op_capture(options_.capture);
       // A NaN can make a later op raise (binary_cross_entropy checks its input
       // is in [0, 1]): the births before the exception are the answer.
-      std::string raised;
+      std::exception_ptr raised;
       try {
         rerun();
-      } catch (const std::exception& e) {
-        raised = e.what();
+      } catch (const std::exception&) {
+        raised = std::current_exception();
       }
       capture = op_capture.result();
-      if (!raised.empty() && !capture.first_birth) throw std::runtime_error(raised);
+      if (raised && !capture.first_birth) std::rethrow_exception(raised);
     }
     // docs/design.md: a non-finite batch is a birth with phase "input", op "input",
     // module "", and the sample's row within the batch. It precedes every op.
