@@ -5,14 +5,21 @@
 #include <vector>
 
 #include "rebuild.hpp"
+#include "verdict.hpp"
 
 namespace nanscope::replay {
 
+struct Fp32RegionSearch {
+  Fp32Search outcome = Fp32Search::not_run;
+  std::vector<std::string> modules;  // when found
+};
+
 // The smallest set (1-minimal: no member can be dropped) of module paths that,
-// run with autocast off, make the step finite at its original precision.
-// Empty when even every module in fp32 does not help, or the model opens no
-// module scopes (TorchScript models: their modules cannot be switched).
-std::vector<std::string> smallest_fp32_region(ReplaySetup& setup);
+// run in fp32, make the step finite at its original precision. Native models
+// switch autocast off in their module scopes, TorchScript models in their
+// modules' interpreter frames (probe/scripted_fp32_regions.hpp); `unsupported`
+// when a TorchScript re-run entered no chosen module's frame.
+Fp32RegionSearch smallest_fp32_region(ReplaySetup& setup);
 
 // Batch rows whose removal alone makes the step finite.
 std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup);

@@ -103,13 +103,9 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == "input";
   if (options.bisect && report.reproduced > 0) {
     if (report.fp32_finite && setup.amp != Amp::off && !input_birth) {
-      // A TorchScript model opens no module scopes to switch: no re-runs to spend.
-      if (!s.torchscript_bytes.empty()) {
-        report.fp32_search = Fp32Search::unsupported;
-      } else {
-        report.fp32_modules = smallest_fp32_region(setup);
-        report.fp32_search = report.fp32_modules.empty() ? Fp32Search::none_found : Fp32Search::found;
-      }
+      const Fp32RegionSearch search = smallest_fp32_region(setup);
+      report.fp32_search = search.outcome;
+      report.fp32_modules = search.modules;
     }
     if (s.inputs.size(0) > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;

@@ -105,7 +105,7 @@ std::string to_text(const ReplayReport& r) {
   if (r.fp32_search != Fp32Search::not_run)
     o << "  fp32 needed in:   "
       << (r.fp32_search == Fp32Search::found         ? comma_list(r.fp32_modules)
-          : r.fp32_search == Fp32Search::unsupported ? "(not searched: a TorchScript model's modules cannot be switched)"
+          : r.fp32_search == Fp32Search::unsupported ? "(not searched: the TorchScript model's module frames could not be switched)"
                                                      : "(no module set found)")
       << "\n";
   if (r.draws_random_numbers)

@@ -73,8 +73,9 @@ std::string fp32_advice(const VerdictInputs& in) {
       return "no set of modules in fp32 made the step finite, only the whole step in fp32 (the loss "
              "included): run the loss in fp32, or train in fp32";
     case Fp32Search::unsupported:
-      return "the step is finite with autocast off; precision bisection cannot switch a TorchScript "
-             "model's modules to fp32, so it names no module set";
+      return "the step is finite with autocast off; precision bisection could not switch this TorchScript "
+             "model's modules to fp32 (the interpreter announced none of their frames), so it names no "
+             "module set";
     case Fp32Search::not_run:
       break;
   }
@@ -139,7 +140,7 @@ Verdict decide(const VerdictInputs& in) {
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
     if (!in.grad_norm_trend.empty() && (v.category == "overflow" || v.category == "other"))
       v.category = "grad_explosion";
-    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in.precision);
+    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, "fp32");
     if (!in.samples.empty())
       v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
   }

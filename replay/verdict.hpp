@@ -19,7 +19,7 @@ enum class Fp32Search {
   not_run,      // not a precision verdict, or --no-bisect
   found,        // fp32_modules is the smallest set
   none_found,   // no set of modules in fp32 made the step finite (only the whole step did)
-  unsupported,  // the model's modules cannot be switched to fp32 (TorchScript)
+  unsupported,  // a TorchScript model whose modules' frames could not be switched: no answer
 };
 
 struct VerdictInputs {

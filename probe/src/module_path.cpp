@@ -1,12 +1,14 @@
 #include "module_path.hpp"
 
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/torchscript_modules.hpp"
 
 namespace nanscope::probe {
@@ -16,6 +18,15 @@ namespace {
 struct ModuleTree {
   std::vector<std::pair<std::string, std::string>> modules;  // path, class; named_modules() order
 };
+
+// Each registered module object's path, for frames that hand over `self`.
+// Weak: a model that is gone leaves no module alive, and its addresses may be
+// reused, which the weak pointer tells apart.
+struct ObjectPath {
+  c10::weak_intrusive_ptr<c10::ivalue::Object> object;
+  std::string path;
+};
+std::map<const c10::ivalue::Object*, ObjectPath> g_object_paths;
 
 std::mutex g_trees_mutex;
 std::map<std::string, std::shared_ptr<const ModuleTree>> g_trees;  // by the root's class name
@@ -75,13 +86,28 @@ const std::string* find_below(const ModuleTree& tree, const std::string& parent,
 
 void register_torchscript_modules(const torch::jit::Module& model) {
   auto tree = std::make_shared<ModuleTree>();
+  std::vector<std::pair<c10::intrusive_ptr<c10::ivalue::Object>, std::string>> objects;
   for (const auto& m : model.named_modules()) {
     const auto type_name = m.value.type()->name();
     tree->modules.emplace_back(m.name, type_name ? bare_class(type_name->qualifiedName()) : "");
+    objects.emplace_back(m.value._ivalue(), m.name);
   }
   const std::string root = tree->modules.empty() ? "" : tree->modules.front().second;
   std::lock_guard<std::mutex> lock(g_trees_mutex);
   g_trees[root] = std::move(tree);
+  for (auto it = g_object_paths.begin(); it != g_object_paths.end();)
+    it = it->second.object.expired() ? g_object_paths.erase(it) : std::next(it);
+  for (auto& [object, path] : objects)
+    g_object_paths.insert_or_assign(object.get(), ObjectPath{c10::weak_intrusive_ptr<c10::ivalue::Object>(object), path});
+}
+
+std::optional<std::string> registered_module_path(const c10::IValue& self) {
+  if (!self.isObject()) return std::nullopt;
+  const c10::ivalue::Object* object = &self.toObjectRef();
+  std::lock_guard<std::mutex> lock(g_trees_mutex);
+  auto it = g_object_paths.find(object);
+  if (it == g_object_paths.end() || it->second.object.lock().get() != object) return std::nullopt;
+  return it->second.path;
 }
 
 std::string dotted_module_path(const std::vector<std::string>& hierarchy) {
@@ -103,6 +129,13 @@ std::string dotted_module_path(const std::vector<std::string>& hierarchy) {
       path = join(path, f.name);
   }
   return path;
+}
+
+std::string current_module_path() {
+  const std::string& scoped = current_module_scope();
+  if (!scoped.empty()) return scoped;
+  // TorchScript models are attributed through the interpreter's call stack.
+  return dotted_module_path(torch::jit::currentModuleHierarchy());
 }
 
 }  // namespace nanscope::probe

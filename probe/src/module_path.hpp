@@ -1,4 +1,7 @@
 #pragma once
+#include <ATen/core/ivalue.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,5 +16,13 @@ namespace nanscope::probe {
 // class, through the containers and attributes the frames leave out. The root
 // (and an empty hierarchy) is "".
 std::string dotted_module_path(const std::vector<std::string>& hierarchy);
+
+// The named_modules() path of a registered TorchScript model's module, given
+// the module object (a method frame's `self`); nullopt for anything else.
+std::optional<std::string> registered_module_path(const c10::IValue& self);
+
+// The module running the current op on this thread: the innermost native
+// NANSCOPE_MODULE_SCOPE, else the TorchScript interpreter's call stack, else "".
+std::string current_module_path();
 
 }  // namespace nanscope::probe

@@ -4,7 +4,6 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
 #include <deque>
@@ -142,13 +141,6 @@ bool holds_new_infinity(const std::string& op, const at::Tensor& output, const s
   return at::logical_and(at::isinf(output), inherited.logical_not()).any().item<bool>();
 }
 
-std::string module_now() {
-  const std::string& scoped = current_module_scope();
-  if (!scoped.empty()) return scoped;
-  // TorchScript models are attributed through the interpreter's call stack.
-  return dotted_module_path(torch::jit::currentModuleHierarchy());
-}
-
 std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
   if (t_in_callback || !g_state) return nullptr;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
@@ -165,7 +157,7 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
     std::lock_guard<std::mutex> lock(g_state->mutex);
     ctx->start_index = g_state->next_start++;
   }
-  ctx->module = t_backward_nodes.empty() ? module_now() : std::string();
+  ctx->module = t_backward_nodes.empty() ? current_module_path() : std::string();
   const std::string name = fn.name();
   const bool in_place = !name.empty() && name.back() == '_';
   bool first = true;
