@@ -20,7 +20,7 @@ std::string join_rows(const std::vector<int64_t>& rows) {
   return out;
 }
 
-// The playbook's fix for each origin, naming the module (P8, P10-P18).
+// The playbook's fix for each origin (docs/playbook.md P8, P10-P18), naming the module.
 std::string fix_for(const std::string& category, const format::Birth& b, const std::string& precision) {
   const std::string where = module_text(b.op.module);
   if (category == "log_nonpositive")

@@ -1,6 +1,6 @@
 #pragma once
 // Verdicts and categories (README, nanscope-replay), with suggestions drawn from the
-// precision-and-stability playbook (P1-P19).
+// precision-and-stability playbook, docs/playbook.md (P1-P19).
 #include <optional>
 #include <string>
 #include <vector>

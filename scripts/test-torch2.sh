@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The LibTorch 2.x lane: builds this tree against Debian trixie's libtorch-dev
 # 2.6 inside a debootstrap chroot and runs the whole test suite there.
-# Usage: scripts/test-torch2.sh   (root; the chroot is made on first use)
+# Usage: scripts/test-torch2.sh [CTEST_ARG...]   (root; the chroot is made on first use)
+#        e.g. scripts/test-torch2.sh -L corpus
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}
@@ -29,5 +30,5 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCA
       || { cat /tmp/torch2-configure.log; exit 1; }
     ninja -C build-torch2 -j2
     cd build-torch2
-    ctest -j2 --output-on-failure --timeout 600
-  '
+    ctest -j2 --output-on-failure --timeout 600 "$@"
+  ' torch2-lane "$@"

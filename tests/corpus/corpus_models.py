@@ -128,7 +128,10 @@ class GPT(nn.Module):
 
 
 # --- 2. VAE (github.com/pytorch/examples, vae/main.py) ------------------------
-# Samples with randn_like. Changed: loss_function folded into forward.
+# Samples with randn_like. Changed: loss_function folded into forward, with the
+# Gaussian (squared-error) reconstruction term that VAEs on unbounded data use
+# in place of binary cross-entropy (LibTorch 2.x refuses BCE targets outside
+# [0, 1], and the hazard here is such a row).
 class VAE(nn.Module):
     def __init__(self):
         super().__init__()
@@ -155,9 +158,9 @@ class VAE(nn.Module):
         mu, logvar = self.encode(inputs.view(-1, 784))
         z = self.reparameterize(mu, logvar)
         recon_x = self.decode(z)
-        BCE = F.binary_cross_entropy(recon_x, inputs.view(-1, 784), reduction='sum')
+        MSE = F.mse_loss(recon_x, inputs.view(-1, 784), reduction='sum')
         KLD = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
-        return (BCE + KLD) / inputs.size(0)
+        return (MSE + KLD) / inputs.size(0)
 
 
 # --- 3. MNIST CNN (github.com/pytorch/examples, mnist/main.py) ----------------
