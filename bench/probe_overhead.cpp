@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "data.hpp"
-#include "loss_scaler.hpp"
-#include "models/gpt.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/models/gpt.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "setup.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 using namespace nanscope;
 

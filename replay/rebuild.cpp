@@ -9,11 +9,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "models/gpt.hpp"
-#include "models/mlp.hpp"
-#include "models/scripted_model.hpp"
-#include "optimizer.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/models/gpt.hpp"
+#include "nanscope/core/models/mlp.hpp"
+#include "nanscope/core/models/scripted_model.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope::replay {
 

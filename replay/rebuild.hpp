@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "options.hpp"
+#include "nanscope/core/fault.hpp"
+#include "nanscope/core/precision.hpp"
 
 namespace nanscope::replay {
 

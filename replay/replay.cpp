@@ -17,7 +17,7 @@
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 #include "rebuild.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope::replay {
 

@@ -1,12 +1,11 @@
 #include "forensics.hpp"
 
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 
 namespace nanscope {
 
 namespace {
 
-const char* precision_of(Amp amp) { return amp == Amp::off ? "fp32" : amp_name(amp); }
 
 }  // namespace
 
@@ -40,7 +39,7 @@ std::string write_failed_step_snapshot(probe::Probe& probe, TrainableModel& mode
   s.targets = failed.targets;
   s.batch_rows = probe.batch_rows();
   s.cpu_rng_state = probe.cpu_rng_state();
-  s.precision = precision_of(failed.amp);
+  s.precision = precision_name(failed.amp);
   s.loss_scale = failed.loss_scale;
   s.lr = failed.lr;
   s.clip = options.clip;

@@ -7,10 +7,10 @@
 #include <map>
 #include <string>
 
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "options.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 

@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "distributed.hpp"
+#include "nanscope/core/gradient_averager.hpp"
 
 namespace nanscope {
 
-class GradientBuckets {
+class GradientBuckets : public GradientAverager {
  public:
   GradientBuckets(ProcessGroup& group, const std::vector<at::Tensor>& parameters, double bucket_mb);
 
@@ -19,11 +20,11 @@ class GradientBuckets {
   // into each parameter's .grad (a parameter this rank did not use gets the
   // average of the others'). `flags` ride along in the same round trip,
   // reduced with MAX. Throws DistributedError if a peer is gone.
-  void average(const at::Tensor& flags);
+  void average(const at::Tensor& flags) override;
 
   size_t bucket_count() const { return buckets_.size(); }
-  int rank() const { return group_.rank(); }
-  int world_size() const { return group_.world_size(); }
+  int rank() const override { return group_.rank(); }
+  int world_size() const override { return group_.world_size(); }
 
  private:
   struct Slot {

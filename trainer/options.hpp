@@ -6,11 +6,10 @@
 #include <vector>
 
 #include "dist_options.hpp"
-#include "fault.hpp"
+#include "nanscope/core/fault.hpp"
+#include "nanscope/core/precision.hpp"
 
 namespace nanscope {
-
-enum class Amp { off, bf16, fp16 };
 
 struct TrainOptions {
   std::string model = "gpt";  // mlp | gpt | PATH.pt
@@ -52,7 +51,5 @@ struct TrainOptions {
   // --batch-size is per rank; the global batch is batch_size x world_size.
   DistOptions dist;
 };
-
-const char* amp_name(Amp amp);
 
 }  // namespace nanscope

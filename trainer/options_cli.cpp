@@ -7,15 +7,6 @@
 
 namespace nanscope {
 
-const char* amp_name(Amp amp) {
-  switch (amp) {
-    case Amp::off: return "off";
-    case Amp::bf16: return "bf16";
-    case Amp::fp16: return "fp16";
-  }
-  return "?";
-}
-
 void add_train_options(CLI::App& app, TrainOptions& o) {
   app.description(
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"

@@ -12,11 +12,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "models/gpt.hpp"
-#include "models/mlp.hpp"
-#include "models/scripted_model.hpp"
+#include "nanscope/core/models/gpt.hpp"
+#include "nanscope/core/models/mlp.hpp"
+#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/probe/torch_compat.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "data.hpp"
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 #include "options.hpp"
 
 namespace nanscope {

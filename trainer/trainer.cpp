@@ -15,21 +15,21 @@
 #include "checkpoint.hpp"
 #include "nanscope/probe/error_text.hpp"
 #include "distributed.hpp"
-#include "fallback.hpp"
+#include "nanscope/core/fallback.hpp"
 #include "gradient_buckets.hpp"
 #include "forensics.hpp"
-#include "loss_scaler.hpp"
+#include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "progress.hpp"
 #include "schedule.hpp"
 #include "setup.hpp"
 #include "snapshot_policy.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 
@@ -46,7 +46,6 @@ format::AmpMode amp_mode(Amp amp) {
   }
 }
 
-const char* precision_name(Amp amp) { return amp == Amp::off ? "fp32" : amp_name(amp); }
 
 std::string fmt(double v) {
   std::ostringstream s;

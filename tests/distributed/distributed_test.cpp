@@ -20,7 +20,7 @@
 #include "../test_paths.hpp"
 #include "checkpoint.hpp"
 #include "data.hpp"
-#include "fault.hpp"
+#include "nanscope/core/fault.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"

@@ -8,11 +8,11 @@
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
-#include "models/scripted_model.hpp"
+#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/torch_compat.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 using namespace nanscope;
 

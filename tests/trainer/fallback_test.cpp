@@ -2,9 +2,9 @@
 #include <torch/optim/adamw.h>
 
 #include "../test_paths.hpp"
-#include "fallback.hpp"
+#include "nanscope/core/fallback.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "test_models.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 #include "trainer.hpp"

@@ -3,7 +3,7 @@
 
 #include <limits>
 
-#include "loss_scaler.hpp"
+#include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 
 using nanscope::LossScaler;

@@ -1,6 +1,6 @@
 #pragma once
 // Small models and options shared by the trainer tests.
-#include "models/mlp.hpp"
+#include "nanscope/core/models/mlp.hpp"
 #include "options.hpp"
 
 namespace nanscope::test {

@@ -3,10 +3,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "test_models.hpp"
 #include "nanscope/probe/torch_compat.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 using namespace nanscope;
 

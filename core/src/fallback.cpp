@@ -1,6 +1,6 @@
-#include "fallback.hpp"
+#include "nanscope/core/fallback.hpp"
 
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 
 namespace nanscope {
 

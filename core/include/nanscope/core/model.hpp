@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "fault.hpp"
+#include "nanscope/core/fault.hpp"
 
 namespace nanscope {
 

@@ -1,4 +1,4 @@
-#include "models/fault_ops.hpp"
+#include "nanscope/core/models/fault_ops.hpp"
 
 namespace nanscope::fault_ops {
 

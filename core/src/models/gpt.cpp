@@ -1,4 +1,4 @@
-#include "models/gpt.hpp"
+#include "nanscope/core/models/gpt.hpp"
 
 #include <c10/core/GradMode.h>
 #include <torch/nn/functional/activation.h>
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "models/fault_ops.hpp"
+#include "nanscope/core/models/fault_ops.hpp"
 #include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {

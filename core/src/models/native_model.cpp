@@ -1,10 +1,10 @@
-#include "models/native_model.hpp"
+#include "nanscope/core/models/native_model.hpp"
 
 #include <torch/nn/functional/loss.h>
 
 #include <unordered_set>
 
-#include "models/fault_ops.hpp"
+#include "nanscope/core/models/fault_ops.hpp"
 
 namespace nanscope {
 

@@ -1,4 +1,4 @@
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>

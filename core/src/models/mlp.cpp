@@ -1,4 +1,4 @@
-#include "models/mlp.hpp"
+#include "nanscope/core/models/mlp.hpp"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/linear.h>
@@ -7,7 +7,7 @@
 
 #include <stdexcept>
 
-#include "models/fault_ops.hpp"
+#include "nanscope/core/models/fault_ops.hpp"
 #include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {

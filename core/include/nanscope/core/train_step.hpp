@@ -8,10 +8,10 @@
 
 #include <vector>
 
-#include "gradient_buckets.hpp"
-#include "loss_scaler.hpp"
-#include "model.hpp"
-#include "options.hpp"
+#include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/model.hpp"
+#include "nanscope/core/precision.hpp"
 
 namespace nanscope {
 
@@ -22,7 +22,7 @@ struct StepSettings {
   // The probe's one-element "batch is non-finite" flag, read back with the rest.
   at::Tensor batch_nonfinite;
   // Data parallel: average gradients across ranks (nullptr: one process).
-  GradientBuckets* buckets = nullptr;
+  GradientAverager* buckets = nullptr;
   bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
 };
 

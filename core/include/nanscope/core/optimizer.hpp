@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 
 namespace nanscope {
 

@@ -1,11 +1,11 @@
-#include "train_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 #include <chrono>
 #include <cmath>
 
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
-#include "optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {

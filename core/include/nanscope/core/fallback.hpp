@@ -4,10 +4,10 @@
 // never more than once.
 #include <torch/optim/optimizer.h>
 
-#include "loss_scaler.hpp"
-#include "model.hpp"
-#include "options.hpp"
-#include "train_step.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/model.hpp"
+#include "nanscope/core/precision.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 

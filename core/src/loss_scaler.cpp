@@ -1,4 +1,4 @@
-#include "loss_scaler.hpp"
+#include "nanscope/core/loss_scaler.hpp"
 
 #include <cmath>
 

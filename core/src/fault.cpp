@@ -1,4 +1,4 @@
-#include "fault.hpp"
+#include "nanscope/core/fault.hpp"
 
 #include <stdexcept>
 

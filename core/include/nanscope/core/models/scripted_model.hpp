@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 
 namespace nanscope {
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "model.hpp"
+#include "nanscope/core/model.hpp"
 
 namespace nanscope {
 
