@@ -51,14 +51,7 @@ std::string list_json(const std::vector<T>& items, F render) {
   return out + "]";
 }
 
-std::string birth_text(const std::optional<format::Birth>& b) {
-  if (!b) return "none";
-  std::string t = b->kind + " at " + b->op.op + " (" + b->op.phase;
-  if (!b->op.backward_node.empty()) t += ", in " + b->op.backward_node + " of " + b->op.forward_op;
-  t += ") in module '" + b->op.module + "'";
-  if (b->sample >= 0) t += ", batch row " + std::to_string(b->sample);
-  return t;
-}
+std::string birth_text(const std::optional<format::Birth>& b) { return b ? format::birth_text(*b) : "none"; }
 
 }  // namespace
 

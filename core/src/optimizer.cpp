@@ -25,6 +25,10 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+void scale_lr(torch::optim::Optimizer& optimizer, double factor) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(group.options().get_lr() * factor);
+}
+
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> out;
   for (const auto& [key, state] : optimizer.state()) {

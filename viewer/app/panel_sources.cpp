@@ -12,11 +12,10 @@ namespace {
 
 constexpr uint32_t kErrorText = rgba(255, 110, 110);
 
-// "nan at aten::log in blocks.0.mlp (forward)" or why there is none.
+// format::birth_text of the snapshot's first birth, or why there is none.
 std::string birth_line(const format::SnapshotSummary& s) {
   if (!s.capture.first_birth) return s.capture.reproduced ? "no birth recorded" : "did not reproduce";
-  const format::Birth& b = *s.capture.first_birth;
-  return b.kind + " at " + b.op.op + " in '" + b.op.module + "' (" + b.op.phase + ")";
+  return format::birth_text(*s.capture.first_birth);
 }
 
 // One run's line: shown or not, its colour, whether the heatmap and the

@@ -13,6 +13,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
                                                         const std::vector<at::Tensor>& parameters,
                                                         double lr, double weight_decay);
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
+// Every parameter group's LR times `factor` (groups keep their ratios).
+void scale_lr(torch::optim::Optimizer& optimizer, double factor);
 // Every tensor of the optimizer's per-parameter state (exp_avg, momentum...).
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 // The state of each named parameter's slots, as "NAME/exp_avg", "NAME/step"...

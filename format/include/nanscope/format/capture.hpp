@@ -39,12 +39,22 @@ struct Birth {
   std::vector<TensorStats> inputs;  // the birth op's floating inputs, as they were at its start
 };
 
+// The one wording of a birth, for logs, events, reports and the viewer:
+// "nan at aten::log (forward) in module 'blocks.0.mlp'",
+// "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'attn'",
+// "nan at input (input) in module '', batch row 5".
+std::string birth_text(const Birth& birth);
+
 struct Capture {
   bool reproduced = false;      // the re-run produced a non-finite value
   int64_t ops_seen = 0;
   std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
   std::vector<OpRecord> trail;  // the last ops up to and including the first birth
 };
+
+// birth_text of the first birth, or why there is none: "not reproduced on
+// re-run (transient)", "the forensic re-run failed".
+std::string capture_text(const Capture& capture);
 
 void write_capture(const Group& group, const Capture& capture);
 // Throws FormatError naming the file for a missing or malformed /capture.

@@ -1,4 +1,4 @@
-#include "snapshot_policy.hpp"
+#include "nanscope/core/snapshot_policy.hpp"
 
 namespace nanscope {
 

@@ -1,0 +1,131 @@
+#pragma once
+// The stock mixed-precision loop for a training loop of your own:
+//
+//   nanscope::ModuleModel model("my_net", net, loss_fn);   // or any TrainableModel
+//   torch::optim::AdamW optimizer(net->parameters(), 1e-3);
+//   nanscope::StepGuard guard(model, optimizer, {"my-run", nanscope::Amp::bf16});
+//   for (int64_t step = 0; step < steps; ++step) {
+//     nanscope::GuardedStep r = guard.step(step, inputs, targets);
+//     if (r.outcome.skipped) std::cout << r.first_birth << "\n";
+//   }
+//
+// Each step: forward and loss under autocast, backward on the scaled loss
+// (fp16), unscale, one host read for the verdict, clip, and the optimizer step
+// or a skip with weights and optimizer state intact. On a non-finite step the
+// probe re-runs it under op-level capture to name the first birth, writes a
+// snapshot nanscope-replay can rebuild (one per distinct birth), and the
+// one-shot fallback switches to fp32 with the LR multiplied by lr_backoff.
+// Every step is a row of RUN_DIR/run.h5 (docs/format.md), every skip, birth,
+// snapshot and fallback an event. nanscope-train's loop is this guard.
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/fallback.hpp"
+#include "nanscope/core/fault.hpp"
+#include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/model.hpp"
+#include "nanscope/core/precision.hpp"
+#include "nanscope/core/snapshot_policy.hpp"
+#include "nanscope/core/train_step.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/probe.hpp"
+
+namespace nanscope {
+
+struct GuardOptions {
+  std::string run_dir = "nanscope-run";  // run.h5 and snapshots/ go here (created)
+  Amp amp = Amp::off;                    // the precision to start in
+  double clip = 1.0;                     // global grad-norm clip after unscaling; <= 0: off
+  bool fallback = true;                  // fp32 after the first non-finite step, once
+  double lr_backoff = 0.5;               // the LR multiplier the fallback applies
+  double fallback_min_scale = 1.0;       // fp16: the scaler's business until the scale drops below this
+  bool probe = true;                     // per-layer grad norms and the forensic re-run
+  bool capture_every_step = false;       // op-level capture on every step (slow; for hunting)
+  int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
+  int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
+  std::string optimizer_name;            // recorded in snapshots ("adamw", "sgd", yours)
+  std::map<std::string, std::string> config;  // written into run.h5 and every snapshot
+  int rank = 0, world_size = 1;          // data parallel: this rank's run file and snapshots
+  std::ostream* log = nullptr;           // one line per skip, birth and fallback; nullptr: none
+  std::string log_prefix;                // e.g. "[rank 1] "
+};
+
+// What a step brings besides its batch; the defaults suit one process.
+struct StepContext {
+  at::Tensor batch_rows;                // data set rows of the batch (snapshots, replay); empty: 0..B-1
+  double lr = -1;                       // the LR the step runs with, for run.h5; < 0: the optimizer's
+  Fault fault;                          // planted for this step (nanscope-train's --fault)
+  GradientAverager* averager = nullptr; // data parallel: every rank's gradients averaged
+  bool stop_requested = false;          // Ctrl-C here, shared so every rank stops after the same step
+};
+
+struct GuardedStep {
+  StepOutcome outcome;
+  Amp amp = Amp::off;      // the precision the step ran in
+  double lr = 0;
+  double loss_scale = 1;   // the scale it ran with
+  double seconds = 0;      // wall time of the step
+  std::string first_birth; // format::capture_text of the forensic re-run; "" when not investigated
+  std::string snapshot;    // the snapshot written, or ""
+  bool fell_back = false;  // the fallback fired at this step
+  std::string error;       // the model raised during the step (the step was skipped)
+};
+
+class StepGuard {
+ public:
+  StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options);
+  ~StepGuard();
+  StepGuard(const StepGuard&) = delete;
+  StepGuard& operator=(const StepGuard&) = delete;
+
+  // One step on this batch (already on the model's device). Throws what the
+  // model throws when no birth explains it (an error in the model), and
+  // anything at all with an averager (the peers are waiting).
+  GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
+                   const StepContext& context = {});
+
+  Amp amp() const { return amp_; }
+  // 1 before the fallback, lr_backoff after: a loop that sets the LR itself
+  // each step (a schedule) multiplies by this.
+  double lr_multiplier() const { return fallback_.lr_multiplier(); }
+  int64_t fallback_step() const { return fallback_.fired_step(); }
+  const LossScaler& scaler() const { return scaler_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  const probe::Probe& probe() const { return probe_; }
+  format::RunWriter& writer() { return *writer_; }
+  const std::string& run_file() const;
+  const std::vector<std::string>& snapshots() const { return snapshots_; }
+  // Data parallel: the ranks whose own check failed at the first skip.
+  const std::vector<int>& first_nonfinite_ranks() const { return first_nonfinite_ranks_; }
+
+ private:
+  void on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs, const at::Tensor& targets,
+                         const StepContext& context, const std::vector<float>& layer_grad_norm);
+  std::string write_snapshot(int64_t step, const GuardedStep& result, const at::Tensor& inputs,
+                             const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
+                             const format::Capture& capture);
+  void say(int64_t step, const std::string& text);
+
+  TrainableModel& model_;
+  torch::optim::Optimizer& optimizer_;
+  GuardOptions options_;
+  std::vector<at::Tensor> parameters_;
+  probe::Probe probe_;
+  LossScaler scaler_;
+  FallbackPolicy fallback_;
+  SnapshotPolicy snapshot_policy_;
+  std::unique_ptr<format::RunWriter> writer_;
+  Amp amp_;
+  std::vector<std::string> snapshots_;
+  std::vector<int> first_nonfinite_ranks_;
+};
+
+}  // namespace nanscope

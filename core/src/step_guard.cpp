@@ -1,0 +1,265 @@
+#include "nanscope/core/step_guard.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/run_layout.hpp"
+#include "nanscope/probe/activation_recorder.hpp"
+#include "nanscope/probe/error_text.hpp"
+#include "nanscope/probe/op_capture.hpp"
+
+namespace nanscope {
+
+namespace {
+
+format::AmpMode amp_mode(Amp amp) {
+  switch (amp) {
+    case Amp::bf16: return format::AmpMode::bf16;
+    case Amp::fp16: return format::AmpMode::fp16;
+    default: return format::AmpMode::fp32;
+  }
+}
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::vector<at::Tensor> trainable(const TrainableModel& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.requires_grad()) out.push_back(p);
+  if (out.empty()) throw std::invalid_argument("the model has no trainable parameters");
+  return out;
+}
+
+std::vector<std::string> trainable_names(const TrainableModel& model) {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.requires_grad()) out.push_back(name);
+  return out;
+}
+
+probe::ProbeOptions probe_options(const GuardOptions& o) {
+  probe::ProbeOptions p;
+  p.run_dir = o.run_dir;
+  p.rank = o.rank;
+  p.world_size = o.world_size;
+  return p;
+}
+
+LossScalerConfig scaler_config(Amp amp) {
+  LossScalerConfig c;
+  c.enabled = amp == Amp::fp16;
+  return c;
+}
+
+// The outcome of a step whose forward or backward raised: nothing finite came
+// of it, so it is skipped like a non-finite loss (gradients dropped, the fp16
+// scale backs off).
+StepOutcome raised_step_outcome(LossScaler& scaler, const std::vector<at::Tensor>& parameters) {
+  clear_grads(parameters);
+  StepOutcome out;
+  out.loss = std::numeric_limits<double>::quiet_NaN();
+  out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  out.loss_finite = out.local_loss_finite = false;
+  out.skipped = true;
+  out.nonfinite_ranks = {0};
+  scaler.update(true);
+  return out;
+}
+
+double current_lr(const torch::optim::Optimizer& optimizer) {
+  return optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
+}
+
+}  // namespace
+
+StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      options_(std::move(options)),
+      parameters_(trainable(model)),
+      probe_(probe_options(options_), trainable_names(model)),
+      scaler_(scaler_config(options_.amp)),
+      fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
+      snapshot_policy_(options_.max_snapshots),
+      amp_(options_.amp) {
+  std::filesystem::create_directories(options_.run_dir);
+  format::RunHeader header;
+  if (options_.probe) header.layer_names = probe_.layers().layer_names();
+  header.record_act_absmax = options_.act_absmax_every > 0;
+  header.config = options_.config;
+  writer_ = std::make_unique<format::RunWriter>(
+      (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string(),
+      header);
+}
+
+StepGuard::~StepGuard() = default;
+
+const std::string& StepGuard::run_file() const { return writer_->path(); }
+
+void StepGuard::say(int64_t step, const std::string& text) {
+  if (options_.log) *options_.log << options_.log_prefix << "step " << step << ": " << text << "\n";
+}
+
+GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
+                            const StepContext& context) {
+  const auto start = std::chrono::steady_clock::now();
+  GuardedStep result;
+  result.amp = amp_;
+  result.lr = context.lr >= 0 ? context.lr : current_lr(optimizer_);
+  result.loss_scale = scaler_.scale();
+
+  model_.plant_fault(context.fault);
+  StepSettings settings{amp_, options_.clip, options_.probe, {}};
+  settings.buckets = context.averager;
+  settings.stop_requested = context.stop_requested;
+  if (options_.probe) {
+    probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows
+                                                         : at::arange(inputs.size(0), at::kLong));
+    settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
+  }
+  std::vector<float> act_absmax;
+  try {
+    std::optional<probe::OpCapture> live_capture;
+    if (options_.capture_every_step) live_capture.emplace();
+    std::optional<probe::ActivationRecorder> activations;
+    if (options_.probe && options_.act_absmax_every > 0 && step % options_.act_absmax_every == 0)
+      activations.emplace(probe_.layers().layer_names());
+    result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, inputs, targets);
+    if (activations) act_absmax = activations->result();
+  } catch (const std::exception& e) {
+    // An op that raised on a NaN (binary_cross_entropy checks its input) is a
+    // non-finite step if the forensic re-run finds a birth before it;
+    // otherwise (or with no probe to look, or peers waiting in a collective)
+    // it is an error in the model.
+    model_.plant_fault({FaultKind::none});
+    if (!options_.probe || context.averager) throw;
+    result.error = probe::one_line_error(e);
+    result.outcome = raised_step_outcome(scaler_, parameters_);
+  }
+  model_.plant_fault({FaultKind::none});
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  format::StepRow row;
+  row.step = step;
+  row.loss = result.outcome.loss;
+  row.lr = result.lr;
+  row.loss_scale = result.loss_scale;
+  row.grad_norm = result.outcome.grad_norm;
+  row.skipped = result.outcome.skipped;
+  row.amp = amp_mode(result.amp);
+  row.step_time = result.seconds;
+  if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
+  row.layer_act_absmax = std::move(act_absmax);
+  writer_->append(row);
+  if (!result.outcome.finite()) on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm);
+  return result;
+}
+
+void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs,
+                                  const at::Tensor& targets, const StepContext& context,
+                                  const std::vector<float>& layer_grad_norm) {
+  const StepOutcome& outcome = result.outcome;
+  const std::string what = outcome.loss_finite ? "non-finite gradients" : "non-finite loss";
+  const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
+  writer_->event({step, "skip",
+                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")")});
+  if (context.averager) {
+    // Every rank records who went non-finite; the first time, as the run's first.
+    const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
+    if (first_nonfinite_ranks_.empty() && !outcome.nonfinite_ranks.empty()) {
+      first_nonfinite_ranks_ = outcome.nonfinite_ranks;
+      writer_->event({step, format::kEventFirstNonfinite, ranks});
+    }
+    writer_->event({step, format::kEventNonfiniteRanks, ranks});
+  }
+  if (scaler_.enabled())
+    writer_->event({step, "scale_backoff", "loss scale " + fmt(result.loss_scale) + " -> " + fmt(scaler_.scale())});
+
+  // Forensics where the fault is: a rank whose own check failed re-runs its
+  // own batch; if none did (only the averaged gradients overflowed), rank 0.
+  const bool investigate =
+      options_.probe && (!outcome.locally_finite() || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  if (investigate) {
+    // The same step again: same weights (it was skipped), RNG state (restored
+    // by the probe), precision, loss scale, batch and planted fault.
+    auto rerun = [&] {
+      recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, inputs, targets);
+    };
+    const format::Capture capture = probe_.investigate(rerun, inputs);
+    clear_grads(parameters_);
+    if (!result.error.empty() && !capture.first_birth) {
+      writer_->flush();
+      throw std::runtime_error("step " + std::to_string(step) + ": " + result.error);
+    }
+    result.first_birth = format::capture_text(capture);
+    say(step, "first birth: " + result.first_birth);
+    writer_->event({step, "first_birth", result.first_birth});
+    const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, capture);
+    if (!decision.write) {
+      writer_->event({step, format::kEventSnapshotSkipped, decision.why_not});
+    } else if (std::string path = write_snapshot(step, result, inputs, targets, layer_grad_norm, capture);
+               !path.empty()) {
+      writer_->event({step, "snapshot", path});
+      snapshots_.push_back(path);
+      result.snapshot = path;
+    } else {
+      writer_->event({step, "snapshot_failed", probe_.last_error()});
+    }
+  }
+
+  if (fallback_.should_fire(result.amp, outcome, scaler_)) {
+    fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
+    scale_lr(optimizer_, options_.lr_backoff);
+    result.fell_back = true;
+    writer_->event({step, "fallback",
+                    std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff)});
+    say(step, what + where + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " +
+                  fmt(options_.lr_backoff));
+    amp_ = Amp::off;
+  } else {
+    say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
+  }
+  writer_->flush();  // a skip is exactly what a post-mortem wants on disk
+}
+
+// Everything needed to replay the step elsewhere (nanscope-replay), written
+// before the fallback changes weights, optimizer state or precision.
+std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, const at::Tensor& inputs,
+                                      const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
+                                      const format::Capture& capture) {
+  probe::SnapshotContents s;
+  s.step = step;
+  const ModelSpec spec = model_.spec();
+  s.model_name = spec.name;
+  s.model_hparams = spec.hparams;
+  s.torchscript_bytes = spec.script_bytes;
+  s.parameters = model_.named_parameters();
+  s.buffers = model_.named_buffers();
+  s.optimizer = options_.optimizer_name;
+  s.optimizer_state = optimizer_state_by_name(optimizer_, s.parameters);
+  s.inputs = inputs;
+  s.targets = targets;
+  s.batch_rows = probe_.batch_rows();
+  s.cpu_rng_state = probe_.cpu_rng_state();
+  s.precision = precision_name(result.amp);
+  s.loss_scale = result.loss_scale;
+  s.lr = result.lr;
+  s.clip = options_.clip;
+  s.config = options_.config;
+  s.capture = capture;
+  s.layer_names = probe_.layers().layer_names();
+  s.layer_grad_norm = layer_grad_norm;
+  return probe_.save_snapshot(s);
+}
+
+}  // namespace nanscope

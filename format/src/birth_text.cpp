@@ -1,0 +1,19 @@
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::format {
+
+std::string birth_text(const Birth& b) {
+  std::string text = b.kind + " at " + b.op.op + " (" + b.op.phase;
+  if (!b.op.backward_node.empty()) text += ", in " + b.op.backward_node + " of " + b.op.forward_op;
+  text += ") in module '" + b.op.module + "'";
+  if (b.sample >= 0) text += ", batch row " + std::to_string(b.sample);
+  return text;
+}
+
+std::string capture_text(const Capture& c) {
+  if (c.ops_seen < 0) return "the forensic re-run failed";
+  if (!c.first_birth) return "not reproduced on re-run (transient)";
+  return birth_text(*c.first_birth);
+}
+
+}  // namespace nanscope::format
