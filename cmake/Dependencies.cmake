@@ -10,6 +10,7 @@ find_package(Threads REQUIRED)
 # they must reach every TU that includes a LibTorch header.
 separate_arguments(NANSCOPE_TORCH_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 add_library(nanscope_torch INTERFACE)
+set_target_properties(nanscope_torch PROPERTIES EXPORT_NAME torch)
 target_link_libraries(nanscope_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(nanscope_torch INTERFACE ${NANSCOPE_TORCH_FLAGS})
 # Torch's headers are noisy under -Wall; treat them as system headers.

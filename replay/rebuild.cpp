@@ -14,6 +14,7 @@
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/replay/model_registry.hpp"
 
 namespace nanscope::replay {
 
@@ -21,11 +22,18 @@ namespace {
 
 std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, const std::string& path) {
   ModelSpec spec{s.model_name, s.model_hparams, s.torchscript_bytes};
+  if (ModelFactory factory = registered_model(s.model_name)) {
+    std::unique_ptr<TrainableModel> model = factory(spec);
+    if (!model) throw std::invalid_argument("'" + path + "': the factory for model '" + s.model_name + "' built none");
+    return model;
+  }
   if (s.model_name == "gpt") return make_gpt(gpt_config_from(spec), 0);
   if (s.model_name == "mlp") return make_mlp(mlp_config_from(spec), 0);
   if (!s.torchscript_bytes.empty()) return load_scripted_model_bytes(s.torchscript_bytes, path);
   throw std::invalid_argument("'" + path + "': model '" + s.model_name +
-                              "' cannot be rebuilt (neither a built-in model nor TorchScript bytes)");
+                              "' cannot be rebuilt: not a built-in model, no TorchScript bytes, and no factory "
+                              "registered under that name (replay/model_registry.hpp: replay your own model "
+                              "with a program that registers one)");
 }
 
 void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets, const std::string& path,
@@ -43,9 +51,7 @@ void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets
 }
 
 Amp amp_from(const std::string& precision, const std::string& path) {
-  if (precision == "fp32") return Amp::off;
-  if (precision == "bf16") return Amp::bf16;
-  if (precision == "fp16") return Amp::fp16;
+  if (auto amp = parse_amp(precision)) return *amp;
   throw std::invalid_argument("'" + path + "': unknown precision '" + precision + "'");
 }
 

@@ -25,8 +25,8 @@ std::string fix_for(const std::string& category, const format::Birth& b, const s
   const std::string where = module_text(b.op.module);
   if (category == "log_nonpositive")
     return "clamp the input of " + b.op.op + " in " + where +
-           " (x.clamp(min=1e-7)) or add eps inside it; never hand-roll log(softmax(x)): use "
-           "log_softmax / cross_entropy (P8)";
+           (bare_op(b.op.op) == "log1p" ? " above -1 (x.clamp(min=-1 + 1e-7))" : " (x.clamp(min=1e-7))") +
+           " or add eps inside it; never hand-roll log(softmax(x)): use log_softmax / cross_entropy (P8)";
   if (category == "sqrt_grad_zero")
     return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where +
            " (sqrt(x + 1e-12)) (P8)";

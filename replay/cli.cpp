@@ -1,0 +1,60 @@
+// nanscope-replay's command line (replay_main): re-run a snapshot's step
+// offline and say why it went NaN.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "nanscope/format/error.hpp"
+#include "nanscope/probe/error_text.hpp"
+#include "nanscope/replay/model_registry.hpp"
+#include "replay.hpp"
+#include "report.hpp"
+
+namespace nanscope::replay {
+
+int replay_main(int argc, char** argv) {
+  nanscope::replay::ReplayOptions options;
+  bool json = false, no_write = false;
+  CLI::App app{
+      "Re-runs the step a nanscope snapshot holds, with no other file: at its own precision and\n"
+      "loss scale (N times), in fp32 with op-level capture and anomaly detection; bisects which\n"
+      "modules need fp32 and which samples the step cannot survive; and says whether it is\n"
+      "precision, the model or the data, or transient, with a fix from the playbook.\n"
+      "Exit codes: 0 a verdict, 1 replay failed, 2 bad input.",
+      "nanscope-replay"};
+  app.add_option("SNAPSHOT", options.snapshot, "A snapshots/step-NNNNNNN.h5 file")->required();
+  app.add_flag("--json", json, "Print one JSON object (its fields are in the README) instead of the report");
+  app.add_option("--repeats", options.repeats, "Re-runs at the original precision (0 of N: transient)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-bisect{false}", options.bisect, "Skip the precision and batch bisections");
+  app.add_flag("--no-write", no_write, "Do not append the result to the snapshot");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    nanscope::replay::ReplayReport report = nanscope::replay::replay_snapshot(options);
+    std::cout << (json ? nanscope::replay::to_json(report) : nanscope::replay::to_text(report));
+    if (!no_write) {
+      try {
+        nanscope::replay::append_to_snapshot(options.snapshot, report);
+      } catch (const nanscope::format::FormatError& e) {
+        std::cerr << "nanscope-replay: result not appended to the snapshot: " << e.what() << "\n";
+      }
+    }
+    return 0;
+  } catch (const nanscope::format::FormatError& e) {
+    std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "nanscope-replay: replay failed: " << nanscope::probe::one_line_error(e) << "\n";
+    return 1;
+  }
+}
+
+}  // namespace nanscope::replay

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A project of your own against the installed package: cmake --install this
+# build into a temporary prefix, build samples/user_loop out of tree with
+# find_package(nanscope), train (the guard writes a snapshot at the planted
+# step) and replay that snapshot with the project's own replay program.
+# Usage: user_loop_out_of_tree.sh BUILD_DIR SOURCE_DIR [CMAKE_PREFIX_PATH]
+set -euo pipefail
+build=$1 source=$2 prefix_path=${3:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$source/samples/user_loop" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  "-DCMAKE_PREFIX_PATH=$work/prefix${prefix_path:+;$prefix_path}" "${launcher[@]}" >"$work/configure.log" \
+  || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/build" -j2
+"$work/build/user_loop" "$work/run" | tee "$work/train.log"
+grep -q "step 12: first birth: inf at aten::log1p (forward) in module 'fc'" "$work/train.log"
+"$work/build/user_replay" "$work/run/snapshots/step-0000012.h5" --json --no-write | tee "$work/replay.json"
+grep -q '"verdict": "model_or_data"' "$work/replay.json"
+grep -q '"category": "log_nonpositive"' "$work/replay.json"
+echo "out-of-tree user loop: installed, found, built, trained, replayed"
