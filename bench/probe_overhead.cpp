@@ -24,22 +24,14 @@
 #include "data.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/models/gpt.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/train_step.hpp"
+#include "nanscope/format/stats.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
-#include "nanscope/core/optimizer.hpp"
 #include "setup.hpp"
-#include "nanscope/core/train_step.hpp"
 
 using namespace nanscope;
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
@@ -116,7 +108,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),
               static_cast<long long>(config.seq_len), threads, rounds, TORCH_VERSION);
   for (const auto& mode : modes)
-    std::printf("  %-8s median step %8.3f ms  (%3zu steps)  ratio to plain %.3f\n", mode.name,
-                median(mode.times) * 1e3, mode.times.size(), median(mode.times) / plain);
+    std::printf("  %-8s median step %8.3f ms  (%3zu steps)  ratio to plain %.3f\n", mode.name, median(mode.times) * 1e3,
+                mode.times.size(), median(mode.times) / plain);
   return 0;
 }

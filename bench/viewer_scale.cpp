@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/stats.hpp"
 #include "nanscope/viewer/decimate.hpp"
 #include "nanscope/viewer/heatmap.hpp"
 #include "nanscope/viewer/view_model.hpp"
@@ -27,19 +28,10 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
-}
-
 void write_run(const std::string& path, int64_t steps, size_t layers) {
   format::RunHeader header;
-  for (size_t l = 0; l < layers; ++l) header.layer_names.push_back("blocks." + std::to_string(l / 8) + ".layer" + std::to_string(l % 8));
+  for (size_t l = 0; l < layers; ++l)
+    header.layer_names.push_back("blocks." + std::to_string(l / 8) + ".layer" + std::to_string(l % 8));
   header.record_act_absmax = true;
   format::RunWriter writer(path, header, 4096);
   format::StepRow row;
@@ -70,9 +62,8 @@ int main(int argc, char** argv) {
   if (!std::filesystem::exists(path)) {
     const auto start = Clock::now();
     write_run(path, steps, layers);
-    std::printf("wrote %s: %lld steps x %zu layers, %.0f MB in %.1f s\n", path.c_str(),
-                static_cast<long long>(steps), layers, double(std::filesystem::file_size(path)) / 1e6,
-                ms_since(start) / 1000);
+    std::printf("wrote %s: %lld steps x %zu layers, %.0f MB in %.1f s\n", path.c_str(), static_cast<long long>(steps),
+                layers, double(std::filesystem::file_size(path)) / 1e6, ms_since(start) / 1000);
   }
 
   std::vector<double> open_ms;
@@ -106,10 +97,10 @@ int main(int argc, char** argv) {
       viewer::decimate(run.step.data(), viewer::series(run.loss_scale), x0, x1, kPlotColumns, columns[1]);
       viewer::decimate(run.step.data(), viewer::series(run.lr), x0, x1, kPlotColumns, columns[2]);
       viewer::decimate(run.step.data(), viewer::series(run.grad_norm), x0, x1, kPlotColumns, columns[3]);
-      viewer::decimate(run.step.data(), viewer::layer_series(run.layer_grad_norm, layers, 7), x0, x1,
-                       kPlotColumns, columns[4]);
-      viewer::decimate(run.step.data(), viewer::layer_series(run.layer_act_absmax, layers, 7), x0, x1,
-                       kPlotColumns, columns[5], {true, true});
+      viewer::decimate(run.step.data(), viewer::layer_series(run.layer_grad_norm, layers, 7), x0, x1, kPlotColumns,
+                       columns[4]);
+      viewer::decimate(run.step.data(), viewer::layer_series(run.layer_act_absmax, layers, 7), x0, x1, kPlotColumns,
+                       columns[5], {true, true});
       viewer::render_heatmap(pyramid, run.step.data(), x0, x1, kHeatmapColumns, scale, image);
       frame_ms.push_back(ms_since(start));
     }

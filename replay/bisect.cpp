@@ -114,8 +114,7 @@ std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup) {
     try {
       if (step_is_finite(setup, setup.amp, inputs.index_select(0, keep), targets.index_select(0, keep)))
         found.push_back(i);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   // Every row "fixing" it means the batch size, not a sample, is what matters.
   if (int64_t(found.size()) == batch) found.clear();

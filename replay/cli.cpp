@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/probe/error_text.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "replay.hpp"
@@ -32,7 +33,7 @@ int replay_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
   }
   try {
     nanscope::replay::ReplayReport report = nanscope::replay::replay_snapshot(options);
@@ -44,16 +45,16 @@ int replay_main(int argc, char** argv) {
         std::cerr << "nanscope-replay: result not appended to the snapshot: " << e.what() << "\n";
       }
     }
-    return 0;
+    return kExitOk;
   } catch (const nanscope::format::FormatError& e) {
     std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
-    return 2;
+    return kExitBadInput;
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
-    return 2;
+    return kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "nanscope-replay: replay failed: " << nanscope::probe::one_line_error(e) << "\n";
-    return 1;
+    return kExitFailed;
   }
 }
 

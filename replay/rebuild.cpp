@@ -1,7 +1,7 @@
 #include "rebuild.hpp"
 
-#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 #include <torch/utils.h>
 
 #include "nanscope/probe/error_text.hpp"

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "nanscope/core/model.hpp"
-#include "nanscope/probe/snapshot.hpp"
 #include "nanscope/core/fault.hpp"
+#include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/probe/snapshot.hpp"
 
 namespace nanscope::replay {
 
@@ -20,7 +20,7 @@ struct ReplaySetup {
   std::unique_ptr<TrainableModel> model;
   std::vector<at::Tensor> parameters;
   Fault fault;  // kind none when nothing was planted at this step
-  Amp amp = Amp::off;
+  Amp amp = Amp::fp32;
   std::string rerun_error;  // what the last re-run that raised said (one line), or ""
 };
 

@@ -1,8 +1,8 @@
 #include "replay.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
 #include <cmath>
@@ -10,14 +10,14 @@
 #include <sstream>
 
 #include "bisect.hpp"
+#include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
-#include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 #include "rebuild.hpp"
-#include "nanscope/core/train_step.hpp"
 
 namespace nanscope::replay {
 
@@ -30,7 +30,7 @@ std::string anomaly_message(ReplaySetup& setup) {
   std::string message;
   try {
     torch::autograd::DetectAnomalyGuard anomaly;
-    step_is_finite(setup, Amp::off, setup.snapshot.inputs, setup.snapshot.targets);
+    step_is_finite(setup, Amp::fp32, setup.snapshot.inputs, setup.snapshot.targets);
   } catch (const c10::Error& e) {
     message = e.what_without_backtrace();
   } catch (const std::exception& e) {
@@ -64,8 +64,9 @@ std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
     const double rise = r.grad_norm[last] / r.grad_norm[first];
     if (rise < 10) return "";
     std::ostringstream s;
-    s << run.filename().string() << ": grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> " << r.grad_norm[last]
-      << " at step " << r.step[last] << " (x" << rise << ") before this step: lengthen warmup or lower the LR (P12, P18)";
+    s << run.filename().string() << ": grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> "
+      << r.grad_norm[last] << " at step " << r.step[last] << " (x" << rise
+      << ") before this step: lengthen warmup or lower the LR (P12, P18)";
     return s.str();
   } catch (const format::FormatError&) {
     return "";
@@ -93,16 +94,17 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
     probe::OpCapture capture;
-    report.fp32_finite = step_is_finite(setup, Amp::off, s.inputs, s.targets);
+    report.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
     report.fp32_capture = capture.result();
   }
   if (!report.fp32_finite) report.anomaly = anomaly_message(setup);
   report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.
-  const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == "input";
+  const bool input_birth =
+      s.capture.first_birth && s.capture.first_birth->op.phase == format::to_string(format::Phase::input);
   if (options.bisect && report.reproduced > 0) {
-    if (report.fp32_finite && setup.amp != Amp::off && !input_birth) {
+    if (report.fp32_finite && setup.amp != Amp::fp32 && !input_birth) {
       const Fp32RegionSearch search = smallest_fp32_region(setup);
       report.fp32_search = search.outcome;
       report.fp32_modules = search.modules;

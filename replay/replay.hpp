@@ -25,10 +25,10 @@ struct ReplayReport {
   int reproduced = 0, repeats = 0;  // of the re-runs at the original precision
   bool fp32_finite = false;
   format::Capture fp32_capture;
-  std::string anomaly;              // DetectAnomalyGuard's message in fp32, if it raised
-  std::string rerun_error;          // an op raised during a re-run (on the non-finite values), one line
+  std::string anomaly;                           // DetectAnomalyGuard's message in fp32, if it raised
+  std::string rerun_error;                       // an op raised during a re-run (on the non-finite values), one line
   Fp32Search fp32_search = Fp32Search::not_run;  // not_run unless a precision verdict
-  std::vector<std::string> fp32_modules;          // when found
+  std::vector<std::string> fp32_modules;         // when found
   // The step drew random numbers (dropout, a VAE's randn_like): without one
   // sample every later draw shifts, so batch bisection cannot single one out
   // and is not run. Seen on the CPU generator.

@@ -68,8 +68,7 @@ std::string to_json(const ReplayReport& r) {
     << ", \"fp32_finite\": " << (r.fp32_finite ? "true" : "false")
     << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth)
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
-    << ",\n               \"rerun_error\": " << or_null(r.rerun_error)
-    << ",\n               \"precision_bisection\": "
+    << ",\n               \"rerun_error\": " << or_null(r.rerun_error) << ",\n               \"precision_bisection\": "
     << (r.fp32_search != Fp32Search::not_run ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
@@ -77,8 +76,8 @@ std::string to_json(const ReplayReport& r) {
                                ", \"dataset_rows\": " + list_json(r.dataset_rows, num) + " }"
                          : "null")
     << " },\n"
-    << "  \"verdict\": " << quoted(r.verdict.verdict) << ",\n"
-    << "  \"category\": " << quoted(r.verdict.category) << ",\n"
+    << "  \"verdict\": " << quoted(format::to_string(r.verdict.verdict)) << ",\n"
+    << "  \"category\": " << quoted(format::to_string(r.verdict.category)) << ",\n"
     << "  \"suggestion\": " << quoted(r.verdict.suggestion) << " }\n";
   return o.str();
 }
@@ -97,21 +96,21 @@ std::string to_text(const ReplayReport& r) {
   if (!r.rerun_error.empty()) o << "  re-run raised:    " << r.rerun_error << "\n";
   if (r.fp32_search != Fp32Search::not_run)
     o << "  fp32 needed in:   "
-      << (r.fp32_search == Fp32Search::found         ? comma_list(r.fp32_modules)
-          : r.fp32_search == Fp32Search::unsupported ? "(not searched: the TorchScript model's module frames could not be switched)"
-                                                     : "(no module set found)")
+      << (r.fp32_search == Fp32Search::found ? comma_list(r.fp32_modules)
+          : r.fp32_search == Fp32Search::unsupported
+              ? "(not searched: the TorchScript model's module frames could not be switched)"
+              : "(no module set found)")
       << "\n";
   if (r.draws_random_numbers)
     o << "  batch bisection:  not run: the step draws random numbers, so removing a sample shifts every "
          "later draw and cannot single one out\n";
   if (r.batch_bisected && !r.samples.empty()) {
     o << "  finite without batch row(s):";
-    for (size_t i = 0; i < r.samples.size(); ++i)
-      o << " " << r.samples[i] << " (data row " << r.dataset_rows[i] << ")";
+    for (size_t i = 0; i < r.samples.size(); ++i) o << " " << r.samples[i] << " (data row " << r.dataset_rows[i] << ")";
     o << "\n";
   }
-  o << "verdict:    " << r.verdict.verdict << "\n"
-    << "category:   " << r.verdict.category << "\n"
+  o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"
+    << "category:   " << format::to_string(r.verdict.category) << "\n"
     << "suggestion: " << r.verdict.suggestion << "\n";
   return o.str();
 }
@@ -119,8 +118,8 @@ std::string to_text(const ReplayReport& r) {
 void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
   format::ReplayRecord record;
-  record.verdict = r.verdict.verdict;
-  record.category = r.verdict.category;
+  record.verdict = format::to_string(r.verdict.verdict);
+  record.category = format::to_string(r.verdict.category);
   record.suggestion = r.verdict.suggestion;
   record.reproduced_count = r.reproduced;
   record.repeats = r.repeats;

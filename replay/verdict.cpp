@@ -21,34 +21,32 @@ std::string join_rows(const std::vector<int64_t>& rows) {
 }
 
 // The playbook's fix for each origin (docs/playbook.md P8, P10-P18), naming the module.
-std::string fix_for(const std::string& category, const format::Birth& b, const std::string& precision) {
+std::string fix_for(format::Category category, const format::Birth& b, const std::string& precision) {
   const std::string where = module_text(b.op.module);
-  if (category == "log_nonpositive")
+  if (category == format::Category::log_nonpositive)
     return "clamp the input of " + b.op.op + " in " + where +
            (bare_op(b.op.op) == "log1p" ? " above -1 (x.clamp(min=-1 + 1e-7))" : " (x.clamp(min=1e-7))") +
            " or add eps inside it; never hand-roll log(softmax(x)): use log_softmax / cross_entropy (P8)";
-  if (category == "sqrt_grad_zero")
-    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where +
-           " (sqrt(x + 1e-12)) (P8)";
-  if (category == "div_by_zero")
-    return "add eps to the divisor of " + b.op.op + " in " + where +
-           " (a / (b + 1e-8); variance + eps in a norm) (P8)";
-  if (category == "exp_overflow")
+  if (category == format::Category::sqrt_grad_zero)
+    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where + " (sqrt(x + 1e-12)) (P8)";
+  if (category == format::Category::div_by_zero)
+    return "add eps to the divisor of " + b.op.op + " in " + where + " (a / (b + 1e-8); variance + eps in a norm) (P8)";
+  if (category == format::Category::exp_overflow)
     return "exp overflows in " + where +
            ": subtract the max before exp (use softmax / log_softmax / logsumexp), clamp the exponent (P8)";
-  if (category == "fully_masked_softmax")
+  if (category == format::Category::fully_masked_softmax)
     return "a softmax in " + where +
            " ran over a row with every position masked: guard fully masked rows (mask the output, or "
            "use a large negative instead of -inf) (P8)";
-  if (category == "overflow")
+  if (category == format::Category::overflow)
     // No wider type here: whether fp32 helps is the verdict's to say, from the fp32 re-run.
     return "values in " + where + " exceed the range of " + (precision.empty() ? "the precision" : precision) +
            ": find what grows before it (logits, activations, grad norms); z-loss (P15) and QK-LayerNorm (P16) "
            "stop logits growing (P10)";
-  if (category == "grad_explosion")
+  if (category == format::Category::grad_explosion)
     return "the gradients explode: lengthen warmup or lower the LR (P12), clip the global norm (P13), "
            "check the init (P17)";
-  if (category == "nonfinite_input")
+  if (category == format::Category::nonfinite_input)
     return "the batch itself holds a non-finite value: guard the data boundary with "
            "assert isfinite(x).all() naming the index (P11)";
   return "inspect " + b.op.op + " in " + where + " with the snapshot's trail of ops (P9)";
@@ -76,70 +74,71 @@ std::string fp32_advice(const VerdictInputs& in) {
       return "the step is finite with autocast off; precision bisection could not switch this TorchScript "
              "model's modules to fp32 (the interpreter announced none of their frames), so it names no "
              "module set";
-    case Fp32Search::not_run:
-      break;
+    case Fp32Search::not_run: break;
   }
   return "the step is finite with autocast off (precision bisection did not run)";
 }
 
 }  // namespace
 
-std::string category_of(const format::Birth& b) {
-  if (b.op.phase == "input") return "nonfinite_input";
-  if (b.op.phase == "grad_norm") return "grad_explosion";
-  if (b.op.backward_node == "SqrtBackward0") return "sqrt_grad_zero";
+format::Category category_of(const format::Birth& b) {
+  if (b.op.phase == format::to_string(format::Phase::input)) return format::Category::nonfinite_input;
+  if (b.op.phase == format::to_string(format::Phase::grad_norm)) return format::Category::grad_explosion;
+  if (b.op.backward_node == "SqrtBackward0") return format::Category::sqrt_grad_zero;
   const std::string op = bare_op(b.op.op);
   // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).
   static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax", "xlogy"};
-  if (logs.count(op)) return "log_nonpositive";
-  if (b.kind == "nan" && (op == "softmax" || op == "_softmax")) return "fully_masked_softmax";
-  if (op == "exp" || op == "exp2" || op == "expm1") return "exp_overflow";
+  if (logs.count(op)) return format::Category::log_nonpositive;
+  if (b.kind == format::to_string(format::BirthKind::nan) && (op == "softmax" || op == "_softmax"))
+    return format::Category::fully_masked_softmax;
+  if (op == "exp" || op == "exp2" || op == "expm1") return format::Category::exp_overflow;
   if (op == "div" || op == "reciprocal" || op == "rsqrt") {
     // Infinities coming in (inf / inf) were made upstream; only a divisor that
     // can be zero is a division by zero, and a finite quotient that grew past
     // the type's range is an overflow.
     for (const auto& in : b.inputs)
-      if (in.inf_count > 0) return "overflow";
-    return divisor_can_be_zero(op, b) ? "div_by_zero" : "overflow";
+      if (in.inf_count > 0) return format::Category::overflow;
+    return divisor_can_be_zero(op, b) ? format::Category::div_by_zero : format::Category::overflow;
   }
-  if (b.kind == "inf") return "overflow";
-  return "other";
+  if (b.kind == format::to_string(format::BirthKind::inf)) return format::Category::overflow;
+  return format::Category::other;
 }
 
 Verdict decide(const VerdictInputs& in) {
   Verdict v;
   if (!in.birth) {
-    v.verdict = "transient";
-    v.category = "other";
+    v.verdict = format::Verdict::transient;
+    v.category = format::Category::other;
     v.suggestion = "no birth was captured for this step";
     return v;
   }
   const format::Birth& b = *in.birth;
   v.category = category_of(b);
-  if (b.op.phase == "input") {
-    v.verdict = "data";
+  if (b.op.phase == format::to_string(format::Phase::input)) {
+    v.verdict = format::Verdict::data;
     v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
                    (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
                    ": " + fix_for(v.category, b, in.precision);
     return v;
   }
   if (in.repeats > 0 && in.reproduced == 0) {
-    v.verdict = "transient";
+    v.verdict = format::Verdict::transient;
     v.suggestion = "0 of " + std::to_string(in.repeats) +
                    " re-runs from the same state went non-finite: suspect non-determinism or the "
                    "hardware, not the math; set the determinism knobs (P19) and watch for a recurrence";
     return v;
   }
   if (in.fp32_finite) {
-    v.verdict = "precision";
+    v.verdict = format::Verdict::precision;
     v.suggestion = "finite in fp32: " + fp32_advice(in) +
                    (in.precision == "fp16" ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") + ". " +
                    fix_for(v.category, b, in.precision);
   } else {
-    v.verdict = "model_or_data";
+    v.verdict = format::Verdict::model_or_data;
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
-    if (!in.grad_norm_trend.empty() && (v.category == "overflow" || v.category == "other"))
-      v.category = "grad_explosion";
+    if (!in.grad_norm_trend.empty() &&
+        (v.category == format::Category::overflow || v.category == format::Category::other))
+      v.category = format::Category::grad_explosion;
     v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, "fp32");
     if (!in.samples.empty())
       v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";

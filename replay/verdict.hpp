@@ -9,10 +9,8 @@
 
 namespace nanscope::replay {
 
-// Which arithmetic origin (playbook P8-P18) a birth belongs to:
-// log_nonpositive, sqrt_grad_zero, div_by_zero, exp_overflow, overflow,
-// fully_masked_softmax, nonfinite_input, grad_explosion or other.
-std::string category_of(const format::Birth& birth);
+// Which arithmetic origin (playbook P8-P18) a birth belongs to.
+format::Category category_of(const format::Birth& birth);
 
 // What the search for modules that need fp32 established.
 enum class Fp32Search {
@@ -23,20 +21,20 @@ enum class Fp32Search {
 };
 
 struct VerdictInputs {
-  std::optional<format::Birth> birth;       // the first birth at the original precision
-  int reproduced = 0, repeats = 0;          // re-runs at the original precision that went non-finite
+  std::optional<format::Birth> birth;  // the first birth at the original precision
+  int reproduced = 0, repeats = 0;     // re-runs at the original precision that went non-finite
   bool fp32_finite = false;
   Fp32Search fp32_search = Fp32Search::not_run;
-  std::vector<std::string> fp32_modules;    // precision bisection's answer, when found
-  std::vector<int64_t> samples;             // batch bisection's answer (batch rows)
-  std::vector<int64_t> dataset_rows;        // the same samples' rows in the data set
-  std::string precision;                    // "bf16", "fp16", "fp32"
-  std::string grad_norm_trend;              // from run.h5 beside the snapshot, or ""
+  std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
+  std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
+  std::vector<int64_t> dataset_rows;      // the same samples' rows in the data set
+  std::string precision;                  // "bf16", "fp16", "fp32"
+  std::string grad_norm_trend;            // from run.h5 beside the snapshot, or ""
 };
 
 struct Verdict {
-  std::string verdict;     // precision | model_or_data | data | transient
-  std::string category;
+  format::Verdict verdict = format::Verdict::transient;
+  format::Category category = format::Category::other;
   std::string suggestion;
 };
 

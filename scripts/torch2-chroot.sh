@@ -6,15 +6,15 @@
 set -euo pipefail
 root=${1:-${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}}
 mirror=${NANSCOPE_MIRROR:-http://deb.debian.org/debian}
-packages="libtorch-dev libopenblas0-pthread libhdf5-dev libcli11-dev libgtest-dev libgmock-dev cmake ninja-build g++ \
- libgloo-dev python3-torch python3-h5py python3-numpy ccache libimgui-dev libglfw3-dev libstb-dev pkg-config xvfb xauth"
+# The packages scripts/debian-packages.txt marks "both", sorted (the marker compares lists).
+packages=$(sed 's/#.*//' "$(dirname "$0")/debian-packages.txt" | awk '$2 == "both" {print $1}' | sort -u | xargs)
 
 if ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
 # The marker holds the package list it was made with: a list that grew since
 # (a new dependency) installs the missing packages into the existing chroot.
-if [ -f "$root/.nanscope-ready" ] && [ "$(cat "$root/.nanscope-ready")" = "$packages" ]; then
+if [ -f "$root/.nanscope-ready" ] && [ "$(xargs -n1 <"$root/.nanscope-ready" | sort -u | xargs)" = "$packages" ]; then
   echo "torch2-chroot: $root is ready"
   exit 0
 fi

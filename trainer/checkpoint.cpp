@@ -39,16 +39,14 @@ void save_checkpoint(const std::string& path, const TrainableModel& model, int64
 
 namespace {
 
-void copy_into(const format::Group& group, const NamedTensors& targets, const std::string& path,
-               const char* what) {
+void copy_into(const format::Group& group, const NamedTensors& targets, const std::string& path, const char* what) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, target] : targets) {
     if (!group.has(name)) throw format::FormatError(path, std::string(what) + " '" + name + "' missing");
     at::Tensor value = get_tensor(group, name);
     if (value.sizes() != target.sizes())
-      throw format::FormatError(path, std::string(what) + " '" + name + "' has shape " +
-                                          c10::str(value.sizes()) + ", the model expects " +
-                                          c10::str(target.sizes()));
+      throw format::FormatError(path, std::string(what) + " '" + name + "' has shape " + c10::str(value.sizes()) +
+                                          ", the model expects " + c10::str(target.sizes()));
     at::Tensor t = target;
     t.copy_(value);
   }
@@ -61,14 +59,12 @@ int64_t load_checkpoint(const std::string& path, TrainableModel& model) {
   format::Group root = archive.root();
   const std::string saved = root.attr_string("model");
   const ModelSpec spec = model.spec();
-  if (saved != spec.name)
-    throw format::FormatError(path, "holds a '" + saved + "' model, not '" + spec.name + "'");
+  if (saved != spec.name) throw format::FormatError(path, "holds a '" + saved + "' model, not '" + spec.name + "'");
   format::Group hparams = root.group("hparams");
   for (const auto& [key, value] : spec.hparams)
     if (hparams.has_attr(key) && hparams.attr_int(key) != value)
-      throw format::FormatError(path, "was saved with " + key + "=" +
-                                          std::to_string(hparams.attr_int(key)) + ", the model has " +
-                                          std::to_string(value));
+      throw format::FormatError(path, "was saved with " + key + "=" + std::to_string(hparams.attr_int(key)) +
+                                          ", the model has " + std::to_string(value));
   copy_into(root.group("parameters"), model.named_parameters(), path, "parameter");
   copy_into(root.group("buffers"), model.named_buffers(), path, "buffer");
   return root.attr_int("step");

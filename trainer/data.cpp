@@ -52,7 +52,11 @@ Dataset builtin_teacher_dataset(int64_t samples, int64_t features, int64_t class
 
 BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, int rank,
                            int world_size)
-    : size_(dataset_size), batch_size_(batch_size), rank_(rank), world_size_(world_size), shuffle_(shuffle),
+    : size_(dataset_size),
+      batch_size_(batch_size),
+      rank_(rank),
+      world_size_(world_size),
+      shuffle_(shuffle),
       seed_(seed) {
   if (size_ < 1) throw std::invalid_argument("dataset is empty");
 }

@@ -29,8 +29,7 @@ class BatchSampler {
   // With several ranks, batch_size is per rank and rank R reads rows
   // [R*B, (R+1)*B) of each global batch of B x world_size: together the ranks
   // read exactly what one process with the global batch would.
-  BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, int rank = 0,
-               int world_size = 1);
+  BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffle, uint64_t seed, int rank = 0, int world_size = 1);
   // Rows of batch `step`: without shuffle rows [step*B, (step+1)*B) wrapping
   // around; with shuffle, the same positions in a seeded per-epoch permutation.
   at::Tensor rows(int64_t step) const;

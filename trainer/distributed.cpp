@@ -9,9 +9,9 @@
 #include <cstring>
 
 #ifdef NANSCOPE_HAVE_C10D_GLOO
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 #endif
 #ifdef NANSCOPE_HAVE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -19,9 +19,7 @@
 
 namespace nanscope {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 #ifdef NANSCOPE_HAVE_C10D_GLOO
 
@@ -89,8 +87,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
   std::string backend = d.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : d.backend;
 #ifndef NANSCOPE_HAVE_C10D_NCCL
   if (backend == "nccl" && d.backend == "auto") backend = "gloo";  // Gloo reduces CUDA tensors too
-  if (backend == "nccl")
-    throw std::invalid_argument("--dist-backend nccl: this LibTorch was built without CUDA/NCCL");
+  if (backend == "nccl") throw std::invalid_argument("--dist-backend nccl: this LibTorch was built without CUDA/NCCL");
 #endif
   // LibTorch 2.x's c10d logs every rendezvous retry (a rank that starts
   // before rank 0's store is up: normal) as a warning with a C++ backtrace.
@@ -113,8 +110,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
   } catch (const std::exception& e) {
     throw DistributedError("rank " + std::to_string(d.rank) + " of " + std::to_string(d.world_size) +
                            ": rendezvous at " + d.master_addr + ":" + std::to_string(d.master_port) +
-                           " failed (all ranks must start within --dist-timeout " +
-                           std::to_string(int(d.timeout_s)) + " s): " + probe::one_line_error(e));
+                           " failed (all ranks must start within --dist-timeout " + std::to_string(int(d.timeout_s)) +
+                           " s): " + probe::one_line_error(e));
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, backend));
 }

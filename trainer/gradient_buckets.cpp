@@ -5,8 +5,7 @@
 
 namespace nanscope {
 
-GradientBuckets::GradientBuckets(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
-                                 double bucket_mb)
+GradientBuckets::GradientBuckets(ProcessGroup& group, const std::vector<at::Tensor>& parameters, double bucket_mb)
     : group_(group), parameters_(parameters) {
   const auto cap_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   std::vector<std::vector<Slot>> layout;

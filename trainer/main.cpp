@@ -4,8 +4,9 @@
 #include <iostream>
 
 #include "dist_options.hpp"
-#include "nanscope/probe/error_text.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/exit_codes.hpp"
+#include "nanscope/probe/error_text.hpp"
 #include "options_cli.hpp"
 #include "trainer.hpp"
 
@@ -17,30 +18,30 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? nanscope::kExitOk : nanscope::kExitBadInput;
   } catch (const std::invalid_argument& e) {  // a bad --fault, from its callback
     std::cerr << "nanscope-train: " << e.what() << "\n";
-    return 2;
+    return nanscope::kExitBadInput;
   }
   try {
     nanscope::validate_options(options);
     nanscope::TrainSummary summary = nanscope::run(options, std::cerr);
     nanscope::print_summary(summary, std::cout);
-    return summary.interrupted ? 130 : 0;
+    return summary.interrupted ? nanscope::kExitInterrupted : nanscope::kExitOk;
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
-    return 2;
+    return nanscope::kExitBadInput;
   } catch (const nanscope::DistributedError& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
-    return 3;
+    return nanscope::kExitPeerLost;
   } catch (const nanscope::format::WriteError& e) {
     std::cerr << "nanscope-train: training failed: cannot write " << e.what() << "\n";
-    return 1;
+    return nanscope::kExitFailed;
   } catch (const nanscope::format::FormatError& e) {
     std::cerr << "nanscope-train: bad input " << e.what() << "\n";
-    return 2;
+    return nanscope::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "nanscope-train: training failed: " << nanscope::probe::one_line_error(e) << "\n";
-    return 1;
+    return nanscope::kExitFailed;
   }
 }

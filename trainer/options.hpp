@@ -23,7 +23,7 @@ struct TrainOptions {
   std::string schedule = "constant";  // constant | cosine
   int64_t warmup = 0;
   double clip = 1.0;  // <= 0: no clipping
-  Amp amp = Amp::off;
+  Amp amp = Amp::fp32;
   double lr_backoff = 0.5;
   bool fallback = true;
   double fallback_min_scale = 1.0;  // fp16: fall back once the scale drops below this
@@ -34,10 +34,10 @@ struct TrainOptions {
   int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
   std::string run_dir = "nanscope-run";
   int64_t max_snapshots = 3;  // snapshots per run: one per distinct first birth, at most this many
-  std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
+  std::string save;           // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;
   uint64_t seed = 0;
-  int threads = 0;  // 0: LibTorch's default
+  int threads = 0;              // 0: LibTorch's default
   std::string device = "auto";  // auto | cpu | cuda
   bool tf32 = false;
   bool deterministic = false;

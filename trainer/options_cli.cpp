@@ -28,36 +28,43 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--optimizer", o.optimizer, "adamw or sgd (momentum 0.9)")
-      ->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adamw", "sgd"}));
   app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
   app.add_option("--schedule", o.schedule, "LR schedule: constant, or cosine decay after warmup")
-      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
       ->capture_default_str();
-  static const std::map<std::string, Amp> amps{{"off", Amp::off}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}};
+  static const std::map<std::string, Amp> amps{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}};
   app.add_option("--amp", o.amp, "Autocast precision: off, bf16, or fp16 (with the loss scaler)")
-      ->transform(CLI::CheckedTransformer(amps, CLI::ignore_case))->capture_default_str();
+      ->transform(CLI::CheckedTransformer(amps, CLI::ignore_case))
+      ->capture_default_str();
   app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the fp32 fallback")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--fallback", o.fallback,
-                 "One-shot fallback to fp32 on the first non-finite step (true/false)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fallback", o.fallback, "One-shot fallback to fp32 on the first non-finite step (true/false)")
+      ->capture_default_str();
   app.add_option("--fallback-min-scale", o.fallback_min_scale,
                  "fp16: overflowing gradients are the scaler's business (skip and back off) until "
-                 "the scale falls below this; then the fallback fires")->capture_default_str();
+                 "the scale falls below this; then the fallback fires")
+      ->capture_default_str();
   app.add_option("--z-loss", o.z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-shuffle{false}", o.shuffle,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
   app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}},
-                                          CLI::ignore_case))
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case))
       ->capture_default_str();
   app.add_option("--capture", o.capture_every_step,
                  "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
                  "or every-step (every op of every step; slow, for hunting and measuring)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, bool>{{"on-failure", false}, {"every-step", true}}, CLI::ignore_case))
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on-failure", false}, {"every-step", true}},
+                                          CLI::ignore_case))
       ->capture_default_str();
   app.add_option("--act-absmax-every", o.act_absmax_every,
                  "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
@@ -66,16 +73,21 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--max-snapshots", o.max_snapshots,
                  "Snapshots a run writes at most: one for each non-finite step whose first birth "
                  "(kind, op, module) is new; the others are counted in snapshot_skipped events")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save, "Write a checkpoint here at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "Also write the --save checkpoint every N steps (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads,
+                 "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
+                 "this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--device", o.device, "auto, cpu or cuda")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 matmuls and convolutions (P2)");
   app.add_flag("--deterministic", o.deterministic, "Use deterministic algorithms only (P19)");
   app.add_option_function<std::vector<std::string>>(
@@ -103,21 +115,35 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "override the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).");
   app.add_option("--rank", o.dist.rank, "This process's rank")->envname("RANK")->capture_default_str()->group(dist);
   app.add_option("--world-size", o.dist.world_size, "Number of processes")
-      ->envname("WORLD_SIZE")->capture_default_str()->group(dist);
+      ->envname("WORLD_SIZE")
+      ->capture_default_str()
+      ->group(dist);
   app.add_option("--local-rank", o.dist.local_rank, "Rank on this machine (picks the CUDA device)")
-      ->envname("LOCAL_RANK")->capture_default_str()->group(dist);
+      ->envname("LOCAL_RANK")
+      ->capture_default_str()
+      ->group(dist);
   app.add_option("--master-addr", o.dist.master_addr, "Rank 0's address (its TCPStore)")
-      ->envname("MASTER_ADDR")->capture_default_str()->group(dist);
+      ->envname("MASTER_ADDR")
+      ->capture_default_str()
+      ->group(dist);
   app.add_option("--master-port", o.dist.master_port, "Rank 0's TCPStore port")
-      ->envname("MASTER_PORT")->capture_default_str()->group(dist);
+      ->envname("MASTER_PORT")
+      ->capture_default_str()
+      ->group(dist);
   app.add_option("--dist-backend", o.dist.backend, "auto (nccl for CUDA where built, else gloo), gloo or nccl")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "gloo", "nccl"}))->group(dist);
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+      ->group(dist);
   app.add_option("--dist-timeout", o.dist.timeout_s,
                  "Seconds a rendezvous or collective may wait for the other ranks before the run "
                  "ends with an error (exit 3)")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(dist);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(dist);
   app.add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
-      ->capture_default_str()->check(CLI::PositiveNumber)->group(dist);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(dist);
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
   app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
 }
@@ -126,8 +152,7 @@ void validate_options(const TrainOptions& o) {
   if (o.lr_backoff <= 0) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
   if (o.warmup >= o.steps && o.schedule == "cosine")
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
-  if (o.checkpoint_every > 0 && o.save.empty())
-    throw std::invalid_argument("--checkpoint-every needs --save PATH");
+  if (o.checkpoint_every > 0 && o.save.empty()) throw std::invalid_argument("--checkpoint-every needs --save PATH");
   if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
@@ -139,9 +164,8 @@ void validate_options(const TrainOptions& o) {
                                   std::to_string(o.dist.world_size) + " rank(s)");
   for (const auto& f : o.faults)
     if (f.step >= o.steps)
-      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + "@" +
-                                  std::to_string(f.step) + " is past the last step " +
-                                  std::to_string(o.steps - 1));
+      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + "@" + std::to_string(f.step) +
+                                  " is past the last step " + std::to_string(o.steps - 1));
 }
 
 }  // namespace nanscope

@@ -39,8 +39,8 @@ void ProgressLine::update(const ProgressState& s) {
                                          std::to_string(s.last_finite_step) + ")";
   char line[256];
   std::snprintf(line, sizeof line, "step %lld/%lld  %s  scale %g  grad_norm %.3g  %s  skips %lld  %.1f steps/s",
-                static_cast<long long>(s.step + 1), static_cast<long long>(s.total_steps), loss.c_str(),
-                s.loss_scale, s.grad_norm, s.precision, static_cast<long long>(s.skipped), steps_per_s);
+                static_cast<long long>(s.step + 1), static_cast<long long>(s.total_steps), loss.c_str(), s.loss_scale,
+                s.grad_norm, s.precision, static_cast<long long>(s.skipped), steps_per_s);
   out_ << line << '\n' << std::flush;
   last_time_ = now;
   last_step_ = s.step;

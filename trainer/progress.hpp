@@ -8,7 +8,7 @@ namespace nanscope {
 
 struct ProgressState {
   int64_t step = 0, total_steps = 0, skipped = 0;
-  double loss = 0;          // this step's
+  double loss = 0;  // this step's
   bool step_skipped = false;
   double last_finite_loss = 0;  // what the summary reports, named as such when this step was skipped
   int64_t last_finite_step = -1;

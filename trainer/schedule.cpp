@@ -5,8 +5,7 @@
 
 namespace nanscope {
 
-double scheduled_lr(const std::string& schedule, double peak, int64_t warmup, int64_t total_steps,
-                    int64_t step) {
+double scheduled_lr(const std::string& schedule, double peak, int64_t warmup, int64_t total_steps, int64_t step) {
   if (step < warmup) return peak * double(step + 1) / double(warmup);
   if (schedule != "cosine") return peak;
   const double span = double(std::max<int64_t>(1, total_steps - warmup));

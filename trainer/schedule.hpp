@@ -6,7 +6,6 @@ namespace nanscope {
 
 // Learning rate at `step` (0-based): linear warmup to `peak` over `warmup`
 // steps (P12), then constant, or cosine decay to 0 at `total_steps`.
-double scheduled_lr(const std::string& schedule, double peak, int64_t warmup, int64_t total_steps,
-                    int64_t step);
+double scheduled_lr(const std::string& schedule, double peak, int64_t warmup, int64_t total_steps, int64_t step);
 
 }  // namespace nanscope

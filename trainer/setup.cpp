@@ -15,8 +15,8 @@
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/models/mlp.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 
@@ -56,8 +56,7 @@ at::Device select_device(const std::string& requested) {
   const bool has_cuda = torch::cuda::is_available();
   if (requested == "cuda" && !has_cuda)
     throw std::invalid_argument("--device cuda: no CUDA device (or this LibTorch has no CUDA)");
-  return (requested == "cuda" || (requested == "auto" && has_cuda)) ? at::Device(at::kCUDA)
-                                                                     : at::Device(at::kCPU);
+  return (requested == "cuda" || (requested == "auto" && has_cuda)) ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 }
 
 void configure_runtime(const TrainOptions& o, at::Device device) {
@@ -106,24 +105,22 @@ std::unique_ptr<TrainableModel> make_model(const TrainOptions& o, const Dataset&
   return load_scripted_model(o.model);
 }
 
-void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dataset& data,
-                         at::Device device) {
-  if (o.amp != Amp::off && !compat::autocast_supported(device.type(), autocast_dtype(o.amp)))
-    throw std::invalid_argument(std::string("--amp ") + amp_name(o.amp) + " is not available on " +
-                                device.str() + " with LibTorch " + TORCH_VERSION +
-                                " (LibTorch 1.13 autocasts to bf16 only on CPU)");
+void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dataset& data, at::Device device) {
+  if (o.amp != Amp::fp32 && !compat::autocast_supported(device.type(), autocast_dtype(o.amp)))
+    throw std::invalid_argument(std::string("--amp ") + amp_name(o.amp) + " is not available on " + device.str() +
+                                " with LibTorch " + TORCH_VERSION + " (LibTorch 1.13 autocasts to bf16 only on CPU)");
   for (const auto& f : o.faults) {
     if (f.kind == FaultKind::nonfinite_input && !at::isFloatingType(data.inputs.scalar_type()))
-      throw std::invalid_argument("--fault nonfinite_input needs float inputs; " + data.source +
-                                  " holds " + c10::toString(data.inputs.scalar_type()) +
+      throw std::invalid_argument("--fault nonfinite_input needs float inputs; " + data.source + " holds " +
+                                  c10::toString(data.inputs.scalar_type()) +
                                   " (use the mlp or a model with float inputs)");
     if (f.kind == FaultKind::nonfinite_input && (f.arg < 0 || f.arg >= o.batch_size))
       throw std::invalid_argument("--fault nonfinite_input row must be within the batch (0.." +
                                   std::to_string(o.batch_size - 1) + ")");
     if (f.kind != FaultKind::nonfinite_input && f.kind != FaultKind::lr_spike) {
       if (!model.plant_fault(f))
-        throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " +
-                                    o.model + " (TorchScript models host only nonfinite_input and "
+        throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " + o.model +
+                                    " (TorchScript models host only nonfinite_input and "
                                     "lr_spike; masked_row needs the gpt's attention)");
       model.plant_fault({FaultKind::none});
     }

@@ -19,7 +19,6 @@ Dataset make_dataset(const TrainOptions& options);
 std::unique_ptr<TrainableModel> make_model(const TrainOptions& options, const Dataset& data);
 // Rejects faults this model or data cannot host, and precisions this
 // LibTorch/device cannot autocast to.
-void check_compatibility(const TrainOptions& options, TrainableModel& model, const Dataset& data,
-                         at::Device device);
+void check_compatibility(const TrainOptions& options, TrainableModel& model, const Dataset& data, at::Device device);
 
 }  // namespace nanscope

@@ -1,10 +1,10 @@
 #include "trainer.hpp"
 
-#include <csignal>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -18,6 +18,7 @@
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/stats.hpp"
 #include "progress.hpp"
 #include "schedule.hpp"
 #include "setup.hpp"
@@ -36,27 +37,38 @@ std::string fmt(double v) {
 }
 
 std::map<std::string, std::string> run_config(const TrainOptions& o, const std::vector<Fault>& planted,
-                                              const Dataset& data, at::Device device,
-                                              const TrainableModel& model) {
+                                              const Dataset& data, at::Device device, const TrainableModel& model) {
   std::string faults;
   for (const auto& f : planted)
-    faults += (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" +
-              std::to_string(f.step) + ":" + fmt(f.arg);
-  return {{"model", o.model},          {"data", data.source},
-          {"init", o.init},            {"steps", std::to_string(o.steps)},
-          {"batch_size", std::to_string(o.batch_size)}, {"lr", fmt(o.lr)},
-          {"optimizer", o.optimizer},  {"weight_decay", fmt(o.weight_decay)},
-          {"schedule", o.schedule},    {"warmup", std::to_string(o.warmup)},
-          {"clip", fmt(o.clip)},       {"amp", amp_name(o.amp)},
-          {"lr_backoff", fmt(o.lr_backoff)}, {"fallback", o.fallback ? "on" : "off"},
-          {"z_loss", fmt(o.z_loss)},   {"shuffle", o.shuffle ? "on" : "off"},
-          {"probe", o.probe ? "on" : "off"}, {"seed", std::to_string(o.seed)},
+    faults +=
+        (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" + std::to_string(f.step) + ":" + fmt(f.arg);
+  return {{"model", o.model},
+          {"data", data.source},
+          {"init", o.init},
+          {"steps", std::to_string(o.steps)},
+          {"batch_size", std::to_string(o.batch_size)},
+          {"lr", fmt(o.lr)},
+          {"optimizer", o.optimizer},
+          {"weight_decay", fmt(o.weight_decay)},
+          {"schedule", o.schedule},
+          {"warmup", std::to_string(o.warmup)},
+          {"clip", fmt(o.clip)},
+          {"amp", amp_name(o.amp)},
+          {"lr_backoff", fmt(o.lr_backoff)},
+          {"fallback", o.fallback ? "on" : "off"},
+          {"z_loss", fmt(o.z_loss)},
+          {"shuffle", o.shuffle ? "on" : "off"},
+          {"probe", o.probe ? "on" : "off"},
+          {"seed", std::to_string(o.seed)},
           {"capture", o.capture_every_step ? "every-step" : "on-failure"},
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"max_snapshots", std::to_string(o.max_snapshots)},
-          {"device", device.str()},    {"faults", faults},
-          {"torch_version", TORCH_VERSION}, {"parameters", std::to_string(model.parameter_count())},
-          {"rank", std::to_string(o.dist.rank)}, {"world_size", std::to_string(o.dist.world_size)}};
+          {"device", device.str()},
+          {"faults", faults},
+          {"torch_version", TORCH_VERSION},
+          {"parameters", std::to_string(model.parameter_count())},
+          {"rank", std::to_string(o.dist.rank)},
+          {"world_size", std::to_string(o.dist.world_size)}};
 }
 
 // --save with several ranks: rank 0 writes it (the weights are the same on
@@ -136,12 +148,6 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
   return g;
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
-
 }  // namespace
 
 TrainSummary run(const TrainOptions& o, std::ostream& log) {
@@ -160,9 +166,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
   BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
 
-  log << who << "nanscope-train: " << o.model << " (" << model->parameter_count() << " parameters) on "
-      << data.source << " (" << data.size() << " samples), " << o.steps << " steps, amp "
-      << amp_name(o.amp) << ", device " << device.str() << ", LibTorch " << TORCH_VERSION;
+  log << who << "nanscope-train: " << o.model << " (" << model->parameter_count() << " parameters) on " << data.source
+      << " (" << data.size() << " samples), " << o.steps << " steps, amp " << amp_name(o.amp) << ", device "
+      << device.str() << ", LibTorch " << TORCH_VERSION;
   if (ranks.group)
     log << ", rank " << dist.rank << " of " << dist.world_size << " (c10d " << ranks.group->backend() << ", "
         << ranks.buckets->bucket_count() << " gradient bucket(s))";
@@ -199,7 +205,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       result = guard.step(step, inputs, targets, context);
     } catch (const DistributedError& e) {
       // A peer is gone: say so in this rank's run file, which stays whole.
-      guard.writer().event({step, format::kEventDistError, e.what()});
+      guard.writer().event(step, format::EventKind::dist_error, e.what());
       guard.writer().flush();
       throw;
     }
@@ -217,8 +223,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     summary.final_lr = result.lr;
     summary.final_loss_scale = guard.scaler().scale();
     progress.update({step, o.steps, summary.skipped, outcome.loss, !outcome.finite(), summary.last_finite_loss,
-                     summary.last_finite_step, guard.scaler().scale(), outcome.grad_norm,
-                     precision_name(guard.amp())});
+                     summary.last_finite_step, guard.scaler().scale(), outcome.grad_norm, precision_name(guard.amp())});
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
       if (!path.empty()) save_checkpoint(path, *model, step + 1);
@@ -250,14 +255,14 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
 }
 
 void print_summary(const TrainSummary& s, std::ostream& out) {
-  out << "summary: " << s.steps_run << " steps" << (s.interrupted ? " (interrupted)" : "") << ", "
-      << s.skipped << " skipped, fallback "
-      << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed"))
-      << ", " << (s.last_finite_step < 0 ? std::string("no finite loss")
-                                         : "last finite loss " + fmt(s.last_finite_loss) + " (step " +
-                                               std::to_string(s.last_finite_step) + ")")
-      << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale
-      << ", " << s.steps_per_second << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n";
+  out << "summary: " << s.steps_run << " steps" << (s.interrupted ? " (interrupted)" : "") << ", " << s.skipped
+      << " skipped, fallback "
+      << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed")) << ", "
+      << (s.last_finite_step < 0
+              ? std::string("no finite loss")
+              : "last finite loss " + fmt(s.last_finite_loss) + " (step " + std::to_string(s.last_finite_step) + ")")
+      << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale << ", " << s.steps_per_second
+      << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n";
   if (s.world_size > 1)
     out << "ranks: " << s.world_size << ", median all-reduce " << s.median_allreduce_time * 1e3 << " ms ("
         << (s.median_step_time > 0 ? 100.0 * s.median_allreduce_time / s.median_step_time : 0.0)
@@ -266,8 +271,7 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
                 ? ""
                 : ", first non-finite rank(s) " + format::rank_list_text(s.first_nonfinite_ranks))
         << "\n";
-  out
-      << "run file: " << s.run_file << "\n";
+  out << "run file: " << s.run_file << "\n";
 }
 
 }  // namespace nanscope

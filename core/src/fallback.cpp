@@ -11,8 +11,8 @@ bool FallbackPolicy::should_fire(Amp amp, const StepOutcome& outcome, const Loss
   return !scaler_handles_it;
 }
 
-void FallbackPolicy::fire(TrainableModel& model, torch::optim::Optimizer& optimizer,
-                          LossScaler& scaler, at::Device device, int64_t step) {
+void FallbackPolicy::fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+                          at::Device device, int64_t step) {
   model.to(device, at::kFloat);
   cast_optimizer_state(optimizer, at::kFloat);
   scaler.disable();

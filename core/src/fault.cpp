@@ -6,10 +6,10 @@ namespace nanscope {
 
 namespace {
 
-constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input, FaultKind::log_nonpositive,
-                                FaultKind::sqrt_grad_zero,  FaultKind::zero_variance_norm,
-                                FaultKind::exp_overflow,    FaultKind::lr_spike,
-                                FaultKind::masked_row,      FaultKind::variance_cancellation,
+constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,     FaultKind::log_nonpositive,
+                                FaultKind::sqrt_grad_zero,      FaultKind::zero_variance_norm,
+                                FaultKind::exp_overflow,        FaultKind::lr_spike,
+                                FaultKind::masked_row,          FaultKind::variance_cancellation,
                                 FaultKind::activation_overflow, FaultKind::attention_logit_growth,
                                 FaultKind::logit_drift};
 

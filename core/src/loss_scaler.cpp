@@ -8,9 +8,7 @@ namespace nanscope {
 
 LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config.init_scale) {}
 
-at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const {
-  return config_.enabled ? loss * scale_ : loss;
-}
+at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const { return config_.enabled ? loss * scale_ : loss; }
 
 at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& grads) const {
   const auto device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();

@@ -17,14 +17,6 @@ namespace nanscope {
 
 namespace {
 
-format::AmpMode amp_mode(Amp amp) {
-  switch (amp) {
-    case Amp::bf16: return format::AmpMode::bf16;
-    case Amp::fp16: return format::AmpMode::fp16;
-    default: return format::AmpMode::fp32;
-  }
-}
-
 std::string fmt(double v) {
   std::ostringstream s;
   s << v;
@@ -122,8 +114,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   settings.buckets = context.averager;
   settings.stop_requested = context.stop_requested;
   if (options_.probe) {
-    probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows
-                                                         : at::arange(inputs.size(0), at::kLong));
+    probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows : at::arange(inputs.size(0), at::kLong));
     settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
   }
   std::vector<float> act_absmax;
@@ -155,7 +146,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   row.loss_scale = result.loss_scale;
   row.grad_norm = result.outcome.grad_norm;
   row.skipped = result.outcome.skipped;
-  row.amp = amp_mode(result.amp);
+  row.amp = result.amp;
   row.step_time = result.seconds;
   if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
   row.layer_act_absmax = std::move(act_absmax);
@@ -170,20 +161,21 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   const StepOutcome& outcome = result.outcome;
   const std::string what = outcome.loss_finite ? "non-finite gradients" : "non-finite loss";
   const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
-  writer_->event({step, "skip",
-                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
-                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")")});
+  writer_->event(step, format::EventKind::skip,
+                 what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")"));
   if (context.averager) {
     // Every rank records who went non-finite; the first time, as the run's first.
     const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
     if (first_nonfinite_ranks_.empty() && !outcome.nonfinite_ranks.empty()) {
       first_nonfinite_ranks_ = outcome.nonfinite_ranks;
-      writer_->event({step, format::kEventFirstNonfinite, ranks});
+      writer_->event(step, format::EventKind::first_nonfinite, ranks);
     }
-    writer_->event({step, format::kEventNonfiniteRanks, ranks});
+    writer_->event(step, format::EventKind::nonfinite_ranks, ranks);
   }
   if (scaler_.enabled())
-    writer_->event({step, "scale_backoff", "loss scale " + fmt(result.loss_scale) + " -> " + fmt(scaler_.scale())});
+    writer_->event(step, format::EventKind::scale_backoff,
+                   "loss scale " + fmt(result.loss_scale) + " -> " + fmt(scaler_.scale()));
 
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
@@ -203,17 +195,17 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     }
     result.first_birth = format::capture_text(capture);
     say(step, "first birth: " + result.first_birth);
-    writer_->event({step, "first_birth", result.first_birth});
+    writer_->event(step, format::EventKind::first_birth, result.first_birth);
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, capture);
     if (!decision.write) {
-      writer_->event({step, format::kEventSnapshotSkipped, decision.why_not});
+      writer_->event(step, format::EventKind::snapshot_skipped, decision.why_not);
     } else if (std::string path = write_snapshot(step, result, inputs, targets, layer_grad_norm, capture);
                !path.empty()) {
-      writer_->event({step, "snapshot", path});
+      writer_->event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
       result.snapshot = path;
     } else {
-      writer_->event({step, "snapshot_failed", probe_.last_error()});
+      writer_->event(step, format::EventKind::snapshot_failed, probe_.last_error());
     }
   }
 
@@ -221,11 +213,11 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
     scale_lr(optimizer_, options_.lr_backoff);
     result.fell_back = true;
-    writer_->event({step, "fallback",
-                    std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff)});
+    writer_->event(step, format::EventKind::fallback,
+                   std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff));
     say(step, what + where + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " +
                   fmt(options_.lr_backoff));
-    amp_ = Amp::off;
+    amp_ = Amp::fp32;
   } else {
     say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
   }

@@ -3,9 +3,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/vocabulary.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
-#include "nanscope/core/optimizer.hpp"
 #include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
@@ -18,7 +19,7 @@ at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, c
   {
     NANSCOPE_NVTX_RANGE("forward");
     // P4: autocast covers forward and loss only, never backward.
-    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(amp), amp != Amp::off);
+    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(amp), amp != Amp::fp32);
     loss = model.loss(inputs, targets);
   }
   NANSCOPE_NVTX_RANGE("backward");
@@ -55,7 +56,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   }
   model.plant_fault({});
   // Finite gradients whose norm overflows are a non-finite step too (P18).
-  probe::PhaseScope phase("grad_norm");
+  probe::PhaseScope phase(format::to_string(format::Phase::grad_norm));
   std::vector<at::Tensor> grads = defined_grads(parameters);
   LossScalerConfig same_scale;
   same_scale.enabled = loss_scale != 1.0;
@@ -116,11 +117,10 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
 
   // The step's one host sync: loss, global norm, inf flag, batch flag, this
   // rank's norm and every rank's flags (several ranks), per-parameter norms.
-  at::Tensor batch_flag = settings.batch_nonfinite.defined() ? settings.batch_nonfinite.reshape({1})
-                                                             : at::zeros_like(found_inf);
-  std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}),
-                               total_norm.to(at::kFloat).reshape({1}), found_inf.reshape({1}),
-                               batch_flag.to(found_inf.device(), at::kFloat),
+  at::Tensor batch_flag =
+      settings.batch_nonfinite.defined() ? settings.batch_nonfinite.reshape({1}) : at::zeros_like(found_inf);
+  std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}), total_norm.to(at::kFloat).reshape({1}),
+                               found_inf.reshape({1}), batch_flag.to(found_inf.device(), at::kFloat),
                                local_norm.to(at::kFloat).reshape({1})};
   if (settings.buckets) pack.push_back(averaged.flags);
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));

@@ -33,9 +33,9 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::float32, "float32", 4}, {DType::float64, "float64", 8}, {DType::float16, "float16", 2},
-    {DType::bfloat16, "bfloat16", 2}, {DType::int64, "int64", 8},   {DType::int32, "int32", 4},
-    {DType::int16, "int16", 2},     {DType::int8, "int8", 1},       {DType::uint8, "uint8", 1},
+    {DType::float32, "float32", 4},   {DType::float64, "float64", 8}, {DType::float16, "float16", 2},
+    {DType::bfloat16, "bfloat16", 2}, {DType::int64, "int64", 8},     {DType::int32, "int32", 4},
+    {DType::int16, "int16", 2},       {DType::int8, "int8", 1},       {DType::uint8, "uint8", 1},
     {DType::boolean, "bool", 1},
 };
 
@@ -47,8 +47,8 @@ std::shared_ptr<Group::State> root_state(const std::shared_ptr<Archive::File>& f
   auto state = std::make_shared<Group::State>();
   state->file = file;
   state->name = "/";
-  state->handle = h5::group_handle(H5Gopen2(file->handle.get(), "/", H5P_DEFAULT), file->path,
-                                   "cannot open the root group");
+  state->handle =
+      h5::group_handle(H5Gopen2(file->handle.get(), "/", H5P_DEFAULT), file->path, "cannot open the root group");
   return state;
 }
 
@@ -85,12 +85,11 @@ Group Group::group(const std::string& name) const {
   child->name = child_path(state_->name, name);
   hid_t loc = state_->handle.get();
   if (h5::link_exists(loc, name)) {
-    child->handle = h5::group_handle(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), path,
-                                     "cannot open group " + child->name);
+    child->handle =
+        h5::group_handle(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), path, "cannot open group " + child->name);
   } else if (state_->file->writable) {
-    child->handle = h5::group_handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT,
-                                                H5P_DEFAULT),
-                                     path, "cannot create group " + child->name);
+    child->handle = h5::group_handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+                                     "cannot create group " + child->name);
   } else {
     throw FormatError(path, child->name + " missing");
   }
@@ -105,9 +104,7 @@ void Group::remove(const std::string& name) const {
             "cannot remove " + child_path(state_->name, name));
 }
 
-std::vector<std::string> Group::children() const {
-  return h5::child_names(state_->handle.get(), state_->file->path);
-}
+std::vector<std::string> Group::children() const { return h5::child_names(state_->handle.get(), state_->file->path); }
 
 const std::string& Group::name() const { return state_->name; }
 
@@ -118,11 +115,11 @@ void Group::put_tensor(const std::string& name, DType dtype, const std::vector<i
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
-  h5::Handle space = h5::space_handle(
-      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-      path, "H5Screate");
-  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), h5::file_type(dtype),
-                                                space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  h5::Handle space =
+      h5::space_handle(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                       path, "H5Screate");
+  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), h5::file_type(dtype), space.get(),
+                                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                      path, "cannot create tensor " + full);
   h5::write_string_attr(ds.get(), "dtype", dtype_name(dtype), path);
   if (numel > 0)
@@ -134,8 +131,8 @@ TensorData Group::tensor(const std::string& name) const {
   const std::string& path = state_->file->path;
   const std::string full = child_path(state_->name, name);
   if (!has(name)) throw FormatError(path, full + " missing");
-  h5::Handle ds = h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path,
-                                     "cannot open tensor " + full);
+  h5::Handle ds =
+      h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path, "cannot open tensor " + full);
   if (!h5::attr_exists(ds.get(), "dtype")) throw FormatError(path, full + " has no dtype attribute");
   TensorData out;
   try {
@@ -151,9 +148,8 @@ TensorData Group::tensor(const std::string& name) const {
   out.shape.assign(dims.begin(), dims.end());
   out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
   if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                      out.bytes.data()),
-              path, "cannot read tensor " + full + " (corrupt or truncated file?)");
+    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
+              "cannot read tensor " + full + " (corrupt or truncated file?)");
   return out;
 }
 
@@ -161,9 +157,9 @@ void Group::put_blob(const std::string& name, const void* data, size_t size) con
   const std::string& path = state_->file->path;
   hsize_t n = size;
   h5::Handle space = h5::space_handle(H5Screate_simple(1, &n, nullptr), path, "H5Screate");
-  h5::Handle ds = h5::dataset_handle(H5Dcreate2(state_->handle.get(), name.c_str(), H5T_STD_U8LE,
-                                                space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                                     path, "cannot create blob " + child_path(state_->name, name));
+  h5::Handle ds = h5::dataset_handle(
+      H5Dcreate2(state_->handle.get(), name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      path, "cannot create blob " + child_path(state_->name, name));
   h5::write_string_attr(ds.get(), "dtype", "blob", path);
   if (size > 0)
     h5::check(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
@@ -174,8 +170,8 @@ std::string Group::blob(const std::string& name) const {
   const std::string& path = state_->file->path;
   const std::string full = child_path(state_->name, name);
   if (!has(name)) throw FormatError(path, full + " missing");
-  h5::Handle ds = h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path,
-                                     "cannot open blob " + full);
+  h5::Handle ds =
+      h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path, "cannot open blob " + full);
   h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
   hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw FormatError(path, full + " has no size");
@@ -189,14 +185,15 @@ std::string Group::blob(const std::string& name) const {
 void Group::set_attr(const std::string& name, const AttrValue& value) const {
   const std::string& path = state_->file->path;
   hid_t loc = state_->handle.get();
-  if (auto* i = std::get_if<int64_t>(&value)) h5::write_int_attr(loc, name, *i, path);
-  else if (auto* d = std::get_if<double>(&value)) h5::write_double_attr(loc, name, *d, path);
-  else h5::write_string_attr(loc, name, std::get<std::string>(value), path);
+  if (auto* i = std::get_if<int64_t>(&value))
+    h5::write_int_attr(loc, name, *i, path);
+  else if (auto* d = std::get_if<double>(&value))
+    h5::write_double_attr(loc, name, *d, path);
+  else
+    h5::write_string_attr(loc, name, std::get<std::string>(value), path);
 }
 
-bool Group::has_attr(const std::string& name) const {
-  return h5::attr_exists(state_->handle.get(), name);
-}
+bool Group::has_attr(const std::string& name) const { return h5::attr_exists(state_->handle.get(), name); }
 
 AttrValue Group::attr(const std::string& name) const {
   const std::string& path = state_->file->path;
@@ -231,9 +228,7 @@ double Group::attr_double(const std::string& name) const {
   throw FormatError(state_->file->path, state_->name + " attribute '" + name + "' is not a number");
 }
 
-std::vector<std::string> Group::attr_names() const {
-  return h5::attr_names(state_->handle.get(), state_->file->path);
-}
+std::vector<std::string> Group::attr_names() const { return h5::attr_names(state_->handle.get(), state_->file->path); }
 
 Archive Archive::create(const std::string& path, const std::string& kind) {
   h5::silence_errors();
@@ -244,8 +239,8 @@ Archive Archive::create(const std::string& path, const std::string& kind) {
   archive.file_->in_memory = true;
   h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
   h5::check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0), path, "H5Pset_fapl_core");
-  archive.file_->handle = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                                          path, "cannot create file in memory");
+  archive.file_->handle = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
+                                          "cannot create file in memory");
   h5::write_identity(archive.file_->handle.get(), kind, path);
   return archive;
 }
@@ -275,8 +270,7 @@ void write_image(hid_t file, const std::string& path) {
   const ssize_t size = H5Fget_file_image(file, nullptr, 0);
   if (size < 0) throw FormatError(path, "cannot take the file image");
   std::vector<char> image(static_cast<size_t>(size));
-  if (H5Fget_file_image(file, image.data(), image.size()) < 0)
-    throw FormatError(path, "cannot take the file image");
+  if (H5Fget_file_image(file, image.data(), image.size()) < 0) throw FormatError(path, "cannot take the file image");
   FILE* out = std::fopen(path.c_str(), "wb");
   if (!out) throw WriteError(path, std::string("cannot create file: ") + std::strerror(errno));
   const bool written = std::fwrite(image.data(), 1, image.size(), out) == image.size();
@@ -284,8 +278,8 @@ void write_image(hid_t file, const std::string& path) {
   const bool closed = std::fclose(out) == 0;
   if (!written || !closed) {
     std::remove(path.c_str());
-    throw WriteError(path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) +
-                               " (disk full?)");
+    throw WriteError(
+        path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) + " (disk full?)");
   }
 }
 
@@ -293,8 +287,7 @@ void write_image(hid_t file, const std::string& path) {
 
 void Archive::close() {
   if (!file_ || !file_->handle.valid()) return;
-  h5::check(H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL), file_->path,
-            "cannot flush (disk full?)");
+  h5::check(H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL), file_->path, "cannot flush (disk full?)");
   if (file_->in_memory) {
     try {
       write_image(file_->handle.get(), file_->path);

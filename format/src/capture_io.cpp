@@ -78,8 +78,7 @@ void write_birth(const Group& parent, const std::string& name, const std::option
   g.set_attr("kind", birth->kind);
   g.set_attr("sample", birth->sample);
   g.set_attr("input_count", int64_t(birth->inputs.size()));
-  for (size_t i = 0; i < birth->inputs.size(); ++i)
-    write_stats(g, "input" + std::to_string(i) + "_", birth->inputs[i]);
+  for (size_t i = 0; i < birth->inputs.size(); ++i) write_stats(g, "input" + std::to_string(i) + "_", birth->inputs[i]);
 }
 
 std::optional<Birth> read_birth(const Group& parent, const std::string& name) {

@@ -32,8 +32,7 @@ DType dtype_of(hid_t type, const std::string& path, const std::string& name) {
 
 TensorData read_array(hid_t file, const std::string& name, const std::string& path) {
   if (!h5::link_exists(file, name)) throw FormatError(path, name + " missing (a data file needs /inputs and /targets)");
-  h5::Handle ds = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), path,
-                                     "cannot open " + name);
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), path, "cannot open " + name);
   h5::Handle type = h5::type_handle(H5Dget_type(ds.get()), path, "H5Dget_type");
   TensorData out;
   out.dtype = dtype_of(type.get(), path, name);
@@ -45,23 +44,20 @@ TensorData read_array(hid_t file, const std::string& name, const std::string& pa
   out.shape.assign(dims.begin(), dims.end());
   out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
   if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                      out.bytes.data()),
-              path, "cannot read " + name + " (corrupt or truncated file?)");
+    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
+              "cannot read " + name + " (corrupt or truncated file?)");
   return out;
 }
 
 void write_array(hid_t file, const std::string& name, const TensorData& t, const std::string& path) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-  h5::Handle space = h5::space_handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), path,
-                                      "H5Screate");
+  h5::Handle space = h5::space_handle(H5Screate_simple(int(dims.size()), dims.data(), nullptr), path, "H5Screate");
   hid_t mem = h5::memory_type(t.dtype);
-  h5::Handle ds = h5::dataset_handle(
-      H5Dcreate2(file, name.c_str(), mem, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-      "cannot create " + name);
+  h5::Handle ds =
+      h5::dataset_handle(H5Dcreate2(file, name.c_str(), mem, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+                         "cannot create " + name);
   if (!t.bytes.empty())
-    h5::check(H5Dwrite(ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()), path,
-              "cannot write " + name);
+    h5::check(H5Dwrite(ds.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()), path, "cannot write " + name);
 }
 
 }  // namespace
@@ -70,16 +66,16 @@ DataFile read_data_file(const std::string& path) {
   h5::Handle file = h5::open_file_readonly(path);
   DataFile data{read_array(file.get(), "/inputs", path), read_array(file.get(), "/targets", path)};
   if (data.inputs.shape[0] != data.targets.shape[0])
-    throw FormatError(path, "/inputs has " + std::to_string(data.inputs.shape[0]) +
-                                " samples but /targets has " + std::to_string(data.targets.shape[0]));
+    throw FormatError(path, "/inputs has " + std::to_string(data.inputs.shape[0]) + " samples but /targets has " +
+                                std::to_string(data.targets.shape[0]));
   if (data.inputs.shape[0] == 0) throw FormatError(path, "holds no samples");
   return data;
 }
 
 void write_data_file(const std::string& path, const DataFile& data) {
   h5::silence_errors();
-  h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                                    path, "cannot create data file");
+  h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path,
+                                    "cannot create data file");
   write_array(file.get(), "/inputs", data.inputs, path);
   write_array(file.get(), "/targets", data.targets, path);
 }

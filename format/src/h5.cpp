@@ -86,13 +86,9 @@ Handle open_file_readwrite(const std::string& path) {
                      "cannot open HDF5 file for writing (read-only, in use, or corrupt?)");
 }
 
-bool link_exists(hid_t loc, const std::string& name) {
-  return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0;
-}
+bool link_exists(hid_t loc, const std::string& name) { return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0; }
 
-bool attr_exists(hid_t loc, const std::string& name) {
-  return H5Aexists(loc, name.c_str()) > 0;
-}
+bool attr_exists(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
 
 Handle fixed_string_type(size_t n, const std::string& path) {
   Handle type = type_handle(H5Tcopy(H5T_C_S1), path, "H5Tcopy");
@@ -107,20 +103,18 @@ namespace {
 Handle create_attr(hid_t loc, const std::string& name, hid_t type, const std::string& path) {
   if (attr_exists(loc, name)) check(H5Adelete(loc, name.c_str()), path, "replace attribute " + name);
   Handle space = space_handle(H5Screate(H5S_SCALAR), path, "H5Screate");
-  return attr_handle(H5Acreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                     path, "cannot create attribute '" + name + "'");
+  return attr_handle(H5Acreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), path,
+                     "cannot create attribute '" + name + "'");
 }
 
 Handle open_attr(hid_t loc, const std::string& name, const std::string& path) {
   if (!attr_exists(loc, name)) throw FormatError(path, "attribute '" + name + "' missing");
-  return attr_handle(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path,
-                     "cannot open attribute '" + name + "'");
+  return attr_handle(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path, "cannot open attribute '" + name + "'");
 }
 
 }  // namespace
 
-void write_string_attr(hid_t loc, const std::string& name, const std::string& value,
-                       const std::string& path) {
+void write_string_attr(hid_t loc, const std::string& name, const std::string& value, const std::string& path) {
   Handle type = fixed_string_type(value.size(), path);
   Handle attr = create_attr(loc, name, type.get(), path);
   const char* data = value.empty() ? "" : value.data();
@@ -130,8 +124,7 @@ void write_string_attr(hid_t loc, const std::string& name, const std::string& va
 std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path) {
   Handle attr = open_attr(loc, name, path);
   Handle type = type_handle(H5Aget_type(attr.get()), path, "H5Aget_type");
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    throw FormatError(path, "attribute '" + name + "' is not a string");
+  if (H5Tget_class(type.get()) != H5T_STRING) throw FormatError(path, "attribute '" + name + "' is not a string");
   if (H5Tis_variable_str(type.get()) > 0) {
     // Written by another tool (h5py writes variable-length strings by default).
     char* value = nullptr;
@@ -157,8 +150,7 @@ void write_int_attr(hid_t loc, const std::string& name, int64_t value, const std
 int64_t read_int_attr(hid_t loc, const std::string& name, const std::string& path) {
   Handle attr = open_attr(loc, name, path);
   int64_t value = 0;
-  check(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path,
-        "attribute '" + name + "' is not an integer");
+  check(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path, "attribute '" + name + "' is not an integer");
   return value;
 }
 
@@ -170,8 +162,7 @@ void write_double_attr(hid_t loc, const std::string& name, double value, const s
 double read_double_attr(hid_t loc, const std::string& name, const std::string& path) {
   Handle attr = open_attr(loc, name, path);
   double value = 0;
-  check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path,
-        "attribute '" + name + "' is not a number");
+  check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path, "attribute '" + name + "' is not a number");
   return value;
 }
 
@@ -207,18 +198,15 @@ std::vector<std::string> child_names(hid_t loc, const std::string& path) {
 
 void write_identity(hid_t file, const std::string& kind, const std::string& path) {
   write_string_attr(file, "format", kind, path);
-  write_string_attr(file, "format_version",
-                    std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
+  write_string_attr(file, "format_version", std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
 }
 
 void check_identity(hid_t file, const std::string& kind, const std::string& path) {
   if (!attr_exists(file, "format"))
-    throw FormatError(path, "not a nanscope file: the root has no 'format' attribute (expected " +
-                                kind + ")");
+    throw FormatError(path, "not a nanscope file: the root has no 'format' attribute (expected " + kind + ")");
   std::string found = read_string_attr(file, "format", path);
   if (found != kind) throw FormatError(path, "is a '" + found + "' file, expected " + kind);
-  if (!attr_exists(file, "format_version"))
-    throw FormatError(path, "'format_version' attribute missing");
+  if (!attr_exists(file, "format_version")) throw FormatError(path, "'format_version' attribute missing");
   std::string version = read_string_attr(file, "format_version", path);
   int major = 0;
   try {

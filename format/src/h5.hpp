@@ -69,8 +69,7 @@ bool link_exists(hid_t loc, const std::string& name);
 bool attr_exists(hid_t loc, const std::string& name);
 
 // String attributes (fixed-length, UTF-8): readable by h5py and h5dump.
-void write_string_attr(hid_t loc, const std::string& name, const std::string& value,
-                       const std::string& path);
+void write_string_attr(hid_t loc, const std::string& name, const std::string& value, const std::string& path);
 std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path);
 void write_int_attr(hid_t loc, const std::string& name, int64_t value, const std::string& path);
 int64_t read_int_attr(hid_t loc, const std::string& name, const std::string& path);

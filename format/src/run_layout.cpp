@@ -56,8 +56,7 @@ std::string run_file_beside_snapshot(const std::string& snapshot_path) {
   const int rank = rank_in(folder.filename().string(), kRankDirPrefix, "");
   const fs::path snapshots = rank >= 0 ? folder.parent_path() : folder;
   if (snapshots.filename() != "snapshots") return "";
-  return (snapshots.parent_path() / (rank >= 0 ? kRankRunPrefix + std::to_string(rank) + ".h5" : "run.h5"))
-      .string();
+  return (snapshots.parent_path() / (rank >= 0 ? kRankRunPrefix + std::to_string(rank) + ".h5" : "run.h5")).string();
 }
 
 }  // namespace nanscope::format

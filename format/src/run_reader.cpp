@@ -22,27 +22,23 @@ std::vector<hsize_t> refreshed_dims(hid_t ds, const std::string& path, const std
   return dims;
 }
 
-h5::Handle open_dataset(hid_t loc, const std::string& group, const std::string& name,
-                        const std::string& path) {
+h5::Handle open_dataset(hid_t loc, const std::string& group, const std::string& name, const std::string& path) {
   std::string full = group + "/" + name;
   if (!h5::link_exists(loc, full)) throw FormatError(path, full + " missing");
-  return h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path,
-                            "cannot open " + full);
+  return h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path, "cannot open " + full);
 }
 
 // Reads rows [from, to) (x `columns`; 0: a 1-D dataset) of a dataset into
 // `out`, which already holds the first `from` rows and grows to `to`.
 template <typename T>
-void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type,
-               hsize_t from, hsize_t to, hsize_t columns, std::vector<T>& out,
-               const std::string& path) {
+void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type, hsize_t from, hsize_t to,
+               hsize_t columns, std::vector<T>& out, const std::string& path) {
   h5::Handle ds = open_dataset(loc, group, name, path);
   auto dims = refreshed_dims(ds.get(), path, name);
   const std::string full = group + "/" + name;
   if (dims.empty() || dims[0] < to)
     throw FormatError(path, full + " has fewer rows than /steps/step (truncated file?)");
-  if ((columns == 0 && dims.size() != 1) ||
-      (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
+  if ((columns == 0 && dims.size() != 1) || (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
     throw FormatError(path, full + " has an unexpected shape");
   const hsize_t width = std::max<hsize_t>(1, columns);
   out.resize(to * width);
@@ -51,19 +47,16 @@ void read_rows(hid_t loc, const std::string& group, const std::string& name, hid
   hsize_t start[2] = {from, 0};
   hsize_t count[2] = {to - from, columns};
   const int rank = columns == 0 ? 1 : 2;
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
-            path, "H5Sselect_hyperslab");
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
+            "H5Sselect_hyperslab");
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
-  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT,
-                    out.data() + from * width),
+  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out.data() + from * width),
             path, "cannot read " + full + " (corrupt file?)");
 }
 
 // Reads a 1-D fixed-length string dataset's first `rows` entries.
-std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_t rows,
-                                      const std::string& path) {
-  h5::Handle ds = h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path,
-                                     "cannot open " + full);
+std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_t rows, const std::string& path) {
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path, "cannot open " + full);
   auto dims = refreshed_dims(ds.get(), path, full);
   if (dims.size() != 1 || dims[0] < rows) throw FormatError(path, full + " has an unexpected shape");
   h5::Handle type = h5::type_handle(H5Dget_type(ds.get()), path, "H5Dget_type");
@@ -75,12 +68,11 @@ std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_
   if (rows == 0) return out;
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
   hsize_t start = 0, count = rows;
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
-            path, "H5Sselect_hyperslab");
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), path,
+            "H5Sselect_hyperslab");
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(1, &count, nullptr), path, "H5Screate");
-  h5::check(H5Dread(ds.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT,
-                    packed.data()),
-            path, "cannot read " + full);
+  h5::check(H5Dread(ds.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT, packed.data()), path,
+            "cannot read " + full);
   for (hsize_t i = 0; i < rows; ++i) {
     const char* s = packed.data() + i * width;
     out.emplace_back(s, strnlen(s, width));
@@ -89,8 +81,7 @@ std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_
 }
 
 hsize_t row_count(hid_t file, const std::string& full, const std::string& path) {
-  h5::Handle ds = h5::dataset_handle(H5Dopen2(file, full.c_str(), H5P_DEFAULT), path,
-                                     full + " missing");
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(file, full.c_str(), H5P_DEFAULT), path, full + " missing");
   auto dims = refreshed_dims(ds.get(), path, full);
   if (dims.size() != 1) throw FormatError(path, full + " is not 1-D");
   return dims[0];
@@ -116,8 +107,7 @@ struct RunFollower::Impl {
 
   void truncate_rows(hsize_t rows) {
     const hsize_t layers = run.layer_names.size();
-    for (auto* column : {&run.loss, &run.lr, &run.loss_scale, &run.grad_norm, &run.step_time})
-      column->resize(rows);
+    for (auto* column : {&run.loss, &run.lr, &run.loss_scale, &run.grad_norm, &run.step_time}) column->resize(rows);
     run.step.resize(rows);
     run.skipped.resize(rows);
     run.amp.resize(rows);
@@ -139,11 +129,9 @@ struct RunFollower::Impl {
     read_rows(f, steps, "amp", H5T_NATIVE_UINT8, from, to, 0, run.amp, path);
     read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, from, to, 0, run.step_time, path);
     if (has_layer_grad_norm)
-      read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, from, to, layers,
-                run.layer_grad_norm, path);
+      read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, from, to, layers, run.layer_grad_norm, path);
     if (has_layer_act_absmax)
-      read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers,
-                run.layer_act_absmax, path);
+      read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers, run.layer_act_absmax, path);
   }
 
   // Events are few; they are re-read whole when their count changes.
@@ -172,8 +160,8 @@ RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>
   run.path = path;
   run.format_version = h5::read_string_attr(f, "format_version", path);
   if (h5::link_exists(f, run_schema::kConfigGroup)) {
-    h5::Handle config = h5::group_handle(H5Gopen2(f, run_schema::kConfigGroup, H5P_DEFAULT), path,
-                                         "cannot open /config");
+    h5::Handle config =
+        h5::group_handle(H5Gopen2(f, run_schema::kConfigGroup, H5P_DEFAULT), path, "cannot open /config");
     for (const auto& key : h5::attr_names(config.get(), path))
       run.config[key] = h5::read_string_attr(config.get(), key, path);
   }
@@ -195,8 +183,7 @@ RunFollower::~RunFollower() = default;
 size_t RunFollower::refresh() {
   RunData& run = impl_->run;
   // /steps/step is written last in each batch: its length is the committed row count.
-  const hsize_t rows =
-      row_count(impl_->file.get(), std::string(run_schema::kStepsGroup) + "/step", run.path);
+  const hsize_t rows = row_count(impl_->file.get(), std::string(run_schema::kStepsGroup) + "/step", run.path);
   const hsize_t have = run.rows();
   if (rows > have) impl_->read_steps(have, rows);
   impl_->read_events();

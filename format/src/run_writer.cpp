@@ -18,8 +18,8 @@ struct Column {
   hsize_t columns = 0;
 };
 
-Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_type,
-                     hsize_t columns, const std::string& path) {
+Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_type, hsize_t columns,
+                     const std::string& path) {
   const int rank = columns == 0 ? 1 : 2;
   hsize_t dims[2] = {0, columns};
   hsize_t max_dims[2] = {H5S_UNLIMITED, columns};
@@ -32,9 +32,9 @@ Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_t
   h5::Handle plist = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), path, "H5Pcreate");
   h5::check(H5Pset_chunk(plist.get(), rank, chunk), path, "H5Pset_chunk");
   Column column;
-  column.dataset = h5::dataset_handle(
-      H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), path,
-      std::string("cannot create dataset ") + name);
+  column.dataset =
+      h5::dataset_handle(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), path,
+                         std::string("cannot create dataset ") + name);
   column.mem_type = mem_type;
   column.columns = columns;
   return column;
@@ -53,8 +53,8 @@ void append_rows(Column& column, const void* data, hsize_t rows, const std::stri
   file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
   hsize_t start[2] = {old_dims[0], 0};
   hsize_t count[2] = {rows, column.columns};
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
-            path, "H5Sselect_hyperslab");
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
+            "H5Sselect_hyperslab");
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
   if (H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
     throw WriteError(path, "cannot write rows (disk full?)");
@@ -76,8 +76,7 @@ struct RunWriter::Impl {
   bool act_absmax;
   h5::Handle file;
   h5::Handle kind_type, text_type;
-  Column step, loss, lr, loss_scale, grad_norm, skipped, amp, step_time, layer_grad_norm,
-      layer_act_absmax;
+  Column step, loss, lr, loss_scale, grad_norm, skipped, amp, step_time, layer_grad_norm, layer_act_absmax;
   Column event_step, event_kind, event_text;
   std::vector<StepRow> pending;
   std::vector<RunEvent> pending_events;
@@ -96,8 +95,7 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
 
   // SWMR needs the latest file-format features.
   h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
-  h5::check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), path,
-            "H5Pset_libver_bounds");
+  h5::check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), path, "H5Pset_libver_bounds");
   m.file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
                            "cannot create run file (directory missing or not writable?)");
   hid_t file = m.file.get();
@@ -107,33 +105,28 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
   // objects or attributes afterwards, only appends to existing datasets.
   {
     h5::Handle config = h5::group_handle(
-        H5Gcreate2(file, run_schema::kConfigGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-        "create /config");
-    for (const auto& [key, value] : header.config)
-      h5::write_string_attr(config.get(), key, value, path);
+        H5Gcreate2(file, run_schema::kConfigGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path, "create /config");
+    for (const auto& [key, value] : header.config) h5::write_string_attr(config.get(), key, value, path);
   }
   {
     h5::Handle layers = h5::group_handle(
-        H5Gcreate2(file, run_schema::kLayersGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-        "create /layers");
+        H5Gcreate2(file, run_schema::kLayersGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path, "create /layers");
     size_t width = 1;
     for (const auto& name : header.layer_names) width = std::max(width, name.size());
     h5::Handle type = h5::fixed_string_type(width, path);
     hsize_t n = header.layer_names.size();
     h5::Handle space = h5::space_handle(H5Screate_simple(1, &n, nullptr), path, "H5Screate");
     h5::Handle names = h5::dataset_handle(
-        H5Dcreate2(layers.get(), "names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                   H5P_DEFAULT),
-        path, "create /layers/names");
+        H5Dcreate2(layers.get(), "names", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+        "create /layers/names");
     std::vector<char> packed;
     for (const auto& name : header.layer_names) put_fixed(packed, name, width);
     if (n > 0)
-      h5::check(H5Dwrite(names.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()),
-                path, "write /layers/names");
+      h5::check(H5Dwrite(names.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()), path,
+                "write /layers/names");
   }
-  h5::Handle steps = h5::group_handle(
-      H5Gcreate2(file, run_schema::kStepsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-      "create /steps");
+  h5::Handle steps = h5::group_handle(H5Gcreate2(file, run_schema::kStepsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                      path, "create /steps");
   hid_t g = steps.get();
   m.step = create_column(g, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, path);
   m.loss = create_column(g, "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
@@ -144,15 +137,12 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
   m.amp = create_column(g, "amp", H5T_STD_U8LE, H5T_NATIVE_UINT8, 0, path);
   m.step_time = create_column(g, "step_time", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, path);
   if (m.layers > 0)
-    m.layer_grad_norm =
-        create_column(g, "layer_grad_norm", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
+    m.layer_grad_norm = create_column(g, "layer_grad_norm", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
   if (m.act_absmax)
-    m.layer_act_absmax =
-        create_column(g, "layer_act_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
+    m.layer_act_absmax = create_column(g, "layer_act_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
 
   h5::Handle events = h5::group_handle(
-      H5Gcreate2(file, run_schema::kEventsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-      "create /events");
+      H5Gcreate2(file, run_schema::kEventsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path, "create /events");
   m.kind_type = h5::fixed_string_type(run_schema::kEventKindWidth, path);
   m.text_type = h5::fixed_string_type(run_schema::kEventTextWidth, path);
   m.event_step = create_column(events.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, path);
@@ -175,9 +165,8 @@ const std::string& RunWriter::path() const { return impl_->path; }
 void RunWriter::append(const StepRow& row) {
   Impl& m = *impl_;
   if (m.layers > 0 && !row.layer_grad_norm.empty() && row.layer_grad_norm.size() != m.layers)
-    throw FormatError(m.path, "row has " + std::to_string(row.layer_grad_norm.size()) +
-                                  " layer norms, the file has " + std::to_string(m.layers) +
-                                  " layers");
+    throw FormatError(m.path, "row has " + std::to_string(row.layer_grad_norm.size()) + " layer norms, the file has " +
+                                  std::to_string(m.layers) + " layers");
   m.pending.push_back(row);
   if (m.pending.size() >= m.flush_every) flush();
 }

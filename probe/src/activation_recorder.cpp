@@ -1,8 +1,8 @@
 #include "nanscope/probe/activation_recorder.hpp"
 
-#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <cmath>
@@ -62,8 +62,10 @@ ActivationRecorder::ActivationRecorder(const std::vector<std::string>& layer_nam
   g_recorder_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
   // Forward only: activations are what the forward produces.
-  g_recorder_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(record_absmax_on_op_start, record_absmax_on_op_end).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+  g_recorder_handle =
+      at::addGlobalCallback(at::RecordFunctionCallback(record_absmax_on_op_start, record_absmax_on_op_end)
+                                .needsOutputs(true)
+                                .scopes({at::RecordScope::FUNCTION}));
 }
 
 ActivationRecorder::~ActivationRecorder() {

@@ -98,7 +98,8 @@ void register_torchscript_modules(const torch::jit::Module& model) {
   for (auto it = g_object_paths.begin(); it != g_object_paths.end();)
     it = it->second.object.expired() ? g_object_paths.erase(it) : std::next(it);
   for (auto& [object, path] : objects)
-    g_object_paths.insert_or_assign(object.get(), ObjectPath{c10::weak_intrusive_ptr<c10::ivalue::Object>(object), path});
+    g_object_paths.insert_or_assign(object.get(),
+                                    ObjectPath{c10::weak_intrusive_ptr<c10::ivalue::Object>(object), path});
 }
 
 std::optional<std::string> registered_module_path(const c10::IValue& self) {

@@ -27,10 +27,12 @@ thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // paral
 }  // namespace
 
 void push_scope(const char* name) {
-  if (t_scopes.empty() || t_scopes.back().empty()) t_scopes.emplace_back(name);
-  else t_scopes.push_back(t_scopes.back() + "." + name);
-  const bool fp32 = g_fp32_modules && std::find(g_fp32_modules->begin(), g_fp32_modules->end(),
-                                                t_scopes.back()) != g_fp32_modules->end();
+  if (t_scopes.empty() || t_scopes.back().empty())
+    t_scopes.emplace_back(name);
+  else
+    t_scopes.push_back(t_scopes.back() + "." + name);
+  const bool fp32 = g_fp32_modules &&
+                    std::find(g_fp32_modules->begin(), g_fp32_modules->end(), t_scopes.back()) != g_fp32_modules->end();
   t_fp32_regions.push_back(fp32 ? std::make_unique<AutocastOff>() : nullptr);
 }
 

@@ -40,14 +40,14 @@ struct CaptureState {
   int64_t next_end = 0;
   bool any_nonfinite = false;
   std::deque<TrailEntry> trail;
-  bool trail_frozen = false;      // set at the first birth of either kind
+  bool trail_frozen = false;        // set at the first birth of either kind
   int64_t frozen_birth_start = -1;  // start index of that birth
   std::optional<Candidate> first_nan, first_inf;
   struct ForwardOp {
     std::string op, module;
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
-  std::vector<std::string> modules_seen;                // forward modules, first-seen order
+  std::vector<std::string> modules_seen;               // forward modules, first-seen order
 };
 
 CaptureState* g_state = nullptr;
@@ -108,11 +108,11 @@ void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
 // can be told apart from one an input already held there.
 bool is_pointwise_arithmetic(const std::string& op) {
   static const std::unordered_set<std::string> ops{
-      "aten::exp",   "aten::exp2",   "aten::expm1",  "aten::pow",        "aten::mul",   "aten::div",
-      "aten::add",   "aten::sub",    "aten::rsub",   "aten::square",     "aten::sinh",  "aten::cosh",
-      "aten::tan",   "aten::reciprocal", "aten::rsqrt", "aten::log",     "aten::log2",  "aten::log10",
-      "aten::xlogy", "aten::addcmul", "aten::addcdiv", "aten::lerp",     "aten::where", "aten::to",
-      "aten::_to_copy", "aten::copy", "aten::type_as", "aten::softplus", "aten::ldexp", "aten::float_power"};
+      "aten::exp",      "aten::exp2",       "aten::expm1",   "aten::pow",      "aten::mul",   "aten::div",
+      "aten::add",      "aten::sub",        "aten::rsub",    "aten::square",   "aten::sinh",  "aten::cosh",
+      "aten::tan",      "aten::reciprocal", "aten::rsqrt",   "aten::log",      "aten::log2",  "aten::log10",
+      "aten::xlogy",    "aten::addcmul",    "aten::addcdiv", "aten::lerp",     "aten::where", "aten::to",
+      "aten::_to_copy", "aten::copy",       "aten::type_as", "aten::softplus", "aten::ldexp", "aten::float_power"};
   const bool in_place = !op.empty() && op.back() == '_';
   return ops.count(in_place ? op.substr(0, op.size() - 1) : op) > 0;
 }
@@ -201,7 +201,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     record.phase = phase;
     record.module = ctx->module;
   } else if (t_backward_nodes.empty()) {
-    record.phase = "forward";
+    record.phase = format::to_string(format::Phase::forward);
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();
     if (!record.module.empty() &&
@@ -211,7 +211,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module};
   } else {
     const BackwardNode& node = t_backward_nodes.back();
-    record.phase = "backward";
+    record.phase = format::to_string(format::Phase::backward);
     record.backward_node = node.name;
     record.seq_nr = node.seq_nr;
     if (auto it = st.forward_ops.find(node.seq_nr); it != st.forward_ops.end()) {
@@ -247,10 +247,10 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.frozen_birth_start = c.start_index;
     }
   };
-  if (output_nan && !ctx->input_nan) consider(st.first_nan, "nan");
+  if (output_nan && !ctx->input_nan) consider(st.first_nan, format::to_string(format::BirthKind::nan));
   if (output_inf && !ctx->input_nan &&
       (!ctx->input_inf || (!ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
-    consider(st.first_inf, "inf");
+    consider(st.first_inf, format::to_string(format::BirthKind::inf));
 }
 
 }  // namespace
@@ -290,8 +290,7 @@ format::Capture OpCapture::result() const {
   if (st.first_nan) c.first_nan_birth = st.first_nan->birth;
   if (st.first_inf) c.first_inf_birth = st.first_inf->birth;
   if (c.first_nan_birth && c.first_inf_birth)
-    c.first_birth = c.first_nan_birth->op.index < c.first_inf_birth->op.index ? c.first_nan_birth
-                                                                                : c.first_inf_birth;
+    c.first_birth = c.first_nan_birth->op.index < c.first_inf_birth->op.index ? c.first_nan_birth : c.first_inf_birth;
   else
     c.first_birth = c.first_nan_birth ? c.first_nan_birth : c.first_inf_birth;
   // Trail stats are computed now, from the outputs kept (an output changed in

@@ -81,8 +81,7 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
 
     format::Group layers = root.group("layers");
     layers.set_attr("count", int64_t(s.layer_names.size()));
-    for (size_t i = 0; i < s.layer_names.size(); ++i)
-      layers.set_attr("name_" + std::to_string(i), s.layer_names[i]);
+    for (size_t i = 0; i < s.layer_names.size(); ++i) layers.set_attr("name_" + std::to_string(i), s.layer_names[i]);
     if (!s.layer_grad_norm.empty())
       layers.put_tensor("grad_norm", format::DType::float32, {int64_t(s.layer_grad_norm.size())},
                         s.layer_grad_norm.data());

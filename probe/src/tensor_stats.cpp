@@ -9,13 +9,38 @@ namespace nanscope::probe {
 bool is_floating(const at::Tensor& t) { return t.defined() && at::isFloatingType(t.scalar_type()); }
 
 bool makes_no_new_values(const char* op_name) {
-  static const std::unordered_set<std::string> views{
-      "aten::view", "aten::_unsafe_view", "aten::view_as", "aten::reshape", "aten::_reshape_alias",
-      "aten::transpose", "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::select",
-      "aten::slice", "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::split",
-      "aten::split_with_sizes", "aten::chunk", "aten::unbind", "aten::detach", "aten::alias",
-      "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::flatten", "aten::unflatten",
-      "aten::narrow", "aten::contiguous", "aten::clone", "aten::numpy_T", "aten::matrix_H", "aten::mT"};
+  static const std::unordered_set<std::string> views{"aten::view",
+                                                     "aten::_unsafe_view",
+                                                     "aten::view_as",
+                                                     "aten::reshape",
+                                                     "aten::_reshape_alias",
+                                                     "aten::transpose",
+                                                     "aten::t",
+                                                     "aten::permute",
+                                                     "aten::expand",
+                                                     "aten::expand_as",
+                                                     "aten::select",
+                                                     "aten::slice",
+                                                     "aten::as_strided",
+                                                     "aten::unsqueeze",
+                                                     "aten::squeeze",
+                                                     "aten::split",
+                                                     "aten::split_with_sizes",
+                                                     "aten::chunk",
+                                                     "aten::unbind",
+                                                     "aten::detach",
+                                                     "aten::alias",
+                                                     "aten::lift_fresh",
+                                                     "aten::resolve_conj",
+                                                     "aten::resolve_neg",
+                                                     "aten::flatten",
+                                                     "aten::unflatten",
+                                                     "aten::narrow",
+                                                     "aten::contiguous",
+                                                     "aten::clone",
+                                                     "aten::numpy_T",
+                                                     "aten::matrix_H",
+                                                     "aten::mT"};
   // resize_ / resize_as_ grow a buffer without initialising it, as empty does.
   static const std::unordered_set<std::string> uninitialised{"aten::resize_", "aten::resize_as_", "aten::set_"};
   const std::string name = op_name;
@@ -41,8 +66,7 @@ format::TensorStats tensor_stats(const at::Tensor& tensor) {
   at::Tensor zero = at::zeros({}, t.options());
   const bool any_finite = finite_values.numel() > 0;
   at::Tensor summary = at::stack({at::isnan(t).sum().to(at::kFloat), at::isinf(t).sum().to(at::kFloat),
-                                  any_finite ? finite_values.min() : zero,
-                                  any_finite ? finite_values.max() : zero,
+                                  any_finite ? finite_values.min() : zero, any_finite ? finite_values.max() : zero,
                                   any_finite ? finite_values.abs().max() : zero})
                            .to(at::kCPU, at::kDouble);
   const double* v = summary.data_ptr<double>();

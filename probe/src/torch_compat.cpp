@@ -17,16 +17,19 @@ bool is_enabled(c10::DeviceType d) {
   return d == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 }
 void set_enabled(c10::DeviceType d, bool on) {
-  if (d == c10::kCUDA) at::autocast::set_enabled(on);
-  else at::autocast::set_cpu_enabled(on);
+  if (d == c10::kCUDA)
+    at::autocast::set_enabled(on);
+  else
+    at::autocast::set_cpu_enabled(on);
 }
 at::ScalarType get_dtype(c10::DeviceType d) {
-  return d == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype()
-                         : at::autocast::get_autocast_cpu_dtype();
+  return d == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 }
 void set_dtype(c10::DeviceType d, at::ScalarType t) {
-  if (d == c10::kCUDA) at::autocast::set_autocast_gpu_dtype(t);
-  else at::autocast::set_autocast_cpu_dtype(t);
+  if (d == c10::kCUDA)
+    at::autocast::set_autocast_gpu_dtype(t);
+  else
+    at::autocast::set_autocast_cpu_dtype(t);
 }
 #endif
 
@@ -77,9 +80,7 @@ WarningCollector::WarningCollector() : previous_(c10::Warning::get_warning_handl
   c10::Warning::set_warning_handler(this);
 }
 WarningCollector::~WarningCollector() { c10::Warning::set_warning_handler(previous_); }
-void WarningCollector::process(const c10::SourceLocation&, const std::string& msg, bool) {
-  messages_.push_back(msg);
-}
+void WarningCollector::process(const c10::SourceLocation&, const std::string& msg, bool) { messages_.push_back(msg); }
 #endif
 
 }  // namespace nanscope::compat

@@ -4,8 +4,7 @@
 #include "net.hpp"
 
 int main(int argc, char** argv) {
-  nanscope::replay::register_model("user_net", [](const nanscope::ModelSpec&) {
-    return make_model(std::make_shared<Net>());
-  });
+  nanscope::replay::register_model("user_net",
+                                   [](const nanscope::ModelSpec&) { return make_model(std::make_shared<Net>()); });
   return nanscope::replay::replay_main(argc, argv);
 }

@@ -21,10 +21,10 @@
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "nanscope/core/fault.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/probe/torch_compat.hpp"
 #include "setup.hpp"
 
 namespace nanscope {
@@ -61,8 +61,9 @@ class Job {
     for (int r = 0; r < world; ++r) {
       const std::string log = dir.file("rank-" + std::to_string(r) + ".log");
       const std::string command = "exec env RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
-                                  " LOCAL_RANK=" + std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                                  std::to_string(port) + " " + NANSCOPE_TRAIN_EXE + " " + args + " >" + log + " 2>&1";
+                                  " LOCAL_RANK=" + std::to_string(r) +
+                                  " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+                                  NANSCOPE_TRAIN_EXE + " " + args + " >" + log + " 2>&1";
       const pid_t pid = fork();
       if (pid == 0) {
         execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
@@ -190,9 +191,9 @@ TEST_P(DataParallelRun, RanksAgreeBitForBitAndFollowOneProcessWithTheSummedBatch
       << job[0].log;
 
   const std::string single_dir = dir.file("single");
-  const auto single = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " " +
-                                        mlp_args(single_dir, steps, batch * world) + " --save " +
-                                        dir.file("single.h5"));
+  const auto single =
+      test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " " + mlp_args(single_dir, steps, batch * world) +
+                        " --save " + dir.file("single.h5"));
   ASSERT_EQ(single.exit_code, 0) << single.output;
 
   const auto weights0 = mlp_weights(dir.file("rank0.h5"));
@@ -240,8 +241,7 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   TempDir dir;
   const std::string run_dir = dir.file("dp");
   Job job(dir, world,
-          mlp_args(run_dir, steps, 8) + " --amp bf16 --fault log_nonpositive@" + std::to_string(fault_step) +
-              "/rank1");
+          mlp_args(run_dir, steps, 8) + " --amp bf16 --fault log_nonpositive@" + std::to_string(fault_step) + "/rank1");
   ASSERT_TRUE(job.wait_all(120s));
   for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
   EXPECT_NE(job[1].log.find("[rank 1] step 6: first birth: nan at aten::log (forward) in module 'fc1'"),
@@ -257,7 +257,8 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
       // The one-shot fallback fires on every rank at the same step.
       EXPECT_EQ(run.amp[s], s <= fault_step ? 1 : 0) << "rank " << r << " step " << s;
     }
-    EXPECT_EQ(event_texts(run, format::kEventFirstNonfinite), std::vector<std::string>{"6:1"}) << "rank " << r;
+    EXPECT_EQ(event_texts(run, format::to_string(format::EventKind::first_nonfinite)), std::vector<std::string>{"6:1"})
+        << "rank " << r;
     EXPECT_EQ(event_texts(run, "fallback").size(), 1u) << "rank " << r;
     // Per-layer norms are the rank's own gradients: NaN on rank 1 only.
     const size_t layers = run.layer_names.size();
@@ -306,7 +307,7 @@ TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
     EXPECT_EQ(rank1.skipped[s], s == fault_step ? 1 : 0) << "step " << s;
   }
   EXPECT_EQ(rank0.loss_scale[fault_step + 1], rank0.loss_scale[fault_step] / 2);
-  EXPECT_EQ(event_texts(rank0, format::kEventFirstNonfinite), std::vector<std::string>{"4:1"});
+  EXPECT_EQ(event_texts(rank0, format::to_string(format::EventKind::first_nonfinite)), std::vector<std::string>{"4:1"});
 }
 
 // A rank killed mid-run: the survivors end with a clear error (exit 3) within
@@ -331,7 +332,7 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
 
   const format::RunData survivor = rank_run(run_dir, 0, world);
   EXPECT_GE(survivor.rows(), 40u);
-  ASSERT_EQ(event_texts(survivor, format::kEventDistError).size(), 1u);
+  ASSERT_EQ(event_texts(survivor, format::to_string(format::EventKind::dist_error)).size(), 1u);
   EXPECT_GE(rank_run(run_dir, 1, world).rows(), 40u);  // the killed rank's file too
 }
 
@@ -358,9 +359,9 @@ TEST(DataParallel, StalledRankIsCaughtByTheCollectiveTimeout) {
 TEST(DataParallel, MissingPeerFailsTheRendezvousWithinTheTimeout) {
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
-  const auto result = test::run_command("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                                        std::to_string(free_port()) + " timeout 60 " + NANSCOPE_TRAIN_EXE + " " +
-                                        mlp_args(dir.file("dp"), 5, 8) + " --dist-timeout 2");
+  const auto result = test::run_command(
+      "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " timeout 60 " +
+      NANSCOPE_TRAIN_EXE + " " + mlp_args(dir.file("dp"), 5, 8) + " --dist-timeout 2");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("rendezvous at 127.0.0.1"), std::string::npos) << result.output;
@@ -391,8 +392,8 @@ namespace {
 TEST(Launcher, StartsEveryRankAndStopsTheOthersWhenOneFails) {
   test::TempDir dir;
   const std::string launch = std::string(NANSCOPE_SCRIPTS) + "/launch.sh";
-  auto ok = test::run_command(launch + " 2 " + NANSCOPE_TRAIN_EXE + " --model mlp --steps 5 --threads 1 --quiet --run-dir " +
-                              dir.file("dp"));
+  auto ok = test::run_command(launch + " 2 " + NANSCOPE_TRAIN_EXE +
+                              " --model mlp --steps 5 --threads 1 --quiet --run-dir " + dir.file("dp"));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("dp/run-rank-0.h5")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("dp/run-rank-1.h5")));

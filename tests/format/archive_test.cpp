@@ -78,8 +78,7 @@ TEST(Archive, AppendsToAnExistingFile) {
     archive.root().group("replay").set_attr("verdict", std::string("precision"));
     archive.close();
   }
-  EXPECT_EQ(Archive::open(path, kSnapshotFileKind).root().group("replay").attr_string("verdict"),
-            "precision");
+  EXPECT_EQ(Archive::open(path, kSnapshotFileKind).root().group("replay").attr_string("verdict"), "precision");
 }
 
 TEST(Archive, MissingMembersNameTheFileAndThePath) {

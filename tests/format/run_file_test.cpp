@@ -33,7 +33,7 @@ StepRow row_for(int64_t step) {
   row.loss_scale = 65536.0 / (1 << (step % 3));
   row.grad_norm = 0.5 * step;
   row.skipped = step % 5 == 4;
-  row.amp = step < 7 ? AmpMode::fp16 : AmpMode::fp32;
+  row.amp = step < 7 ? Precision::fp16 : Precision::fp32;
   row.step_time = 0.01 * step;
   row.layer_grad_norm = {float(step), float(2 * step)};
   row.layer_act_absmax = {float(step) + 0.5f, float(step) + 1.5f};
@@ -61,8 +61,8 @@ TEST(RunFile, RoundTripsEveryColumnEventAndConfig) {
   {
     RunWriter writer(path, two_layer_header(), /*flush_every=*/4);
     for (int64_t s = 0; s < 10; ++s) writer.append(row_for(s));
-    writer.event({4, "skip", "non-finite loss at fp16"});
-    writer.event({7, "fallback", "fp16 -> fp32, LR x 0.5"});
+    writer.event(4, EventKind::skip, "non-finite loss at fp16");
+    writer.event(7, EventKind::fallback, "fp16 -> fp32, LR x 0.5");
   }
   RunData run = read_run(path);
   ASSERT_EQ(run.rows(), 10u);
@@ -157,7 +157,7 @@ TEST(RunFile, FollowerSeesRowsAndEventsAppendedByALiveWriter) {
     (void)!write(to_parent[1], &c, 1);
     (void)!read(to_child[0], &c, 1);  // the parent has opened the file
     for (int64_t s = 8; s < 20; ++s) writer.append(row_for(s));
-    writer.event({19, "fallback", "to fp32"});
+    writer.event(19, EventKind::fallback, "to fp32");
     writer.flush();
     (void)!write(to_parent[1], &c, 1);
     std::this_thread::sleep_for(std::chrono::seconds(30));  // killed by the parent first

@@ -9,10 +9,10 @@
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
+#include "nanscope/core/train_step.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/torch_compat.hpp"
-#include "nanscope/core/train_step.hpp"
 
 using namespace nanscope;
 
@@ -196,12 +196,23 @@ class ScriptedCapture : public ::testing::Test {
 test::TempDir* ScriptedCapture::dir_ = nullptr;
 
 TEST_F(ScriptedCapture, IntendedMaskingIsNotReported) {
-  format::Capture c = capture("masked_attention.pt", Amp::off);
+  format::Capture c = capture("masked_attention.pt", Amp::fp32);
   EXPECT_FALSE(c.first_birth) << c.first_birth->op.op << " in " << c.first_birth->op.module;
 }
 
+TEST_F(ScriptedCapture, TheSameMaskedAttentionWithAnOverflowingExpIsReported) {
+  // The positive control of the test above: the same weights, mask and
+  // masked_fill, with an exp that overflows. Its input holds the mask's -inf,
+  // yet the new +inf is its birth; masked_fill is still not one.
+  format::Capture c = capture("masked_overflow.pt", Amp::fp32);
+  ASSERT_TRUE(c.first_inf_birth);
+  EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp");
+  EXPECT_EQ(c.first_inf_birth->op.module, "attn");
+  EXPECT_EQ(c.first_inf_birth->op.phase, "forward");
+}
+
 TEST_F(ScriptedCapture, FullyMaskedRowIsANanBirthInTheAttentionModule) {
-  format::Capture c = capture("fully_masked.pt", Amp::off);
+  format::Capture c = capture("fully_masked.pt", Amp::fp32);
   ASSERT_TRUE(c.first_nan_birth);
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::softmax");
   EXPECT_EQ(c.first_nan_birth->op.module, "attn");
@@ -209,7 +220,7 @@ TEST_F(ScriptedCapture, FullyMaskedRowIsANanBirthInTheAttentionModule) {
 }
 
 TEST_F(ScriptedCapture, Bf16OnlyFailureShowsUnderBf16AndNotInFp32) {
-  format::Capture fp32 = capture("bf16_cancellation.pt", Amp::off);
+  format::Capture fp32 = capture("bf16_cancellation.pt", Amp::fp32);
   EXPECT_FALSE(fp32.first_birth) << fp32.first_birth->op.op;
   format::Capture bf16 = capture("bf16_cancellation.pt", Amp::bf16);
   ASSERT_TRUE(bf16.first_birth);
@@ -222,7 +233,7 @@ TEST_F(ScriptedCapture, Bf16OnlyFailureShowsUnderBf16AndNotInFp32) {
 }
 
 TEST_F(ScriptedCapture, BackwardOnlyFailureNamesTheNodeAndTheForwardOp) {
-  format::Capture c = capture("sqrt_backward.pt", Amp::off);
+  format::Capture c = capture("sqrt_backward.pt", Amp::fp32);
   ASSERT_TRUE(c.first_birth);
   EXPECT_EQ(c.first_birth->op.phase, "backward");
   EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
@@ -234,7 +245,7 @@ TEST_F(ScriptedCapture, ModulesReachedThroughContainersKeepTheirFullPath) {
   // transformer (ModuleDict) and h (ModuleList) are indexed, never called: the
   // interpreter's frames name only "1" and "attn".
   for (const char* model : {"nested_script.pt", "nested_trace.pt"}) {
-    format::Capture c = capture(model, Amp::off);
+    format::Capture c = capture(model, Amp::fp32);
     ASSERT_TRUE(c.first_birth) << model;
     EXPECT_EQ(c.first_birth->op.op, "aten::log") << model;
     EXPECT_EQ(c.first_birth->op.module, "transformer.h.1.attn") << model;
@@ -243,11 +254,11 @@ TEST_F(ScriptedCapture, ModulesReachedThroughContainersKeepTheirFullPath) {
 }
 
 TEST_F(ScriptedCapture, FreeFunctionBelongsToTheModuleThatCalledIt) {
-  format::Capture root = capture("free_function.pt", Amp::off);
+  format::Capture root = capture("free_function.pt", Amp::fp32);
   ASSERT_TRUE(root.first_birth);
   EXPECT_EQ(root.first_birth->op.op, "aten::log");
   EXPECT_EQ(root.first_birth->op.module, "") << "a function frame is not a module";
-  format::Capture sub = capture("free_function_in_submodule.pt", Amp::off);
+  format::Capture sub = capture("free_function_in_submodule.pt", Amp::fp32);
   ASSERT_TRUE(sub.first_birth);
   EXPECT_EQ(sub.first_birth->op.op, "aten::log");
   EXPECT_EQ(sub.first_birth->op.module, "scorer");

@@ -31,7 +31,8 @@ std::ostream& operator<<(std::ostream& os, const Scenario& s) { return os << s.f
 
 const Scenario kCatalog[] = {
     {"p08-log-nonpositive", 6, "nan", "aten::log", "forward", "blocks.0.mlp", "", "", -1, false},
-    {"p08-sqrt-grad-zero", 6, "inf", "aten::div", "backward", "blocks.0.attn", "SqrtBackward0", "aten::sqrt", -1, false},
+    {"p08-sqrt-grad-zero", 6, "inf", "aten::div", "backward", "blocks.0.attn", "SqrtBackward0", "aten::sqrt", -1,
+     false},
     {"p08-div-zero-variance", 6, "nan", "aten::div", "forward", "blocks.0.ln1", "", "", -1, false},
     {"p08-exp-overflow", 6, "inf", "aten::exp", "forward", "", "", "", -1, false},
     {"p10-bf16-cancellation", 6, "inf", "aten::div", "forward", "blocks.0.ln1", "", "", -1, false},
@@ -53,8 +54,8 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
     GTEST_SKIP() << "needs fp16 autocast (CUDA, or CPU with LibTorch 2.x)";
   test::TempDir dir;
   const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + s.file + ".toml";
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config + " --quiet --threads 1 --run-dir " +
-                             dir.file("run"));
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+                             " --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   // The run skipped exactly the planted step first and recorded the snapshot.
@@ -88,13 +89,12 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SamplesFaults, Catalog, ::testing::ValuesIn(kCatalog),
-                         [](const auto& info) {
-                           std::string name = info.param.file;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(SamplesFaults, Catalog, ::testing::ValuesIn(kCatalog), [](const auto& info) {
+  std::string name = info.param.file;
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+});
 
 TEST(Catalog, Bf16OnlyFailureRunsCleanInFp32) {
   test::TempDir dir;

@@ -79,7 +79,8 @@ namespace {
 test::CommandResult train_with_faults(const std::string& run_dir) {
   return test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
                            " --model gpt --steps 12 --batch-size 4 --quiet --threads 1 --fault log_nonpositive@3"
-                           " --fault exp_overflow@8 --run-dir " + run_dir);
+                           " --fault exp_overflow@8 --run-dir " +
+                           run_dir);
 }
 
 void expect_training_went_on(const std::string& run_dir, const test::CommandResult& r) {
@@ -123,9 +124,9 @@ TEST(Snapshot, FullFilesystemLeavesTrainingRunning) {
 
 TEST(ActivationAbsmax, RecordedEveryNStepsPerLayerWithHeadroom) {
   test::TempDir dir;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
-                             " --model mlp --steps 6 --act-absmax-every 3 --quiet --threads 1 --run-dir " +
-                             dir.file("run"));
+  auto r =
+      test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+                        " --model mlp --steps 6 --act-absmax-every 3 --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = format::read_run(dir.file("run/run.h5"));
   ASSERT_EQ(run.layer_names, (std::vector<std::string>{"fc1", "ln", "fc2", "head"}));
@@ -149,7 +150,8 @@ TEST(ActivationAbsmax, SeesTheBlowUpThatOverflowsFp16) {
   test::TempDir dir;
   auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
                              " --model gpt --steps 2 --batch-size 4 --act-absmax-every 1 --quiet --threads 1"
-                             " --fault activation_overflow@1 --run-dir " + dir.file("run"));
+                             " --fault activation_overflow@1 --run-dir " +
+                             dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = format::read_run(dir.file("run/run.h5"));
   const auto& names = run.layer_names;
@@ -169,14 +171,15 @@ TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
                              " --model gpt --steps 12 --batch-size 4 --threads 1 --log-every 1 --max-snapshots 2"
                              " --fault log_nonpositive@2 --fault log_nonpositive@3 --fault log_nonpositive@4"
                              " --fault exp_overflow@6 --fault sqrt_grad_zero@8 --fault log_nonpositive@11"
-                             " --run-dir " + dir.file("run"));
+                             " --run-dir " +
+                             dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = format::read_run(dir.file("run/run.h5"));
   std::vector<int64_t> written, skipped;
   std::string skipped_text;
   for (const auto& e : run.events) {
     if (e.kind == "snapshot") written.push_back(e.step);
-    if (e.kind == format::kEventSnapshotSkipped) {
+    if (e.kind == format::to_string(format::EventKind::snapshot_skipped)) {
       skipped.push_back(e.step);
       skipped_text += e.text + "\n";
     }

@@ -43,8 +43,8 @@ bool has(const std::string& json, const std::string& key, const std::string& val
 // `extra` flags) into dir/run and returns the snapshot of `snapshot_step`.
 std::string scripted_snapshot(const test::TempDir& dir, const std::string& model, int steps, int snapshot_step,
                               const std::string& extra = "") {
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                                   "/make_scripted_model.py " + dir.path().string());
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
   EXPECT_EQ(fixture.exit_code, 0) << fixture.output;
   auto r = test::run_command(kTrain + " --model " + dir.file(model) + " --data " + dir.file("regressor_data.h5") +
                              " --steps " + std::to_string(steps) + " --batch-size 16 --quiet --threads 1 " + extra +
@@ -72,7 +72,8 @@ const Expected kVerdicts[] = {
     {"p10-fp16-overflow", "precision", "overflow", "\"fp32_modules\": [\"blocks.0.mlp\"]", true},
     {"p11-corrupt-sample", "data", "nonfinite_input", "\"samples\": [3]", false},
     {"p12-lr-explosion", "model_or_data", "grad_explosion", "grad norm", false},
-    {"p15-logit-drift", "precision", "overflow", "\"fp32_modules\": [\"head\"", true},  // head, and what its scaled gradients overflow in fp16
+    {"p15-logit-drift", "precision", "overflow", "\"fp32_modules\": [\"head\"",
+     true},  // head, and what its scaled gradients overflow in fp16
     {"p16-attention-logit-growth", "precision", "overflow", "\"fp32_modules\": [\"blocks.0.attn\"]", true},
     {"masked-attention-row", "model_or_data", "fully_masked_softmax", nullptr, false},
 };
@@ -234,29 +235,29 @@ TEST(VerdictRules, CategoryFollowsTheBirth) {
   b.kind = "nan";
   b.op.phase = "forward";
   b.op.op = "aten::log_";
-  EXPECT_EQ(replay::category_of(b), "log_nonpositive");
+  EXPECT_EQ(replay::category_of(b), format::Category::log_nonpositive);
   b.op.op = "aten::_softmax";
-  EXPECT_EQ(replay::category_of(b), "fully_masked_softmax");
+  EXPECT_EQ(replay::category_of(b), format::Category::fully_masked_softmax);
   b.op.op = "aten::div";
-  EXPECT_EQ(replay::category_of(b), "div_by_zero");
+  EXPECT_EQ(replay::category_of(b), format::Category::div_by_zero);
   b.kind = "inf";
   b.op.op = "aten::addmm";
-  EXPECT_EQ(replay::category_of(b), "overflow");
+  EXPECT_EQ(replay::category_of(b), format::Category::overflow);
   b.op.op = "aten::exp";
-  EXPECT_EQ(replay::category_of(b), "exp_overflow");
+  EXPECT_EQ(replay::category_of(b), format::Category::exp_overflow);
   b.op.phase = "backward";
   b.op.backward_node = "SqrtBackward0";
   b.op.op = "aten::div";
-  EXPECT_EQ(replay::category_of(b), "sqrt_grad_zero");
+  EXPECT_EQ(replay::category_of(b), format::Category::sqrt_grad_zero);
   b.op.phase = "grad_norm";
   b.op.backward_node = "";
-  EXPECT_EQ(replay::category_of(b), "grad_explosion");
+  EXPECT_EQ(replay::category_of(b), format::Category::grad_explosion);
   b.op.phase = "input";
-  EXPECT_EQ(replay::category_of(b), "nonfinite_input");
+  EXPECT_EQ(replay::category_of(b), format::Category::nonfinite_input);
   b.op.phase = "forward";
   b.kind = "nan";
   b.op.op = "aten::where";
-  EXPECT_EQ(replay::category_of(b), "other");
+  EXPECT_EQ(replay::category_of(b), format::Category::other);
 }
 
 TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
@@ -269,18 +270,18 @@ TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   in.birth = b;
   in.repeats = 3;
   in.reproduced = 0;
-  EXPECT_EQ(replay::decide(in).verdict, "transient");
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
   in.reproduced = 3;
   in.fp32_finite = true;
   in.precision = "fp16";
   in.fp32_modules = {"blocks.0.mlp"};
   in.fp32_search = replay::Fp32Search::found;
   replay::Verdict v = replay::decide(in);
-  EXPECT_EQ(v.verdict, "precision");
+  EXPECT_EQ(v.verdict, format::Verdict::precision);
   EXPECT_NE(v.suggestion.find("keep blocks.0.mlp in fp32"), std::string::npos) << v.suggestion;
   EXPECT_NE(v.suggestion.find("bf16 instead of fp16"), std::string::npos) << v.suggestion;
   in.fp32_finite = false;
-  EXPECT_EQ(replay::decide(in).verdict, "model_or_data");
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::model_or_data);
 }
 
 namespace {
@@ -312,7 +313,7 @@ TEST(VerdictRules, LogOfExactlyZeroIsLogNonpositiveNotOverflow) {
   in.repeats = in.reproduced = 3;
   in.precision = "bf16";
   replay::Verdict v = replay::decide(in);
-  EXPECT_EQ(v.category, "log_nonpositive");
+  EXPECT_EQ(v.category, format::Category::log_nonpositive);
   EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
 }
 
@@ -323,14 +324,14 @@ TEST(VerdictRules, DivisionOfInfinitiesPointsUpstreamNotAtTheDivisor) {
   in.repeats = in.reproduced = 3;
   in.precision = "fp32";
   replay::Verdict v = replay::decide(in);
-  EXPECT_EQ(v.category, "overflow");
+  EXPECT_EQ(v.category, format::Category::overflow);
   EXPECT_EQ(v.suggestion.find("eps to the divisor"), std::string::npos) << v.suggestion;
   EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
 
   in.birth = birth_at("aten::div", "nan", {stats(-1, 1), stats(0, 0)});  // 0 / 0
-  EXPECT_EQ(replay::decide(in).category, "div_by_zero");
+  EXPECT_EQ(replay::decide(in).category, format::Category::div_by_zero);
   in.birth = birth_at("aten::div", "inf", {stats(1e30, 3e38), stats(1e-9, 1e-8)});  // finite, divisor > 0
-  EXPECT_EQ(replay::decide(in).category, "overflow");
+  EXPECT_EQ(replay::decide(in).category, format::Category::overflow);
 }
 
 TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
@@ -342,7 +343,7 @@ TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
   for (auto search : {replay::Fp32Search::none_found, replay::Fp32Search::unsupported, replay::Fp32Search::not_run}) {
     in.fp32_search = search;
     replay::Verdict v = replay::decide(in);
-    EXPECT_EQ(v.verdict, "precision");
+    EXPECT_EQ(v.verdict, format::Verdict::precision);
     EXPECT_EQ(v.suggestion.find("keep attn in fp32"), std::string::npos) << v.suggestion;
     EXPECT_EQ(v.suggestion.find("fp32 around attn"), std::string::npos) << v.suggestion;
     EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;

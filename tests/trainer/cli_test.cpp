@@ -46,14 +46,14 @@ TEST(Cli, BadArgumentsExitTwoWithAMessage) {
 
 TEST(Cli, MissingOrForeignDataFileExitsTwoNamingIt) {
   TempDir dir;
-  auto missing = run_command(kTrain + " --model mlp --steps 2 --run-dir " + dir.file("r") +
-                             " --data " + dir.file("absent.h5"));
+  auto missing =
+      run_command(kTrain + " --model mlp --steps 2 --run-dir " + dir.file("r") + " --data " + dir.file("absent.h5"));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find(dir.file("absent.h5")), std::string::npos) << missing.output;
   EXPECT_NE(missing.output.find("no such file"), std::string::npos) << missing.output;
   std::ofstream(dir.file("text.h5")) << "not hdf5";
-  auto foreign = run_command(kTrain + " --model mlp --steps 2 --run-dir " + dir.file("r") +
-                             " --data " + dir.file("text.h5"));
+  auto foreign =
+      run_command(kTrain + " --model mlp --steps 2 --run-dir " + dir.file("r") + " --data " + dir.file("text.h5"));
   EXPECT_EQ(foreign.exit_code, 2);
   EXPECT_NE(foreign.output.find("not an HDF5 file"), std::string::npos) << foreign.output;
 }
@@ -96,8 +96,8 @@ TEST(Cli, SaveThenInitFineTunesFromTheCheckpoint) {
   auto a = nanscope::format::read_run(dir.file("a/run.h5"));
   auto b = nanscope::format::read_run(dir.file("b/run.h5"));
   EXPECT_LT(b.loss[0], a.loss[0] * 0.9) << "the fine-tune starts from the trained weights";
-  auto wrong = run_command(kTrain + " --model gpt --steps 2 --run-dir " + dir.file("c") + " --init " +
-                           dir.file("ckpt.h5"));
+  auto wrong =
+      run_command(kTrain + " --model gpt --steps 2 --run-dir " + dir.file("c") + " --init " + dir.file("ckpt.h5"));
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.output.find("holds a 'mlp' model"), std::string::npos) << wrong.output;
 }

@@ -81,16 +81,6 @@ TEST(FaultSpec, ParsesKindStepAndArgument) {
   EXPECT_EQ(model_fault_at(plan, 5).kind, FaultKind::none);
 }
 
-TEST(LayerIndex, GroupsParametersByOwningModule) {
-  probe::LayerIndex index({"blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias", "head.weight", "scale"});
-  EXPECT_EQ(index.layer_names(), (std::vector<std::string>{"blocks.0.attn.qkv", "head", ""}));
-  const float norms[] = {3, 4, 2, std::numeric_limits<float>::infinity()};
-  auto layers = index.fold_norms(norms);
-  EXPECT_FLOAT_EQ(layers[0], 5.0f);
-  EXPECT_FLOAT_EQ(layers[1], 2.0f);
-  EXPECT_TRUE(std::isinf(layers[2]));
-}
-
 TEST(Checkpoint, RoundTripsIntoAFreshModel) {
   test::TempDir dir;
   const std::string path = dir.file("ckpt.h5");
@@ -141,10 +131,9 @@ TEST(Checkpoint, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
     if (child == 0) {
       setenv("LD_PRELOAD", NANSCOPE_SLOW_FWRITE, 1);
       const std::string run_dir = dir.file("run");
-      execl(NANSCOPE_TRAIN_EXE, NANSCOPE_TRAIN_EXE, "--model", "gpt", "--n-layer", "2", "--n-embd", "128",
-            "--seq-len", "16", "--batch-size", "1", "--steps", "1000000", "--checkpoint-every", "1", "--save",
-            ckpt.c_str(), "--probe", "off", "--quiet", "--threads", "1", "--run-dir", run_dir.c_str(),
-            static_cast<char*>(nullptr));
+      execl(NANSCOPE_TRAIN_EXE, NANSCOPE_TRAIN_EXE, "--model", "gpt", "--n-layer", "2", "--n-embd", "128", "--seq-len",
+            "16", "--batch-size", "1", "--steps", "1000000", "--checkpoint-every", "1", "--save", ckpt.c_str(),
+            "--probe", "off", "--quiet", "--threads", "1", "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

@@ -18,8 +18,8 @@ class TorchScript : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    auto r = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                               "/make_scripted_model.py " + dir_->path().string());
+    auto r = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                               dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << "the fixture needs python3-torch and python3-h5py:\n" << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -106,9 +106,9 @@ TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
   // from PyTorch within a few steps; stepped once, it follows it.
   test::TempDir dir;
   const int steps = 12, batch = 8;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
-                                   "/tied_lm_reference.py " + dir.path().string() + " " + std::to_string(steps) +
-                                   " " + std::to_string(batch) + " 0.01");
+  auto fixture =
+      test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/tied_lm_reference.py " +
+                        dir.path().string() + " " + std::to_string(steps) + " " + std::to_string(batch) + " 0.01");
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   std::ifstream reference(dir.file("reference_losses.txt"));
   int64_t python_parameters = 0;
@@ -129,8 +129,7 @@ TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
   o.threads = 1;
   std::ostringstream log;
   TrainSummary summary = run(o, log);
-  EXPECT_NE(log.str().find("(" + std::to_string(python_parameters) + " parameters)"), std::string::npos)
-      << log.str();
+  EXPECT_NE(log.str().find("(" + std::to_string(python_parameters) + " parameters)"), std::string::npos) << log.str();
   auto r = format::read_run(summary.run_file);
   ASSERT_EQ(r.rows(), size_t(steps));
   for (int i = 0; i < steps; ++i) EXPECT_NEAR(r.loss[i], expected[i], 1e-4 * expected[i]) << "step " << i;

@@ -31,36 +31,20 @@ std::vector<int> ranks_of(const ViewModel& model, const viewer::RankGroup& group
 
 }  // namespace
 
-TEST(RankList, ParsesCommaSeparatedRanksAscendingAndUnique) {
-  EXPECT_EQ(format::parse_rank_list("1", 2), Ranks{1});
-  EXPECT_EQ(format::parse_rank_list("0,2", 4), (Ranks{0, 2}));
-  EXPECT_EQ(format::parse_rank_list(" 3 , 0\t", 4), (Ranks{0, 3}));
-  EXPECT_EQ(format::parse_rank_list("1,1", 2), Ranks{1});
-  EXPECT_EQ(format::parse_rank_list(format::rank_list_text({0, 2}), 4), (Ranks{0, 2})) << "what the trainer writes";
-  EXPECT_EQ(format::parse_rank_list("17", 0), Ranks{17}) << "world size 0: not known, any rank";
-}
-
-TEST(RankList, GarbledListsAreUnknownNotGuessed) {
-  for (const char* text : {"", " ", ",", "1,", ",1", "1,,2", "one", "1;2", "1 2", "-1", "+1", "1.5", "0x1",
-                           "99999999999999999999", "2147483648", "rank 1"})
-    EXPECT_FALSE(format::parse_rank_list(text, 0)) << "'" << text << "'";
-  EXPECT_FALSE(format::parse_rank_list("2", 2)) << "rank 2 of a 2-process run";
-  EXPECT_FALSE(format::parse_rank_list("0,5", 4));
-}
-
 TEST(RankList, TheEarliestEventThatParsesWins) {
-  const std::vector<format::RunEvent> events = {{10, format::kEventNonfiniteRanks, "3"},
-                                                {50, format::kEventFirstNonfinite, "0"},
-                                                {40, format::kEventFirstNonfinite, "garbage"},
-                                                {45, format::kEventFirstNonfinite, "2,1"},
-                                                {60, format::kEventFirstNonfinite, "3"}};
+  const std::vector<format::RunEvent> events = {{10, format::to_string(format::EventKind::nonfinite_ranks), "3"},
+                                                {50, format::to_string(format::EventKind::first_nonfinite), "0"},
+                                                {40, format::to_string(format::EventKind::first_nonfinite), "garbage"},
+                                                {45, format::to_string(format::EventKind::first_nonfinite), "2,1"},
+                                                {60, format::to_string(format::EventKind::first_nonfinite), "3"}};
   const viewer::FirstNonfiniteRanks first = viewer::first_nonfinite_ranks(events, 4);
   ASSERT_TRUE(first.known());
   EXPECT_EQ(first.step, 45);
   EXPECT_EQ(first.ranks, (Ranks{1, 2}));
   EXPECT_TRUE(first.has(2));
   EXPECT_FALSE(first.has(0));
-  EXPECT_FALSE(viewer::first_nonfinite_ranks({{10, format::kEventNonfiniteRanks, "3"}}, 4).known());
+  EXPECT_FALSE(
+      viewer::first_nonfinite_ranks({{10, format::to_string(format::EventKind::nonfinite_ranks), "3"}}, 4).known());
 }
 
 TEST(ViewModel, OpensEveryRankOfAMultiProcessRunAsOneGroup) {
@@ -169,8 +153,8 @@ TEST(ViewModel, FollowsLiveRanksAndARankThatStartsLate) {
     (void)!write(to_parent[1], &c, 1);
     (void)!read(to_child[0], &c, 1);
     for (int64_t s = 16; s < 40; ++s) writer.append(test::synthetic_row(s, 4));
-    writer.event({30, format::kEventNonfiniteRanks, "1"});
-    writer.event({30, format::kEventFirstNonfinite, "1"});
+    writer.event(30, format::EventKind::nonfinite_ranks, "1");
+    writer.event(30, format::EventKind::first_nonfinite, "1");
     writer.flush();
     test::write_synthetic_rank_run(run_dir + "/" + format::run_file_name(1, 2), 1, 2, 40, 4, 1, 30, "1");
     const std::string snapshot = test::rank_snapshot_path(run_dir, 1, 2, 30);

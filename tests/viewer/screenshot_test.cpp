@@ -80,8 +80,8 @@ class Screenshot {
 
 // Runs nanscope-view on `inputs` under Xvfb and returns its exit code and output.
 test::CommandResult view(const std::string& inputs, const std::string& png, const std::string& extra = "") {
-  return test::run_command(kXvfbRun + " -a -s '-screen 0 1600x1000x24' " + kView + " " + inputs +
-                           " --screenshot " + png + " --frames 4 " + extra);
+  return test::run_command(kXvfbRun + " -a -s '-screen 0 1600x1000x24' " + kView + " " + inputs + " --screenshot " +
+                           png + " --frames 4 " + extra);
 }
 
 // How much of a region is drawn in the heatmap's colour map.

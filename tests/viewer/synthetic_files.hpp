@@ -31,7 +31,7 @@ inline format::StepRow synthetic_row(int64_t s, size_t layers, int64_t nan_step 
   row.lr = 1e-3;
   row.loss_scale = 65536;
   row.grad_norm = 1.0 + 0.001 * double(s);
-  row.amp = format::AmpMode::bf16;
+  row.amp = format::Precision::bf16;
   row.step_time = 0.01;
   for (size_t l = 0; l < layers; ++l) {
     row.layer_grad_norm.push_back(float((l + 1) * 0.1 * (1.0 + 0.002 * double(s))));
@@ -50,18 +50,18 @@ inline void write_synthetic_run(const std::string& path, int64_t steps, size_t l
   format::RunWriter writer(path, synthetic_header(layers), 64);
   for (int64_t s = 0; s < steps; ++s) {
     writer.append(synthetic_row(s, layers, nan_step));
-    if (s == nan_step) writer.event({s, "skip", "non-finite loss; step skipped"});
+    if (s == nan_step) writer.event(s, format::EventKind::skip, "non-finite loss; step skipped");
   }
 }
 
 // Rank `rank` of a `world_size`-process run, as nanscope-train writes it: at
 // `nan_step` every rank skips (the all-reduced global grad norm is NaN on all)
 // but only `nan_rank`'s own layer norms are NaN, and every rank records the
-// event format::kEventFirstNonfinite with `first_ranks_text` (none when it is "").
+// event format::to_string(format::EventKind::first_nonfinite) with `first_ranks_text` (none when it is "").
 // Each rank's loss differs a little (its own batches).
-inline void write_synthetic_rank_run(const std::string& path, int rank, int world_size, int64_t steps,
-                                     size_t layers, int nan_rank, int64_t nan_step,
-                                     const std::string& first_ranks_text, size_t flush_every = 64) {
+inline void write_synthetic_rank_run(const std::string& path, int rank, int world_size, int64_t steps, size_t layers,
+                                     int nan_rank, int64_t nan_step, const std::string& first_ranks_text,
+                                     size_t flush_every = 64) {
   format::RunHeader header = synthetic_header(layers);
   header.config["rank"] = std::to_string(rank);
   header.config["world_size"] = std::to_string(world_size);
@@ -77,12 +77,12 @@ inline void write_synthetic_rank_run(const std::string& path, int rank, int worl
     }
     writer.append(row);
     if (s != nan_step) continue;
-    writer.event({s, "skip", "non-finite grads; step skipped"});
-    writer.event({s, format::kEventNonfiniteRanks, std::to_string(nan_rank)});
-    if (!first_ranks_text.empty()) writer.event({s, format::kEventFirstNonfinite, first_ranks_text});
+    writer.event(s, format::EventKind::skip, "non-finite grads; step skipped");
+    writer.event(s, format::EventKind::nonfinite_ranks, std::to_string(nan_rank));
+    if (!first_ranks_text.empty()) writer.event(s, format::EventKind::first_nonfinite, first_ranks_text);
     if (rank == nan_rank) {
-      writer.event({s, "first_birth", "nan at aten::log in 'blocks.1.fc' (forward)"});
-      writer.event({s, "snapshot", "snapshot written"});
+      writer.event(s, format::EventKind::first_birth, "nan at aten::log in 'blocks.1.fc' (forward)");
+      writer.event(s, format::EventKind::snapshot, "snapshot written");
     }
   }
 }
@@ -150,8 +150,8 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
 
 // A whole `world_size`-process run directory: every rank's run file and
 // `nan_rank`'s snapshot of `nan_step` in snapshots/rank-R/.
-inline void write_synthetic_rank_dir(const std::string& dir, int world_size, int64_t steps, size_t layers,
-                                     int nan_rank, int64_t nan_step, const std::string& first_ranks_text) {
+inline void write_synthetic_rank_dir(const std::string& dir, int world_size, int64_t steps, size_t layers, int nan_rank,
+                                     int64_t nan_step, const std::string& first_ranks_text) {
   std::filesystem::create_directories(dir);
   for (int rank = 0; rank < world_size; ++rank)
     write_synthetic_rank_run((std::filesystem::path(dir) / format::run_file_name(rank, world_size)).string(), rank,

@@ -56,9 +56,8 @@ TEST(ViewModel, OpensARunDirectoryWithItsSnapshots) {
 
 TEST(ViewModel, BadInputsBecomeErrorsAndTheRestStillOpen) {
   test::TempDir dir;
-  const std::string good = dir.file("good.h5"), corrupt = dir.file("corrupt.h5"),
-                    truncated = dir.file("truncated.h5"), text = dir.file("notes.txt"),
-                    checkpoint = dir.file("ckpt.h5"), empty_dir = dir.file("empty");
+  const std::string good = dir.file("good.h5"), corrupt = dir.file("corrupt.h5"), truncated = dir.file("truncated.h5"),
+                    text = dir.file("notes.txt"), checkpoint = dir.file("ckpt.h5"), empty_dir = dir.file("empty");
   test::write_synthetic_run(good, 50, 3, -1);
   test::write_synthetic_run(truncated, 500, 3, -1);
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
@@ -100,7 +99,7 @@ TEST(ViewModel, FollowsALiveRunAndPicksUpNewSnapshots) {
     (void)!write(to_parent[1], &c, 1);
     (void)!read(to_child[0], &c, 1);
     for (int64_t s = 16; s < 40; ++s) writer.append(test::synthetic_row(s, 4, 30));
-    writer.event({30, "skip", "non-finite"});
+    writer.event(30, format::EventKind::skip, "non-finite");
     writer.flush();
     test::write_synthetic_snapshot(dir.file("run/snapshots/step-0000030.h5"), 30, 4, false);
     (void)!write(to_parent[1], &c, 1);

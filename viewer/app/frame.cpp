@@ -8,7 +8,7 @@ namespace nanscope::viewer {
 uint32_t run_color(size_t i) {
   // Distinct from each other and from the NaN/Inf marker colours.
   // Eight, so the ranks of an 8-process run get a colour each.
-  static constexpr uint32_t palette[] = {rgba(80, 160, 255),  rgba(250, 170, 40), rgba(90, 210, 120),
+  static constexpr uint32_t palette[] = {rgba(80, 160, 255),  rgba(250, 170, 40),  rgba(90, 210, 120),
                                          rgba(80, 220, 230),  rgba(170, 130, 255), rgba(230, 230, 120),
                                          rgba(235, 235, 235), rgba(160, 200, 60)};
   return palette[i % (sizeof palette / sizeof palette[0])];
@@ -22,8 +22,8 @@ void draw_frame(const ViewModel& model, UiState& ui) {
   ImGui::SetNextWindowPos(viewport->WorkPos);
   ImGui::SetNextWindowSize(viewport->WorkSize);
   ImGui::Begin("nanscope", nullptr,
-               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
-                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoSavedSettings);
+               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus |
+                   ImGuiWindowFlags_NoSavedSettings);
 
   ImGui::BeginChild("sidebar", {430, 0}, true);
   draw_sources_panel(model, ui);

@@ -13,16 +13,22 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/exit_codes.hpp"
+#include "nanscope/format/stats.hpp"
 #include "panels.hpp"
 #include "screenshot.hpp"
 
 namespace {
 
 using namespace nanscope::viewer;
+using nanscope::median;
 
-// Exit codes: 0 shown (or screenshot written); 1 no window or the screenshot
-// could not be written; 2 bad usage or an input that could not be opened.
-constexpr int kExitOk = 0, kExitFailed = 1, kExitBadInput = 2;
+// Exit codes (nanscope/format/exit_codes.hpp): kExitOk shown (or screenshot
+// written); kExitFailed no window, or the screenshot could not be written;
+// kExitBadInput bad usage or an input that could not be opened.
+using nanscope::kExitBadInput;
+using nanscope::kExitFailed;
+using nanscope::kExitOk;
 
 struct ViewerOptions {
   std::vector<std::string> paths;
@@ -36,12 +42,6 @@ struct ViewerOptions {
 
 std::string glfw_error;
 void on_glfw_error(int, const char* description) { glfw_error = description; }
-
-double median_ms(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 int run_viewer(const ViewerOptions& options) {
   ViewModel model;
@@ -80,8 +80,7 @@ int run_viewer(const ViewerOptions& options) {
     ui.layer_window = options.layer_window;
     ui.active_run = int(model.first_run_to_show());
     const bool only_snapshots = model.runs.empty() && !model.snapshots.empty();
-    ui.tab = options.show == "snapshot" || (options.show == "auto" && only_snapshots) ? Tab::snapshot
-                                                                                      : Tab::training;
+    ui.tab = options.show == "snapshot" || (options.show == "auto" && only_snapshots) ? Tab::snapshot : Tab::training;
     std::vector<double> build_ms;
     build_ms.reserve(size_t(std::max(0, options.frames)));
     auto last_poll = std::chrono::steady_clock::now();
@@ -125,8 +124,8 @@ int run_viewer(const ViewerOptions& options) {
           std::fprintf(stderr, "nanscope-view: screenshot failed: %s\n", error.c_str());
           screenshot_failed = true;
         } else {
-          std::printf("screenshot %s (%dx%d) after %d frames; frame build median %.2f ms\n",
-                      options.screenshot.c_str(), fb_width, fb_height, frame + 1, median_ms(build_ms));
+          std::printf("screenshot %s (%dx%d) after %d frames; frame build median %.2f ms\n", options.screenshot.c_str(),
+                      fb_width, fb_height, frame + 1, median(build_ms));
           // Where each plot was drawn, for tests that check the pixels.
           for (const auto& [name, r] : ui.regions)
             std::printf("region %s %.0f %.0f %.0f %.0f\n", name.c_str(), r.x, r.y, r.w, r.h);
@@ -157,8 +156,7 @@ int main(int argc, char** argv) {
       "row or a table row to plot that layer.\n"
       "Exit codes: 0 ok, 1 no window or screenshot not written, 2 bad usage or an input not opened.",
       "nanscope-view"};
-  app.add_option("paths", options.paths, "run directories (run.h5 + snapshots/), run.h5 files, snapshots")
-      ->required();
+  app.add_option("paths", options.paths, "run directories (run.h5 + snapshots/), run.h5 files, snapshots")->required();
   app.add_option("--screenshot", options.screenshot,
                  "render --frames frames, write the window as this PNG and exit (use xvfb-run without a display)");
   app.add_option("--frames", options.frames, "frames to render before --screenshot")->check(CLI::Range(1, 100000));

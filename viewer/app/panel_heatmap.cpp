@@ -123,8 +123,7 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
   const bool hovered = ImGui::IsItemHovered();
   const float area_lo = origin.x + kNameMargin, area_hi = origin.x + width - kLegendWidth;
   const float gap = shown.size() > 1 ? kRankGap : 0;
-  const float pane_width =
-      std::max(1.0f, (area_hi - area_lo - gap * float(shown.size() - 1)) / float(shown.size()));
+  const float pane_width = std::max(1.0f, (area_hi - area_lo - gap * float(shown.size() - 1)) / float(shown.size()));
   const float top = origin.y + title_height, bottom = top + height;
   auto pane_lo = [&](size_t k) { return ImVec2{area_lo + float(k) * (pane_width + gap), top}; };
 

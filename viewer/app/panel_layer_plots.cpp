@@ -3,8 +3,8 @@
 #include <string>
 
 #include "nanscope/viewer/colormap.hpp"
-#include "plot_widget.hpp"
 #include "panels.hpp"
+#include "plot_widget.hpp"
 
 namespace nanscope::viewer {
 

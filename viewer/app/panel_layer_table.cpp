@@ -59,13 +59,14 @@ void draw_layer_table_panel(const ViewModel& model, UiState& ui) {
     ui.layer_rows_built_for = data.rows();
     resort = true;
   }
-  constexpr ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg |
-                                    ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV |
-                                    ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingStretchProp;
+  constexpr ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                    ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
+                                    ImGuiTableFlags_SizingStretchProp;
   if (!ImGui::BeginTable("layers", 5, flags)) return;
   ImGui::TableSetupScrollFreeze(0, 1);
   ImGui::TableSetupColumn("layer", ImGuiTableColumnFlags_WidthStretch, 2.2f, kName);
-  ImGui::TableSetupColumn("norm", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.0f, kNorm);
+  ImGui::TableSetupColumn("norm", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending, 1.0f,
+                          kNorm);
   ImGui::TableSetupColumn("growth", ImGuiTableColumnFlags_PreferSortDescending, 1.0f, kGrowth);
   ImGui::TableSetupColumn("act max", ImGuiTableColumnFlags_PreferSortDescending, 1.0f, kActAbsmax);
   ImGui::TableSetupColumn("fp16 bits", ImGuiTableColumnFlags_PreferSortAscending, 0.9f, kHeadroom);

@@ -1,7 +1,7 @@
 #include <imgui.h>
 
-#include "plot_widget.hpp"
 #include "panels.hpp"
+#include "plot_widget.hpp"
 
 namespace nanscope::viewer {
 
@@ -12,8 +12,8 @@ constexpr float kPlotHeight = 190;
 using Column_ = const std::vector<double> format::RunData::*;
 
 // One plot of a per-step column, a line per visible run, events as markers.
-void scalar_plot(const char* title, Column_ column, const ViewModel& model, UiState& ui,
-                 PlotState& state, float width, const char* region) {
+void scalar_plot(const char* title, Column_ column, const ViewModel& model, UiState& ui, PlotState& state, float width,
+                 const char* region) {
   static PlotSpec spec;  // rebuilt every frame, capacity kept
   spec.clear();
   spec.title = title;
@@ -37,10 +37,9 @@ void draw_scalar_plots_panel(const ViewModel& model, UiState& ui) {
   ImGui::EndGroup();
   ImGui::SameLine();
   ImGui::BeginGroup();
-  scalar_plot("loss scale", &format::RunData::loss_scale, model, ui, ui.loss_scale, half,
-              "plot.loss_scale");
-  scalar_plot("grad norm (global, unscaled)", &format::RunData::grad_norm, model, ui, ui.grad_norm,
-              half, "plot.grad_norm");
+  scalar_plot("loss scale", &format::RunData::loss_scale, model, ui, ui.loss_scale, half, "plot.loss_scale");
+  scalar_plot("grad norm (global, unscaled)", &format::RunData::grad_norm, model, ui, ui.grad_norm, half,
+              "plot.grad_norm");
   ImGui::EndGroup();
 }
 

@@ -42,9 +42,11 @@ void stats_headers() {
 }
 
 void births_table(const format::Capture& capture) {
-  const std::pair<const char*, const std::optional<format::Birth>*> rows[] = {
-      {"first", &capture.first_birth}, {"first NaN", &capture.first_nan_birth}, {"first Inf", &capture.first_inf_birth}};
-  if (!ImGui::BeginTable("births", 12, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit))
+  const std::pair<const char*, const std::optional<format::Birth>*> rows[] = {{"first", &capture.first_birth},
+                                                                              {"first NaN", &capture.first_nan_birth},
+                                                                              {"first Inf", &capture.first_inf_birth}};
+  if (!ImGui::BeginTable("births", 12,
+                         ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit))
     return;
   for (const char* h : {"birth", "op", "phase", "module", "backward node", "forward op"}) ImGui::TableSetupColumn(h);
   stats_headers();
@@ -54,7 +56,8 @@ void births_table(const format::Capture& capture) {
     const format::Birth& b = **birth;
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::TextColored(ImColor(b.kind == "nan" ? kNaNColor : kInfColor), "%s (%s)", label, b.kind.c_str());
+    ImGui::TextColored(ImColor(b.kind == format::to_string(format::BirthKind::nan) ? kNaNColor : kInfColor), "%s (%s)",
+                       label, b.kind.c_str());
     for (const std::string* s : {&b.op.op, &b.op.phase, &b.op.module, &b.op.backward_node, &b.op.forward_op}) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(s->empty() ? "-" : s->c_str());
@@ -81,8 +84,9 @@ void inputs_table(const format::Birth& birth) {
 
 void trail_table(const format::Capture& capture) {
   const int64_t birth_index = capture.first_birth ? capture.first_birth->op.index : -1;
-  if (!ImGui::BeginTable("trail", 10, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
-                                          ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollY,
+  if (!ImGui::BeginTable("trail", 10,
+                         ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit |
+                             ImGuiTableFlags_ScrollY,
                          {0, 260}))
     return;
   ImGui::TableSetupScrollFreeze(0, 1);
@@ -197,7 +201,8 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
   ImGui::Text("step %lld   %s   loss scale %g   lr %g   clip %g   model %s", static_cast<long long>(s.step),
               s.precision.c_str(), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
   if (!s.capture.reproduced)
-    ImGui::TextColored(ImColor(kInfColor), "The forensic re-run stayed finite: the fault did not reproduce (transient?).");
+    ImGui::TextColored(ImColor(kInfColor),
+                       "The forensic re-run stayed finite: the fault did not reproduce (transient?).");
   ImGui::Spacing();
   replay_box(s);
   ImGui::Spacing();
@@ -212,7 +217,8 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
                      s.capture.trail.size(), static_cast<long long>(s.capture.ops_seen));
   trail_table(s.capture);
   if (s.capture.first_birth && !s.capture.first_birth->inputs.empty()) {
-    ImGui::TextColored(ImColor(kHeading), "Inputs of %s as they were when it ran", s.capture.first_birth->op.op.c_str());
+    ImGui::TextColored(ImColor(kHeading), "Inputs of %s as they were when it ran",
+                       s.capture.first_birth->op.op.c_str());
     inputs_table(*s.capture.first_birth);
   }
 }

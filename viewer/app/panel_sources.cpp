@@ -62,10 +62,11 @@ void draw_group_header(const ViewModel& model, const RankGroup& group) {
                        static_cast<long long>(group.first_nonfinite.step));
     return;
   }
-  const bool any_nonfinite = std::any_of(group.runs.begin(), group.runs.end(), [&](size_t run) {
-    return model.runs[run].first_nonfinite_step() >= 0;
-  });
-  if (any_nonfinite) ImGui::TextDisabled("first non-finite rank: unknown (no readable %s event)", format::kEventFirstNonfinite);
+  const bool any_nonfinite = std::any_of(group.runs.begin(), group.runs.end(),
+                                         [&](size_t run) { return model.runs[run].first_nonfinite_step() >= 0; });
+  if (any_nonfinite)
+    ImGui::TextDisabled("first non-finite rank: unknown (no readable %s event)",
+                        format::to_string(format::EventKind::first_nonfinite));
 }
 
 }  // namespace

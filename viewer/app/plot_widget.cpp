@@ -75,8 +75,7 @@ void draw_line(ImDrawList* dl, const Mapping& m, const std::vector<Column>& colu
     }
   }
   if (points.size() >= 4)
-    dl->AddPolyline(reinterpret_cast<const ImVec2*>(points.data()), int(points.size() / 2), color, 0,
-                    1.5f);
+    dl->AddPolyline(reinterpret_cast<const ImVec2*>(points.data()), int(points.size() / 2), color, 0, 1.5f);
 }
 
 }  // namespace
@@ -87,12 +86,14 @@ uint32_t event_color(const std::string& kind) {
   if (kind == "fallback") return rgba(255, 120, 40);
   if (kind == "snapshot") return rgba(200, 140, 255);
   if (kind == "first_birth") return kNaNColor;
-  if (kind == format::kEventFirstNonfinite || kind == format::kEventNonfiniteRanks) return kFirstNonfiniteRankColor;
+  if (kind == format::to_string(format::EventKind::first_nonfinite) ||
+      kind == format::to_string(format::EventKind::nonfinite_ranks))
+    return kFirstNonfiniteRankColor;
   return rgba(200, 200, 200);
 }
 
-Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps,
-                 AxisRange step_extent, PlotState& state) {
+Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps, AxisRange step_extent,
+                 PlotState& state) {
   ImGui::PushID(spec.title);
   ImGui::TextUnformatted(spec.title);
   if (spec.allow_log) {
@@ -116,8 +117,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     const PlotLine& line = spec.lines[i];
     DecimateOptions options = base;
     options.nan_is_missing = line.nan_is_missing;
-    decimate(line.steps, line.values, steps.x.lo, steps.x.hi, size_t(inner_width), state.columns[i],
-             options);
+    decimate(line.steps, line.values, steps.x.lo, steps.x.hi, size_t(inner_width), state.columns[i], options);
   }
   if (state.auto_y) {
     AxisRange fit{0, 0};
@@ -140,8 +140,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
 
   // Interaction: zoom and pan the shared step axis (and y on request).
   const ImGuiIO& io = ImGui::GetIO();
-  const AxisRange zoom_extent{step_extent.lo - 0.05 * step_extent.span(),
-                              step_extent.hi + 0.05 * step_extent.span()};
+  const AxisRange zoom_extent{step_extent.lo - 0.05 * step_extent.span(), step_extent.hi + 0.05 * step_extent.span()};
   if (hovered && io.MouseWheel != 0) {
     const double factor = std::pow(0.85, double(io.MouseWheel));
     if (io.KeyShift) {
@@ -193,8 +192,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
       dl->AddQuadFilled({x, hi.y - 9}, {x + 4, hi.y - 5}, {x, hi.y - 1}, {x - 4, hi.y - 5}, color);
     }
   }
-  for (size_t i = 0; i < spec.lines.size(); ++i)
-    draw_line(dl, m, state.columns[i], spec.lines[i].color, state.points);
+  for (size_t i = 0; i < spec.lines.size(); ++i) draw_line(dl, m, state.columns[i], spec.lines[i].color, state.points);
   dl->PopClipRect();
 
   // Hover read-out: the step under the cursor, each line's value, nearby events.
@@ -214,8 +212,8 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     for (const auto* events : spec.markers) {
       for (const format::RunEvent& e : *events)
         if (std::abs(double(e.step) + 0.5 - m.step_at(io.MousePos.x)) <= 4 * pixel_steps + 0.5)
-          ImGui::TextColored(ImColor(event_color(e.kind)), "step %lld %s: %s",
-                             static_cast<long long>(e.step), e.kind.c_str(), e.text.c_str());
+          ImGui::TextColored(ImColor(event_color(e.kind)), "step %lld %s: %s", static_cast<long long>(e.step),
+                             e.kind.c_str(), e.text.c_str());
     }
     ImGui::EndTooltip();
   }

@@ -41,8 +41,8 @@ struct PlotSpec {
 
 // Draws one plot filling `width` x `height` at the cursor. Returns the plot
 // area's rectangle (for screenshots' regions).
-Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps,
-                 AxisRange step_extent, PlotState& state);
+Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps, AxisRange step_extent,
+                 PlotState& state);
 
 // The colour an event kind is drawn in.
 uint32_t event_color(const std::string& kind);

@@ -55,12 +55,12 @@ struct UiState {
   // A map, not a vector: a GlTexture cannot move.
   std::map<size_t, HeatmapState> grad_heatmaps;
   std::vector<bool> run_visible;
-  int active_run = 0;          // the run whose layers the heatmap and table show
-  int selected_layer = -1;     // plotted below the heatmap
+  int active_run = 0;       // the run whose layers the heatmap and table show
+  int selected_layer = -1;  // plotted below the heatmap
   int selected_snapshot = -1;
   Tab tab = Tab::training;
-  bool select_tab = true;      // apply `tab` to the tab bar on the next frame
-  size_t layer_window = 50;    // K of "growth over the last K steps"
+  bool select_tab = true;    // apply `tab` to the tab bar on the next frame
+  size_t layer_window = 50;  // K of "growth over the last K steps"
   std::vector<LayerRow> layer_rows;
   size_t layer_rows_built_for = SIZE_MAX;  // row count the table was computed at
   int layer_sort_column = 1;

@@ -128,10 +128,14 @@ struct GptImpl : torch::nn::Module {
     for (const auto& item : named_parameters()) {
       const std::string& name = item.key();
       at::Tensor p = item.value();
-      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) p.zero_();
-      else if (name.find("ln") != std::string::npos) p.fill_(1.0);
-      else if (name.find(".proj.weight") != std::string::npos) p.normal_(0.0, residual_std);
-      else p.normal_(0.0, 0.02);
+      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
+        p.zero_();
+      else if (name.find("ln") != std::string::npos)
+        p.fill_(1.0);
+      else if (name.find(".proj.weight") != std::string::npos)
+        p.normal_(0.0, residual_std);
+      else
+        p.normal_(0.0, 0.02);
     }
   }
   at::Tensor logits(const at::Tensor& idx, FaultKind fault, double fault_arg) {
@@ -180,8 +184,11 @@ class GptModel : public NativeModel {
   ModelSpec spec() const override {
     const GptConfig& c = gpt_->config;
     return {"gpt",
-            {{"vocab_size", c.vocab_size}, {"seq_len", c.seq_len}, {"n_layer", c.n_layer},
-             {"n_head", c.n_head}, {"n_embd", c.n_embd}},
+            {{"vocab_size", c.vocab_size},
+             {"seq_len", c.seq_len},
+             {"n_layer", c.n_layer},
+             {"n_head", c.n_head},
+             {"n_embd", c.n_embd}},
             {}};
   }
 
@@ -195,8 +202,8 @@ std::unique_ptr<TrainableModel> make_gpt(const GptConfig& c, uint64_t seed) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.seq_len < 1 || c.vocab_size < 2)
     throw std::invalid_argument("gpt sizes must be positive");
   if (c.n_embd % c.n_head != 0)
-    throw std::invalid_argument("gpt n_embd (" + std::to_string(c.n_embd) +
-                                ") must be a multiple of n_head (" + std::to_string(c.n_head) + ")");
+    throw std::invalid_argument("gpt n_embd (" + std::to_string(c.n_embd) + ") must be a multiple of n_head (" +
+                                std::to_string(c.n_head) + ")");
   torch::manual_seed(seed);
   return std::make_unique<GptModel>(Gpt(c));
 }

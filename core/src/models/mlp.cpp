@@ -63,8 +63,7 @@ class MlpModel : public NativeModel {
  public:
   explicit MlpModel(MlpNet net) : NativeModel(net.ptr()), net_(std::move(net)) {}
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
-    if (!at::isFloatingType(inputs.scalar_type()) || inputs.dim() != 2 ||
-        inputs.size(1) != net_->config.in_features)
+    if (!at::isFloatingType(inputs.scalar_type()) || inputs.dim() != 2 || inputs.size(1) != net_->config.in_features)
       throw std::invalid_argument("mlp expects float inputs of shape [batch, " +
                                   std::to_string(net_->config.in_features) + "]");
     return lm_loss(net_->logits(inputs.to(at::kFloat), fault_), targets);

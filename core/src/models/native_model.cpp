@@ -24,15 +24,13 @@ int64_t TrainableModel::parameter_count() const {
 
 NamedTensors NativeModel::all_named_parameters() const {
   NamedTensors out;
-  for (const auto& item : module_->named_parameters(/*recurse=*/true))
-    out.emplace_back(item.key(), item.value());
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
   return out;
 }
 
 NamedTensors NativeModel::named_buffers() const {
   NamedTensors out;
-  for (const auto& item : module_->named_buffers(/*recurse=*/true))
-    out.emplace_back(item.key(), item.value());
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
   return out;
 }
 
@@ -49,8 +47,7 @@ bool NativeModel::plant_fault(const Fault& fault) {
 }
 
 at::Tensor NativeModel::lm_loss(const at::Tensor& logits, const at::Tensor& targets) const {
-  if (fault_ == FaultKind::exp_overflow)
-    return fault_ops::cross_entropy_by_naive_softmax(logits, targets);
+  if (fault_ == FaultKind::exp_overflow) return fault_ops::cross_entropy_by_naive_softmax(logits, targets);
   at::Tensor flat = logits.reshape({-1, logits.size(-1)});
   at::Tensor loss = torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
   if (z_loss_ > 0) {

@@ -15,8 +15,7 @@ namespace {
 
 class ScriptedModel : public TrainableModel {
  public:
-  ScriptedModel(torch::jit::Module module, std::string bytes)
-      : module_(std::move(module)), bytes_(std::move(bytes)) {}
+  ScriptedModel(torch::jit::Module module, std::string bytes) : module_(std::move(module)), bytes_(std::move(bytes)) {}
 
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
     c10::IValue out = module_.forward({inputs, targets});
@@ -46,8 +45,7 @@ class ScriptedModel : public TrainableModel {
 
 }  // namespace
 
-std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& bytes,
-                                                          const std::string& origin) {
+std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& bytes, const std::string& origin) {
   // Run the graph as written, op by op: the optimizing executor's fusers hide
   // individual aten ops from op-level capture, and on Debian's LibTorch 2.6 the
   // TensorExpr fuser's LLVM compile stalls the first steps for minutes.
@@ -58,8 +56,7 @@ std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& byt
     probe::register_torchscript_modules(module);  // births named by named_modules() paths
     return std::make_unique<ScriptedModel>(std::move(module), bytes);
   } catch (const c10::Error& e) {
-    throw std::invalid_argument("cannot load TorchScript model '" + origin +
-                                "': " + e.what_without_backtrace());
+    throw std::invalid_argument("cannot load TorchScript model '" + origin + "': " + e.what_without_backtrace());
   }
 }
 

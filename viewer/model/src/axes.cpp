@@ -70,8 +70,7 @@ void log_ticks(AxisRange log_range, int max_ticks, std::vector<double>& out) {
     return;
   }
   const double every = std::max(1.0, std::ceil(log_range.span() / max_ticks));
-  for (double d = std::ceil(log_range.lo / every) * every; d <= log_range.hi; d += every)
-    out.push_back(d);
+  for (double d = std::ceil(log_range.lo / every) * every; d <= log_range.hi; d += every) out.push_back(d);
 }
 
 void format_value(double value, char* buffer, size_t size) {

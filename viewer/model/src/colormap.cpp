@@ -8,9 +8,8 @@ namespace nanscope::viewer {
 
 uint32_t colormap(float t) {
   // viridis sampled at 0, 1/8, ..., 1
-  static constexpr uint8_t stops[9][3] = {{68, 1, 84},    {71, 44, 122},  {59, 81, 139},
-                                          {44, 113, 142}, {33, 144, 141}, {39, 173, 129},
-                                          {92, 200, 99},  {170, 220, 50}, {253, 231, 37}};
+  static constexpr uint8_t stops[9][3] = {{68, 1, 84},    {71, 44, 122}, {59, 81, 139},  {44, 113, 142}, {33, 144, 141},
+                                          {39, 173, 129}, {92, 200, 99}, {170, 220, 50}, {253, 231, 37}};
   if (!(t > 0)) t = 0;  // NaN too
   t = std::min(t, 1.0f) * 8.0f;
   const int i = std::min(7, int(t));

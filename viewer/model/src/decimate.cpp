@@ -6,13 +6,13 @@
 namespace nanscope::viewer {
 
 size_t first_at_or_after(const int64_t* steps, size_t count, double x) {
-  return size_t(std::lower_bound(steps, steps + count, x,
-                                 [](int64_t step, double value) { return double(step) < value; }) -
-                steps);
+  return size_t(
+      std::lower_bound(steps, steps + count, x, [](int64_t step, double value) { return double(step) < value; }) -
+      steps);
 }
 
-void decimate(const int64_t* steps, SeriesView values, double x0, double x1, size_t columns,
-              std::vector<Column>& out, DecimateOptions options) {
+void decimate(const int64_t* steps, SeriesView values, double x0, double x1, size_t columns, std::vector<Column>& out,
+              DecimateOptions options) {
   out.assign(columns, Column{});
   if (columns == 0 || !(x1 > x0) || values.count == 0) return;
   const double per_column = double(columns) / (x1 - x0);

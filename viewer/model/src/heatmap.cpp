@@ -7,8 +7,8 @@
 
 namespace nanscope::viewer {
 
-void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0, double x1,
-                    size_t columns, const LogScale& scale, HeatmapImage& image) {
+void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0, double x1, size_t columns,
+                    const LogScale& scale, HeatmapImage& image) {
   const size_t layers = pyramid.layers();
   const size_t rows = pyramid.rows();
   image.columns = columns;

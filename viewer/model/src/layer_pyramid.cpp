@@ -62,15 +62,13 @@ void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t l
   coarse_.resize(k - 1);
 }
 
-LayerPyramid::Blocks LayerPyramid::blocks_covering(size_t row_begin, size_t row_end,
-                                                   double rows_per_pixel) const {
+LayerPyramid::Blocks LayerPyramid::blocks_covering(size_t row_begin, size_t row_end, double rows_per_pixel) const {
   size_t k = 0;
   while (k + 1 < levels() && double(size_t(1) << (k + 1)) <= rows_per_pixel) ++k;
   return {level(k), row_begin >> k, std::min(rows_at(k), ((row_end - 1) >> k) + 1)};
 }
 
-float LayerPyramid::max_over(size_t layer, size_t row_begin, size_t row_end,
-                             double rows_per_pixel) const {
+float LayerPyramid::max_over(size_t layer, size_t row_begin, size_t row_end, double rows_per_pixel) const {
   row_end = std::min(row_end, rows_);
   if (layer >= layers_ || row_begin >= row_end) return std::numeric_limits<float>::quiet_NaN();
   const auto [data, begin, end] = blocks_covering(row_begin, row_end, rows_per_pixel);
@@ -79,8 +77,7 @@ float LayerPyramid::max_over(size_t layer, size_t row_begin, size_t row_end,
   return best;
 }
 
-void LayerPyramid::max_over_all(size_t row_begin, size_t row_end, double rows_per_pixel,
-                                float* out) const {
+void LayerPyramid::max_over_all(size_t row_begin, size_t row_end, double rows_per_pixel, float* out) const {
   row_end = std::min(row_end, rows_);
   if (row_begin >= row_end) {
     std::fill(out, out + layers_, std::numeric_limits<float>::quiet_NaN());

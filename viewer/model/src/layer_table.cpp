@@ -56,8 +56,7 @@ void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>
   }
 }
 
-void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, LayerSort key,
-                     bool descending) {
+void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, LayerSort key, bool descending) {
   auto less = [&](const LayerRow& a, const LayerRow& b) {
     switch (key) {
       case LayerSort::name: return run.layer_names[a.layer] < run.layer_names[b.layer];
@@ -67,9 +66,8 @@ void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, La
     }
     return false;
   };
-  std::stable_sort(rows.begin(), rows.end(), [&](const LayerRow& a, const LayerRow& b) {
-    return descending ? less(b, a) : less(a, b);
-  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const LayerRow& a, const LayerRow& b) { return descending ? less(b, a) : less(a, b); });
 }
 
 }  // namespace nanscope::viewer

@@ -19,8 +19,7 @@ std::string label_for(const std::string& path, int rank) {
 }
 }  // namespace
 
-RunSource::RunSource(const std::string& path, int rank)
-    : path_(path), label_(label_for(path, rank)), rank_(rank) {
+RunSource::RunSource(const std::string& path, int rank) : path_(path), label_(label_for(path, rank)), rank_(rank) {
   try {
     follower_ = std::make_unique<format::RunFollower>(path);
     following_ = true;

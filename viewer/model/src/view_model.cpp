@@ -53,8 +53,7 @@ bool ViewModel::open(const std::vector<std::string>& paths) {
     } else if (kind == format::kSnapshotFileKind) {
       add_snapshot(path, -1);
     } else {
-      errors_.push_back("'" + path + "': is a '" + kind +
-                        "' file; nanscope-view shows runs (run.h5) and snapshots");
+      errors_.push_back("'" + path + "': is a '" + kind + "' file; nanscope-view shows runs (run.h5) and snapshots");
     }
   }
   return errors_.size() == errors_before;
@@ -63,8 +62,7 @@ bool ViewModel::open(const std::vector<std::string>& paths) {
 void ViewModel::open_run_dir(const std::string& dir) {
   const std::vector<format::RankFile> files = format::run_files_in(dir);
   if (files.empty()) {
-    errors_.push_back("'" + dir +
-                      "': no run.h5 (or run-rank-R.h5) in this directory (a --run-dir of nanscope-train?)");
+    errors_.push_back("'" + dir + "': no run.h5 (or run-rank-R.h5) in this directory (a --run-dir of nanscope-train?)");
     return;
   }
   if (files.front().rank < 0 && add_run(files.front().path, -1, format::snapshot_dir(dir, -1, 1)))
@@ -84,8 +82,8 @@ bool ViewModel::open_new_ranks(size_t group_index, bool quiet) {
   bool added = false;
   for (const format::RankFile& file : format::run_files_in(group.dir)) {
     if (file.rank < 0) continue;
-    const bool is_open = std::any_of(group.runs.begin(), group.runs.end(),
-                                     [&](size_t run) { return runs[run].rank() == file.rank; });
+    const bool is_open =
+        std::any_of(group.runs.begin(), group.runs.end(), [&](size_t run) { return runs[run].rank() == file.rank; });
     if (is_open) continue;
     // Only a run of more than one process writes rank files, whatever its
     // config says (snapshot_dir takes the world size for that alone).
@@ -96,8 +94,7 @@ bool ViewModel::open_new_ranks(size_t group_index, bool quiet) {
     scan_snapshot_dir(runs.size() - 1);
     added = true;
   }
-  std::sort(group.runs.begin(), group.runs.end(),
-            [&](size_t a, size_t b) { return runs[a].rank() < runs[b].rank(); });
+  std::sort(group.runs.begin(), group.runs.end(), [&](size_t a, size_t b) { return runs[a].rank() < runs[b].rank(); });
   return added;
 }
 
@@ -158,8 +155,8 @@ bool ViewModel::scan_snapshot_dir(size_t run) {
   std::sort(found.begin(), found.end());
   bool added = false;
   for (const std::string& path : found) {
-    const bool known = std::any_of(snapshots.begin(), snapshots.end(),
-                                   [&](const SnapshotEntry& s) { return s.path == path; });
+    const bool known =
+        std::any_of(snapshots.begin(), snapshots.end(), [&](const SnapshotEntry& s) { return s.path == path; });
     if (known) continue;
     add_snapshot(path, int(run));
     added = true;

@@ -23,8 +23,8 @@ class FallbackPolicy {
 
   // Casts model and optimizer state to fp32 and turns the scaler off. The
   // caller switches autocast off and applies lr_multiplier().
-  void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-            at::Device device, int64_t step);
+  void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
+            int64_t step);
 
   bool fired() const { return fired_step_ >= 0; }
   int64_t fired_step() const { return fired_step_; }

@@ -11,17 +11,17 @@ namespace nanscope {
 
 enum class FaultKind {
   none,
-  nonfinite_input,     // P11: a NaN written into the batch (ARG: the sample row, default 0)
-  log_nonpositive,     // P8: log of the GELU output in blocks.0.mlp (negative values)
-  sqrt_grad_zero,      // P8: sqrt of an all-zero RMS in blocks.0.attn: finite forward, Inf backward
-  zero_variance_norm,  // P8: blocks.0.ln1 without eps on a constant row: 0/0
-  exp_overflow,        // P8: hand-rolled softmax in head: exp of large logits overflows
-  lr_spike,            // P12: LR x ARG (default 1000) from STEP on
-  masked_row,          // a fully masked attention row in blocks.0.attn: softmax over all -inf
-  variance_cancellation,  // P10 (bf16-only): variance as E[x^2]-E[x]^2 by matmul in blocks.0.ln1
-  activation_overflow,    // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
-  attention_logit_growth, // P16: blocks.0.attn's queries x ARG (default 1e6): past fp16's range
-  logit_drift,            // P15: the head's input x ARG (default 1e6): past fp16's range
+  nonfinite_input,         // P11: a NaN written into the batch (ARG: the sample row, default 0)
+  log_nonpositive,         // P8: log of the GELU output in blocks.0.mlp (negative values)
+  sqrt_grad_zero,          // P8: sqrt of an all-zero RMS in blocks.0.attn: finite forward, Inf backward
+  zero_variance_norm,      // P8: blocks.0.ln1 without eps on a constant row: 0/0
+  exp_overflow,            // P8: hand-rolled softmax in head: exp of large logits overflows
+  lr_spike,                // P12: LR x ARG (default 1000) from STEP on
+  masked_row,              // a fully masked attention row in blocks.0.attn: softmax over all -inf
+  variance_cancellation,   // P10 (bf16-only): variance as E[x^2]-E[x]^2 by matmul in blocks.0.ln1
+  activation_overflow,     // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
+  attention_logit_growth,  // P16: blocks.0.attn's queries x ARG (default 1e6): past fp16's range
+  logit_drift,             // P15: the head's input x ARG (default 1e6): past fp16's range
 };
 
 struct Fault {

@@ -19,9 +19,9 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // Enough to rebuild the model elsewhere: a built-in's name and
 // hyperparameters, or a TorchScript file's bytes.
 struct ModelSpec {
-  std::string name;                       // "mlp", "gpt" or "torchscript"
+  std::string name;                        // "mlp", "gpt" or "torchscript"
   std::map<std::string, int64_t> hparams;  // empty for TorchScript
-  std::string script_bytes;               // TorchScript only
+  std::string script_bytes;                // TorchScript only
 };
 
 class TrainableModel {

@@ -10,8 +10,8 @@
 namespace nanscope {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
-                                                        const std::vector<at::Tensor>& parameters,
-                                                        double lr, double weight_decay);
+                                                        const std::vector<at::Tensor>& parameters, double lr,
+                                                        double weight_decay);
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
 // Every parameter group's LR times `factor` (groups keep their ratios).
 void scale_lr(torch::optim::Optimizer& optimizer, double factor);

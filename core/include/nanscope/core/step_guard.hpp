@@ -41,42 +41,42 @@
 namespace nanscope {
 
 struct GuardOptions {
-  std::string run_dir = "nanscope-run";  // run.h5 and snapshots/ go here (created)
-  Amp amp = Amp::off;                    // the precision to start in
-  double clip = 1.0;                     // global grad-norm clip after unscaling; <= 0: off
-  bool fallback = true;                  // fp32 after the first non-finite step, once
-  double lr_backoff = 0.5;               // the LR multiplier the fallback applies
-  double fallback_min_scale = 1.0;       // fp16: the scaler's business until the scale drops below this
-  bool probe = true;                     // per-layer grad norms and the forensic re-run
-  bool capture_every_step = false;       // op-level capture on every step (slow; for hunting)
-  int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
-  int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
-  std::string optimizer_name;            // recorded in snapshots ("adamw", "sgd", yours)
+  std::string run_dir = "nanscope-run";       // run.h5 and snapshots/ go here (created)
+  Amp amp = Amp::fp32;                        // the precision to start in
+  double clip = 1.0;                          // global grad-norm clip after unscaling; <= 0: off
+  bool fallback = true;                       // fp32 after the first non-finite step, once
+  double lr_backoff = 0.5;                    // the LR multiplier the fallback applies
+  double fallback_min_scale = 1.0;            // fp16: the scaler's business until the scale drops below this
+  bool probe = true;                          // per-layer grad norms and the forensic re-run
+  bool capture_every_step = false;            // op-level capture on every step (slow; for hunting)
+  int64_t act_absmax_every = 0;               // per-layer activation abs-max every N steps (0: never)
+  int64_t max_snapshots = 3;                  // one per distinct first birth, at most this many
+  std::string optimizer_name;                 // recorded in snapshots ("adamw", "sgd", yours)
   std::map<std::string, std::string> config;  // written into run.h5 and every snapshot
-  int rank = 0, world_size = 1;          // data parallel: this rank's run file and snapshots
-  std::ostream* log = nullptr;           // one line per skip, birth and fallback; nullptr: none
-  std::string log_prefix;                // e.g. "[rank 1] "
+  int rank = 0, world_size = 1;               // data parallel: this rank's run file and snapshots
+  std::ostream* log = nullptr;                // one line per skip, birth and fallback; nullptr: none
+  std::string log_prefix;                     // e.g. "[rank 1] "
 };
 
 // What a step brings besides its batch; the defaults suit one process.
 struct StepContext {
-  at::Tensor batch_rows;                // data set rows of the batch (snapshots, replay); empty: 0..B-1
-  double lr = -1;                       // the LR the step runs with, for run.h5; < 0: the optimizer's
-  Fault fault;                          // planted for this step (nanscope-train's --fault)
-  GradientAverager* averager = nullptr; // data parallel: every rank's gradients averaged
-  bool stop_requested = false;          // Ctrl-C here, shared so every rank stops after the same step
+  at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: 0..B-1
+  double lr = -1;                        // the LR the step runs with, for run.h5; < 0: the optimizer's
+  Fault fault;                           // planted for this step (nanscope-train's --fault)
+  GradientAverager* averager = nullptr;  // data parallel: every rank's gradients averaged
+  bool stop_requested = false;           // Ctrl-C here, shared so every rank stops after the same step
 };
 
 struct GuardedStep {
   StepOutcome outcome;
-  Amp amp = Amp::off;      // the precision the step ran in
+  Amp amp = Amp::fp32;  // the precision the step ran in
   double lr = 0;
-  double loss_scale = 1;   // the scale it ran with
-  double seconds = 0;      // wall time of the step
-  std::string first_birth; // format::capture_text of the forensic re-run; "" when not investigated
-  std::string snapshot;    // the snapshot written, or ""
-  bool fell_back = false;  // the fallback fired at this step
-  std::string error;       // the model raised during the step (the step was skipped)
+  double loss_scale = 1;    // the scale it ran with
+  double seconds = 0;       // wall time of the step
+  std::string first_birth;  // format::capture_text of the forensic re-run; "" when not investigated
+  std::string snapshot;     // the snapshot written, or ""
+  bool fell_back = false;   // the fallback fired at this step
+  std::string error;        // the model raised during the step (the step was skipped)
 };
 
 class StepGuard {
@@ -89,8 +89,7 @@ class StepGuard {
   // One step on this batch (already on the model's device). Throws what the
   // model throws when no birth explains it (an error in the model), and
   // anything at all with an averager (the peers are waiting).
-  GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
-                   const StepContext& context = {});
+  GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
 
   Amp amp() const { return amp_; }
   // 1 before the fallback, lr_backoff after: a loop that sets the LR itself

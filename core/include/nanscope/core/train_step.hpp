@@ -16,9 +16,9 @@
 namespace nanscope {
 
 struct StepSettings {
-  Amp amp = Amp::off;
-  double clip = 1.0;               // <= 0: no clipping
-  bool parameter_norms = false;    // also bring back each parameter's grad norm
+  Amp amp = Amp::fp32;
+  double clip = 1.0;             // <= 0: no clipping
+  bool parameter_norms = false;  // also bring back each parameter's grad norm
   // The probe's one-element "batch is non-finite" flag, read back with the rest.
   at::Tensor batch_nonfinite;
   // Data parallel: average gradients across ranks (nullptr: one process).

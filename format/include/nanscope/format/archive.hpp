@@ -36,8 +36,7 @@ class Group {
   void remove(const std::string& name) const;
   std::vector<std::string> children() const;
 
-  void put_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                  const void* data) const;
+  void put_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data) const;
   TensorData tensor(const std::string& name) const;
 
   void put_blob(const std::string& name, const void* data, size_t size) const;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nanscope/format/archive.hpp"
+#include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope::format {
 
@@ -21,21 +22,21 @@ struct TensorStats {
 
 // One op as capture saw it.
 struct OpRecord {
-  int64_t index = 0;            // execution order within the captured step
-  std::string op;               // "aten::log"
-  std::string phase;            // "forward" | "backward" | "input"
-  std::string module;           // dotted path; "" is the root
-  std::string backward_node;    // "SqrtBackward0" for ops inside an autograd node
-  std::string forward_op;       // the forward op that made that node (via seqNr)
+  int64_t index = 0;          // execution order within the captured step
+  std::string op;             // "aten::log"
+  std::string phase;          // "forward" | "backward" | "input"
+  std::string module;         // dotted path; "" is the root
+  std::string backward_node;  // "SqrtBackward0" for ops inside an autograd node
+  std::string forward_op;     // the forward op that made that node (via seqNr)
   int64_t seq_nr = -1;
-  TensorStats output;           // the first floating output
+  TensorStats output;  // the first floating output
 };
 
 // Where a NaN or an Inf was born (docs/design.md: "first birth").
 struct Birth {
   OpRecord op;
-  std::string kind;             // "nan" | "inf"
-  int64_t sample = -1;          // the batch row, for an input birth; -1 otherwise
+  std::string kind;                 // "nan" | "inf"
+  int64_t sample = -1;              // the batch row, for an input birth; -1 otherwise
   std::vector<TensorStats> inputs;  // the birth op's floating inputs, as they were at its start
 };
 
@@ -46,7 +47,7 @@ struct Birth {
 std::string birth_text(const Birth& birth);
 
 struct Capture {
-  bool reproduced = false;      // the re-run produced a non-finite value
+  bool reproduced = false;  // the re-run produced a non-finite value
   int64_t ops_seen = 0;
   std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
   std::vector<OpRecord> trail;  // the last ops up to and including the first birth

@@ -9,10 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace nanscope::format {
+#include "nanscope/format/vocabulary.hpp"
 
-// The precision a step ran in, as stored in /steps/amp.
-enum class AmpMode : uint8_t { fp32 = 0, bf16 = 1, fp16 = 2 };
+namespace nanscope::format {
 
 struct StepRow {
   int64_t step = 0;
@@ -21,30 +20,20 @@ struct StepRow {
   double loss_scale = 1;
   double grad_norm = 0;  // global, after unscale
   bool skipped = false;
-  AmpMode amp = AmpMode::fp32;
-  double step_time = 0;  // seconds, wall
+  Precision amp = Precision::fp32;      // /steps/amp: the precision the step ran in
+  double step_time = 0;                 // seconds, wall
   std::vector<float> layer_grad_norm;   // one per layer, or empty when not recorded
   std::vector<float> layer_act_absmax;  // one per layer, or empty when not recorded
 };
 
 struct RunEvent {
   int64_t step = 0;
-  std::string kind;  // skip, scale_backoff, fallback, snapshot, ... (at most 16 characters)
+  std::string
+      kind;  // to_string(EventKind) as written; another string from a foreign or newer file (at most 16 characters)
   std::string text;  // cut at 240 characters
 };
 
-// A non-finite step whose snapshot was not written: its first birth was the
-// same as an earlier snapshot's, or the run's --max-snapshots were used up.
-inline constexpr const char* kEventSnapshotSkipped = "snapshot_skipped";
-
-// Event kinds of multi-process runs, written by every rank: the ranks whose
-// own check went non-finite at a skipped step ("1" or "0,2"), and the same at
-// the first such step of the run; a collective that failed (a peer died).
-inline constexpr const char* kEventNonfiniteRanks = "nonfinite_ranks";
-inline constexpr const char* kEventFirstNonfinite = "first_nonfinite";
-inline constexpr const char* kEventDistError = "dist_error";
-
-// The text of those two rank events, written and read here only: "1", "0,2".
+// The text of the nonfinite_ranks and first_nonfinite events, written and read here only: "1", "0,2".
 std::string rank_list_text(const std::vector<int>& ranks);
 // "1", "0,2", " 2, 0 " -> the ranks, ascending and unique. Anything else (empty,
 // a stray comma, a sign, a letter, a rank not below `world_size` when that is
@@ -70,6 +59,7 @@ class RunWriter {
 
   void append(const StepRow& row);
   void event(const RunEvent& event);
+  void event(int64_t step, EventKind kind, const std::string& text) { event({step, to_string(kind), text}); }
   void flush();
   const std::string& path() const;
 

@@ -24,8 +24,7 @@ void pop_scope();
 
 class ModuleScope {
  public:
-  explicit ModuleScope(const char* name)
-      : active_(detail::g_scopes_enabled.load(std::memory_order_relaxed)) {
+  explicit ModuleScope(const char* name) : active_(detail::g_scopes_enabled.load(std::memory_order_relaxed)) {
     if (active_) detail::push_scope(name);
   }
   ~ModuleScope() {

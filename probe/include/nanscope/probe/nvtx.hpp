@@ -15,8 +15,7 @@ class NvtxRange {
 };
 }  // namespace nanscope::probe
 
-#define NANSCOPE_NVTX_RANGE(name) \
-  ::nanscope::probe::NvtxRange NANSCOPE_NVTX_CONCAT(nanscope_nvtx_, __LINE__)(name)
+#define NANSCOPE_NVTX_RANGE(name) ::nanscope::probe::NvtxRange NANSCOPE_NVTX_CONCAT(nanscope_nvtx_, __LINE__)(name)
 #define NANSCOPE_NVTX_CONCAT_INNER(a, b) a##b
 #define NANSCOPE_NVTX_CONCAT(a, b) NANSCOPE_NVTX_CONCAT_INNER(a, b)
 #else

@@ -19,25 +19,25 @@ using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 struct SnapshotContents {
   int64_t step = 0;
   // The model: a built-in's name and sizes, or TorchScript bytes.
-  std::string model_name;                     // "mlp", "gpt", "torchscript"
+  std::string model_name;  // "mlp", "gpt", "torchscript"
   std::map<std::string, int64_t> model_hparams;
   std::string torchscript_bytes;
-  NamedTensorList parameters;                 // weights before the step
+  NamedTensorList parameters;  // weights before the step
   NamedTensorList buffers;
   // Optimizer state before the step, per parameter name and slot
   // ("blocks.0.attn.qkv.weight/exp_avg").
-  std::string optimizer;                      // "adamw" | "sgd"
+  std::string optimizer;  // "adamw" | "sgd"
   NamedTensorList optimizer_state;
   at::Tensor inputs, targets, batch_rows;
-  at::Tensor cpu_rng_state;                   // at::Generator get_state() bytes
-  std::string precision;                      // "fp32" | "bf16" | "fp16"
+  at::Tensor cpu_rng_state;  // at::Generator get_state() bytes
+  std::string precision;     // "fp32" | "bf16" | "fp16"
   double loss_scale = 1;
   double lr = 0;
   double clip = 0;
   std::map<std::string, std::string> config;  // the run's config, as in run.h5
   format::Capture capture;
   std::vector<std::string> layer_names;
-  std::vector<float> layer_grad_norm;         // at the failing step (NaN/Inf kept)
+  std::vector<float> layer_grad_norm;  // at the failing step (NaN/Inf kept)
 };
 
 // Throws format::FormatError naming the file.

@@ -44,8 +44,8 @@ struct DecimateOptions {
 // Bins the points whose step lies in [x0, x1) into `columns` equal columns.
 // `steps` is ascending. `out` is resized to `columns` and overwritten; its
 // capacity is kept, so a frame that reuses it allocates nothing.
-void decimate(const int64_t* steps, SeriesView values, double x0, double x1, size_t columns,
-              std::vector<Column>& out, DecimateOptions options = {});
+void decimate(const int64_t* steps, SeriesView values, double x0, double x1, size_t columns, std::vector<Column>& out,
+              DecimateOptions options = {});
 
 // The first index whose step is >= x (binary search over ascending steps).
 size_t first_at_or_after(const int64_t* steps, size_t count, double x);

@@ -22,7 +22,7 @@ struct HeatmapImage {
 // Fills `image` for steps in [x0, x1) over `columns` pixel columns. `steps` is
 // the run's ascending step column (one per pyramid row). Buffers are reused:
 // a frame that redraws at the same size allocates nothing.
-void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0, double x1,
-                    size_t columns, const LogScale& scale, HeatmapImage& image);
+void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0, double x1, size_t columns,
+                    const LogScale& scale, HeatmapImage& image);
 
 }  // namespace nanscope::viewer

@@ -13,10 +13,10 @@ inline constexpr double kBf16Max = 3.3895313892515355e38;
 
 struct LayerRow {
   size_t layer = 0;
-  double last_norm = 0;   // the latest recorded grad norm (NaN/Inf kept)
-  double growth = 0;      // last / first finite norm within the window; NaN when unknown
-  double act_absmax = 0;  // the largest recorded activation magnitude; NaN when none
-  bool nonfinite = false; // a non-finite norm within the window
+  double last_norm = 0;    // the latest recorded grad norm (NaN/Inf kept)
+  double growth = 0;       // last / first finite norm within the window; NaN when unknown
+  double act_absmax = 0;   // the largest recorded activation magnitude; NaN when none
+  bool nonfinite = false;  // a non-finite norm within the window
   // log2(65504 / act_absmax): bits left before fp16 overflows; NaN when unknown.
   double fp16_headroom_bits() const;
 };
@@ -27,7 +27,6 @@ enum class LayerSort { name, norm, growth, act_absmax };
 void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>& out);
 // Orders rows; non-finite norms and growths count as the largest values, so a
 // layer that went NaN heads a descending table.
-void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, LayerSort key,
-                     bool descending);
+void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, LayerSort key, bool descending);
 
 }  // namespace nanscope::viewer

@@ -3,7 +3,7 @@
 // which rank's local gradients went non-finite first. Each rank writes its own
 // run-rank-R.h5 (format/run_layout.hpp); at the first skipped step every rank
 // also records the ranks whose local check failed, as the event
-// format::kEventFirstNonfinite with text "1" or "0,2".
+// format::to_string(format::EventKind::first_nonfinite) with text "1" or "0,2".
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,15 +20,15 @@ struct FirstNonfiniteRanks {
   bool has(int rank) const;
 };
 
-// The earliest format::kEventFirstNonfinite event in `events` whose list parses.
+// The earliest format::to_string(format::EventKind::first_nonfinite) event in `events` whose list parses.
 FirstNonfiniteRanks first_nonfinite_ranks(const std::vector<format::RunEvent>& events, int world_size);
 
 // One run directory's rank files, opened as runs of a ViewModel.
 struct RankGroup {
   std::string dir;
-  std::string label;    // the directory's name, as its runs' labels start
-  int world_size = 0;   // from the ranks' `world_size` config; else highest rank + 1
-  std::vector<size_t> runs;  // indices into ViewModel::runs, in rank order
+  std::string label;                    // the directory's name, as its runs' labels start
+  int world_size = 0;                   // from the ranks' `world_size` config; else highest rank + 1
+  std::vector<size_t> runs;             // indices into ViewModel::runs, in rank order
   FirstNonfiniteRanks first_nonfinite;  // every rank records it; the earliest that parses
 };
 
