@@ -80,13 +80,13 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   const probe::SnapshotContents& s = setup.snapshot;
   ReplayReport report;
   report.step = s.step;
-  report.precision = s.precision;
+  report.evidence.precision = s.precision;
   report.capture = s.capture;
 
   // 1. At the original precision and loss scale, N times.
-  report.repeats = std::max(1, options.repeats);
-  for (int i = 0; i < report.repeats; ++i) {
-    if (!step_is_finite(setup, setup.amp, s.inputs, s.targets)) ++report.reproduced;
+  report.evidence.repeats = std::max(1, options.repeats);
+  for (int i = 0; i < report.evidence.repeats; ++i) {
+    if (!step_is_finite(setup, setup.amp, s.inputs, s.targets)) ++report.evidence.reproduced;
     if (i == 0 && s.cpu_rng_state.defined())  // step_is_finite started the generator from this state
       report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
   }
@@ -94,41 +94,32 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
     probe::OpCapture capture;
-    report.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
+    report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
     report.fp32_capture = capture.result();
   }
-  if (!report.fp32_finite) report.anomaly = anomaly_message(setup);
+  if (!report.evidence.fp32_finite) report.anomaly = anomaly_message(setup);
   report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.
   const bool input_birth =
       s.capture.first_birth && s.capture.first_birth->op.phase == format::to_string(format::Phase::input);
-  if (options.bisect && report.reproduced > 0) {
-    if (report.fp32_finite && setup.amp != Amp::fp32 && !input_birth) {
+  if (options.bisect && report.evidence.reproduced > 0) {
+    if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth) {
       const Fp32RegionSearch search = smallest_fp32_region(setup);
-      report.fp32_search = search.outcome;
-      report.fp32_modules = search.modules;
+      report.evidence.fp32_search = search.outcome;
+      report.evidence.fp32_modules = search.modules;
     }
     if (s.inputs.size(0) > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;
-      report.samples = samples_without_which_finite(setup);
-      for (int64_t row : report.samples)
-        report.dataset_rows.push_back(s.batch_rows.defined() ? s.batch_rows[row].item<int64_t>() : row);
+      report.evidence.samples = samples_without_which_finite(setup);
+      for (int64_t row : report.evidence.samples)
+        report.evidence.dataset_rows.push_back(s.batch_rows.defined() ? s.batch_rows[row].item<int64_t>() : row);
     }
   }
 
-  VerdictInputs in;
-  in.birth = s.capture.first_birth;
-  in.reproduced = report.reproduced;
-  in.repeats = report.repeats;
-  in.fp32_finite = report.fp32_finite;
-  in.fp32_modules = report.fp32_modules;
-  in.fp32_search = report.fp32_search;
-  in.samples = report.samples;
-  in.dataset_rows = report.dataset_rows;
-  in.precision = s.precision;
-  in.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
-  report.verdict = decide(in);
+  report.evidence.birth = s.capture.first_birth;
+  report.evidence.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
+  report.verdict = decide(report.evidence);
   return report;
 }
 

@@ -20,22 +20,19 @@ struct ReplayOptions {
 
 struct ReplayReport {
   int64_t step = 0;
-  std::string precision;
-  format::Capture capture;          // from the snapshot (the trainer's re-run)
-  int reproduced = 0, repeats = 0;  // of the re-runs at the original precision
-  bool fp32_finite = false;
+  format::Capture capture;  // from the snapshot (the trainer's re-run)
+  // What the re-runs and bisections established, exactly what decide() reads:
+  // reproduced of repeats, fp32_finite, the fp32 search and modules, the
+  // samples (and their data set rows), the precision, the grad-norm trend.
+  VerdictInputs evidence;
   format::Capture fp32_capture;
-  std::string anomaly;                           // DetectAnomalyGuard's message in fp32, if it raised
-  std::string rerun_error;                       // an op raised during a re-run (on the non-finite values), one line
-  Fp32Search fp32_search = Fp32Search::not_run;  // not_run unless a precision verdict
-  std::vector<std::string> fp32_modules;         // when found
+  std::string anomaly;      // DetectAnomalyGuard's message in fp32, if it raised
+  std::string rerun_error;  // an op raised during a re-run (on the non-finite values), one line
   // The step drew random numbers (dropout, a VAE's randn_like): without one
   // sample every later draw shifts, so batch bisection cannot single one out
   // and is not run. Seen on the CPU generator.
   bool draws_random_numbers = false;
   bool batch_bisected = false;
-  std::vector<int64_t> samples;       // batch rows without which the step is finite
-  std::vector<int64_t> dataset_rows;  // their rows in the data set
   Verdict verdict;
 };
 

@@ -63,17 +63,19 @@ std::string to_json(const ReplayReport& r) {
     << "  \"capture\": { \"first_birth\": " << birth_json(r.capture.first_birth)
     << ",\n               \"first_nan_birth\": " << birth_json(r.capture.first_nan_birth)
     << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth) << " },\n"
-    << "  \"replay\":  { \"reproduced\": " << (r.reproduced > 0 ? "true" : "false")
-    << ", \"reproduced_count\": " << r.reproduced << ", \"repeats\": " << r.repeats
-    << ", \"fp32_finite\": " << (r.fp32_finite ? "true" : "false")
+    << "  \"replay\":  { \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
+    << ", \"reproduced_count\": " << r.evidence.reproduced << ", \"repeats\": " << r.evidence.repeats
+    << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false")
     << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth)
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
     << ",\n               \"rerun_error\": " << or_null(r.rerun_error) << ",\n               \"precision_bisection\": "
-    << (r.fp32_search != Fp32Search::not_run ? "{ \"fp32_modules\": " + list_json(r.fp32_modules, str) + " }" : "null")
+    << (r.evidence.fp32_search != Fp32Search::not_run
+            ? "{ \"fp32_modules\": " + list_json(r.evidence.fp32_modules, str) + " }"
+            : "null")
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
-    << (r.batch_bisected ? "{ \"samples\": " + list_json(r.samples, num) +
-                               ", \"dataset_rows\": " + list_json(r.dataset_rows, num) + " }"
+    << (r.batch_bisected ? "{ \"samples\": " + list_json(r.evidence.samples, num) +
+                               ", \"dataset_rows\": " + list_json(r.evidence.dataset_rows, num) + " }"
                          : "null")
     << " },\n"
     << "  \"verdict\": " << quoted(format::to_string(r.verdict.verdict)) << ",\n"
@@ -84,29 +86,31 @@ std::string to_json(const ReplayReport& r) {
 
 std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
-  o << "step " << r.step << " (" << r.precision << ")\n"
+  o << "step " << r.step << " (" << r.evidence.precision << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
   if (r.capture.first_nan_birth && r.capture.first_inf_birth)
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
-  o << "  re-run at " << r.precision << ":   non-finite in " << r.reproduced << " of " << r.repeats << "\n"
-    << "  re-run in fp32:   " << (r.fp32_finite ? "finite" : "non-finite") << "\n";
-  if (!r.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
+  o << "  re-run at " << r.evidence.precision << ":   non-finite in " << r.evidence.reproduced << " of "
+    << r.evidence.repeats << "\n"
+    << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
+  if (!r.evidence.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
   if (!r.rerun_error.empty()) o << "  re-run raised:    " << r.rerun_error << "\n";
-  if (r.fp32_search != Fp32Search::not_run)
+  if (r.evidence.fp32_search != Fp32Search::not_run)
     o << "  fp32 needed in:   "
-      << (r.fp32_search == Fp32Search::found ? comma_list(r.fp32_modules)
-          : r.fp32_search == Fp32Search::unsupported
+      << (r.evidence.fp32_search == Fp32Search::found ? comma_list(r.evidence.fp32_modules)
+          : r.evidence.fp32_search == Fp32Search::unsupported
               ? "(not searched: the TorchScript model's module frames could not be switched)"
               : "(no module set found)")
       << "\n";
   if (r.draws_random_numbers)
     o << "  batch bisection:  not run: the step draws random numbers, so removing a sample shifts every "
          "later draw and cannot single one out\n";
-  if (r.batch_bisected && !r.samples.empty()) {
+  if (r.batch_bisected && !r.evidence.samples.empty()) {
     o << "  finite without batch row(s):";
-    for (size_t i = 0; i < r.samples.size(); ++i) o << " " << r.samples[i] << " (data row " << r.dataset_rows[i] << ")";
+    for (size_t i = 0; i < r.evidence.samples.size(); ++i)
+      o << " " << r.evidence.samples[i] << " (data row " << r.evidence.dataset_rows[i] << ")";
     o << "\n";
   }
   o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"
@@ -121,12 +125,12 @@ void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   record.verdict = format::to_string(r.verdict.verdict);
   record.category = format::to_string(r.verdict.category);
   record.suggestion = r.verdict.suggestion;
-  record.reproduced_count = r.reproduced;
-  record.repeats = r.repeats;
-  record.fp32_finite = r.fp32_finite;
+  record.reproduced_count = r.evidence.reproduced;
+  record.repeats = r.evidence.repeats;
+  record.fp32_finite = r.evidence.fp32_finite;
   record.anomaly = r.anomaly;
-  record.fp32_modules = comma_list(r.fp32_modules);
-  for (int64_t s : r.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
+  record.fp32_modules = comma_list(r.evidence.fp32_modules);
+  for (int64_t s : r.evidence.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
   record.fp32_capture = r.fp32_capture;
   format::write_replay_record(archive.root(), record);
   archive.close();

@@ -75,6 +75,22 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   return r;
 }
 
+void write_snapshot_header(const Group& root, const SnapshotHeader& h) {
+  root.set_attr("step", h.step);
+  root.set_attr("precision", h.precision);
+  root.set_attr("loss_scale", h.loss_scale);
+  root.set_attr("lr", h.lr);
+  root.set_attr("clip", h.clip);
+  Group config = root.group("config");
+  for (const auto& [k, v] : h.config) config.set_attr(k, v);
+  write_capture(root.group("capture"), h.capture);
+  Group layers = root.group("layers");
+  layers.set_attr("count", int64_t(h.layer_names.size()));
+  for (size_t i = 0; i < h.layer_names.size(); ++i) layers.set_attr("name_" + std::to_string(i), h.layer_names[i]);
+  if (!h.layer_grad_norm.empty())
+    layers.put_tensor("grad_norm", DType::float32, {int64_t(h.layer_grad_norm.size())}, h.layer_grad_norm.data());
+}
+
 SnapshotSummary read_snapshot_summary(const std::string& path) {
   Archive archive = Archive::open(path, kSnapshotFileKind);
   Group root = archive.root();

@@ -49,11 +49,7 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
   try {
     format::Archive archive = format::Archive::create(tmp, format::kSnapshotFileKind);
     format::Group root = archive.root();
-    root.set_attr("step", s.step);
-    root.set_attr("precision", s.precision);
-    root.set_attr("loss_scale", s.loss_scale);
-    root.set_attr("lr", s.lr);
-    root.set_attr("clip", s.clip);
+    format::write_snapshot_header(root, s);
 
     format::Group model = root.group("model");
     model.set_attr("name", s.model_name);
@@ -74,17 +70,6 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
     put_tensor(batch, "rows", s.batch_rows);
     format::Group rng = root.group("rng");
     if (s.cpu_rng_state.defined()) put_tensor(rng, "cpu_state", s.cpu_rng_state);
-
-    format::Group config = root.group("config");
-    for (const auto& [k, v] : s.config) config.set_attr(k, v);
-    format::write_capture(root.group("capture"), s.capture);
-
-    format::Group layers = root.group("layers");
-    layers.set_attr("count", int64_t(s.layer_names.size()));
-    for (size_t i = 0; i < s.layer_names.size(); ++i) layers.set_attr("name_" + std::to_string(i), s.layer_names[i]);
-    if (!s.layer_grad_norm.empty())
-      layers.put_tensor("grad_norm", format::DType::float32, {int64_t(s.layer_grad_norm.size())},
-                        s.layer_grad_norm.data());
     archive.close();
   } catch (...) {
     // Give the space back (disk full): the run file still needs it.
@@ -101,18 +86,8 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
 SnapshotContents read_snapshot(const std::string& path) {
   // What a person reads (how the step ran, capture, layer norms) comes through
   // the format library's one reader, the viewer's too; the tensors are read here.
-  format::SnapshotSummary summary = format::read_snapshot_summary(path);
   SnapshotContents s;
-  s.step = summary.step;
-  s.precision = summary.precision;
-  s.loss_scale = summary.loss_scale;
-  s.lr = summary.lr;
-  s.clip = summary.clip;
-  s.model_name = summary.model_name;
-  s.config = std::move(summary.config);
-  s.capture = std::move(summary.capture);
-  s.layer_names = std::move(summary.layer_names);
-  s.layer_grad_norm = std::move(summary.layer_grad_norm);
+  static_cast<format::SnapshotHeader&>(s) = std::move(format::read_snapshot_summary(path));
 
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind);
   format::Group root = archive.root();

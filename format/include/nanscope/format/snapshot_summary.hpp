@@ -30,17 +30,27 @@ void write_replay_record(const Group& root, const ReplayRecord& record);
 // Nothing when the snapshot was never replayed.
 std::optional<ReplayRecord> read_replay_record(const Group& root);
 
-struct SnapshotSummary {
-  std::string path;
+// What a snapshot says about its step, without its tensors: written by the
+// probe (write_snapshot_header, beside the tensors), read by the viewer and
+// by the probe's own reader. The probe's SnapshotContents adds the tensors.
+struct SnapshotHeader {
   int64_t step = 0;
-  std::string precision;
+  std::string precision;  // to_string(Precision)
   double loss_scale = 1, lr = 0, clip = 0;
-  std::string model_name;
+  std::string model_name;  // stored as /model/name, beside the model's tensors
   std::map<std::string, std::string> config;
   Capture capture;
   std::vector<std::string> layer_names;
   std::vector<float> layer_grad_norm;  // empty when not recorded
-  std::vector<int64_t> batch_rows;     // each batch row's index in the data set
+};
+
+// Writes the header's attributes and groups (not /model/name: the model's
+// writer puts it with the model).
+void write_snapshot_header(const Group& root, const SnapshotHeader& header);
+
+struct SnapshotSummary : SnapshotHeader {
+  std::string path;
+  std::vector<int64_t> batch_rows;  // each batch row's index in the data set
   std::vector<int64_t> input_shape;
   std::string input_dtype;
   std::optional<ReplayRecord> replay;

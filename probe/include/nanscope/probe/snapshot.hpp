@@ -11,33 +11,27 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
 
 namespace nanscope::probe {
 
 using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
-struct SnapshotContents {
-  int64_t step = 0;
-  // The model: a built-in's name and sizes, or TorchScript bytes.
-  std::string model_name;  // "mlp", "gpt", "torchscript"
+// A snapshot whole: the header every reader sees (step, precision, loss scale,
+// LR, clip, model name, config, capture, per-layer norms) and the tensors that
+// let nanscope-replay rebuild the step.
+struct SnapshotContents : format::SnapshotHeader {
+  // The model: a built-in's sizes, or TorchScript bytes (its name is the header's).
   std::map<std::string, int64_t> model_hparams;
   std::string torchscript_bytes;
   NamedTensorList parameters;  // weights before the step
   NamedTensorList buffers;
   // Optimizer state before the step, per parameter name and slot
   // ("blocks.0.attn.qkv.weight/exp_avg").
-  std::string optimizer;  // "adamw" | "sgd"
+  std::string optimizer;  // "adamw" | "sgd" | yours
   NamedTensorList optimizer_state;
   at::Tensor inputs, targets, batch_rows;
   at::Tensor cpu_rng_state;  // at::Generator get_state() bytes
-  std::string precision;     // "fp32" | "bf16" | "fp16"
-  double loss_scale = 1;
-  double lr = 0;
-  double clip = 0;
-  std::map<std::string, std::string> config;  // the run's config, as in run.h5
-  format::Capture capture;
-  std::vector<std::string> layer_names;
-  std::vector<float> layer_grad_norm;  // at the failing step (NaN/Inf kept)
 };
 
 // Throws format::FormatError naming the file.
