@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "dist_options.hpp"
+#include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/exit_codes.hpp"
 #include "nanscope/probe/error_text.hpp"
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return nanscope::kExitBadInput;
+  } catch (const nanscope::DeadRunError& e) {
+    std::cerr << "nanscope-train: " << e.what() << "\n";
+    return nanscope::kExitDeadRun;
   } catch (const nanscope::DistributedError& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return nanscope::kExitPeerLost;

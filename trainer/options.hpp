@@ -30,6 +30,7 @@ struct TrainOptions {
   double z_loss = 0;
   bool shuffle = true;
   bool probe = true;
+  bool warn = true;                 // early warnings (core/sentinel.hpp)
   bool capture_every_step = false;  // op-level capture on every step, not only the re-run
   int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
   std::string run_dir = "nanscope-run";

@@ -12,8 +12,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
       "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
       "fallback to fp32 with an LR backoff. Writes RUN_DIR/run.h5 (docs/format.md).\n"
+      "Early warnings (--warn) name a signal heading for a NaN before it gets there.\n"
       "Exit codes: 0 done, 1 training failed, 2 bad arguments or input, 3 another rank died or\n"
-      "a collective timed out (multi-process runs).");
+      "a collective timed out (multi-process runs), 4 the weights went non-finite and the run\n"
+      "stopped (skipping could not save it), 130 interrupted (Ctrl-C).");
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
 
   auto* model = app.add_option("--model", o.model,
@@ -60,6 +62,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
       ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case))
       ->capture_default_str();
+  app.add_option("--warn", o.warn,
+                 "on: early warnings (grad-norm spikes and growth, per-layer spikes, loss spikes, the fp16 "
+                 "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
+                 "log lines, from values each step already has")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case))
+      ->capture_default_str();
   app.add_option("--capture", o.capture_every_step,
                  "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
                  "or every-step (every op of every step; slow, for hunting and measuring)")
@@ -97,7 +105,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
          },
          "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
          "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
-         "(ARG: factor, default 1000); /rankR plants it on rank R only. Repeatable. See samples/faults/")
+         "(ARG: factor, default 1000), and the slow-onset lr_ramp and input_ramp (the LR or the float "
+         "inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3); /rankR plants it on rank R only. "
+         "Repeatable. See samples/faults/")
       ->type_name("KIND@STEP[:ARG][/rankR]");
   auto* sizes = app.add_option_group("Built-in model sizes");
   sizes->add_option("--n-layer", o.n_layer, "gpt: transformer blocks")->capture_default_str();

@@ -63,6 +63,7 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"capture", o.capture_every_step ? "every-step" : "on-failure"},
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"max_snapshots", std::to_string(o.max_snapshots)},
+          {"warn", o.warn ? "on" : "off"},
           {"device", device.str()},
           {"faults", faults},
           {"torch_version", TORCH_VERSION},
@@ -139,6 +140,7 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
   g.capture_every_step = o.capture_every_step;
   g.act_absmax_every = o.act_absmax_every;
   g.max_snapshots = o.max_snapshots;
+  g.warn = o.warn;
   g.optimizer_name = o.optimizer;
   g.config = std::move(config);
   g.rank = o.dist.rank;
@@ -191,6 +193,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     context.batch_rows = sampler.rows(step);
     at::Tensor inputs = data.inputs.index_select(0, context.batch_rows);
     if (auto row = poisoned_row_at(faults, step)) inputs[*row].fill_(std::nan(""));
+    if (const double scale = input_scale_at(faults, step); scale != 1.0 && inputs.is_floating_point())
+      inputs = inputs * scale;
     inputs = inputs.to(device);
     at::Tensor targets = data.targets.index_select(0, context.batch_rows).to(device);
     context.fault = model_fault_at(faults, step);

@@ -1,5 +1,6 @@
 #include "nanscope/core/fault.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace nanscope {
@@ -11,13 +12,16 @@ constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,     FaultKind::log_n
                                 FaultKind::exp_overflow,        FaultKind::lr_spike,
                                 FaultKind::masked_row,          FaultKind::variance_cancellation,
                                 FaultKind::activation_overflow, FaultKind::attention_logit_growth,
-                                FaultKind::logit_drift};
+                                FaultKind::logit_drift,         FaultKind::lr_ramp,
+                                FaultKind::input_ramp};
 
 double default_arg(FaultKind kind) {
   switch (kind) {
     case FaultKind::lr_spike: return 1000.0;
     case FaultKind::attention_logit_growth:
     case FaultKind::logit_drift: return 1e6;
+    case FaultKind::lr_ramp: return 0.2;
+    case FaultKind::input_ramp: return 0.3;
     default: return 0.0;
   }
 }
@@ -38,6 +42,8 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::activation_overflow: return "activation_overflow";
     case FaultKind::attention_logit_growth: return "attention_logit_growth";
     case FaultKind::logit_drift: return "logit_drift";
+    case FaultKind::lr_ramp: return "lr_ramp";
+    case FaultKind::input_ramp: return "input_ramp";
   }
   return "?";
 }
@@ -100,14 +106,26 @@ std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
 
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
   for (const auto& f : faults)
-    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input) return f;
+    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input &&
+        f.kind != FaultKind::lr_ramp && f.kind != FaultKind::input_ramp)
+      return f;
   return Fault{};
 }
 
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step) {
   double m = 1.0;
   for (const auto& f : faults)
-    if (f.kind == FaultKind::lr_spike && step >= f.step) m *= f.arg;
+    if (f.kind == FaultKind::lr_spike && step >= f.step)
+      m *= f.arg;
+    else if (f.kind == FaultKind::lr_ramp && step >= f.step)
+      m *= std::pow(1.0 + f.arg, double(step - f.step));
+  return m;
+}
+
+double input_scale_at(const std::vector<Fault>& faults, int64_t step) {
+  double m = 1.0;
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::input_ramp && step >= f.step) m *= std::pow(1.0 + f.arg, double(step - f.step));
   return m;
 }
 

@@ -82,7 +82,8 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       scaler_(scaler_config(options_.amp)),
       fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
       snapshot_policy_(options_.max_snapshots),
-      amp_(options_.amp) {
+      amp_(options_.amp),
+      sentinel_(options_.sentinel) {
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
@@ -117,6 +118,8 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows : at::arange(inputs.size(0), at::kLong));
     settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
   }
+  // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
+  if (options_.warn && inputs.is_floating_point()) settings.batch_absmax = inputs.detach().abs().max();
   std::vector<float> act_absmax;
   try {
     std::optional<probe::OpCapture> live_capture;
@@ -151,8 +154,39 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
   row.layer_act_absmax = std::move(act_absmax);
   writer_->append(row);
-  if (!result.outcome.finite()) on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm);
+  if (result.outcome.finite()) {
+    if (!result.outcome.skipped) last_applied_step_ = step;
+    if (options_.warn) warn_if_heading_for_trouble(step, result, row.layer_grad_norm, row.layer_act_absmax);
+  } else {
+    on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm);
+  }
   return result;
+}
+
+void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
+                                            const std::vector<float>& layer_grad_norm,
+                                            const std::vector<float>& layer_act_absmax) {
+  StepSignals signals;
+  signals.loss = result.outcome.loss;
+  signals.grad_norm = result.outcome.grad_norm;
+  signals.loss_scale = scaler_.enabled() ? result.loss_scale : 0.0;
+  signals.precision_limit = result.amp == Amp::fp16 ? 65504.0 : result.amp == Amp::bf16 ? 3.38953e38 : 3.40282e38;
+  signals.layer_names = &probe_.layers().layer_names();
+  signals.layer_grad_norm = &layer_grad_norm;
+  signals.layer_act_absmax = &layer_act_absmax;
+  signals.input_absmax = result.outcome.batch_absmax;
+  for (const Warning& w : sentinel_.observe(step, signals)) {
+    writer_->event(step, format::EventKind::warning, w.text);
+    say(step, "warning: " + w.text);
+    result.warnings.push_back(w.text);
+  }
+}
+
+// On the slow path only (a non-finite step): one reduction per weight tensor.
+bool StepGuard::weights_finite() const {
+  for (const at::Tensor& p : parameters_)
+    if (!at::isfinite(p).all().item<bool>()) return false;
+  return true;
 }
 
 void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs,
@@ -207,6 +241,19 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     } else {
       writer_->event(step, format::EventKind::snapshot_failed, probe_.last_error());
     }
+  }
+
+  // A skip saves the weights only if they are intact: non-finite weights make
+  // every later step non-finite, and skipping would go on for ever.
+  if (!weights_finite()) {
+    const std::string text =
+        "the weights are non-finite (the last update that reached them: " +
+        (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) +
+        "); skipping cannot save them: the run stops";
+    writer_->event(step, format::EventKind::stop, text);
+    writer_->flush();
+    say(step, text);
+    throw DeadRunError("step " + std::to_string(step) + ": " + text);
   }
 
   if (fallback_.should_fire(result.amp, outcome, scaler_)) {

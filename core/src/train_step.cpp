@@ -123,6 +123,8 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
                                found_inf.reshape({1}), batch_flag.to(found_inf.device(), at::kFloat),
                                local_norm.to(at::kFloat).reshape({1})};
   if (settings.buckets) pack.push_back(averaged.flags);
+  if (settings.batch_absmax.defined())
+    pack.push_back(settings.batch_absmax.reshape({1}).to(found_inf.device(), at::kFloat));
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
   at::Tensor host = at::cat(pack).to(at::kCPU);
   const float* h = host.data_ptr<float>();
@@ -153,6 +155,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
     out.grads_finite = out.local_grads_finite && std::isfinite(h[1]);
     if (!out.finite()) out.nonfinite_ranks.push_back(0);
   }
+  if (settings.batch_absmax.defined()) out.batch_absmax = h[next++];
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);

@@ -10,7 +10,7 @@ namespace {
 template <typename Word, size_t N>
 using Names = std::array<std::pair<Word, const char*>, N>;
 
-constexpr Names<EventKind, 10> kEventKinds{{{EventKind::skip, "skip"},
+constexpr Names<EventKind, 12> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::scale_backoff, "scale_backoff"},
                                             {EventKind::first_birth, "first_birth"},
                                             {EventKind::snapshot, "snapshot"},
@@ -19,7 +19,9 @@ constexpr Names<EventKind, 10> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::fallback, "fallback"},
                                             {EventKind::nonfinite_ranks, "nonfinite_ranks"},
                                             {EventKind::first_nonfinite, "first_nonfinite"},
-                                            {EventKind::dist_error, "dist_error"}}};
+                                            {EventKind::dist_error, "dist_error"},
+                                            {EventKind::warning, "warning"},
+                                            {EventKind::stop, "stop"}}};
 constexpr Names<Phase, 4> kPhases{{{Phase::forward, "forward"},
                                    {Phase::backward, "backward"},
                                    {Phase::grad_norm, "grad_norm"},

@@ -22,6 +22,8 @@ enum class FaultKind {
   activation_overflow,     // P10 (fp16-only): blocks.0.mlp's pre-activation passes 65504
   attention_logit_growth,  // P16: blocks.0.attn's queries x ARG (default 1e6): past fp16's range
   logit_drift,             // P15: the head's input x ARG (default 1e6): past fp16's range
+  lr_ramp,                 // P12, slow onset: LR x (1 + ARG)^(step - STEP) from STEP on (default 0.2)
+  input_ramp,              // slow onset: float inputs x (1 + ARG)^(step - STEP) from STEP on (default 0.3)
 };
 
 struct Fault {
@@ -44,6 +46,8 @@ std::vector<std::string> fault_kind_names();
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step);
 // The LR multiplier in force at `step` (lr_spike persists once it fires).
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step);
+// The factor the float inputs are multiplied by at `step` (input_ramp), 1 without.
+double input_scale_at(const std::vector<Fault>& faults, int64_t step);
 // The batch row to poison at `step`, if nonfinite_input is planted there.
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step);
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/snapshot_policy.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -41,16 +43,18 @@
 namespace nanscope {
 
 struct GuardOptions {
-  std::string run_dir = "nanscope-run";       // run.h5 and snapshots/ go here (created)
-  Amp amp = Amp::fp32;                        // the precision to start in
-  double clip = 1.0;                          // global grad-norm clip after unscaling; <= 0: off
-  bool fallback = true;                       // fp32 after the first non-finite step, once
-  double lr_backoff = 0.5;                    // the LR multiplier the fallback applies
-  double fallback_min_scale = 1.0;            // fp16: the scaler's business until the scale drops below this
-  bool probe = true;                          // per-layer grad norms and the forensic re-run
-  bool capture_every_step = false;            // op-level capture on every step (slow; for hunting)
-  int64_t act_absmax_every = 0;               // per-layer activation abs-max every N steps (0: never)
-  int64_t max_snapshots = 3;                  // one per distinct first birth, at most this many
+  std::string run_dir = "nanscope-run";  // run.h5 and snapshots/ go here (created)
+  Amp amp = Amp::fp32;                   // the precision to start in
+  double clip = 1.0;                     // global grad-norm clip after unscaling; <= 0: off
+  bool fallback = true;                  // fp32 after the first non-finite step, once
+  double lr_backoff = 0.5;               // the LR multiplier the fallback applies
+  double fallback_min_scale = 1.0;       // fp16: the scaler's business until the scale drops below this
+  bool probe = true;                     // per-layer grad norms and the forensic re-run
+  bool capture_every_step = false;       // op-level capture on every step (slow; for hunting)
+  int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
+  int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
+  bool warn = true;                      // early warnings (sentinel.hpp) as events and log lines
+  SentinelOptions sentinel;
   std::string optimizer_name;                 // recorded in snapshots ("adamw", "sgd", yours)
   std::map<std::string, std::string> config;  // written into run.h5 and every snapshot
   int rank = 0, world_size = 1;               // data parallel: this rank's run file and snapshots
@@ -71,12 +75,20 @@ struct GuardedStep {
   StepOutcome outcome;
   Amp amp = Amp::fp32;  // the precision the step ran in
   double lr = 0;
-  double loss_scale = 1;    // the scale it ran with
-  double seconds = 0;       // wall time of the step
-  std::string first_birth;  // format::capture_text of the forensic re-run; "" when not investigated
-  std::string snapshot;     // the snapshot written, or ""
-  bool fell_back = false;   // the fallback fired at this step
-  std::string error;        // the model raised during the step (the step was skipped)
+  double loss_scale = 1;              // the scale it ran with
+  double seconds = 0;                 // wall time of the step
+  std::string first_birth;            // format::capture_text of the forensic re-run; "" when not investigated
+  std::string snapshot;               // the snapshot written, or ""
+  bool fell_back = false;             // the fallback fired at this step
+  std::string error;                  // the model raised during the step (the step was skipped)
+  std::vector<std::string> warnings;  // early warnings that fired at this step
+};
+
+// The weights went non-finite and nothing can bring them back: the run is
+// dead. Its message names the step whose update broke them; run.h5 is whole.
+class DeadRunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class StepGuard {
@@ -87,8 +99,9 @@ class StepGuard {
   StepGuard& operator=(const StepGuard&) = delete;
 
   // One step on this batch (already on the model's device). Throws what the
-  // model throws when no birth explains it (an error in the model), and
-  // anything at all with an averager (the peers are waiting).
+  // model throws when no birth explains it (an error in the model), anything
+  // at all with an averager (the peers are waiting), and DeadRunError when a
+  // non-finite step finds the weights themselves non-finite.
   GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
 
   Amp amp() const { return amp_; }
@@ -112,6 +125,9 @@ class StepGuard {
                              const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture);
   void say(int64_t step, const std::string& text);
+  void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
+                                   const std::vector<float>& layer_act_absmax);
+  bool weights_finite() const;
 
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
@@ -125,6 +141,8 @@ class StepGuard {
   Amp amp_;
   std::vector<std::string> snapshots_;
   std::vector<int> first_nonfinite_ranks_;
+  Sentinel sentinel_;
+  int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
 };
 
 }  // namespace nanscope

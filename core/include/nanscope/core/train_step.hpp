@@ -21,6 +21,8 @@ struct StepSettings {
   bool parameter_norms = false;  // also bring back each parameter's grad norm
   // The probe's one-element "batch is non-finite" flag, read back with the rest.
   at::Tensor batch_nonfinite;
+  // Early warnings: the batch's largest magnitude (one element, on the device), read back with the rest.
+  at::Tensor batch_absmax;
   // Data parallel: average gradients across ranks (nullptr: one process).
   GradientAverager* buckets = nullptr;
   bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
@@ -37,6 +39,7 @@ struct StepOutcome {
   bool grads_finite = true;
   bool skipped = false;
   bool batch_finite = true;
+  double batch_absmax = 0;  // when StepSettings asked for it
   bool local_loss_finite = true;
   bool local_grads_finite = true;
   std::vector<int> nonfinite_ranks;    // ranks whose own check failed (one process: {0} or {})

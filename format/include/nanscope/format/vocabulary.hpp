@@ -21,6 +21,8 @@ enum class EventKind {
   nonfinite_ranks,   // data parallel: the ranks whose own check failed ("1", "0,2")
   first_nonfinite,   // the same, at the run's first skip
   dist_error,        // a collective failed (a peer died or timed out)
+  warning,           // early warning: a signal heading for a NaN (text: signal, where, value, baseline)
+  stop,              // the run stopped: its weights went non-finite and nothing could save it
 };
 
 // Where an op ran: in the model's forward or backward, in the global-norm

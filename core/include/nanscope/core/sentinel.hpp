@@ -1,0 +1,92 @@
+#pragma once
+// Early warning: watches the numbers every step already brings to the host
+// (the loss, the global grad norm, the loss scale, the per-layer grad norms,
+// and the per-layer activation abs-max on the steps that record it) and says
+// when a run is heading for a NaN, before it gets there. No device work and no
+// host sync of its own.
+//
+// Signals, each against a baseline that needs `warmup` finite steps first:
+// - grad_norm_spike: log(grad norm) more than `spike_z` deviations above its
+//   running mean (ZClip's test);
+// - grad_norm_growth: the grad norm's short average more than `growth_ratio`
+//   times its long one (slow growth a z-score adapts to);
+// - layer_grad_norm: the same spike test per layer, naming the layer;
+// - loss_spike: a loss `loss_spike_ratio` times the largest seen (Megatron's test);
+// - loss_scale_collapse: fp16's scale `scale_collapse` times below its peak;
+// - activation_headroom: a layer's abs-max (or the inputs') growing towards
+//   the square root of the largest value of the precision it runs in (norms
+//   and variances square what they get: squares overflow first), with the
+//   steps left at the current rate.
+// A signal (per layer) that fired stays quiet for `quiet_steps` steps.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nanscope {
+
+struct SentinelOptions {
+  int64_t warmup = 20;
+  double spike_z = 6.0;
+  double growth_ratio = 3.0;
+  double loss_spike_ratio = 10.0;
+  double scale_collapse = 1024.0;
+  double headroom_steps = 100.0;  // warn when the activation limit is this few steps away
+  int64_t quiet_steps = 50;
+};
+
+// One finite step's host values.
+struct StepSignals {
+  double loss = 0;
+  double grad_norm = 0;
+  double loss_scale = 1;
+  double precision_limit = 3.38953e38;  // the largest finite value of the step's precision
+  const std::vector<std::string>* layer_names = nullptr;
+  const std::vector<float>* layer_grad_norm = nullptr;   // per layer, or empty
+  const std::vector<float>* layer_act_absmax = nullptr;  // per layer on recording steps, or empty
+  double input_absmax = 0;                               // the batch's largest magnitude (0: not known)
+};
+
+struct Warning {
+  std::string signal;  // grad_norm_spike, grad_norm_growth, layer_grad_norm, loss_spike, ...
+  std::string where;   // the layer, or "" for the whole model
+  double value = 0, baseline = 0;
+  std::optional<double> steps_to_limit;
+  std::string text;  // one line: signal, where, value, baseline, steps to the limit
+};
+
+class Sentinel {
+ public:
+  explicit Sentinel(SentinelOptions options = {});
+
+  // Feeds a finite step; returns the warnings that fire at it.
+  std::vector<Warning> observe(int64_t step, const StepSignals& signals);
+
+ private:
+  // A running mean and variance (exponential) of log values.
+  struct Baseline {
+    double mean = 0, var = 0;
+    int64_t count = 0;
+    void add(double x, double alpha);
+    double z(double x) const;
+  };
+  bool quiet(const std::string& key, int64_t step);
+  void fire(std::vector<Warning>& out, int64_t step, Warning w);
+
+  SentinelOptions options_;
+  int64_t finite_steps_ = 0;
+  Baseline grad_;
+  double grad_short_ = 0, grad_long_ = 0;  // exponential averages of log grad norm
+  std::map<std::string, Baseline> layer_grad_;
+  double max_loss_ = 0;
+  double peak_scale_ = 0;
+  struct Headroom {
+    int64_t step = -1, count = 0;
+    double short_avg = 0, long_avg = 0;  // exponential averages of log2(abs-max)
+  };
+  std::map<std::string, Headroom> headroom_;
+  std::map<std::string, int64_t> last_fired_;
+};
+
+}  // namespace nanscope

@@ -1,0 +1,137 @@
+#include "nanscope/core/sentinel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace nanscope {
+
+namespace {
+
+constexpr double kBaselineAlpha = 0.05;  // about the last 20 steps
+constexpr double kShortAlpha = 0.3;      // about the last 3 steps
+constexpr double kLongAlpha = 0.02;      // about the last 50 steps
+
+std::string number(double v) {
+  std::ostringstream s;
+  s.precision(3);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+void Sentinel::Baseline::add(double x, double alpha) {
+  if (count++ == 0) {
+    mean = x;
+    var = 0;
+    return;
+  }
+  const double d = x - mean;
+  mean += alpha * d;
+  var = (1 - alpha) * (var + alpha * d * d);
+}
+
+double Sentinel::Baseline::z(double x) const {
+  // A floor on the deviation: a perfectly steady baseline must not turn a
+  // few percent of noise into a spike.
+  const double sd = std::max(std::sqrt(var), 0.05);
+  return (x - mean) / sd;
+}
+
+Sentinel::Sentinel(SentinelOptions options) : options_(options) {}
+
+bool Sentinel::quiet(const std::string& key, int64_t step) {
+  auto it = last_fired_.find(key);
+  return it != last_fired_.end() && step - it->second < options_.quiet_steps;
+}
+
+void Sentinel::fire(std::vector<Warning>& out, int64_t step, Warning w) {
+  const std::string key = w.signal + "/" + w.where;
+  if (quiet(key, step)) return;
+  last_fired_[key] = step;
+  std::ostringstream t;
+  t << w.signal << (w.where.empty() ? "" : " in '" + w.where + "'") << ": " << number(w.value) << " against "
+    << number(w.baseline);
+  if (w.steps_to_limit) t << ", the precision's limit in about " << number(*w.steps_to_limit) << " steps";
+  w.text = t.str();
+  out.push_back(std::move(w));
+}
+
+std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
+  std::vector<Warning> out;
+  const bool warm = finite_steps_ >= options_.warmup;
+
+  // The global grad norm: a spike against the running baseline, and growth
+  // of the short average over the long one.
+  if (s.grad_norm > 0 && std::isfinite(s.grad_norm)) {
+    const double g = std::log(s.grad_norm);
+    if (warm && grad_.z(g) > options_.spike_z)
+      fire(out, step, {"grad_norm_spike", "", s.grad_norm, std::exp(grad_.mean), {}, ""});
+    if (warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio))
+      fire(out, step, {"grad_norm_growth", "", std::exp(grad_short_), std::exp(grad_long_), {}, ""});
+    grad_.add(g, kBaselineAlpha);
+    grad_short_ = finite_steps_ == 0 ? g : grad_short_ + kShortAlpha * (g - grad_short_);
+    grad_long_ = finite_steps_ == 0 ? g : grad_long_ + kLongAlpha * (g - grad_long_);
+  }
+
+  // Per layer: the same spike test, naming the layer.
+  if (s.layer_names && s.layer_grad_norm && s.layer_grad_norm->size() == s.layer_names->size()) {
+    for (size_t i = 0; i < s.layer_names->size(); ++i) {
+      const double v = (*s.layer_grad_norm)[i];
+      if (!(v > 0) || !std::isfinite(v)) continue;
+      Baseline& b = layer_grad_[(*s.layer_names)[i]];
+      if (warm && b.z(std::log(v)) > options_.spike_z)
+        fire(out, step, {"layer_grad_norm", (*s.layer_names)[i], v, std::exp(b.mean), {}, ""});
+      b.add(std::log(v), kBaselineAlpha);
+    }
+  }
+
+  // The loss against the largest seen.
+  if (std::isfinite(s.loss)) {
+    if (warm && max_loss_ > 0 && s.loss >= options_.loss_spike_ratio * max_loss_)
+      fire(out, step, {"loss_spike", "", s.loss, max_loss_, {}, ""});
+    max_loss_ = std::max(max_loss_, s.loss);
+  }
+
+  // fp16's loss scale collapsing: overflow after overflow.
+  if (s.loss_scale > 0) {
+    if (peak_scale_ > 0 && s.loss_scale * options_.scale_collapse <= peak_scale_)
+      fire(out, step, {"loss_scale_collapse", "", s.loss_scale, peak_scale_, {}, ""});
+    peak_scale_ = std::max(peak_scale_, s.loss_scale);
+  }
+
+  // Headroom: log2(sqrt(limit) / absmax) and how fast it shrinks, per layer
+  // on the steps that record activations, and for the inputs every step.
+  const double log2_limit = std::log2(s.precision_limit) / 2;
+  auto headroom = [&](const std::string& where, double a) {
+    if (!(a > 0) || !std::isfinite(a)) return;
+    Headroom& h = headroom_[where];
+    const double x = std::log2(a);
+    if (h.count++ == 0) {
+      h.short_avg = h.long_avg = x;
+    } else {
+      h.short_avg += kShortAlpha * (x - h.short_avg);
+      h.long_avg += kBaselineAlpha * (x - h.long_avg);
+    }
+    // Under steady growth of r bits per observation the two averages lag by
+    // r(1-a)/a each, so their gap over the difference of the lags is r; batch
+    // to batch noise mostly cancels in it.
+    const double lag_gap = (1 - kBaselineAlpha) / kBaselineAlpha - (1 - kShortAlpha) / kShortAlpha;
+    const double interval = h.step >= 0 ? double(std::max<int64_t>(1, step - h.step)) : 1.0;
+    const double bits_per_step = (h.short_avg - h.long_avg) / lag_gap / interval;
+    h.step = step;
+    if (!warm || h.count < 10 || bits_per_step <= 0) return;
+    const double steps_left = (log2_limit - x) / bits_per_step;
+    if (steps_left < options_.headroom_steps)
+      fire(out, step, {"activation_headroom", where, a, std::exp2(h.long_avg), steps_left, ""});
+  };
+  if (s.layer_names && s.layer_act_absmax && s.layer_act_absmax->size() == s.layer_names->size())
+    for (size_t i = 0; i < s.layer_names->size(); ++i) headroom((*s.layer_names)[i], (*s.layer_act_absmax)[i]);
+  headroom("inputs", s.input_absmax);
+
+  ++finite_steps_;
+  return out;
+}
+
+}  // namespace nanscope

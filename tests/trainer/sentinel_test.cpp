@@ -1,0 +1,146 @@
+// Early warnings come before the NaN and never on a clean run; a run whose
+// weights went non-finite stops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "../subprocess.hpp"
+#include "../test_paths.hpp"
+#include "nanscope/core/sentinel.hpp"
+#include "nanscope/core/step_guard.hpp"
+#include "nanscope/format/exit_codes.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "test_models.hpp"
+#include "trainer.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+struct Timeline {
+  int64_t first_warning = -1, first_nonfinite = -1, warnings = 0;
+};
+
+Timeline timeline_of(const std::string& run_file) {
+  const format::RunData r = format::read_run(run_file);
+  Timeline t;
+  for (size_t i = 0; i < r.rows(); ++i)
+    if (r.skipped[i] && t.first_nonfinite < 0) t.first_nonfinite = r.step[i];
+  for (const auto& e : r.events)
+    if (e.kind == format::to_string(format::EventKind::warning)) {
+      ++t.warnings;
+      if (t.first_warning < 0 || e.step < t.first_warning) t.first_warning = e.step;
+    }
+  return t;
+}
+
+TrainOptions ramp_run(const std::string& run_dir, const std::string& fault, int64_t steps) {
+  TrainOptions o = test::quick_mlp_run(run_dir, steps);
+  o.amp = Amp::bf16;
+  o.faults = {parse_fault(fault)};
+  return o;
+}
+
+}  // namespace
+
+TEST(Sentinel, WarnsTenStepsOrMoreBeforeAnLrRampMakesItNonFinite) {
+  test::TempDir dir;
+  std::ostringstream log;
+  TrainSummary s = run(ramp_run(dir.file("run"), "lr_ramp@50:0.2", 250), log);
+  const Timeline t = timeline_of(s.run_file);
+  ASSERT_GE(t.first_nonfinite, 0) << "the ramp must end in a non-finite step";
+  ASSERT_GE(t.first_warning, 0) << log.str();
+  EXPECT_GE(t.first_nonfinite - t.first_warning, 10) << log.str();
+  EXPECT_GE(t.first_warning, 50) << "no warning before the ramp starts:\n" << log.str();
+  EXPECT_NE(log.str().find("warning: grad_norm"), std::string::npos) << log.str();
+}
+
+TEST(Sentinel, WarnsTenStepsOrMoreBeforeGrowingInputsOverflow) {
+  test::TempDir dir;
+  std::ostringstream log;
+  TrainSummary s = run(ramp_run(dir.file("run"), "input_ramp@50:0.3", 300), log);
+  const Timeline t = timeline_of(s.run_file);
+  ASSERT_GE(t.first_nonfinite, 0);
+  ASSERT_GE(t.first_warning, 50) << log.str();
+  EXPECT_GE(t.first_nonfinite - t.first_warning, 10) << log.str();
+  EXPECT_NE(log.str().find("activation_headroom in 'inputs'"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("steps"), std::string::npos) << "the predicted steps to the limit";
+}
+
+TEST(Sentinel, CleanRunsRaiseNoWarning) {
+  test::TempDir dir;
+  TrainOptions mlp = test::quick_mlp_run(dir.file("mlp"), 2000);
+  mlp.amp = Amp::bf16;
+  mlp.act_absmax_every = 10;
+  std::ostringstream log;
+  EXPECT_EQ(timeline_of(run(mlp, log).run_file).warnings, 0) << log.str();
+
+  TrainOptions gpt = mlp;
+  gpt.model = "gpt";
+  gpt.steps = 200;
+  gpt.batch_size = 8;
+  gpt.run_dir = dir.file("gpt");
+  EXPECT_EQ(timeline_of(run(gpt, log).run_file).warnings, 0) << log.str();
+}
+
+TEST(Sentinel, WarnOffWritesNoWarning) {
+  test::TempDir dir;
+  TrainOptions o = ramp_run(dir.file("run"), "lr_ramp@50:0.2", 200);
+  o.warn = false;
+  std::ostringstream log;
+  EXPECT_EQ(timeline_of(run(o, log).run_file).warnings, 0);
+}
+
+TEST(Sentinel, ASignalThatFiredStaysQuietForAWhile) {
+  SentinelOptions options;
+  options.warmup = 5;
+  options.quiet_steps = 10;
+  Sentinel sentinel(options);
+  std::vector<int64_t> fired;
+  for (int64_t step = 0; step < 40; ++step) {
+    StepSignals s;
+    s.loss = 1;
+    s.grad_norm = step < 20 ? 1.0 + 0.01 * double(step % 3) : 1e6;  // a spike from step 20 on
+    for (const Warning& w : sentinel.observe(step, s))
+      if (w.signal == "grad_norm_spike") fired.push_back(step);
+  }
+  ASSERT_FALSE(fired.empty());
+  EXPECT_EQ(fired.front(), 20);
+  for (size_t i = 1; i < fired.size(); ++i) EXPECT_GE(fired[i] - fired[i - 1], 10);
+}
+
+TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
+  // The model writes a NaN batch statistic into its own gain parameter at
+  // step 3: skipping the step cannot save weights that are already NaN.
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  const std::string run_dir = dir.file("run");
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file("poisons_its_weights.pt") +
+                             " --data " + dir.file("regressor_data.h5") +
+                             " --steps 40 --batch-size 16 --fault nonfinite_input@3:0 --quiet --threads 1 --run-dir " +
+                             run_dir);
+  EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
+  EXPECT_NE(r.output.find("step 3: the weights are non-finite (the last update that reached them: step 2)"),
+            std::string::npos)
+      << r.output;
+  const format::RunData run = format::read_run(run_dir + "/run.h5");  // closed whole
+  EXPECT_EQ(run.rows(), 4u) << "it stops at the step that found them, not after 40";
+  bool stop_event = false;
+  for (const auto& e : run.events) stop_event |= e.kind == format::to_string(format::EventKind::stop);
+  EXPECT_TRUE(stop_event);
+}
+
+TEST(DeadRun, AHealthyRunSkipsAndGoesOnAsBefore) {
+  // The stock semantics where the weights are intact: skip, fall back, go on.
+  test::TempDir dir;
+  TrainOptions o = test::quick_mlp_run(dir.file("run"), 20);
+  o.faults = {parse_fault("nonfinite_input@5:0")};
+  std::ostringstream log;
+  TrainSummary s = run(o, log);
+  EXPECT_EQ(s.steps_run, 20);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(s.fallback_step, 5);
+}
