@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   nanscope::add_train_options(app, options);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {  // a key of --config that is no option
+    std::cerr << "nanscope-train: --config: " << e.what() << " (not an option: keys are the long flag names)\n";
+    return nanscope::kExitBadInput;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? nanscope::kExitOk : nanscope::kExitBadInput;

@@ -2,10 +2,32 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 
 namespace nanscope {
+
+namespace {
+
+// CLI11's PositiveNumber and NonNegativeNumber accept NaN and word their
+// refusal as a range up to 1.8e308; these say what is wrong in one line.
+CLI::Validator number_at_least(double lowest, bool strictly, const char* name) {
+  return CLI::Validator(
+      [lowest, strictly, name](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool ok =
+            end != text.c_str() && *end == '\0' && std::isfinite(v) && (strictly ? v > lowest : v >= lowest);
+        return ok ? std::string() : "must be a " + std::string(name) + " number, not '" + text + "'";
+      },
+      strictly ? "POSITIVE" : "NONNEGATIVE");
+}
+const CLI::Validator kPositive = number_at_least(0, true, "positive");
+const CLI::Validator kNonNegative = number_at_least(0, false, "non-negative finite");
+
+}  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
   app.description(
@@ -17,6 +39,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "a collective timed out (multi-process runs), 4 the weights went non-finite and the run\n"
       "stopped (skipping could not save it), 130 interrupted (Ctrl-C).");
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
 
   auto* model = app.add_option("--model", o.model,
                                "Model: 'mlp', 'gpt' (built-in) or PATH.pt, a TorchScript file whose "
@@ -26,21 +49,20 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "HDF5 file with /inputs and /targets (first dimension = samples). Default: "
                  "built-in data (gpt: a text every Debian system has; mlp: a seeded teacher task)");
   app.add_option("--init", o.init, "Checkpoint to start from (fine-tuning)");
-  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(kPositive);
+  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(kPositive);
+  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(kPositive);
   app.add_option("--optimizer", o.optimizer, "adamw or sgd (momentum 0.9)")
       ->capture_default_str()
       ->check(CLI::IsMember({"adamw", "sgd"}));
-  app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str()->check(kNonNegative);
   app.add_option("--schedule", o.schedule, "LR schedule: constant, or cosine decay after warmup")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(kNonNegative);
   app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   static const std::map<std::string, Amp> amps{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}};
   app.add_option("--amp", o.amp, "Autocast precision: off, bf16, or fp16 (with the loss scaler)")
       ->transform(CLI::CheckedTransformer(amps, CLI::ignore_case))
@@ -53,10 +75,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--fallback-min-scale", o.fallback_min_scale,
                  "fp16: overflowing gradients are the scaler's business (skip and back off) until "
                  "the scale falls below this; then the fallback fires")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--z-loss", o.z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_flag("--no-shuffle{false}", o.shuffle,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
   app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
@@ -77,22 +100,22 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--act-absmax-every", o.act_absmax_every,
                  "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
                  "headroom to fp16/bf16 is log2(limit / absmax)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--max-snapshots", o.max_snapshots,
                  "Snapshots a run writes at most: one for each non-finite step whose first birth "
                  "(kind, op, module) is new; the others are counted in snapshot_skipped events")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save, "Write a checkpoint here at the end");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "Also write the --save checkpoint every N steps (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
                  "this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--device", o.device, "auto, cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -148,18 +171,18 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Seconds a rendezvous or collective may wait for the other ranks before the run "
                  "ends with an error (exit 3)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->group(dist);
   app.add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->group(dist);
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
   app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
 }
 
 void validate_options(const TrainOptions& o) {
-  if (o.lr_backoff <= 0) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
+  if (!(o.lr_backoff > 0 && o.lr_backoff <= 1)) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
   if (o.warmup >= o.steps && o.schedule == "cosine")
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
   if (o.checkpoint_every > 0 && o.save.empty()) throw std::invalid_argument("--checkpoint-every needs --save PATH");

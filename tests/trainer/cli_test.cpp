@@ -44,6 +44,26 @@ TEST(Cli, BadArgumentsExitTwoWithAMessage) {
   EXPECT_NE(late.output.find("past the last step"), std::string::npos) << late.output;
 }
 
+TEST(Cli, BadNumbersAndUnknownConfigKeysExitTwoNamingThem) {
+  for (const char* args : {" --lr nan", " --lr -1", " --lr inf", " --steps 0", " --clip nan", " --weight-decay -0.1"}) {
+    auto r = run_command(kTrain + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    const std::string flag = std::string(args).substr(1, std::string(args).find(' ', 1) - 1);
+    EXPECT_NE(r.output.find(flag + ": must be a"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("1797693"), std::string::npos) << "no range up to DBL_MAX:\n" << r.output;
+  }
+  auto backoff = run_command(kTrain + " --lr-backoff nan");
+  EXPECT_EQ(backoff.exit_code, 2) << backoff.output;
+  nanscope::test::TempDir dir;
+  {
+    std::ofstream config(dir.file("run.toml"));
+    config << "steps = 5\nbogus_key = 3\n";
+  }
+  auto r = run_command(kTrain + " --config " + dir.file("run.toml") + " --run-dir " + dir.file("r"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bogus_key"), std::string::npos) << r.output;
+}
+
 TEST(Cli, MissingOrForeignDataFileExitsTwoNamingIt) {
   TempDir dir;
   auto missing =
