@@ -1,5 +1,6 @@
 #include "setup.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
@@ -105,6 +106,32 @@ std::unique_ptr<TrainableModel> make_model(const TrainOptions& o, const Dataset&
   return load_scripted_model(o.model);
 }
 
+namespace {
+
+// One forward of a TorchScript model on the data's first rows, before any
+// training: a loss that is no scalar is bad input named in one line, not a
+// failure at step 0. A forward that raises is left to the step, where an op
+// raising on a NaN is a non-finite step and anything else fails the run.
+// Leaves the model, its mode and the RNG as they were.
+void check_loss_is_a_scalar(const std::string& path, TrainableModel& model, const Dataset& data) {
+  const int64_t rows = std::min<int64_t>(2, data.size());
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor rng = generator.get_state();
+  torch::NoGradGuard no_grad;
+  model.set_training(false);
+  std::string not_scalar;
+  try {
+    model.loss(data.inputs.slice(0, 0, rows), data.targets.slice(0, 0, rows));
+  } catch (const std::invalid_argument& e) {
+    not_scalar = e.what();
+  } catch (const std::exception&) {}
+  model.set_training(true);
+  generator.set_state(rng);
+  if (!not_scalar.empty()) throw std::invalid_argument("'" + path + "': " + not_scalar);
+}
+
+}  // namespace
+
 void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dataset& data, at::Device device) {
   if (o.amp != Amp::fp32 && !compat::autocast_supported(device.type(), autocast_dtype(o.amp)))
     throw std::invalid_argument(std::string("--amp ") + amp_name(o.amp) + " is not available on " + device.str() +
@@ -130,6 +157,7 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
       model.plant_fault({FaultKind::none});
     }
   }
+  if (!is_builtin(o.model)) check_loss_is_a_scalar(o.model, model, data);
   if (!is_builtin(o.model) && o.z_loss > 0)
     throw std::invalid_argument("--z-loss needs a built-in model: a TorchScript model returns its own loss");
 }

@@ -100,6 +100,21 @@ TEST_F(TorchScript, ModelThatRaisesWithoutANanFailsTheRunInOneLine) {
   EXPECT_EQ(r.output.find("Traceback of TorchScript"), std::string::npos) << r.output;
 }
 
+TEST_F(TorchScript, AModelOutsideTheContractExitsTwoNamingIt) {
+  // forward(x) instead of forward(inputs, targets), and per-sample losses
+  // instead of a scalar: bad input in one line, before any step.
+  for (const auto& [model, says] : {std::pair<std::string, std::string>{"one_argument.pt", "it is forward("},
+                                    {"vector_loss.pt", "must return a scalar loss"}}) {
+    test::TempDir dir;
+    auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file(model) + " --data " +
+                               dir_->file("regressor_data.h5") + " --steps 3 --quiet --run-dir " + dir.file("run"));
+    EXPECT_EQ(r.exit_code, 2) << model << "\n" << r.output;
+    EXPECT_NE(r.output.find(model), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step 0"), std::string::npos) << "refused before training:\n" << r.output;
+  }
+}
+
 TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
   // An embedding tied to the output head: LibTorch lists the tensor under both
   // names. Stepped twice, counted twice in the norm and the clip, it drifts

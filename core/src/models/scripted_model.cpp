@@ -43,6 +43,28 @@ class ScriptedModel : public TrainableModel {
   std::string bytes_;
 };
 
+// The contract is forward(inputs, targets) -> Tensor: say so, naming the file
+// and the signature it has, before any training starts.
+void check_forward_signature(const torch::jit::Module& module, const std::string& origin) {
+  auto forward = module.find_method("forward");
+  if (!forward) throw std::invalid_argument("TorchScript model '" + origin + "' has no forward method");
+  const c10::FunctionSchema& schema = forward->function().getSchema();
+  size_t required = 0;  // arguments without a default, self excluded
+  for (size_t i = 1; i < schema.arguments().size(); ++i)
+    if (!schema.arguments()[i].default_value()) ++required;
+  const bool takes_two = schema.arguments().size() >= 3 && required <= 2;
+  const bool returns_tensor =
+      schema.returns().size() == 1 && schema.returns()[0].type()->kind() == c10::TypeKind::TensorType;
+  if (!takes_two || !returns_tensor) {
+    std::ostringstream has;
+    has << schema;
+    throw std::invalid_argument("TorchScript model '" + origin +
+                                "': forward must take (inputs, targets) and return the scalar loss as a Tensor; "
+                                "it is " +
+                                has.str());
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& bytes, const std::string& origin) {
@@ -53,6 +75,7 @@ std::unique_ptr<TrainableModel> load_scripted_model_bytes(const std::string& byt
   try {
     std::istringstream in(bytes);
     torch::jit::Module module = torch::jit::load(in);
+    check_forward_signature(module, origin);
     probe::register_torchscript_modules(module);  // births named by named_modules() paths
     return std::make_unique<ScriptedModel>(std::move(module), bytes);
   } catch (const c10::Error& e) {
