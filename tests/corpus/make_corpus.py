@@ -268,33 +268,25 @@ def ft_transformer_data(g):
     return (x, y), (fx, y), bad
 
 
+# Each model: its class, the data builder, and how it is exported.
+MODELS = {
+    "nanogpt": (lambda: cm.GPT(cm.GPTConfig()), lambda g, model: nanogpt_data(g), "traced"),
+    "vae": (cm.VAE, lambda g, model: vae_data(g), "scripted"),
+    "mnist_cnn": (cm.Net, lambda g, model: mnist_data(g), "scripted"),
+    "lstm_classifier": (cm.LSTMClassifier, lambda g, model: lstm_data(g), "scripted"),
+    "tabular_mlp": (cm.TabularMLP, tabular_mlp_data, "scripted"),
+    "ft_transformer": (cm.FTTransformer, lambda g, model: ft_transformer_data(g), "scripted"),
+}
+
+
 def build(name, g):
+    if name not in MODELS:
+        raise SystemExit(f"unknown model {name}")
+    make_model, make_data, export = MODELS[name]
     torch.manual_seed(0)
-    if name == "nanogpt":
-        model = cm.GPT(cm.GPTConfig())
-        clean, faulted, bad = nanogpt_data(g)
-        return model, clean, faulted, bad, "traced"
-    if name == "vae":
-        model = cm.VAE()
-        clean, faulted, bad = vae_data(g)
-        return model, clean, faulted, bad, "scripted"
-    if name == "mnist_cnn":
-        model = cm.Net()
-        clean, faulted, bad = mnist_data(g)
-        return model, clean, faulted, bad, "scripted"
-    if name == "lstm_classifier":
-        model = cm.LSTMClassifier()
-        clean, faulted, bad = lstm_data(g)
-        return model, clean, faulted, bad, "scripted"
-    if name == "tabular_mlp":
-        model = cm.TabularMLP()
-        clean, faulted, bad = tabular_mlp_data(g, model)
-        return model, clean, faulted, bad, "scripted"
-    if name == "ft_transformer":
-        model = cm.FTTransformer()
-        clean, faulted, bad = ft_transformer_data(g)
-        return model, clean, faulted, bad, "scripted"
-    raise SystemExit(f"unknown model {name}")
+    model = make_model()
+    clean, faulted, bad = make_data(g, model)
+    return model, clean, faulted, bad, export
 
 
 CATEGORIES = {
