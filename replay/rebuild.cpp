@@ -75,8 +75,7 @@ ReplaySetup rebuild(const std::string& path) {
   load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
   load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
   setup.model->set_training(true);
-  for (const auto& [name, p] : setup.model->named_parameters())
-    if (p.requires_grad()) setup.parameters.push_back(p);
+  setup.parameters = trainable_tensors(*setup.model);
   setup.amp = amp_from(s.precision, path);
   setup.fault = fault_at_step(s.config, s.step);
   if (!s.inputs.defined() || !s.targets.defined())

@@ -99,14 +99,6 @@ std::unique_ptr<TrainableModel> prepared_model(const TrainOptions& o, const Data
   return model;
 }
 
-std::vector<at::Tensor> trainable_parameters(const TrainableModel& model) {
-  std::vector<at::Tensor> parameters;
-  for (const auto& [name, p] : model.named_parameters())
-    if (p.requires_grad()) parameters.push_back(p);
-  if (parameters.empty()) throw std::invalid_argument("the model has no trainable parameters");
-  return parameters;
-}
-
 // Data parallel: rendezvous, every rank starts from rank 0's weights, and the
 // gradient buckets are laid out once. Empty for one process.
 struct Ranks {
@@ -161,7 +153,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   const std::string who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
   Dataset data = make_dataset(o);
   std::unique_ptr<TrainableModel> model = prepared_model(o, data, device, log);
-  const std::vector<at::Tensor> parameters = trainable_parameters(*model);
+  const std::vector<at::Tensor> parameters = trainable_tensors(*model);
   Ranks ranks = join_ranks(dist, device, *model, parameters);
   auto optimizer = make_optimizer(o.optimizer, parameters, o.lr, o.weight_decay);
   StepGuard guard(*model, *optimizer, guard_options(o, run_config(o, faults, data, device, *model), log, who));

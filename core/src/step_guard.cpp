@@ -23,18 +23,9 @@ std::string fmt(double v) {
   return s.str();
 }
 
-std::vector<at::Tensor> trainable(const TrainableModel& model) {
-  std::vector<at::Tensor> out;
-  for (const auto& [name, p] : model.named_parameters())
-    if (p.requires_grad()) out.push_back(p);
-  if (out.empty()) throw std::invalid_argument("the model has no trainable parameters");
-  return out;
-}
-
 std::vector<std::string> trainable_names(const TrainableModel& model) {
   std::vector<std::string> out;
-  for (const auto& [name, p] : model.named_parameters())
-    if (p.requires_grad()) out.push_back(name);
+  for (const auto& [name, p] : model.trainable_parameters()) out.push_back(name);
   return out;
 }
 
@@ -77,7 +68,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
     : model_(model),
       optimizer_(optimizer),
       options_(std::move(options)),
-      parameters_(trainable(model)),
+      parameters_(trainable_tensors(model)),
       probe_(probe_options(options_), trainable_names(model)),
       scaler_(scaler_config(options_.amp)),
       fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),

@@ -17,11 +17,7 @@ namespace {
 // (empty) stack: backward ops are attributed through seqNr instead.
 thread_local std::vector<std::string> t_scopes;
 
-// Autocast switched off on every device that has it, for one scope.
-struct AutocastOff {
-  compat::AutocastGuard cpu{c10::kCPU, at::kBFloat16, false};
-  compat::AutocastGuard cuda{c10::kCUDA, at::kHalf, false};
-};
+using compat::AutocastOff;
 const std::vector<std::string>* g_fp32_modules = nullptr;
 thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // parallel to t_scopes
 }  // namespace

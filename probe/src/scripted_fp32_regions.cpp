@@ -25,10 +25,9 @@ struct Regions {
 };
 Regions* g_regions = nullptr;
 
-// Autocast off on every device that has it, for one frame.
+// Autocast off for one frame.
 struct RegionContext : at::ObserverContext {
-  compat::AutocastGuard cpu{c10::kCPU, at::kBFloat16, false};
-  compat::AutocastGuard cuda{c10::kCUDA, at::kHalf, false};
+  compat::AutocastOff off;
 };
 
 bool listed(const Regions& r, const std::string& module) {

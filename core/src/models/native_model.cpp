@@ -1,5 +1,7 @@
 #include "nanscope/core/models/native_model.hpp"
 
+#include <stdexcept>
+
 #include <torch/nn/functional/loss.h>
 
 #include <unordered_set>
@@ -20,6 +22,20 @@ int64_t TrainableModel::parameter_count() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters()) n += p.numel();
   return n;
+}
+
+NamedTensors TrainableModel::trainable_parameters() const {
+  NamedTensors out;
+  for (auto& [name, p] : named_parameters())
+    if (p.requires_grad()) out.emplace_back(name, p);
+  return out;
+}
+
+std::vector<at::Tensor> trainable_tensors(const TrainableModel& model) {
+  std::vector<at::Tensor> out;
+  for (auto& [name, p] : model.trainable_parameters()) out.push_back(p);
+  if (out.empty()) throw std::invalid_argument("the model has no trainable parameters");
+  return out;
 }
 
 NamedTensors NativeModel::all_named_parameters() const {

@@ -47,6 +47,13 @@ class TrainableModel {
   virtual void set_z_loss(double /*coefficient*/) {}
 
   int64_t parameter_count() const;
+  // named_parameters() that require a gradient: what the optimizer, the
+  // grad norms and the probe's layer table see, in this order.
+  NamedTensors trainable_parameters() const;
 };
+
+// The tensors of model.trainable_parameters(); throws std::invalid_argument
+// for a model that has none.
+std::vector<at::Tensor> trainable_tensors(const TrainableModel& model);
 
 }  // namespace nanscope

@@ -38,6 +38,13 @@ class AutocastGuard {
   at::ScalarType prev_dtype_;
 };
 
+// Autocast switched off on every device that has it while alive: an fp32
+// region inside an autocast forward (replay's precision bisection).
+struct AutocastOff {
+  AutocastGuard cpu{c10::kCPU, at::kBFloat16, false};
+  AutocastGuard cuda{c10::kCUDA, at::kHalf, false};
+};
+
 // Whether at::_amp_foreach_non_finite_check_and_unscale_ has a kernel for
 // `device` (CUDA always; CPU only from LibTorch 2.x).
 bool fused_unscale_available(c10::DeviceType device);
