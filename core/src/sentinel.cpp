@@ -81,7 +81,7 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
       const double v = (*s.layer_grad_norm)[i];
       if (!(v > 0) || !std::isfinite(v)) continue;
       Baseline& b = layer_grad_[(*s.layer_names)[i]];
-      if (warm && b.z(std::log(v)) > options_.spike_z)
+      if (warm && b.z(std::log(v)) > options_.spike_z && std::log(v) - b.mean > std::log(options_.layer_spike_ratio))
         fire(out, step, {"layer_grad_norm", (*s.layer_names)[i], v, std::exp(b.mean), {}, ""});
       b.add(std::log(v), kBaselineAlpha);
     }

@@ -10,7 +10,9 @@
 //   running mean (ZClip's test);
 // - grad_norm_growth: the grad norm's short average more than `growth_ratio`
 //   times its long one (slow growth a z-score adapts to);
-// - layer_grad_norm: the same spike test per layer, naming the layer;
+// - layer_grad_norm: the same spike test per layer, and at least
+//   `layer_spike_ratio` times its baseline (a layer's norm, one rank's own in
+//   a data-parallel run, jumps 2-5x on clean steps), naming the layer;
 // - loss_spike: a loss `loss_spike_ratio` times the largest seen (Megatron's test);
 // - loss_scale_collapse: fp16's scale `scale_collapse` times below its peak;
 // - activation_headroom: a layer's abs-max (or the inputs') growing towards
@@ -29,6 +31,7 @@ namespace nanscope {
 struct SentinelOptions {
   int64_t warmup = 20;
   double spike_z = 6.0;
+  double layer_spike_ratio = 10.0;
   double growth_ratio = 3.0;
   double loss_spike_ratio = 10.0;
   double scale_collapse = 1024.0;
