@@ -8,6 +8,7 @@
 #include "dist_options.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/rollback.hpp"
 
 namespace nanscope {
 
@@ -31,6 +32,7 @@ struct TrainOptions {
   bool shuffle = true;
   bool probe = true;
   bool warn = true;                 // early warnings (core/sentinel.hpp)
+  RollbackOptions rollback;         // --rollback and its sizes (core/rollback.hpp)
   bool capture_every_step = false;  // op-level capture on every step, not only the re-run
   int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
   std::string run_dir = "nanscope-run";

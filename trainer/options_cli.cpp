@@ -34,10 +34,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
       "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
       "fallback to fp32 with an LR backoff. Writes RUN_DIR/run.h5 (docs/format.md).\n"
-      "Early warnings (--warn) name a signal heading for a NaN before it gets there.\n"
+      "Early warnings (--warn) name a signal heading for a NaN before it gets there; rollback\n"
+      "(--rollback) goes back to a saved good state when skipping cannot save the run.\n"
       "Exit codes: 0 done, 1 training failed, 2 bad arguments or input, 3 another rank died or\n"
-      "a collective timed out (multi-process runs), 4 the weights went non-finite and the run\n"
-      "stopped (skipping could not save it), 130 interrupted (Ctrl-C).");
+      "a collective timed out (multi-process runs), 4 the run is dead and stopped: its weights\n"
+      "went non-finite with no rollback left, or trouble outlasted every rollback and the fp32\n"
+      "fallback, 130 interrupted (Ctrl-C).");
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
 
@@ -82,15 +84,41 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(kNonNegative);
   app.add_flag("--no-shuffle{false}", o.shuffle,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
+  const auto on_off =
+      CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case);
   app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case))
+      ->transform(on_off)
       ->capture_default_str();
   app.add_option("--warn", o.warn,
                  "on: early warnings (grad-norm spikes and growth, per-layer spikes, loss spikes, the fp16 "
                  "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
                  "log lines, from values each step already has")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case))
+      ->transform(on_off)
       ->capture_default_str();
+  auto* rollback = app.add_option_group("Rollback", "Going back to a saved good state (docs/sentinel.md)");
+  rollback
+      ->add_option("--rollback", o.rollback.enabled,
+                   "on: keep the last few good states in memory and go back to the newest one from before "
+                   "the trouble when the weights went non-finite or a loss spike or non-finite step comes "
+                   "back on the next step; the rolled-back steps' batches are skipped and the LR is "
+                   "multiplied by --lr-backoff. off: the stock loop (skip; a run with non-finite weights stops)")
+      ->transform(on_off)
+      ->capture_default_str();
+  rollback->add_option("--rollback-every", o.rollback.every, "Save a state after every N healthy steps")
+      ->capture_default_str()
+      ->check(kPositive);
+  rollback->add_option("--rollback-states", o.rollback.states, "States kept (the oldest goes first)")
+      ->capture_default_str()
+      ->check(kPositive);
+  rollback
+      ->add_option("--rollback-memory", o.rollback.memory_mb,
+                   "Host memory the saved states may take, in MB (a state: weights, buffers, optimizer state)")
+      ->capture_default_str()
+      ->check(kPositive);
+  rollback
+      ->add_option("--max-rollbacks", o.rollback.max_rollbacks, "Rollbacks per run; then the fp32 fallback, then stop")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--capture", o.capture_every_step,
                  "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
                  "or every-step (every op of every step; slow, for hunting and measuring)")
@@ -129,7 +157,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
          "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
          "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
          "(ARG: factor, default 1000), and the slow-onset lr_ramp and input_ramp (the LR or the float "
-         "inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3); /rankR plants it on rank R only. "
+         "inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3), and sample_burst (float inputs and "
+         "targets times ARG, default 1e4, for 8 steps); /rankR plants it on rank R only. "
          "Repeatable. See samples/faults/")
       ->type_name("KIND@STEP[:ARG][/rankR]");
   auto* sizes = app.add_option_group("Built-in model sizes");

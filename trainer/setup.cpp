@@ -144,16 +144,15 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
     if (f.kind == FaultKind::nonfinite_input && (f.arg < 0 || f.arg >= o.batch_size))
       throw std::invalid_argument("--fault nonfinite_input row must be within the batch (0.." +
                                   std::to_string(o.batch_size - 1) + ")");
-    if (f.kind == FaultKind::input_ramp && !at::isFloatingType(data.inputs.scalar_type()))
-      throw std::invalid_argument("--fault input_ramp needs float inputs; " + data.source + " holds " +
-                                  c10::toString(data.inputs.scalar_type()));
-    const bool harness_fault = f.kind == FaultKind::nonfinite_input || f.kind == FaultKind::lr_spike ||
-                               f.kind == FaultKind::lr_ramp || f.kind == FaultKind::input_ramp;
-    if (!harness_fault) {
+    if ((f.kind == FaultKind::input_ramp || f.kind == FaultKind::sample_burst) &&
+        !at::isFloatingType(data.inputs.scalar_type()))
+      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " needs float inputs; " + data.source +
+                                  " holds " + c10::toString(data.inputs.scalar_type()));
+    if (!is_loop_fault(f.kind)) {
       if (!model.plant_fault(f))
         throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " + o.model +
-                                    " (TorchScript models host only nonfinite_input, lr_spike, lr_ramp and "
-                                    "input_ramp; masked_row needs the gpt's attention)");
+                                    " (TorchScript models host only nonfinite_input, lr_spike, lr_ramp, "
+                                    "input_ramp and sample_burst; masked_row needs the gpt's attention)");
       model.plant_fault({FaultKind::none});
     }
   }

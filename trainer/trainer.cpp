@@ -64,6 +64,9 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"max_snapshots", std::to_string(o.max_snapshots)},
           {"warn", o.warn ? "on" : "off"},
+          {"rollback", o.rollback.enabled ? "on" : "off"},
+          {"rollback_every", std::to_string(o.rollback.every)},
+          {"max_rollbacks", std::to_string(o.rollback.max_rollbacks)},
           {"device", device.str()},
           {"faults", faults},
           {"torch_version", TORCH_VERSION},
@@ -133,6 +136,7 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
   g.act_absmax_every = o.act_absmax_every;
   g.max_snapshots = o.max_snapshots;
   g.warn = o.warn;
+  g.rollback = o.rollback;
   g.optimizer_name = o.optimizer;
   g.config = std::move(config);
   g.rank = o.dist.rank;
@@ -188,7 +192,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     if (const double scale = input_scale_at(faults, step); scale != 1.0 && inputs.is_floating_point())
       inputs = inputs * scale;
     inputs = inputs.to(device);
-    at::Tensor targets = data.targets.index_select(0, context.batch_rows).to(device);
+    at::Tensor targets = data.targets.index_select(0, context.batch_rows);
+    if (const double scale = target_scale_at(faults, step); scale != 1.0 && targets.is_floating_point())
+      targets = targets * scale;
+    targets = targets.to(device);
     context.fault = model_fault_at(faults, step);
     if (ranks.buckets) {
       context.averager = &*ranks.buckets;
@@ -210,7 +217,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     step_times.push_back(result.seconds);
     if (ranks.buckets) allreduce_times.push_back(outcome.allreduce_seconds);
     summary.steps_run = step + 1;
-    if (outcome.finite()) {
+    if (!outcome.skipped) {
       summary.last_finite_loss = outcome.loss;
       summary.last_finite_step = step;
     } else {
@@ -228,6 +235,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   std::signal(SIGINT, previous_handler);
   summary.interrupted = stop;
   summary.fallback_step = guard.fallback_step();
+  summary.rollbacks = guard.rollbacks();
   summary.snapshots = guard.snapshots();
   summary.first_nonfinite_ranks = guard.first_nonfinite_ranks();
   guard.writer().flush();
@@ -252,7 +260,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
 
 void print_summary(const TrainSummary& s, std::ostream& out) {
   out << "summary: " << s.steps_run << " steps" << (s.interrupted ? " (interrupted)" : "") << ", " << s.skipped
-      << " skipped, fallback "
+      << " skipped, " << (s.rollbacks > 0 ? std::to_string(s.rollbacks) + " rollback(s), " : std::string())
+      << "fallback "
       << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed")) << ", "
       << (s.last_finite_step < 0
               ? std::string("no finite loss")

@@ -12,6 +12,7 @@ namespace nanscope {
 struct TrainSummary {
   int64_t steps_run = 0;
   int64_t skipped = 0;
+  int64_t rollbacks = 0;
   int64_t fallback_step = -1;     // -1: the fallback never fired
   double last_finite_loss = 0;    // the loss of the last step that was not skipped
   int64_t last_finite_step = -1;  // -1: every step was skipped

@@ -13,7 +13,7 @@ constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,     FaultKind::log_n
                                 FaultKind::masked_row,          FaultKind::variance_cancellation,
                                 FaultKind::activation_overflow, FaultKind::attention_logit_growth,
                                 FaultKind::logit_drift,         FaultKind::lr_ramp,
-                                FaultKind::input_ramp};
+                                FaultKind::input_ramp,          FaultKind::sample_burst};
 
 double default_arg(FaultKind kind) {
   switch (kind) {
@@ -22,6 +22,7 @@ double default_arg(FaultKind kind) {
     case FaultKind::logit_drift: return 1e6;
     case FaultKind::lr_ramp: return 0.2;
     case FaultKind::input_ramp: return 0.3;
+    case FaultKind::sample_burst: return 1e4;
     default: return 0.0;
   }
 }
@@ -44,6 +45,7 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::logit_drift: return "logit_drift";
     case FaultKind::lr_ramp: return "lr_ramp";
     case FaultKind::input_ramp: return "input_ramp";
+    case FaultKind::sample_burst: return "sample_burst";
   }
   return "?";
 }
@@ -104,11 +106,14 @@ std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
   return mine;
 }
 
+bool is_loop_fault(FaultKind kind) {
+  return kind == FaultKind::lr_spike || kind == FaultKind::nonfinite_input || kind == FaultKind::lr_ramp ||
+         kind == FaultKind::input_ramp || kind == FaultKind::sample_burst;
+}
+
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
   for (const auto& f : faults)
-    if (f.step == step && f.kind != FaultKind::lr_spike && f.kind != FaultKind::nonfinite_input &&
-        f.kind != FaultKind::lr_ramp && f.kind != FaultKind::input_ramp)
-      return f;
+    if (f.step == step && !is_loop_fault(f.kind)) return f;
   return Fault{};
 }
 
@@ -125,7 +130,17 @@ double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step) {
 double input_scale_at(const std::vector<Fault>& faults, int64_t step) {
   double m = 1.0;
   for (const auto& f : faults)
-    if (f.kind == FaultKind::input_ramp && step >= f.step) m *= std::pow(1.0 + f.arg, double(step - f.step));
+    if (f.kind == FaultKind::input_ramp && step >= f.step)
+      m *= std::pow(1.0 + f.arg, double(step - f.step));
+    else if (f.kind == FaultKind::sample_burst && step >= f.step && step < f.step + kBurstSteps)
+      m *= f.arg;
+  return m;
+}
+
+double target_scale_at(const std::vector<Fault>& faults, int64_t step) {
+  double m = 1.0;
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::sample_burst && step >= f.step && step < f.step + kBurstSteps) m *= f.arg;
   return m;
 }
 

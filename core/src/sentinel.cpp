@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+
+#include "nanscope/format/event_text.hpp"
 
 namespace nanscope {
 
@@ -11,13 +12,6 @@ namespace {
 constexpr double kBaselineAlpha = 0.05;  // about the last 20 steps
 constexpr double kShortAlpha = 0.3;      // about the last 3 steps
 constexpr double kLongAlpha = 0.02;      // about the last 50 steps
-
-std::string number(double v) {
-  std::ostringstream s;
-  s.precision(3);
-  s << v;
-  return s.str();
-}
 
 }  // namespace
 
@@ -50,11 +44,7 @@ void Sentinel::fire(std::vector<Warning>& out, int64_t step, Warning w) {
   const std::string key = w.signal + "/" + w.where;
   if (quiet(key, step)) return;
   last_fired_[key] = step;
-  std::ostringstream t;
-  t << w.signal << (w.where.empty() ? "" : " in '" + w.where + "'") << ": " << number(w.value) << " against "
-    << number(w.baseline);
-  if (w.steps_to_limit) t << ", the precision's limit in about " << number(*w.steps_to_limit) << " steps";
-  w.text = t.str();
+  w.text = format::warning_text({w.signal, w.where, w.value, w.baseline, w.steps_to_limit});
   out.push_back(std::move(w));
 }
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/error_text.hpp"
@@ -74,7 +75,10 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
       snapshot_policy_(options_.max_snapshots),
       amp_(options_.amp),
-      sentinel_(options_.sentinel) {
+      sentinel_(options_.sentinel),
+      rollback_(options_.rollback),
+      ring_(options_.rollback.enabled ? size_t(std::max<int64_t>(0, options_.rollback.states)) : 0,
+            size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)) {
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
@@ -105,6 +109,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   StepSettings settings{amp_, options_.clip, options_.probe, {}};
   settings.buckets = context.averager;
   settings.stop_requested = context.stop_requested;
+  settings.skip_loss_above = rollback_.skip_loss_above(step);
   if (options_.probe) {
     probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows : at::arange(inputs.size(0), at::kLong));
     settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
@@ -145,12 +150,35 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
   row.layer_act_absmax = std::move(act_absmax);
   writer_->append(row);
-  if (result.outcome.finite()) {
-    if (!result.outcome.skipped) last_applied_step_ = step;
-    if (options_.warn) warn_if_heading_for_trouble(step, result, row.layer_grad_norm, row.layer_act_absmax);
+  const StepOutcome& outcome = result.outcome;
+  if (outcome.skipped_as_spike) {
+    writer_->event(step, format::EventKind::skip,
+                   "loss " + fmt(outcome.global_loss) + " above " + fmt(settings.skip_loss_above) +
+                       " (a spike, on probation after a rollback); optimizer step skipped");
+    say(step, "loss " + fmt(outcome.global_loss) + " is a spike after a rollback -> skipped");
+    rollback_.observe(step, outcome.global_loss, false, true);
+  } else if (outcome.finite()) {
+    if (!outcome.skipped) last_applied_step_ = step;
+    const bool trouble = rollback_.observe(step, outcome.global_loss, false, false);
+    if (options_.warn) {
+      // Several ranks: the averaged gradients' layer norms, the same on every rank.
+      const std::vector<float> global_layers = outcome.global_parameter_norms.empty()
+                                                   ? std::vector<float>{}
+                                                   : probe_.layer_grad_norms(outcome.global_parameter_norms);
+      warn_if_heading_for_trouble(step, result, global_layers.empty() ? row.layer_grad_norm : global_layers,
+                                  row.layer_act_absmax);
+    }
+    if (!trouble) save_state_if_due(step);
   } else {
+    // Gradients that overflow at a finite loss are fp16's scaler's business.
+    rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
     on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm);
   }
+  if (rollback_.trouble_persists() && result.rolled_back_to < 0)
+    act_on_persisting_trouble(step, result,
+                              outcome.skipped_as_spike
+                                  ? "loss spikes through the probation after a rollback"
+                                  : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row");
   return result;
 }
 
@@ -158,7 +186,7 @@ void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
                                             const std::vector<float>& layer_grad_norm,
                                             const std::vector<float>& layer_act_absmax) {
   StepSignals signals;
-  signals.loss = result.outcome.loss;
+  signals.loss = result.outcome.global_loss;
   signals.grad_norm = result.outcome.grad_norm;
   signals.loss_scale = scaler_.enabled() ? result.loss_scale : 0.0;
   signals.precision_limit = result.amp == Amp::fp16 ? 65504.0 : result.amp == Amp::bf16 ? 3.38953e38 : 3.40282e38;
@@ -167,6 +195,7 @@ void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
   signals.layer_act_absmax = &layer_act_absmax;
   signals.input_absmax = result.outcome.batch_absmax;
   for (const Warning& w : sentinel_.observe(step, signals)) {
+    rollback_.warned(step);
     writer_->event(step, format::EventKind::warning, w.text);
     say(step, "warning: " + w.text);
     result.warnings.push_back(w.text);
@@ -237,29 +266,89 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   // A skip saves the weights only if they are intact: non-finite weights make
   // every later step non-finite, and skipping would go on for ever.
   if (!weights_finite()) {
-    const std::string text =
+    const std::string broken =
         "the weights are non-finite (the last update that reached them: " +
-        (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) +
-        "); skipping cannot save them: the run stops";
-    writer_->event(step, format::EventKind::stop, text);
-    writer_->flush();
-    say(step, text);
-    throw DeadRunError("step " + std::to_string(step) + ": " + text);
+        (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
+    if (rollback_.can_roll_back() && roll_back(step, result, broken)) return;
+    stop_dead_run(step, broken + "; skipping cannot save them" +
+                            (options_.rollback.enabled ? " and no rollback is left" : "") + ": the run stops");
   }
 
-  if (fallback_.should_fire(result.amp, outcome, scaler_)) {
-    fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
-    scale_lr(optimizer_, options_.lr_backoff);
-    result.fell_back = true;
-    writer_->event(step, format::EventKind::fallback,
-                   std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff));
-    say(step, what + where + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " +
-                  fmt(options_.lr_backoff));
-    amp_ = Amp::fp32;
-  } else {
+  if (fallback_.should_fire(result.amp, outcome, scaler_))
+    fall_back(step, result, what + where);
+  else
     say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
-  }
   writer_->flush();  // a skip is exactly what a post-mortem wants on disk
+}
+
+void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
+  fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
+  scale_lr(optimizer_, options_.lr_backoff);
+  result.fell_back = true;
+  writer_->event(step, format::EventKind::fallback,
+                 std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff));
+  say(step,
+      what + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " + fmt(options_.lr_backoff));
+  amp_ = Amp::fp32;
+}
+
+void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
+  writer_->event(step, format::EventKind::stop, text);
+  writer_->flush();
+  say(step, text);
+  throw DeadRunError("step " + std::to_string(step) + ": " + text);
+}
+
+void StepGuard::save_state_if_due(int64_t step) {
+  if (!rollback_.wants_state(step)) return;
+  if (!ring_.save(step, model_, optimizer_, scaler_) && ring_.size() == 0 && ring_.max_states() > 0) {
+    // One state is over the memory budget: say so once, and stop trying.
+    say(step, "rollback: one saved state is larger than the " + fmt(options_.rollback.memory_mb) +
+                  " MB budget (--rollback-memory); no rollback possible");
+    ring_ = StateRing(0, 0);
+  }
+}
+
+void StepGuard::act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why) {
+  if (!options_.rollback.enabled) return;  // the stock loop: skip and go on
+  if (rollback_.can_roll_back() && roll_back(step, result, why)) return;
+  rollback_.escalated();
+  if (fallback_.available(amp_)) {
+    fall_back(
+        step, result,
+        why + (rollback_.rollbacks() > 0 ? " after " + std::to_string(rollback_.rollbacks()) + " rollback(s)" : ""));
+    writer_->flush();
+    return;
+  }
+  // With no rollback tried (no good state saved yet) nothing has failed but
+  // the step itself: the stock loop skips and goes on.
+  if (rollback_.rollbacks() == 0) return;
+  stop_dead_run(step, why + " after " + std::to_string(rollback_.rollbacks()) +
+                          " rollback(s) and at fp32: the model itself is unstable; the run stops");
+}
+
+bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
+  const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
+  if (!state) return false;
+  const int64_t to = state->step;
+  std::vector<double> lrs;
+  for (const auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
+  const bool scaling = scaler_.enabled();
+  StateRing::restore(*state, model_, optimizer_, scaler_);
+  if (!scaling) scaler_.disable();  // the fp32 fallback stays
+  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i] * options_.lr_backoff);
+  rollback_lr_multiplier_ *= options_.lr_backoff;
+  clear_grads(parameters_);
+  ring_.forget_from(to + 1);
+  rollback_.rolled_back(step);
+  last_applied_step_ = to;
+  result.rolled_back_to = to;
+  const std::string text = format::rollback_text(
+      {to, step, options_.lr_backoff, lrs.empty() ? 0.0 : lrs.front() * options_.lr_backoff, why});
+  writer_->event(step, format::EventKind::rollback, text);
+  writer_->flush();
+  say(step, "rollback " + text);
+  return true;
 }
 
 // Everything needed to replay the step elsewhere (nanscope-replay), written

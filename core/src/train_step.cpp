@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/vocabulary.hpp"
@@ -73,28 +75,46 @@ bool StepRecomputation::finite() const {
 
 namespace {
 
-// Data parallel: this rank's verdict goes into its slots of a [2 x world + 1]
-// flag vector (gradients, loss, then one "stop" slot for Ctrl-C), the gradient buckets and the
-// flags are all-reduced together, and the global norm is taken over the
-// averaged gradients. Still on the device: the host read comes after.
+// Data parallel: one [3 x world + 2] flag vector rides with the gradient
+// buckets (reduced with MAX): each rank's "gradients non-finite" and "loss
+// non-finite" slots, one "stop" slot for Ctrl-C, each rank's loss (the others'
+// slots hold -inf), and the batch's abs-max. Every rank then holds every
+// verdict and loss, so all of them skip, warn and roll back alike. The global
+// norm is taken over the averaged gradients. Still on the device: the host
+// read comes after.
+struct FlagLayout {
+  int world;
+  int grads(int r) const { return r; }
+  int loss_bad(int r) const { return world + r; }
+  int stop() const { return 2 * world; }
+  int loss(int r) const { return 2 * world + 1 + r; }
+  int absmax() const { return 3 * world + 1; }
+  int size() const { return 3 * world + 2; }
+};
 struct AveragedGradients {
   at::Tensor flags, total_norm;
+  std::vector<at::Tensor> norms;
   double seconds = 0;
 };
 AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
                                        const at::Tensor& loss, const at::Tensor& found_inf,
                                        const at::Tensor& local_norm) {
   NANSCOPE_NVTX_RANGE("all_reduce");
-  const int world = settings.buckets->world_size(), rank = settings.buckets->rank();
+  const FlagLayout at_{settings.buckets->world_size()};
+  const int rank = settings.buckets->rank();
   AveragedGradients out;
-  out.flags = at::zeros({2 * world + 1}, found_inf.options().dtype(at::kFloat));
-  if (settings.stop_requested) out.flags[2 * world].fill_(1);
-  out.flags[rank].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
-  out.flags[world + rank].copy_((~at::isfinite(loss.detach().reshape({}))).to(at::kFloat));
+  out.flags = at::zeros({at_.size()}, found_inf.options().dtype(at::kFloat));
+  out.flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
+  if (settings.stop_requested) out.flags[at_.stop()].fill_(1);
+  out.flags[at_.grads(rank)].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
+  const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
+  out.flags[at_.loss_bad(rank)].copy_((~at::isfinite(l)).to(at::kFloat));
+  out.flags[at_.loss(rank)].copy_(l);
+  if (settings.batch_absmax.defined()) out.flags[at_.absmax()].copy_(settings.batch_absmax.reshape({}));
   const auto start = std::chrono::steady_clock::now();
   settings.buckets->average(out.flags);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.total_norm = grad_norms(defined_grads(parameters)).second;
+  std::tie(out.norms, out.total_norm) = grad_norms(defined_grads(parameters));
   return out;
 }
 
@@ -123,9 +143,11 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
                                found_inf.reshape({1}), batch_flag.to(found_inf.device(), at::kFloat),
                                local_norm.to(at::kFloat).reshape({1})};
   if (settings.buckets) pack.push_back(averaged.flags);
-  if (settings.batch_absmax.defined())
+  if (settings.batch_absmax.defined() && !settings.buckets)
     pack.push_back(settings.batch_absmax.reshape({1}).to(found_inf.device(), at::kFloat));
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
+  if (settings.parameter_norms && settings.buckets && !averaged.norms.empty())
+    pack.push_back(at::stack(averaged.norms).to(at::kFloat));
   at::Tensor host = at::cat(pack).to(at::kCPU);
   const float* h = host.data_ptr<float>();
 
@@ -137,30 +159,39 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   out.local_grads_finite = std::isfinite(h[4]) && h[2] == 0.0f;
   size_t next = 5;
   if (settings.buckets) {
-    const int world = settings.buckets->world_size();
+    const FlagLayout at_{settings.buckets->world_size()};
+    const float* flags = h + next;
     bool any_grads = false, any_loss = false;
-    for (int r = 0; r < world; ++r) {
-      const bool grads_bad = h[next + r] != 0.0f, loss_bad = h[next + world + r] != 0.0f;
+    double loss_sum = 0;
+    for (int r = 0; r < at_.world; ++r) {
+      const bool grads_bad = flags[at_.grads(r)] != 0.0f, loss_bad = flags[at_.loss_bad(r)] != 0.0f;
       if (grads_bad || loss_bad) out.nonfinite_ranks.push_back(r);
       any_grads |= grads_bad;
       any_loss |= loss_bad;
+      loss_sum += flags[at_.loss(r)];
     }
-    out.stop_requested = h[next + 2 * world] != 0.0f;
-    next += 2 * world + 1;
+    out.stop_requested = flags[at_.stop()] != 0.0f;
+    out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
+    if (settings.batch_absmax.defined()) out.batch_absmax = flags[at_.absmax()];
+    next += at_.size();
     out.loss_finite = !any_loss;
     out.grads_finite = !any_grads && std::isfinite(h[1]);
     out.allreduce_seconds = averaged.seconds;
   } else {
+    out.global_loss = out.loss;
     out.loss_finite = out.local_loss_finite;
     out.grads_finite = out.local_grads_finite && std::isfinite(h[1]);
     if (!out.finite()) out.nonfinite_ranks.push_back(0);
+    if (settings.batch_absmax.defined()) out.batch_absmax = h[next++];
   }
-  if (settings.batch_absmax.defined()) out.batch_absmax = h[next++];
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);
     for (size_t i = 0; i < parameters.size(); ++i)
       if (had_grad[i]) out.parameter_norms[i] = h[next++];
+    // After averaging every parameter has a gradient.
+    if (settings.buckets && averaged.norms.size() == parameters.size())
+      out.global_parameter_norms.assign(h + next, h + next + averaged.norms.size());
   }
   return out;
 }
@@ -176,7 +207,8 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
 
   StepOutcome out = unscale_and_check(scaler, parameters, grads, settings, loss);
   if (settings.buckets) grads = defined_grads(parameters);  // averaging defined the unused ones
-  if (!out.finite()) {
+  out.skipped_as_spike = out.finite() && out.global_loss > settings.skip_loss_above;
+  if (!out.finite() || out.skipped_as_spike) {
     // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
     clear_grads(parameters);
     out.skipped = true;

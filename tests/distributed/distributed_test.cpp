@@ -21,6 +21,7 @@
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "nanscope/core/fault.hpp"
+#include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
@@ -313,6 +314,32 @@ TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
 // A rank killed mid-run: the survivors end with a clear error (exit 3) within
 // seconds, not at the collective timeout and never hung, and every rank's
 // run file stays readable with its steps.
+// A fault on rank 1 alone, two steps running: every rank rolls back to the
+// same saved state at the same step, warns alike (the signals are the
+// averaged ones), and the weights stay identical.
+TEST(DataParallel, RanksRollBackTogetherAndWarnAlike) {
+  const int world = 2, steps = 40;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world,
+          mlp_args(run_dir, steps, 8) +
+              " --amp bf16 --rollback-every 10 --fault log_nonpositive@30/rank1 --fault log_nonpositive@31/rank1 "
+              "--save " +
+              dir.file("rank{rank}.h5"));
+  ASSERT_TRUE(job.wait_all(120s));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+  const format::RunData rank0 = rank_run(run_dir, 0, world), rank1 = rank_run(run_dir, 1, world);
+  const std::vector<std::string> rollbacks = event_texts(rank0, format::to_string(format::EventKind::rollback));
+  ASSERT_EQ(rollbacks.size(), 1u) << job[0].log;
+  EXPECT_EQ(rollbacks[0].rfind("31:to step 29:", 0), 0u) << rollbacks[0];
+  EXPECT_EQ(event_texts(rank1, format::to_string(format::EventKind::rollback)), rollbacks);
+  EXPECT_EQ(event_texts(rank0, format::to_string(format::EventKind::warning)),
+            event_texts(rank1, format::to_string(format::EventKind::warning)));
+  EXPECT_EQ(format::rolled_back_rows(rank0), format::rolled_back_rows(rank1));
+  const auto w0 = mlp_weights(dir.file("rank0.h5")), w1 = mlp_weights(dir.file("rank1.h5"));
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_TRUE(at::equal(w0[i].second, w1[i].second)) << w0[i].first;
+}
+
 TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
   const int world = 2;
   TempDir dir;

@@ -26,6 +26,8 @@ class FallbackPolicy {
   void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
             int64_t step);
 
+  // Not used yet, enabled, and the run not already in fp32.
+  bool available(Amp amp) const { return enabled_ && !fired() && amp != Amp::fp32; }
   bool fired() const { return fired_step_ >= 0; }
   int64_t fired_step() const { return fired_step_; }
   // The LR multiplier in force: 1 before the fallback, lr_backoff after.

@@ -24,7 +24,11 @@ enum class FaultKind {
   logit_drift,             // P15: the head's input x ARG (default 1e6): past fp16's range
   lr_ramp,                 // P12, slow onset: LR x (1 + ARG)^(step - STEP) from STEP on (default 0.2)
   input_ramp,              // slow onset: float inputs x (1 + ARG)^(step - STEP) from STEP on (default 0.3)
+  sample_burst,            // finite but huge samples: float inputs and targets x ARG (default 1e4), kBurstSteps steps
 };
+
+// How many steps a sample_burst lasts.
+inline constexpr int64_t kBurstSteps = 8;
 
 struct Fault {
   FaultKind kind = FaultKind::none;
@@ -42,12 +46,16 @@ Fault parse_fault(const std::string& text);
 std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank);
 std::vector<std::string> fault_kind_names();
 
+// Faults the training loop plants (in the data or the LR), not the model.
+bool is_loop_fault(FaultKind kind);
 // The fault (kind none if any) planted inside the model at `step`.
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step);
 // The LR multiplier in force at `step` (lr_spike persists once it fires).
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step);
-// The factor the float inputs are multiplied by at `step` (input_ramp), 1 without.
+// The factor the float inputs are multiplied by at `step` (input_ramp, sample_burst), 1 without.
 double input_scale_at(const std::vector<Fault>& faults, int64_t step);
+// The factor float targets are multiplied by at `step` (sample_burst), 1 without.
+double target_scale_at(const std::vector<Fault>& faults, int64_t step);
 // The batch row to poison at `step`, if nonfinite_input is planted there.
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step);
 

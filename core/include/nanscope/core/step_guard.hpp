@@ -34,8 +34,10 @@
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/rollback.hpp"
 #include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/snapshot_policy.hpp"
+#include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/probe.hpp"
@@ -55,7 +57,8 @@ struct GuardOptions {
   int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
   bool warn = true;                      // early warnings (sentinel.hpp) as events and log lines
   SentinelOptions sentinel;
-  std::string optimizer_name;                 // recorded in snapshots ("adamw", "sgd", yours)
+  RollbackOptions rollback;    // rollback.enabled: go back to a saved good state when skipping cannot save the run
+  std::string optimizer_name;  // recorded in snapshots ("adamw", "sgd", yours)
   std::map<std::string, std::string> config;  // written into run.h5 and every snapshot
   int rank = 0, world_size = 1;               // data parallel: this rank's run file and snapshots
   std::ostream* log = nullptr;                // one line per skip, birth and fallback; nullptr: none
@@ -82,10 +85,12 @@ struct GuardedStep {
   bool fell_back = false;             // the fallback fired at this step
   std::string error;                  // the model raised during the step (the step was skipped)
   std::vector<std::string> warnings;  // early warnings that fired at this step
+  int64_t rolled_back_to = -1;        // the run went back to the state after this step (-1: no rollback)
 };
 
-// The weights went non-finite and nothing can bring them back: the run is
-// dead. Its message names the step whose update broke them; run.h5 is whole.
+// The weights went non-finite and nothing can bring them back (no rollback
+// left), or trouble outlasted every rollback and the fp32 fallback: the run
+// is dead. Its message says which; run.h5 is whole.
 class DeadRunError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -105,9 +110,11 @@ class StepGuard {
   GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
 
   Amp amp() const { return amp_; }
-  // 1 before the fallback, lr_backoff after: a loop that sets the LR itself
-  // each step (a schedule) multiplies by this.
-  double lr_multiplier() const { return fallback_.lr_multiplier(); }
+  // 1 until the fallback or a rollback, then lr_backoff for each of them: a
+  // loop that sets the LR itself each step (a schedule) multiplies by this.
+  double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
+  int64_t rollbacks() const { return rollback_.rollbacks(); }
+  const StateRing& saved_states() const { return ring_; }
   int64_t fallback_step() const { return fallback_.fired_step(); }
   const LossScaler& scaler() const { return scaler_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
@@ -128,6 +135,12 @@ class StepGuard {
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   bool weights_finite() const;
+  void save_state_if_due(int64_t step);
+  // Trouble outlasted patience: roll back, else fall back, else stop (rollback on).
+  void act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why);
+  bool roll_back(int64_t step, GuardedStep& result, const std::string& why);
+  void fall_back(int64_t step, GuardedStep& result, const std::string& what);
+  [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
 
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
@@ -142,6 +155,9 @@ class StepGuard {
   std::vector<std::string> snapshots_;
   std::vector<int> first_nonfinite_ranks_;
   Sentinel sentinel_;
+  RollbackPolicy rollback_;
+  StateRing ring_;
+  double rollback_lr_multiplier_ = 1;
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
 };
 

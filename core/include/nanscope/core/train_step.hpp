@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <limits>
 #include <vector>
 
 #include "nanscope/core/gradient_averager.hpp"
@@ -26,6 +27,9 @@ struct StepSettings {
   // Data parallel: average gradients across ranks (nullptr: one process).
   GradientAverager* buckets = nullptr;
   bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
+  // A finite step whose loss (all ranks' mean) is above this is skipped like a
+  // non-finite one: the rollback policy's probation (rollback.hpp).
+  double skip_loss_above = std::numeric_limits<double>::infinity();
 };
 
 // With several ranks, loss_finite/grads_finite are every rank's verdict (the
@@ -33,19 +37,23 @@ struct StepSettings {
 // together; the local_* fields are this rank's own check, made before the
 // gradient all-reduce mixed the ranks' gradients.
 struct StepOutcome {
-  double loss = 0;       // unscaled, this rank's batch
-  double grad_norm = 0;  // global (all ranks' averaged gradients), after unscale, before clipping
+  double loss = 0;         // unscaled, this rank's batch
+  double global_loss = 0;  // every rank's loss averaged (several ranks); = loss for one process
+  double grad_norm = 0;    // global (all ranks' averaged gradients), after unscale, before clipping
   bool loss_finite = true;
   bool grads_finite = true;
   bool skipped = false;
   bool batch_finite = true;
-  double batch_absmax = 0;  // when StepSettings asked for it
+  double batch_absmax = 0;        // when StepSettings asked for it (several ranks: the largest of all ranks)
+  bool skipped_as_spike = false;  // finite, but its loss was above StepSettings::skip_loss_above
   bool local_loss_finite = true;
   bool local_grads_finite = true;
   std::vector<int> nonfinite_ranks;    // ranks whose own check failed (one process: {0} or {})
   double allreduce_seconds = 0;        // wall time in the gradient all-reduce (0: one process)
   bool stop_requested = false;         // some rank was interrupted (several ranks)
   std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
+  // Several ranks, when asked for: one per parameter, the averaged gradients (the same on every rank).
+  std::vector<float> global_parameter_norms;
   bool finite() const { return loss_finite && grads_finite; }
   bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };

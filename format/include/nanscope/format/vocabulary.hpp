@@ -23,6 +23,7 @@ enum class EventKind {
   dist_error,        // a collective failed (a peer died or timed out)
   warning,           // early warning: a signal heading for a NaN (text: signal, where, value, baseline)
   stop,              // the run stopped: its weights went non-finite and nothing could save it
+  rollback,          // the run went back to a saved good state (text: event_text.hpp's rollback_text)
 };
 
 // Where an op ran: in the model's forward or backward, in the global-norm
