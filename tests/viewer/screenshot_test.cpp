@@ -148,6 +148,37 @@ TEST_F(ViewerScreenshot, SampleRunShowsLossCurveNaNMarkerAndHeatmap) {
   EXPECT_GT(shot.count(shot.region("plot.act_absmax"), rgb_of(viewer::rgba(255, 120, 40)), 30), 100);
 }
 
+// A run that warned and rolled back: the markers on the step axis in their
+// colours, the rolled-back steps a grey band, the loss axis fitted to the
+// curve that counts (the burst's 1e6 rows are not on it).
+TEST_F(ViewerScreenshot, WarningAndRollbackAreMarkedAndTheRolledBackStepsGreyedOut) {
+  test::TempDir dir;
+  test::write_synthetic_rollback_run(dir.file("run.h5"), 100, 3);
+  auto r = view(dir.file("run.h5"), dir.file("run.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("run.png"), r.output);
+  ASSERT_TRUE(shot.loaded() && shot.has("plot.loss")) << r.output;
+  const Region loss = shot.region("plot.loss");
+  const auto x_of = [&](double step) { return loss.x + int(step / 100.0 * loss.w); };
+  EXPECT_GT(shot.count({x_of(40.5) - 5, loss.y, 10, loss.h}, rgb_of(viewer::rgba(255, 225, 80)), 30), 10)
+      << "the warning's marker at step 40";
+  EXPECT_GT(shot.count({x_of(60.5) - 5, loss.y, 10, loss.h}, rgb_of(viewer::rgba(90, 230, 200)), 30), 10)
+      << "the rollback's marker at step 60";
+  // The band: the plot's background under a grey veil, between steps 41 and 61.
+  const Rgb veiled{47, 49, 54};
+  const Region band{x_of(44), loss.y, x_of(58) - x_of(44), loss.h};
+  EXPECT_GT(shot.count(band, veiled, 12), band.w * band.h / 2);
+  EXPECT_LT(shot.count({x_of(10), loss.y, x_of(30) - x_of(10), loss.h}, veiled, 12), 20) << "no veil elsewhere";
+  // Fitted to the losses that count (0.1-5): the curve fills the plot's height, not its bottom edge.
+  int top = loss.y + loss.h, bottom = loss.y;
+  for (int y = loss.y; y < loss.y + loss.h; ++y)
+    if (shot.count({x_of(1), y, x_of(30) - x_of(1), 1}, kRunColor) > 0) {
+      top = std::min(top, y);
+      bottom = std::max(bottom, y);
+    }
+  EXPECT_GT(bottom - top, loss.h / 3) << "the curve was squashed: the rolled-back rows set the axis";
+}
+
 TEST_F(ViewerScreenshot, SnapshotShowsLayerNormsWithTheNaNLayer) {
   test::TempDir dir;
   const std::string snapshot = dir.file("step-0000150.h5");

@@ -54,6 +54,22 @@ inline void write_synthetic_run(const std::string& path, int64_t steps, size_t l
   }
 }
 
+// A run that warned and rolled back: a warning naming blocks.1.fc at step 40,
+// steps 41-60 with a loss of 1e6 (a burst that wrecked the weights), and a
+// rollback at step 60 back to the state after step 40; then the curve goes on.
+inline void write_synthetic_rollback_run(const std::string& path, int64_t steps, size_t layers) {
+  format::RunWriter writer(path, synthetic_header(layers), 64);
+  for (int64_t s = 0; s < steps; ++s) {
+    format::StepRow row = synthetic_row(s, layers);
+    if (s > 40 && s <= 60) row.loss = 1e6;
+    writer.append(row);
+    if (s == 40) writer.event(s, format::EventKind::warning, "layer_grad_norm in 'blocks.1.fc': 41.2 against 1.3");
+    if (s == 60)
+      writer.event(s, format::EventKind::rollback,
+                   "to step 40: steps 41-60 do not count and their batches are skipped; LR x 0.5 -> 0.0005");
+  }
+}
+
 // Rank `rank` of a `world_size`-process run, as nanscope-train writes it: at
 // `nan_step` every rank skips (the all-reduced global grad norm is NaN on all)
 // but only `nan_rank`'s own layer norms are NaN, and every rank records the

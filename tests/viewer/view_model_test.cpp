@@ -11,6 +11,8 @@
 
 #include "../test_paths.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/viewer/decimate.hpp"
+#include "nanscope/viewer/layer_table.hpp"
 #include "nanscope/viewer/view_model.hpp"
 #include "synthetic_files.hpp"
 
@@ -131,4 +133,39 @@ TEST(ViewModel, FollowsALiveRunAndPicksUpNewSnapshots) {
   // The writer is gone (SIGKILL): the rows read so far stay, polling is harmless.
   model.poll();
   EXPECT_EQ(model.runs[0].data().rows(), 40u);
+}
+
+// Warnings and rollbacks without a window: the rolled-back rows are left out
+// of the curve, the sidebar has the events, the layer table marks the layer.
+TEST(ViewModel, RolledBackRowsAreNoPartOfTheCurveAndTheWarnedLayerIsMarked) {
+  test::TempDir dir;
+  const std::string path = dir.file("run.h5");
+  test::write_synthetic_rollback_run(path, 100, 3);
+  ViewModel model;
+  ASSERT_TRUE(model.open({path}));
+  const viewer::RunSource& run = model.runs.at(0);
+  const format::RunData& data = run.data();
+  ASSERT_EQ(run.rolled_back().size(), data.rows());
+  for (size_t i = 0; i < data.rows(); ++i)
+    EXPECT_EQ(run.rolled_back()[i], data.step[i] > 40 && data.step[i] <= 60) << "step " << data.step[i];
+  EXPECT_EQ(run.off_curve(), run.rolled_back()) << "no skipped rows in this run";
+  ASSERT_EQ(run.sentinel_events().size(), 2u);
+  EXPECT_EQ(run.sentinel_events()[1].kind, "rollback");
+
+  // The loss curve over all 100 steps: the 1e6 rows are not in any column.
+  std::vector<viewer::Column> columns;
+  viewer::DecimateOptions options;
+  options.left_out = run.rolled_back().data();
+  viewer::decimate(data.step.data(), viewer::series(data.loss), 0, 100, 10, columns, options);
+  for (const auto& c : columns) EXPECT_LT(c.max, 10.0);
+  viewer::decimate(data.step.data(), viewer::series(data.loss), 0, 100, 10, columns);
+  EXPECT_EQ(columns[5].max, 1e6) << "without the mask the spike is there";
+
+  std::vector<viewer::LayerRow> rows;
+  viewer::layer_rows(data, 20, rows);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].warning_event, -1);
+  ASSERT_GE(rows[1].warning_event, 0);
+  EXPECT_EQ(data.events[size_t(rows[1].warning_event)].step, 40);
+  EXPECT_EQ(rows[2].warning_event, -1);
 }

@@ -36,7 +36,7 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
   spec.title = title.c_str();
   if (!data.layer_grad_norm.empty()) {
     spec.lines.push_back({name.c_str(), data.step.data(), layer_series(data.layer_grad_norm, layers, layer),
-                          run_color(size_t(ui.active_run))});
+                          run_color(size_t(ui.active_run)), false, run.off_curve().data()});
     spec.markers.push_back(&data.events);
   }
   ui.regions["plot.layer_norm"] = draw_plot(spec, half, kPlotHeight, ui.steps, model.step_extent(), ui.layer_norm);
@@ -51,7 +51,8 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
     ImGui::TextDisabled("not recorded: train with --act-absmax-every N");
   } else {
     spec.lines.push_back({name.c_str(), data.step.data(), layer_series(data.layer_act_absmax, layers, layer),
-                          run_color(size_t(ui.active_run)), /*nan_is_missing=*/true});
+                          run_color(size_t(ui.active_run)), /*nan_is_missing=*/true, run.off_curve().data()});
+    spec.markers.push_back(&data.events);
     // Headroom: how far the layer's activations sit below each format's largest value.
     spec.references.push_back({kFp16Max, rgba(255, 120, 40), "fp16 max 65504"});
     spec.references.push_back({kBf16Max, rgba(255, 200, 60), "bf16 max 3.4e38"});

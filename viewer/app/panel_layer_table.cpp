@@ -4,6 +4,7 @@
 
 #include "nanscope/viewer/colormap.hpp"
 #include "panels.hpp"
+#include "plot_widget.hpp"
 
 namespace nanscope::viewer {
 
@@ -95,6 +96,14 @@ void draw_layer_table_panel(const ViewModel& model, UiState& ui) {
       if (ImGui::Selectable(name.empty() ? "(root)" : name.c_str(), ui.selected_layer == int(row.layer),
                             ImGuiSelectableFlags_SpanAllColumns))
         ui.selected_layer = int(row.layer);
+      if (row.warning_event >= 0) {
+        // Early warnings that named the layer: a mark, and the latest on hover.
+        const format::RunEvent& warning = data.events[size_t(row.warning_event)];
+        ImGui::SameLine();
+        ImGui::TextColored(ImColor(event_color(warning.kind)), "(!)");
+        if (ImGui::IsItemHovered())
+          ImGui::SetTooltip("step %lld: %s", static_cast<long long>(warning.step), warning.text.c_str());
+      }
       ImGui::PopID();
       value_cell(row.last_norm, "%.3g", /*nan_is_fault=*/true);
       value_cell(row.growth, "x%.2f");

@@ -20,7 +20,8 @@ void scalar_plot(const char* title, Column_ column, const ViewModel& model, UiSt
   for (size_t i = 0; i < model.runs.size(); ++i) {
     if (!run_visible(ui, i)) continue;
     const format::RunData& run = model.runs[i].data();
-    spec.lines.push_back({model.runs[i].label().c_str(), run.step.data(), series(run.*column), run_color(i)});
+    spec.lines.push_back({model.runs[i].label().c_str(), run.step.data(), series(run.*column), run_color(i), false,
+                          model.runs[i].off_curve().data()});
     spec.markers.push_back(&run.events);
   }
   ui.regions[region] = draw_plot(spec, width, kPlotHeight, ui.steps, model.step_extent(), state);

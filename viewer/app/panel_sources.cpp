@@ -5,6 +5,7 @@
 
 #include "nanscope/viewer/colormap.hpp"
 #include "panels.hpp"
+#include "plot_widget.hpp"
 
 namespace nanscope::viewer {
 
@@ -16,6 +17,28 @@ constexpr uint32_t kErrorText = rgba(255, 110, 110);
 std::string birth_line(const format::SnapshotSummary& s) {
   if (!s.capture.first_birth) return s.capture.reproduced ? "no birth recorded" : "did not reproduce";
   return format::birth_text(*s.capture.first_birth);
+}
+
+// The run's early warnings, rollbacks and stop: a count, and each one's text
+// in a list that opens.
+void draw_sentinel_events(const RunSource& run) {
+  const std::vector<format::RunEvent>& events = run.sentinel_events();
+  if (events.empty()) return;
+  size_t warnings = 0, rollbacks = 0;
+  for (const auto& e : events) {
+    warnings += e.kind == format::to_string(format::EventKind::warning);
+    rollbacks += e.kind == format::to_string(format::EventKind::rollback);
+  }
+  const std::string label = std::to_string(warnings) + " warning(s), " + std::to_string(rollbacks) + " rollback(s)" +
+                            (events.size() > warnings + rollbacks ? ", stopped" : "");
+  ImGui::PushStyleColor(ImGuiCol_Text, ImColor(event_color(events.front().kind)).Value);
+  const bool open = ImGui::TreeNode("sentinel", "%s", label.c_str());
+  ImGui::PopStyleColor();
+  if (!open) return;
+  for (const auto& e : events)
+    ImGui::TextColored(ImColor(event_color(e.kind)), "%lld %s: %s", static_cast<long long>(e.step), e.kind.c_str(),
+                       e.text.c_str());
+  ImGui::TreePop();
 }
 
 // One run's line: shown or not, its colour, whether the heatmap and the
@@ -47,6 +70,7 @@ void draw_run_row(const ViewModel& model, UiState& ui, size_t i, const std::stri
     ImGui::TextColored(ImColor(kNaNColor), "non-finite at step %lld",
                        static_cast<long long>(run.first_nonfinite_step()));
   }
+  draw_sentinel_events(run);
   ImGui::Unindent(26);
   ImGui::PopID();
 }

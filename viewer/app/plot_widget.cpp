@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "nanscope/format/event_text.hpp"
 #include "nanscope/viewer/colormap.hpp"
 
 namespace nanscope::viewer {
@@ -17,6 +18,7 @@ constexpr uint32_t kBackground = rgba(22, 24, 28);
 constexpr uint32_t kGrid = rgba(255, 255, 255, 28);
 constexpr uint32_t kAxisText = rgba(190, 190, 190);
 constexpr uint32_t kCursor = rgba(255, 255, 255, 90);
+constexpr uint32_t kRolledBack = rgba(140, 140, 150, 55);
 
 // Maps steps and values (in axis units) to pixels inside `inner`.
 struct Mapping {
@@ -86,6 +88,9 @@ uint32_t event_color(const std::string& kind) {
   if (kind == "fallback") return rgba(255, 120, 40);
   if (kind == "snapshot") return rgba(200, 140, 255);
   if (kind == "first_birth") return kNaNColor;
+  if (kind == format::to_string(format::EventKind::warning)) return rgba(255, 225, 80);
+  if (kind == format::to_string(format::EventKind::rollback)) return rgba(90, 230, 200);
+  if (kind == format::to_string(format::EventKind::stop)) return rgba(255, 60, 60);
   if (kind == format::to_string(format::EventKind::first_nonfinite) ||
       kind == format::to_string(format::EventKind::nonfinite_ranks))
     return kFirstNonfiniteRankColor;
@@ -117,6 +122,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     const PlotLine& line = spec.lines[i];
     DecimateOptions options = base;
     options.nan_is_missing = line.nan_is_missing;
+    options.left_out = line.left_out;
     decimate(line.steps, line.values, steps.x.lo, steps.x.hi, size_t(inner_width), state.columns[i], options);
   }
   if (state.auto_y) {
@@ -185,6 +191,12 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
   }
   for (const auto* events : spec.markers) {
     for (const format::RunEvent& e : *events) {
+      // A rollback greys out the steps it took back: they are not the run's curve.
+      if (e.kind == format::to_string(format::EventKind::rollback))
+        if (const std::optional<int64_t> to = format::rollback_target(e.text)) {
+          const float x0 = std::max(lo.x, m.px(double(*to) + 1)), x1 = std::min(hi.x, m.px(double(e.step) + 1));
+          if (x1 > x0) dl->AddRectFilled({x0, lo.y}, {x1, hi.y}, kRolledBack);
+        }
       if (!steps.x.contains(double(e.step))) continue;
       const float x = m.px(double(e.step) + 0.5);
       const uint32_t color = event_color(e.kind);

@@ -18,6 +18,7 @@ struct PlotLine {
   SeriesView values;
   uint32_t color = 0;
   bool nan_is_missing = false;
+  const uint8_t* left_out = nullptr;  // per row, 1: a rolled-back step, drawn as no part of the curve
 };
 
 struct ReferenceLine {

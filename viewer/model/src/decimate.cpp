@@ -30,6 +30,7 @@ void decimate(const int64_t* steps, SeriesView values, double x0, double x1, siz
       column.nonfinite |= v > 0 ? kPosInf : kNegInf;
       continue;
     }
+    if (options.left_out && options.left_out[i]) continue;  // marked when non-finite, never on the curve
     if (options.log_y && v <= 0) continue;
     if (column.count == 0) {
       column.min = column.max = column.first = v;

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
+
+#include "nanscope/format/event_text.hpp"
 
 namespace nanscope::viewer {
 
@@ -26,6 +30,10 @@ void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>
   const bool has_norms = run.layer_grad_norm.size() == rows * layers && rows > 0;
   const bool has_act = run.layer_act_absmax.size() == rows * layers && rows > 0;
   const size_t begin = rows > window ? rows - window : 0;
+  std::map<std::string, int64_t> latest_warning;  // layer -> index of the latest warning naming it
+  for (size_t e = 0; e < run.events.size(); ++e)
+    if (run.events[e].kind == format::to_string(format::EventKind::warning))
+      latest_warning[format::warning_where(run.events[e].text)] = int64_t(e);
   for (size_t l = 0; l < layers; ++l) {
     LayerRow& row = out[l];
     row = LayerRow{};
@@ -46,6 +54,7 @@ void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>
       if (first_finite > 0) row.growth = last_finite / first_finite;
       if (row.nonfinite) row.growth = std::numeric_limits<double>::infinity();
     }
+    if (auto it = latest_warning.find(run.layer_names[l]); it != latest_warning.end()) row.warning_event = it->second;
     if (has_act) {
       for (size_t i = 0; i < rows; ++i) {
         const double v = run.layer_act_absmax[i * layers + l];

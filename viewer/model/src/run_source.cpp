@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/event_text.hpp"
 
 namespace nanscope::viewer {
 
@@ -25,6 +26,7 @@ RunSource::RunSource(const std::string& path, int rank) : path_(path), label_(la
     following_ = true;
     rows_at_open_ = follower_->data().rows();
     absorb_new_rows(0);
+    absorb_events();
   } catch (const format::FormatError& e) {
     error_ = e.what();
   } catch (const std::exception& e) {
@@ -47,6 +49,7 @@ size_t RunSource::poll() {
   try {
     const size_t added = follower_->refresh();
     if (added > 0) absorb_new_rows(before);
+    if (added > 0 || data().events.size() != events_seen_) absorb_events();
     return added;
   } catch (const std::exception& e) {
     following_ = false;
@@ -62,6 +65,22 @@ void RunSource::absorb_new_rows(size_t from) {
   act_absmax_.update(run.layer_act_absmax, run.rows(), run.layer_act_absmax.empty() ? 0 : layers);
   for (size_t i = from; i < run.rows() && first_nonfinite_step_ < 0; ++i)
     if (!std::isfinite(run.loss[i]) || !std::isfinite(run.grad_norm[i])) first_nonfinite_step_ = run.step[i];
+}
+
+// Events and the per-row masks that follow from them (and from new rows).
+void RunSource::absorb_events() {
+  const format::RunData& run = data();
+  rolled_back_ = format::rolled_back_rows(run);
+  sentinel_events_.clear();
+  for (const format::RunEvent& e : run.events)
+    if (e.kind == format::to_string(format::EventKind::warning) ||
+        e.kind == format::to_string(format::EventKind::rollback) ||
+        e.kind == format::to_string(format::EventKind::stop))
+      sentinel_events_.push_back(e);
+  events_seen_ = run.events.size();
+  off_curve_.assign(run.rows(), 0);
+  for (size_t i = 0; i < run.rows(); ++i)
+    off_curve_[i] = run.skipped[i] || (i < rolled_back_.size() && rolled_back_[i]);
 }
 
 AxisRange RunSource::step_extent() const {

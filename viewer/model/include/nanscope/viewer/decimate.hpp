@@ -37,8 +37,9 @@ inline SeriesView layer_series(const std::vector<float>& table, size_t layers, s
 }
 
 struct DecimateOptions {
-  bool nan_is_missing = false;  // NaN means "not recorded" (layer_act_absmax), not a fault
-  bool log_y = false;           // values <= 0 have no place on a log axis: skipped
+  bool nan_is_missing = false;        // NaN means "not recorded" (layer_act_absmax), not a fault
+  bool log_y = false;                 // values <= 0 have no place on a log axis: skipped
+  const uint8_t* left_out = nullptr;  // per row, 1: no point of the curve (a non-finite value is still marked)
 };
 
 // Bins the points whose step lies in [x0, x1) into `columns` equal columns.

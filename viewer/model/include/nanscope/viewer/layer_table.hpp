@@ -1,6 +1,7 @@
 #pragma once
 // The layer table: each layer's latest grad norm, its growth over the last K
-// steps, and its activation headroom, sortable by any of them.
+// steps, its activation headroom, and the latest early warning that named it,
+// sortable by any of the numbers.
 #include <cstddef>
 #include <vector>
 
@@ -13,10 +14,11 @@ inline constexpr double kBf16Max = 3.3895313892515355e38;
 
 struct LayerRow {
   size_t layer = 0;
-  double last_norm = 0;    // the latest recorded grad norm (NaN/Inf kept)
-  double growth = 0;       // last / first finite norm within the window; NaN when unknown
-  double act_absmax = 0;   // the largest recorded activation magnitude; NaN when none
-  bool nonfinite = false;  // a non-finite norm within the window
+  double last_norm = 0;        // the latest recorded grad norm (NaN/Inf kept)
+  double growth = 0;           // last / first finite norm within the window; NaN when unknown
+  double act_absmax = 0;       // the largest recorded activation magnitude; NaN when none
+  bool nonfinite = false;      // a non-finite norm within the window
+  int64_t warning_event = -1;  // index into the run's events of the latest warning naming this layer; -1 none
   // log2(65504 / act_absmax): bits left before fp16 overflows; NaN when unknown.
   double fp16_headroom_bits() const;
 };

@@ -4,6 +4,7 @@
 // that goes bad while followed keeps every row read before.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/viewer/axes.hpp"
@@ -42,9 +43,18 @@ class RunSource {
   AxisRange step_extent() const;
   // The first step whose loss or global grad norm is not finite; -1 if none.
   int64_t first_nonfinite_step() const { return first_nonfinite_step_; }
+  // Per row, 1 where a rollback took the step back (format::rolled_back_rows).
+  const std::vector<uint8_t>& rolled_back() const { return rolled_back_; }
+  // Per row, 1 for the rows that are no point of the run's curves: rolled
+  // back, or skipped (the update never reached the weights; a finite loss
+  // there is a spike skipped on probation or an fp16 overflow).
+  const std::vector<uint8_t>& off_curve() const { return off_curve_; }
+  // The warning, rollback and stop events, in file order: what the sidebar lists.
+  const std::vector<format::RunEvent>& sentinel_events() const { return sentinel_events_; }
 
  private:
   void absorb_new_rows(size_t from);
+  void absorb_events();
 
   std::string path_, label_, error_;
   int rank_ = -1;
@@ -54,6 +64,9 @@ class RunSource {
   LayerPyramid grad_norms_{false};
   LayerPyramid act_absmax_{true};
   int64_t first_nonfinite_step_ = -1;
+  std::vector<uint8_t> rolled_back_, off_curve_;
+  std::vector<format::RunEvent> sentinel_events_;
+  size_t events_seen_ = 0;
 };
 
 }  // namespace nanscope::viewer
