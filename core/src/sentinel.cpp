@@ -56,13 +56,14 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
   // of the short average over the long one.
   if (s.grad_norm > 0 && std::isfinite(s.grad_norm)) {
     const double g = std::log(s.grad_norm);
-    if (warm && grad_.z(g) > options_.spike_z)
+    if (warm && grad_.z(g) > options_.spike_z && g - grad_.mean > std::log(options_.spike_ratio))
       fire(out, step, {"grad_norm_spike", "", s.grad_norm, std::exp(grad_.mean), {}, ""});
-    if (warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio))
+    if (warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio) && grad_short_ > grad_long_peak_)
       fire(out, step, {"grad_norm_growth", "", std::exp(grad_short_), std::exp(grad_long_), {}, ""});
     grad_.add(g, kBaselineAlpha);
     grad_short_ = finite_steps_ == 0 ? g : grad_short_ + kShortAlpha * (g - grad_short_);
     grad_long_ = finite_steps_ == 0 ? g : grad_long_ + kLongAlpha * (g - grad_long_);
+    if (warm) grad_long_peak_ = std::max(grad_long_peak_, grad_long_);
   }
 
   // Per layer: the same spike test, naming the layer.

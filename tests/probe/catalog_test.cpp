@@ -117,3 +117,39 @@ TEST(Catalog, LrExplosionShowsTheGradNormRiseBeforeTheFirstSkip) {
   EXPECT_GT(run.grad_norm[11], 100 * run.grad_norm[9]);
   EXPECT_GT(run.grad_norm[12], 10 * run.grad_norm[11]);
 }
+
+// The slow-onset scenarios: a warning comes at least 10 steps before the
+// first non-finite step.
+TEST(Catalog, SlowOnsetScenariosWarnTenStepsOrMoreAhead) {
+  for (const char* name : {"slow-lr-ramp", "slow-input-ramp"}) {
+    test::TempDir dir;
+    const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + name + ".toml";
+    auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+                               " --quiet --threads 1 --run-dir " + dir.file("run"));
+    ASSERT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
+    const format::RunData run = format::read_run(dir.file("run/run.h5"));
+    int64_t first_skip = -1, first_warning = -1;
+    for (size_t i = 0; i < run.rows() && first_skip < 0; ++i)
+      if (run.skipped[i]) first_skip = run.step[i];
+    for (const auto& e : run.events)
+      if (e.kind == "warning" && first_warning < 0) first_warning = e.step;
+    ASSERT_GE(first_skip, 0) << name << ": the fault never went non-finite";
+    ASSERT_GE(first_warning, 0) << name << ": no warning";
+    EXPECT_GE(first_skip - first_warning, 10) << name;
+  }
+}
+
+// The burst scenario with the fixture model it names: rolled back once, to
+// the state saved just before the burst.
+TEST(Catalog, SampleBurstIsRolledBackToTheStateBeforeIt) {
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
+                             "/faults/sample-burst.toml --model " + dir.file("relu_regressor.pt") + " --data " +
+                             dir.file("regressor_data.h5") + " --quiet --threads 1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 rollback(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rollback to step 99:"), std::string::npos) << r.output;
+}

@@ -7,9 +7,12 @@
 //
 // Signals, each against a baseline that needs `warmup` finite steps first:
 // - grad_norm_spike: log(grad norm) more than `spike_z` deviations above its
-//   running mean (ZClip's test);
+//   running mean (ZClip's test), and at least `spike_ratio` times it (a
+//   steady baseline's small deviation turns a 2x jump into z > 6);
 // - grad_norm_growth: the grad norm's short average more than `growth_ratio`
-//   times its long one (slow growth a z-score adapts to);
+//   times its long one (slow growth a z-score adapts to), and above the
+//   highest the long average has been since warm-up (a converged run's
+//   norms wander up and down far below where training started);
 // - layer_grad_norm: the same spike test per layer, and at least
 //   `layer_spike_ratio` times its baseline (a layer's norm, one rank's own in
 //   a data-parallel run, jumps 2-5x on clean steps), naming the layer;
@@ -31,6 +34,7 @@ namespace nanscope {
 struct SentinelOptions {
   int64_t warmup = 20;
   double spike_z = 6.0;
+  double spike_ratio = 3.0;
   double layer_spike_ratio = 10.0;
   double growth_ratio = 3.0;
   double loss_spike_ratio = 10.0;
@@ -81,6 +85,7 @@ class Sentinel {
   int64_t finite_steps_ = 0;
   Baseline grad_;
   double grad_short_ = 0, grad_long_ = 0;  // exponential averages of log grad norm
+  double grad_long_peak_ = -1e300;         // the highest grad_long_ since warm-up
   std::map<std::string, Baseline> layer_grad_;
   double max_loss_ = 0;
   double peak_scale_ = 0;
