@@ -17,7 +17,30 @@ namespace nanscope {
 using probe::get_tensor;
 using probe::put_tensor;
 
-void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step) {
+namespace {
+
+at::Tensor bytes_tensor(const std::string& bytes) {
+  return at::from_blob(const_cast<char*>(bytes.data()), {int64_t(bytes.size())}, at::kByte).clone();
+}
+
+void put_resume_state(format::Group root, const ResumeState& r) {
+  format::Group t = root.group("training");
+  put_tensor(t, "optimizer", bytes_tensor(r.optimizer));
+  put_tensor(t, "cpu_rng", r.cpu_rng);
+  const GuardState& g = r.guard;
+  t.set_attr("amp", std::string(precision_name(g.amp)));
+  t.set_attr("fallback_step", g.fallback_step);
+  t.set_attr("rollback_lr_multiplier", g.rollback_lr_multiplier);
+  t.set_attr("rollbacks", g.rollbacks);
+  t.set_attr("scaling", int64_t(g.scaling));
+  t.set_attr("loss_scale", g.loss_scale);
+  t.set_attr("growth_tracker", g.growth_tracker);
+  t.set_attr("last_applied_step", g.last_applied_step);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step, const ResumeState* resume) {
   const std::string tmp = path + ".tmp";
   {
     format::Archive archive = format::Archive::create(tmp, format::kCheckpointFileKind);
@@ -31,6 +54,7 @@ void save_checkpoint(const std::string& path, const TrainableModel& model, int64
     for (const auto& [name, tensor] : model.named_parameters()) put_tensor(params, name, tensor);
     format::Group buffers = root.group("buffers");
     for (const auto& [name, tensor] : model.named_buffers()) put_tensor(buffers, name, tensor);
+    if (resume) put_resume_state(root, *resume);
     archive.close();
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
@@ -68,6 +92,33 @@ int64_t load_checkpoint(const std::string& path, TrainableModel& model) {
   copy_into(root.group("parameters"), model.named_parameters(), path, "parameter");
   copy_into(root.group("buffers"), model.named_buffers(), path, "buffer");
   return root.attr_int("step");
+}
+
+}  // namespace nanscope
+
+namespace nanscope {
+
+std::optional<ResumeState> load_resume_state(const std::string& path) {
+  format::Archive archive = format::Archive::open(path, format::kCheckpointFileKind);
+  format::Group root = archive.root();
+  if (!root.has("training")) return std::nullopt;
+  format::Group t = root.group("training");
+  ResumeState r;
+  const at::Tensor bytes = get_tensor(t, "optimizer").contiguous();
+  r.optimizer.assign(static_cast<const char*>(bytes.data_ptr()), size_t(bytes.numel()));
+  r.cpu_rng = get_tensor(t, "cpu_rng");
+  GuardState& g = r.guard;
+  const std::optional<Amp> amp = format::from_string<format::Precision>(t.attr_string("amp"));
+  if (!amp) throw format::FormatError(path, "/training: unknown precision '" + t.attr_string("amp") + "'");
+  g.amp = *amp;
+  g.fallback_step = t.attr_int("fallback_step");
+  g.rollback_lr_multiplier = t.attr_double("rollback_lr_multiplier");
+  g.rollbacks = t.attr_int("rollbacks");
+  g.scaling = t.attr_int("scaling") != 0;
+  g.loss_scale = t.attr_double("loss_scale");
+  g.growth_tracker = t.attr_int("growth_tracker");
+  g.last_applied_step = t.attr_int("last_applied_step");
+  return r;
 }
 
 }  // namespace nanscope

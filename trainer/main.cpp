@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "dist_options.hpp"
 #include "nanscope/core/step_guard.hpp"
@@ -15,8 +17,11 @@ int main(int argc, char** argv) {
   nanscope::TrainOptions options;
   CLI::App app{"nanscope-train"};
   nanscope::add_train_options(app, options);
+  std::vector<std::string> args(argv, argv + argc);
+  args = nanscope::with_resume_config(args);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them backwards, no argv[0]
+    app.parse(reversed);
   } catch (const CLI::ConfigError& e) {  // a key of --config that is no option
     std::cerr << "nanscope-train: --config: " << e.what() << " (not an option: keys are the long flag names)\n";
     return nanscope::kExitBadInput;
@@ -28,7 +33,9 @@ int main(int argc, char** argv) {
     return nanscope::kExitBadInput;
   }
   try {
+    nanscope::apply_defaults(options);
     nanscope::validate_options(options);
+    if (options.resume.empty() && options.dist.rank == 0) nanscope::write_options_file(app, options.run_dir);
     nanscope::TrainSummary summary = nanscope::run(options, std::cerr);
     nanscope::print_summary(summary, std::cout);
     return summary.interrupted ? nanscope::kExitInterrupted : nanscope::kExitOk;

@@ -39,6 +39,7 @@ struct TrainOptions {
   int64_t max_snapshots = 3;  // snapshots per run: one per distinct first birth, at most this many
   std::string save;           // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;
+  std::string resume;  // RUN_DIR to continue from its newest checkpoint
   uint64_t seed = 0;
   int threads = 0;              // 0: LibTorch's default
   std::string device = "auto";  // auto | cpu | cuda

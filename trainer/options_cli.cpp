@@ -2,9 +2,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 namespace nanscope {
@@ -135,10 +140,18 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(kNonNegative);
   app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
-  app.add_option("--save", o.save, "Write a checkpoint here at the end");
+  app.add_option("--save", o.save,
+                 "Write a checkpoint here at the end (several ranks: rank 0 only, unless PATH holds {rank}); "
+                 "default with --checkpoint-every: RUN_DIR/checkpoint.h5 (checkpoint-rank-{rank}.h5)");
   app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "Also write the --save checkpoint every N steps (0: only at the end)")
+                 "Also write the --save checkpoint every N steps (0: only at the end); these can resume the run")
       ->check(kNonNegative);
+  app.add_option("--resume", o.resume,
+                 "Continue the run in RUN_DIR from its newest checkpoint (--checkpoint-every): the options it "
+                 "was started with (RUN_DIR/options.toml; flags given here override them), the same data "
+                 "order, RNG, loss scale and schedule; run.h5 drops the rows after the checkpoint and goes on. "
+                 "Also clears the mark a killed writer leaves, so plain HDF5 readers open run.h5 again")
+      ->type_name("RUN_DIR");
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
@@ -210,11 +223,60 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
 }
 
+void apply_defaults(TrainOptions& o) {
+  if (!o.resume.empty()) o.run_dir = o.resume;
+  if (o.checkpoint_every > 0 && o.save.empty())
+    o.save =
+        (std::filesystem::path(o.run_dir) / (o.dist.world_size > 1 ? "checkpoint-rank-{rank}.h5" : "checkpoint.h5"))
+            .string();
+}
+
+std::vector<std::string> with_resume_config(const std::vector<std::string>& args) {
+  std::vector<std::string> out = args;
+  const auto resume = std::find(args.begin(), args.end(), "--resume");
+  const bool has_config = std::any_of(
+      args.begin(), args.end(), [](const std::string& a) { return a == "--config" || a.rfind("--config=", 0) == 0; });
+  if (resume == args.end() || resume + 1 == args.end() || has_config) return out;
+  out.insert(out.begin() + 1, {"--config", (std::filesystem::path(*(resume + 1)) / kOptionsFile).string()});
+  return out;
+}
+
+void write_options_file(const CLI::App& app, const std::string& run_dir) {
+  std::filesystem::create_directories(run_dir);
+  const std::filesystem::path path = std::filesystem::path(run_dir) / kOptionsFile;
+  std::ofstream out(path);
+  out << "# The options this run started with, as given; nanscope-train --resume RUN_DIR reads them.\n";
+  // Not what would make the resumed run another run, or resume it again.
+  static const std::set<std::string> kSkipped{"config", "resume", "rank", "local-rank", "master-addr", "master-port"};
+  auto quoted = [](const std::string& v) {
+    std::string q = "\"";
+    for (char c : v) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    return q + "\"";
+  };
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    const std::string name = opt->get_lnames().front();
+    if (kSkipped.count(name)) continue;
+    // The values as parsed: a transformed one (--amp bf16) holds what its
+    // transform made of it, which the transform accepts back.
+    const std::vector<std::string>& values = opt->results();
+    if (opt->get_expected_max() == 0) {
+      out << name << "=" << (values.empty() ? "true" : values.back()) << "\n";  // a flag: its value, unquoted
+    } else if (opt->get_expected_max() > 1) {
+      out << name << "=[";
+      for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << quoted(values[i]);
+      out << "]\n";
+    } else if (!values.empty()) {
+      out << name << "=" << quoted(values.back()) << "\n";
+    }
+  }
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
 void validate_options(const TrainOptions& o) {
   if (!(o.lr_backoff > 0 && o.lr_backoff <= 1)) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
   if (o.warmup >= o.steps && o.schedule == "cosine")
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
-  if (o.checkpoint_every > 0 && o.save.empty()) throw std::invalid_argument("--checkpoint-every needs --save PATH");
   if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");

@@ -1,6 +1,9 @@
 #pragma once
 #include <CLI/App.hpp>
 
+#include <string>
+#include <vector>
+
 #include "options.hpp"
 
 namespace nanscope {
@@ -10,5 +13,19 @@ namespace nanscope {
 void add_train_options(CLI::App& app, TrainOptions& options);
 // Throws std::invalid_argument with a message for the user.
 void validate_options(const TrainOptions& options);
+// Defaults that follow from other flags: --resume's run directory, the
+// checkpoint path of --checkpoint-every without --save.
+void apply_defaults(TrainOptions& options);
+
+// The options a run started with, written into its run directory (rank 0),
+// which --resume reads back as its --config.
+inline constexpr const char* kOptionsFile = "options.toml";
+// argv with "--config RUN_DIR/options.toml" added after the program name when
+// it holds "--resume RUN_DIR" and no --config.
+std::vector<std::string> with_resume_config(const std::vector<std::string>& args);
+// Writes RUN_DIR/options.toml: every option given (on the command line, in
+// --config or the environment) as it was given, but --config, --resume and
+// the rank's own settings; --resume reads it back.
+void write_options_file(const CLI::App& app, const std::string& run_dir);
 
 }  // namespace nanscope

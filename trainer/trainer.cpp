@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
 
 #include "checkpoint.hpp"
@@ -122,6 +123,35 @@ Ranks join_ranks(const DistOptions& dist, at::Device device, TrainableModel& mod
   return ranks;
 }
 
+// --resume: the checkpoint the run directory's run wrote last, with what it
+// needs to go on. Throws std::invalid_argument naming what is missing.
+struct Resumption {
+  std::string checkpoint;
+  int64_t steps_done = 0;
+  ResumeState state;
+};
+std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model) {
+  if (o.resume.empty()) return std::nullopt;
+  Resumption r;
+  r.checkpoint = checkpoint_path_for_rank(o.save, o.dist);
+  if (r.checkpoint.empty() || !std::filesystem::exists(r.checkpoint))
+    throw std::invalid_argument("--resume " + o.resume + ": no checkpoint" +
+                                (r.checkpoint.empty() ? std::string() : " at " + r.checkpoint) +
+                                " (resuming needs a run started with --checkpoint-every N and a checkpoint per rank)");
+  r.steps_done = load_checkpoint(r.checkpoint, model);
+  std::optional<ResumeState> state = load_resume_state(r.checkpoint);
+  if (!state)
+    throw std::invalid_argument(
+        "--resume " + o.resume + ": " + r.checkpoint +
+        " holds weights only (written by an older nanscope); it can --init a run, not resume one");
+  r.state = std::move(*state);
+  return r;
+}
+
+ResumeState resume_state(const torch::optim::Optimizer& optimizer, const StepGuard& guard) {
+  return {optimizer_bytes(optimizer), at::detail::getDefaultCPUGenerator().get_state(), guard.state()};
+}
+
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
                            const std::string& who) {
   GuardOptions g;
@@ -157,10 +187,26 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   const std::string who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
   Dataset data = make_dataset(o);
   std::unique_ptr<TrainableModel> model = prepared_model(o, data, device, log);
+  const std::optional<Resumption> resumed = resumption(o, *model);
   const std::vector<at::Tensor> parameters = trainable_tensors(*model);
   Ranks ranks = join_ranks(dist, device, *model, parameters);
   auto optimizer = make_optimizer(o.optimizer, parameters, o.lr, o.weight_decay);
-  StepGuard guard(*model, *optimizer, guard_options(o, run_config(o, faults, data, device, *model), log, who));
+  GuardOptions options = guard_options(o, run_config(o, faults, data, device, *model), log, who);
+  int64_t first_step = 0;
+  if (resumed) {
+    first_step = resumed->steps_done;
+    options.resume_after_step = first_step - 1;
+    options.resume_from = "resumed from " + resumed->checkpoint + " (saved after step " +
+                          std::to_string(first_step - 1) + "); rows after it were dropped and are redone";
+  }
+  StepGuard guard(*model, *optimizer, options);
+  if (resumed) {
+    load_optimizer_bytes(*optimizer, resumed->state.optimizer);
+    guard.restore(resumed->state.guard);
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(resumed->state.cpu_rng);
+    log << who << "resume: " << resumed->checkpoint << ", from step " << first_step << "\n";
+  }
   // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
   BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
 
@@ -176,12 +222,13 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   auto previous_handler = std::signal(SIGINT, on_interrupt);
   TrainSummary summary;
   summary.run_file = guard.run_file();
+  summary.steps_run = first_step;
   std::vector<double> step_times, allreduce_times;
   ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
   const auto run_start = std::chrono::steady_clock::now();
   bool stop = false;
 
-  for (int64_t step = 0; step < o.steps && !stop; ++step) {
+  for (int64_t step = first_step; step < o.steps && !stop; ++step) {
     StepContext context;
     context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, step) * guard.lr_multiplier() *
                  lr_multiplier_at(faults, step);
@@ -229,7 +276,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
                      summary.last_finite_step, guard.scaler().scale(), outcome.grad_norm, precision_name(guard.amp())});
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
-      if (!path.empty()) save_checkpoint(path, *model, step + 1);
+      if (!path.empty()) {
+        const ResumeState state = resume_state(*optimizer, guard);
+        save_checkpoint(path, *model, step + 1, &state);
+      }
     }
   }
   std::signal(SIGINT, previous_handler);
@@ -241,7 +291,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   guard.writer().flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, dist);
-    if (!path.empty()) save_checkpoint(path, *model, summary.steps_run);
+    if (!path.empty()) {
+      const ResumeState state = resume_state(*optimizer, guard);
+      save_checkpoint(path, *model, summary.steps_run, &state);
+    }
   }
   if (ranks.group) {
     ranks.group->set_context("end of run");

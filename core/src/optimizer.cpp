@@ -2,7 +2,10 @@
 
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
+#include <sstream>
 #include <stdexcept>
 
 #include "nanscope/probe/torch_compat.hpp"
@@ -55,6 +58,24 @@ NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, c
     }
   }
   return out;
+}
+
+std::string optimizer_bytes(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  return std::move(bytes).str();
+}
+
+void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  std::istringstream in(bytes);
+  archive.load_from(in);
+  // load() only replaces the slots the archive holds: state a parameter
+  // gained after the save must go too.
+  optimizer.state().clear();
+  optimizer.load(archive);
 }
 
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype) {

@@ -3,10 +3,8 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <c10/core/GradMode.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
-#include <sstream>
+#include "nanscope/core/optimizer.hpp"
 
 namespace nanscope {
 
@@ -34,14 +32,6 @@ size_t tensor_bytes(const std::vector<at::Tensor>& tensors) {
   return n;
 }
 
-std::string serialized(const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  return std::move(bytes).str();
-}
-
 at::Device device_of(const TrainableModel& model) {
   const NamedTensors params = model.named_parameters();
   return params.empty() ? at::Device(at::kCPU) : params.front().second.device();
@@ -63,8 +53,7 @@ bool StateRing::save(int64_t step, const TrainableModel& model, const torch::opt
   s.step = step;
   s.parameters = host_copies(model.named_parameters());
   s.buffers = host_copies(model.named_buffers());
-  // A const optimizer saves itself: save() is const.
-  s.optimizer = serialized(optimizer);
+  s.optimizer = optimizer_bytes(optimizer);
   s.scaler = scaler;
   s.cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
   const at::Device device = device_of(model);
@@ -85,13 +74,7 @@ void StateRing::restore(const TrainingState& state, TrainableModel& model, torch
                         LossScaler& scaler) {
   copy_back(model.named_parameters(), state.parameters);
   copy_back(model.named_buffers(), state.buffers);
-  torch::serialize::InputArchive archive;
-  std::istringstream bytes(state.optimizer);
-  archive.load_from(bytes);
-  // load() only replaces the slots the archive holds: state a parameter
-  // gained after the save must go too.
-  optimizer.state().clear();
-  optimizer.load(archive);
+  load_optimizer_bytes(optimizer, state.optimizer);
   scaler = state.scaler;
   at::Generator cpu = at::detail::getDefaultCPUGenerator();
   cpu.set_state(state.cpu_rng);

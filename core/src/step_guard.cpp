@@ -84,9 +84,39 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
   header.record_act_absmax = options_.act_absmax_every > 0;
   header.config = options_.config;
-  writer_ = std::make_unique<format::RunWriter>(
-      (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string(),
-      header);
+  const std::string path =
+      (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string();
+  if (options_.resume_after_step >= 0) {
+    writer_ = format::RunWriter::resume(path, options_.resume_after_step);
+    writer_->event(options_.resume_after_step, format::EventKind::resume, options_.resume_from);
+    writer_->flush();
+  } else {
+    writer_ = std::make_unique<format::RunWriter>(path, header);
+  }
+}
+
+GuardState StepGuard::state() const {
+  GuardState s;
+  s.amp = amp_;
+  s.fallback_step = fallback_.fired_step();
+  s.rollback_lr_multiplier = rollback_lr_multiplier_;
+  s.rollbacks = rollback_.rollbacks();
+  s.scaling = scaler_.enabled();
+  s.loss_scale = scaler_.scale();
+  s.growth_tracker = scaler_.growth_tracker();
+  s.last_applied_step = last_applied_step_;
+  return s;
+}
+
+void StepGuard::restore(const GuardState& s) {
+  if (s.fallback_step >= 0 && !fallback_.fired())
+    fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), s.fallback_step);
+  amp_ = s.amp;
+  rollback_lr_multiplier_ = s.rollback_lr_multiplier;
+  rollback_.restore_rollbacks(s.rollbacks);
+  if (!s.scaling) scaler_.disable();
+  scaler_.restore(s.loss_scale, s.growth_tracker);
+  last_applied_step_ = s.last_applied_step;
 }
 
 StepGuard::~StepGuard() = default;

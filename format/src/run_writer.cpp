@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "h5.hpp"
 #include "nanscope/format/error.hpp"
@@ -58,6 +59,51 @@ void append_rows(Column& column, const void* data, hsize_t rows, const std::stri
   h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
   if (H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
     throw WriteError(path, "cannot write rows (disk full?)");
+}
+
+Column open_column(hid_t group, const char* name, hid_t mem_type, const std::string& path) {
+  Column column;
+  column.dataset =
+      h5::dataset_handle(H5Dopen2(group, name, H5P_DEFAULT), path, std::string("cannot open dataset ") + name);
+  column.mem_type = mem_type;
+  h5::Handle space = h5::space_handle(H5Dget_space(column.dataset.get()), path, "H5Dget_space");
+  hsize_t dims[2] = {0, 0};
+  const int rank = H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  column.columns = rank == 2 ? dims[1] : 0;
+  return column;
+}
+
+hsize_t row_count(const Column& column, const std::string& path) {
+  h5::Handle space = h5::space_handle(H5Dget_space(column.dataset.get()), path, "H5Dget_space");
+  hsize_t dims[2] = {0, 0};
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  return dims[0];
+}
+
+// How many leading entries of an ascending int64 column are <= `step`.
+hsize_t rows_through(const Column& column, int64_t step, const std::string& path) {
+  std::vector<int64_t> steps(row_count(column, path));
+  if (!steps.empty())
+    h5::check(H5Dread(column.dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()), path,
+              "cannot read steps");
+  return hsize_t(std::upper_bound(steps.begin(), steps.end(), step) - steps.begin());
+}
+
+void truncate(Column& column, hsize_t rows, const std::string& path) {
+  if (!column.dataset.valid()) return;
+  hsize_t dims[2] = {rows, column.columns};
+  h5::check(H5Dset_extent(column.dataset.get(), dims), path, "cannot drop rows");
+}
+
+// HDF5's own switch for `h5clear -s`: open a file whose superblock says a
+// writer still has it, and clear that on close.
+h5::Handle open_clearing_writer_mark(const std::string& path) {
+  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
+  h5::check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), path, "H5Pset_libver_bounds");
+  hbool_t clear = 1;
+  h5::check(H5Pset(fapl.get(), "clear_status_flags", &clear), path, "cannot ask to clear the writer's mark");
+  return h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), path,
+                         "cannot open the run file for writing (read-only, in use by a live writer, or corrupt?)");
 }
 
 // Copies a string into a fixed-size, null-padded field (truncating).
@@ -150,6 +196,68 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
   m.event_text = create_column(events.get(), "text", m.text_type.get(), m.text_type.get(), 0, path);
 
   h5::check(H5Fstart_swmr_write(file), path, "cannot start SWMR writing");
+}
+
+RunWriter::RunWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t keep_through_step, size_t flush_every) {
+  h5::silence_errors();
+  {
+    h5::Handle probe = h5::open_file_readonly(path);  // the usual checks and messages: missing, empty, not HDF5
+    h5::check_identity(probe.get(), kRunFileKind, path);
+  }
+  auto m = std::make_unique<Impl>();
+  m->path = path;
+  m->flush_every = std::max<size_t>(1, flush_every);
+  m->file = open_clearing_writer_mark(path);
+  hid_t file = m->file.get();
+  h5::Handle steps = h5::group_handle(H5Gopen2(file, run_schema::kStepsGroup, H5P_DEFAULT), path, "open /steps");
+  hid_t g = steps.get();
+  m->step = open_column(g, "step", H5T_NATIVE_INT64, path);
+  m->loss = open_column(g, "loss", H5T_NATIVE_DOUBLE, path);
+  m->lr = open_column(g, "lr", H5T_NATIVE_DOUBLE, path);
+  m->loss_scale = open_column(g, "loss_scale", H5T_NATIVE_DOUBLE, path);
+  m->grad_norm = open_column(g, "grad_norm", H5T_NATIVE_DOUBLE, path);
+  m->skipped = open_column(g, "skipped", H5T_NATIVE_UINT8, path);
+  m->amp = open_column(g, "amp", H5T_NATIVE_UINT8, path);
+  m->step_time = open_column(g, "step_time", H5T_NATIVE_DOUBLE, path);
+  m->layers = 0;
+  if (h5::link_exists(g, "layer_grad_norm")) {
+    m->layer_grad_norm = open_column(g, "layer_grad_norm", H5T_NATIVE_FLOAT, path);
+    m->layers = m->layer_grad_norm.columns;
+  }
+  m->act_absmax = h5::link_exists(g, "layer_act_absmax");
+  if (m->act_absmax) m->layer_act_absmax = open_column(g, "layer_act_absmax", H5T_NATIVE_FLOAT, path);
+  h5::Handle events = h5::group_handle(H5Gopen2(file, run_schema::kEventsGroup, H5P_DEFAULT), path, "open /events");
+  m->kind_type = h5::fixed_string_type(run_schema::kEventKindWidth, path);
+  m->text_type = h5::fixed_string_type(run_schema::kEventTextWidth, path);
+  m->event_step = open_column(events.get(), "step", H5T_NATIVE_INT64, path);
+  m->event_kind = open_column(events.get(), "kind", m->kind_type.get(), path);
+  m->event_text = open_column(events.get(), "text", m->text_type.get(), path);
+
+  // The rows after the checkpoint go (the step column, whose length is the
+  // row count, first), then the events after it.
+  const hsize_t rows = rows_through(m->step, keep_through_step, path);
+  for (Column* c : {&m->step, &m->loss, &m->lr, &m->loss_scale, &m->grad_norm, &m->skipped, &m->amp, &m->step_time,
+                    &m->layer_grad_norm, &m->layer_act_absmax})
+    truncate(*c, rows, path);
+  const hsize_t kept_events = rows_through(m->event_step, keep_through_step, path);
+  for (Column* c : {&m->event_step, &m->event_kind, &m->event_text}) truncate(*c, kept_events, path);
+  h5::check(H5Fstart_swmr_write(file), path, "cannot start SWMR writing");
+  return std::unique_ptr<RunWriter>(new RunWriter(std::move(m)));
+}
+
+bool clear_writer_mark(const std::string& path) {
+  h5::silence_errors();
+  {
+    h5::Handle file = h5::open_file_readonly(path);  // the usual checks and messages
+  }
+  if (hid_t plain = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); plain >= 0) {
+    H5Fclose(plain);
+    return false;  // closed properly: a plain reader opens it already
+  }
+  open_clearing_writer_mark(path);  // cleared when the handle closes
+  return true;
 }
 
 RunWriter::~RunWriter() {

@@ -10,7 +10,7 @@ namespace {
 template <typename Word, size_t N>
 using Names = std::array<std::pair<Word, const char*>, N>;
 
-constexpr Names<EventKind, 13> kEventKinds{{{EventKind::skip, "skip"},
+constexpr Names<EventKind, 14> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::scale_backoff, "scale_backoff"},
                                             {EventKind::first_birth, "first_birth"},
                                             {EventKind::snapshot, "snapshot"},
@@ -22,7 +22,8 @@ constexpr Names<EventKind, 13> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::dist_error, "dist_error"},
                                             {EventKind::warning, "warning"},
                                             {EventKind::stop, "stop"},
-                                            {EventKind::rollback, "rollback"}}};
+                                            {EventKind::rollback, "rollback"},
+                                            {EventKind::resume, "resume"}}};
 constexpr Names<Phase, 4> kPhases{{{Phase::forward, "forward"},
                                    {Phase::backward, "backward"},
                                    {Phase::grad_norm, "grad_norm"},

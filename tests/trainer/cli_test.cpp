@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
@@ -120,6 +121,80 @@ TEST(Cli, SaveThenInitFineTunesFromTheCheckpoint) {
       run_command(kTrain + " --model gpt --steps 2 --run-dir " + dir.file("c") + " --init " + dir.file("ckpt.h5"));
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.output.find("holds a 'mlp' model"), std::string::npos) << wrong.output;
+}
+
+// A run killed with SIGKILL and resumed reaches the same weights, bit for
+// bit, as the same run uninterrupted (CPU, fp32, one thread); its run.h5 has
+// every step once; and plain HDF5 readers, which refuse the killed run's
+// file, open it after the resume.
+TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
+  TempDir dir;
+  const std::vector<std::string> args{"--model", "mlp",       "--steps", "3000",    "--checkpoint-every",
+                                      "100",     "--threads", "1",       "--quiet", "--run-dir"};
+  auto argv_for = [&](const std::string& run_dir) {
+    std::string line = kTrain;
+    for (const auto& a : args) line += " " + a;
+    return line + " " + run_dir;
+  };
+  auto whole = run_command(argv_for(dir.file("whole")));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const std::string killed = dir.file("killed");
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<char*> argv{const_cast<char*>(kTrain.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(const_cast<char*>(killed.c_str()));
+    argv.push_back(nullptr);
+    execv(kTrain.c_str(), argv.data());
+    _exit(127);
+  }
+  size_t seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (seen < 1000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    try {
+      seen = nanscope::format::read_run(killed + "/run.h5").rows();
+    } catch (const nanscope::format::FormatError&) {}
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_GE(seen, 1000u);
+  ASSERT_LT(seen, 3000u) << "the run finished before the kill";
+  const std::string plain_open =
+      std::string(NANSCOPE_PYTHON) + " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')\" ";
+  EXPECT_NE(run_command(plain_open + killed + "/run.h5").exit_code, 0)
+      << "a killed SWMR writer's file should need clearing";
+
+  auto resumed = run_command(kTrain + " --resume " + killed);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resume: " + killed + "/checkpoint.h5, from step "), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(run_command(plain_open + killed + "/run.h5").exit_code, 0) << "plain readers open it after the resume";
+
+  const auto a = nanscope::format::read_run(dir.file("whole/run.h5"));
+  const auto b = nanscope::format::read_run(killed + "/run.h5");
+  ASSERT_EQ(b.rows(), 3000u) << "every step once: the rows after the checkpoint were dropped and redone";
+  for (size_t i = 0; i < b.rows(); ++i) {
+    ASSERT_EQ(b.step[i], int64_t(i));
+    ASSERT_EQ(b.loss[i], a.loss[i]) << "step " << i;  // bit for bit, the steps before the kill and after
+  }
+  size_t resume_events = 0;
+  for (const auto& e : b.events) resume_events += e.kind == "resume";
+  EXPECT_EQ(resume_events, 1u);
+  // The final weights: both runs' last checkpoints, read through h5py, byte for byte.
+  const std::string compare =
+      std::string(NANSCOPE_PYTHON) +
+      " -c \"import h5py, sys, numpy as np\n"
+      "a, b = (h5py.File(p, 'r') for p in sys.argv[1:3])\n"
+      "names = []\n"
+      "a['parameters'].visit(lambda n: names.append(n) if isinstance(a['parameters'][n], h5py.Dataset) else None)\n"
+      "assert names\n"
+      "for n in names: assert np.array_equal(a['parameters'][n][()], b['parameters'][n][()]), n\n"
+      "assert a.attrs['step'] == b.attrs['step'] == 3000\n"
+      "print(len(names), 'tensors equal')\" ";
+  auto same = run_command(compare + dir.file("whole/checkpoint.h5") + " " + killed + "/checkpoint.h5");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
 }
 
 TEST(Cli, RunFileIsReadableWhileWrittenAndAfterSigkill) {

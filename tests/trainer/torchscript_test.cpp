@@ -151,3 +151,24 @@ TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
   // The shared tensor counts under its first name: lm_head owns no parameter of its own.
   EXPECT_EQ(r.layer_names, (std::vector<std::string>{"wte", "ln", "mlp"}));
 }
+
+// --init with another model's checkpoint: exit 2, one line naming the file,
+// the first parameter that does not fit and, for a shape, both shapes.
+TEST_F(TorchScript, InitFromAnotherModelsCheckpointNamesTheFirstMismatch) {
+  const std::string train = NANSCOPE_TRAIN_EXE;
+  const std::string data = " --data " + dir_->file("regressor_data.h5") + " --quiet --threads 1 --steps 2";
+  auto saved = test::run_command(train + " --model " + dir_->file("regressor.pt") + data + " --run-dir " +
+                                 dir_->file("init-a") + " --save " + dir_->file("regressor-ckpt.h5"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  auto wider = test::run_command(train + " --model " + dir_->file("wide_regressor.pt") + data + " --run-dir " +
+                                 dir_->file("init-b") + " --init " + dir_->file("regressor-ckpt.h5"));
+  EXPECT_EQ(wider.exit_code, 2) << wider.output;
+  EXPECT_NE(wider.output.find("regressor-ckpt.h5"), std::string::npos) << wider.output;
+  EXPECT_NE(wider.output.find("parameter 'encoder.0.weight' has shape [32, 6], the model expects [64, 6]"),
+            std::string::npos)
+      << wider.output;
+  auto other = test::run_command(train + " --model " + dir_->file("poisons_its_weights.pt") + data + " --run-dir " +
+                                 dir_->file("init-c") + " --init " + dir_->file("regressor-ckpt.h5"));
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("parameter 'gain' missing"), std::string::npos) << other.output;
+}

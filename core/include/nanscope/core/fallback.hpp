@@ -29,6 +29,8 @@ class FallbackPolicy {
   // Not used yet, enabled, and the run not already in fp32.
   bool available(Amp amp) const { return enabled_ && !fired() && amp != Amp::fp32; }
   bool fired() const { return fired_step_ >= 0; }
+  // A resumed run whose fallback had fired (the caller restores precision and scaler).
+  void restore_fired(int64_t step) { fired_step_ = step; }
   int64_t fired_step() const { return fired_step_; }
   // The LR multiplier in force: 1 before the fallback, lr_backoff after.
   double lr_multiplier() const { return fired() ? lr_backoff_ : 1.0; }

@@ -36,6 +36,11 @@ class LossScaler {
   bool enabled() const { return config_.enabled; }
   double scale() const { return config_.enabled ? scale_ : 1.0; }
   int64_t growth_tracker() const { return growth_tracker_; }
+  // A resumed run's scale and growth count, as saved.
+  void restore(double scale, int64_t growth_tracker) {
+    scale_ = scale;
+    growth_tracker_ = growth_tracker;
+  }
   // The one-shot fp32 fallback switches scaling off for good.
   void disable() { config_.enabled = false; }
 

@@ -19,6 +19,11 @@ void scale_lr(torch::optim::Optimizer& optimizer, double factor);
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 // The state of each named parameter's slots, as "NAME/exp_avg", "NAME/step"...
 NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);
+// The optimizer's whole state (param groups' options and per-parameter
+// slots) through its own serialization, as bytes, and back: what the state
+// ring and resumable checkpoints keep. Works for any torch::optim optimizer.
+std::string optimizer_bytes(const torch::optim::Optimizer& optimizer);
+void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::string& bytes);
 // The fp32 fallback casts the optimizer state with the model.
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype);
 // Drops gradients (set_to_none): a skipped step leaves no trace in .grad.

@@ -56,6 +56,7 @@ class RollbackPolicy {
   void escalated() { streak_ = 0, probation_skips_ = 0; }
   bool can_roll_back() const { return options_.enabled && rollbacks_ < options_.max_rollbacks; }
   int64_t rollbacks() const { return rollbacks_; }
+  void restore_rollbacks(int64_t n) { rollbacks_ = n; }
 
  private:
   RollbackOptions options_;

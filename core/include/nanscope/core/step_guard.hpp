@@ -63,6 +63,23 @@ struct GuardOptions {
   int rank = 0, world_size = 1;               // data parallel: this rank's run file and snapshots
   std::ostream* log = nullptr;                // one line per skip, birth and fallback; nullptr: none
   std::string log_prefix;                     // e.g. "[rank 1] "
+  // Resuming: go on writing the run file, dropping its rows after this step
+  // (>= 0), and say where from in a resume event.
+  int64_t resume_after_step = -1;
+  std::string resume_from;
+};
+
+// What the guard has learnt that a resumed run needs back besides the
+// weights and the optimizer: precision and fallback, scaler, backoffs.
+struct GuardState {
+  Amp amp = Amp::fp32;
+  int64_t fallback_step = -1;
+  double rollback_lr_multiplier = 1;
+  int64_t rollbacks = 0;
+  bool scaling = false;
+  double loss_scale = 1;
+  int64_t growth_tracker = 0;
+  int64_t last_applied_step = -1;
 };
 
 // What a step brings besides its batch; the defaults suit one process.
@@ -114,6 +131,10 @@ class StepGuard {
   // loop that sets the LR itself each step (a schedule) multiplies by this.
   double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
   int64_t rollbacks() const { return rollback_.rollbacks(); }
+  GuardState state() const;
+  // Puts a saved state back (after the model and optimizer got theirs): a
+  // fallback that had fired fires again (fp32, no scaler), without events.
+  void restore(const GuardState& state);
   const StateRing& saved_states() const { return ring_; }
   int64_t fallback_step() const { return fallback_.fired_step(); }
   const LossScaler& scaler() const { return scaler_; }

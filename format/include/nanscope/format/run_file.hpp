@@ -53,6 +53,10 @@ struct RunHeader {
 class RunWriter {
  public:
   RunWriter(const std::string& path, const RunHeader& header, size_t flush_every = 16);
+  // Goes on writing an existing run file (nanscope-train --resume): the rows
+  // and events after `keep_through_step` are dropped (the resumed run redoes
+  // those steps), and the mark a killed writer left is cleared first.
+  static std::unique_ptr<RunWriter> resume(const std::string& path, int64_t keep_through_step, size_t flush_every = 16);
   ~RunWriter();
   RunWriter(const RunWriter&) = delete;
   RunWriter& operator=(const RunWriter&) = delete;
@@ -65,8 +69,16 @@ class RunWriter {
 
  private:
   struct Impl;
+  explicit RunWriter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A writer killed mid-run (SIGKILL, out of memory) leaves its file marked
+// "open for writing": nanscope's readers open it (they read with SWMR), but
+// readers without SWMR (plain h5py.File(path), h5dump) refuse it. This clears
+// the mark, as HDF5's `h5clear -s` does. Returns false for a file that had no
+// mark (closed properly); throws FormatError for one that cannot be opened.
+bool clear_writer_mark(const std::string& path);
 
 // A whole run file read into flat arrays (row-major [step x layer] for the
 // per-layer tables), the shape the viewer and the tests want.

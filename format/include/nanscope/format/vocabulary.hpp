@@ -24,6 +24,7 @@ enum class EventKind {
   warning,           // early warning: a signal heading for a NaN (text: signal, where, value, baseline)
   stop,              // the run stopped: its weights went non-finite and nothing could save it
   rollback,          // the run went back to a saved good state (text: event_text.hpp's rollback_text)
+  resume,            // nanscope-train --resume went on from a checkpoint (text: which, and the rows dropped)
 };
 
 // Where an op ran: in the model's forward or backward, in the global-norm
