@@ -2,9 +2,12 @@
 # CMAKE_PREFIX_PATH (an official LibTorch archive, a PyTorch wheel's
 # torch/share/cmake). Nothing is downloaded or vendored.
 find_package(HDF5 REQUIRED COMPONENTS C)
-find_package(Torch REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+if(NANSCOPE_LIGHT)
+  return()
+endif()
+find_package(Torch REQUIRED)
 
 # Torch's CMake config puts its flags on TORCH_CXX_FLAGS (the C++11 ABI switch);
 # they must reach every TU that includes a LibTorch header.

@@ -19,13 +19,9 @@ using probe::put_tensor;
 
 namespace {
 
-at::Tensor bytes_tensor(const std::string& bytes) {
-  return at::from_blob(const_cast<char*>(bytes.data()), {int64_t(bytes.size())}, at::kByte).clone();
-}
-
 void put_resume_state(format::Group root, const ResumeState& r) {
   format::Group t = root.group("training");
-  put_tensor(t, "optimizer", bytes_tensor(r.optimizer));
+  probe::put_named(t.group("optimizer"), r.optimizer_state);
   put_tensor(t, "cpu_rng", r.cpu_rng);
   const GuardState& g = r.guard;
   t.set_attr("amp", std::string(precision_name(g.amp)));
@@ -41,24 +37,20 @@ void put_resume_state(format::Group root, const ResumeState& r) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step, const ResumeState* resume) {
-  const std::string tmp = path + ".tmp";
-  {
-    format::Archive archive = format::Archive::create(tmp, format::kCheckpointFileKind);
-    format::Group root = archive.root();
-    ModelSpec spec = model.spec();
-    root.set_attr("model", spec.name);
-    root.set_attr("step", step);
-    format::Group hparams = root.group("hparams");
-    for (const auto& [key, value] : spec.hparams) hparams.set_attr(key, value);
-    format::Group params = root.group("parameters");
-    for (const auto& [name, tensor] : model.named_parameters()) put_tensor(params, name, tensor);
-    format::Group buffers = root.group("buffers");
-    for (const auto& [name, tensor] : model.named_buffers()) put_tensor(buffers, name, tensor);
-    if (resume) put_resume_state(root, *resume);
-    archive.close();
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw format::WriteError(path, "cannot move the new checkpoint into place");
+  // The archive is written as PATH.part and renamed over PATH on close.
+  format::Archive archive = format::Archive::create(path, format::kCheckpointFileKind);
+  format::Group root = archive.root();
+  ModelSpec spec = model.spec();
+  root.set_attr("model", spec.name);
+  root.set_attr("step", step);
+  format::Group hparams = root.group("hparams");
+  for (const auto& [key, value] : spec.hparams) hparams.set_attr(key, value);
+  format::Group params = root.group("parameters");
+  for (const auto& [name, tensor] : model.named_parameters()) put_tensor(params, name, tensor);
+  format::Group buffers = root.group("buffers");
+  for (const auto& [name, tensor] : model.named_buffers()) put_tensor(buffers, name, tensor);
+  if (resume) put_resume_state(root, *resume);
+  archive.close();
 }
 
 namespace {
@@ -104,8 +96,7 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   if (!root.has("training")) return std::nullopt;
   format::Group t = root.group("training");
   ResumeState r;
-  const at::Tensor bytes = get_tensor(t, "optimizer").contiguous();
-  r.optimizer.assign(static_cast<const char*>(bytes.data_ptr()), size_t(bytes.numel()));
+  r.optimizer_state = probe::get_named(t.group("optimizer"));
   r.cpu_rng = get_tensor(t, "cpu_rng");
   GuardState& g = r.guard;
   const std::optional<Amp> amp = format::from_string<format::Precision>(t.attr_string("amp"));

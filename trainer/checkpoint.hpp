@@ -16,12 +16,12 @@ namespace nanscope {
 // What --resume needs besides the weights: the optimizer's state, the CPU
 // random generator, and the step guard's precision, scaler and backoffs.
 struct ResumeState {
-  std::string optimizer;  // optimizer_bytes()
+  NamedTensors optimizer_state;  // optimizer_state_by_name(): the optimizer's own tensors, streamed out
   at::Tensor cpu_rng;
   GuardState guard;
 };
 
-// Writes to PATH.tmp and renames, so a crash never leaves half a checkpoint.
+// Writes PATH.part and renames it over PATH, so a crash never leaves half a checkpoint.
 // With `resume`, the checkpoint can also continue the run (/training).
 void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
                      const ResumeState* resume = nullptr);

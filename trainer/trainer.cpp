@@ -148,8 +148,10 @@ std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& mode
   return r;
 }
 
-ResumeState resume_state(const torch::optim::Optimizer& optimizer, const StepGuard& guard) {
-  return {optimizer_bytes(optimizer), at::detail::getDefaultCPUGenerator().get_state(), guard.state()};
+ResumeState resume_state(const TrainableModel& model, const torch::optim::Optimizer& optimizer,
+                         const StepGuard& guard) {
+  return {optimizer_state_by_name(optimizer, model.trainable_parameters()),
+          at::detail::getDefaultCPUGenerator().get_state(), guard.state()};
 }
 
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
@@ -201,7 +203,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   }
   StepGuard guard(*model, *optimizer, options);
   if (resumed) {
-    load_optimizer_bytes(*optimizer, resumed->state.optimizer);
+    load_optimizer_state_by_name(*optimizer, model->trainable_parameters(), resumed->state.optimizer_state);
     guard.restore(resumed->state.guard);
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     cpu.set_state(resumed->state.cpu_rng);
@@ -277,7 +279,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
       if (!path.empty()) {
-        const ResumeState state = resume_state(*optimizer, guard);
+        const ResumeState state = resume_state(*model, *optimizer, guard);
         save_checkpoint(path, *model, step + 1, &state);
       }
     }
@@ -292,7 +294,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, dist);
     if (!path.empty()) {
-      const ResumeState state = resume_state(*optimizer, guard);
+      const ResumeState state = resume_state(*model, *optimizer, guard);
       save_checkpoint(path, *model, summary.steps_run, &state);
     }
   }

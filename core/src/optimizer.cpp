@@ -5,6 +5,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -76,6 +77,36 @@ void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::string&
   // gained after the save must go too.
   optimizer.state().clear();
   optimizer.load(archive);
+}
+
+void load_optimizer_state_by_name(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
+                                  const NamedTensors& state) {
+  std::map<std::string, at::Tensor> slots(state.begin(), state.end());
+  auto slot = [&](const std::string& name, const at::Tensor& parameter) {
+    auto it = slots.find(name);
+    return it == slots.end() ? at::Tensor() : it->second.to(parameter.device());
+  };
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  if (!adamw && !sgd) throw std::invalid_argument("optimizer state can be put back for AdamW and SGD only");
+  optimizer.state().clear();
+  for (const auto& [name, p] : parameters) {
+    if (adamw) {
+      const at::Tensor step = slot(name + "/step", p);
+      if (!step.defined()) continue;  // no state yet (never stepped)
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(step.item<int64_t>());
+      s->exp_avg(slot(name + "/exp_avg", p));
+      s->exp_avg_sq(slot(name + "/exp_avg_sq", p));
+      if (!s->exp_avg().defined() || !s->exp_avg_sq().defined())
+        throw std::invalid_argument("optimizer state of '" + name + "' is incomplete");
+      compat::set_param_state(optimizer, p, std::move(s));
+    } else if (at::Tensor momentum = slot(name + "/momentum_buffer", p); momentum.defined()) {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(momentum);
+      compat::set_param_state(optimizer, p, std::move(s));
+    }
+  }
 }
 
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype) {

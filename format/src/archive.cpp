@@ -4,18 +4,26 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "h5.hpp"
 #include "h5_types.hpp"
 #include "nanscope/format/error.hpp"
+#include "rehearsal.hpp"
 
 namespace nanscope::format {
 
 struct Archive::File {
   std::string path;
   bool writable = false;
-  bool in_memory = false;  // created: lives in memory until close() writes it
+  std::string part;  // created: written as PATH.part, renamed over PATH by close()
   h5::Handle handle;
+  // An archive dropped before close() (an error while writing it) leaves nothing behind.
+  ~File() {
+    if (part.empty()) return;
+    handle.reset();
+    std::remove(part.c_str());
+  }
 };
 
 struct Group::State {
@@ -236,11 +244,12 @@ Archive Archive::create(const std::string& path, const std::string& kind) {
   archive.file_ = std::make_shared<File>();
   archive.file_->path = path;
   archive.file_->writable = true;
-  archive.file_->in_memory = true;
-  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
-  h5::check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0), path, "H5Pset_fapl_core");
-  archive.file_->handle = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
-                                          "cannot create file in memory");
+  // Straight to disk, one tensor at a time, so writing a model costs no copy
+  // of it in memory; as PATH.part, so no reader ever sees half a file.
+  const std::string part = path + ".part";
+  archive.file_->handle = h5::file_handle(H5Fcreate(part.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path,
+                                          "cannot create file (directory missing or not writable?)");
+  archive.file_->part = part;
   h5::write_identity(archive.file_->handle.get(), kind, path);
   return archive;
 }
@@ -250,6 +259,7 @@ Archive Archive::open(const std::string& path, const std::string& kind, bool wri
   archive.file_ = std::make_shared<File>();
   archive.file_->path = path;
   archive.file_->writable = writable;
+  if (!writable) h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   archive.file_->handle = writable ? h5::open_file_readwrite(path) : h5::open_file_readonly(path);
   h5::check_identity(archive.file_->handle.get(), kind, path);
   return archive;
@@ -262,43 +272,27 @@ Group Archive::root() const {
 
 const std::string& Archive::path() const { return file_->path; }
 
-namespace {
-
-// Writes the in-memory file's image to `path`; on any error removes what was
-// written and throws.
-void write_image(hid_t file, const std::string& path) {
-  const ssize_t size = H5Fget_file_image(file, nullptr, 0);
-  if (size < 0) throw FormatError(path, "cannot take the file image");
-  std::vector<char> image(static_cast<size_t>(size));
-  if (H5Fget_file_image(file, image.data(), image.size()) < 0) throw FormatError(path, "cannot take the file image");
-  FILE* out = std::fopen(path.c_str(), "wb");
-  if (!out) throw WriteError(path, std::string("cannot create file: ") + std::strerror(errno));
-  const bool written = std::fwrite(image.data(), 1, image.size(), out) == image.size();
-  const int saved_errno = errno;
-  const bool closed = std::fclose(out) == 0;
-  if (!written || !closed) {
-    std::remove(path.c_str());
-    throw WriteError(
-        path, std::string("cannot write file: ") + std::strerror(written ? errno : saved_errno) + " (disk full?)");
-  }
-}
-
-}  // namespace
-
 void Archive::close() {
   if (!file_ || !file_->handle.valid()) return;
-  h5::check(H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL), file_->path, "cannot flush (disk full?)");
-  if (file_->in_memory) {
-    try {
-      write_image(file_->handle.get(), file_->path);
-    } catch (...) {
-      file_->handle.reset();
-      throw;
-    }
-  }
+  const bool flushed = H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL) >= 0;
   // Groups still alive keep their own handles; the library closes the file
-  // for good once they go (H5F_CLOSE_WEAK, the default).
-  file_->handle.reset();
+  // for good once they go (H5F_CLOSE_WEAK, the default). Everything is on
+  // disk after the flush.
+  const bool closed = H5Fclose(file_->handle.release()) >= 0;
+  if (file_->part.empty()) {
+    if (!flushed || !closed) throw FormatError(file_->path, "cannot flush (disk full?)");
+    return;
+  }
+  const std::string part = std::exchange(file_->part, std::string());
+  if (!flushed || !closed) {
+    std::remove(part.c_str());
+    throw WriteError(file_->path, "cannot write file (disk full?)");
+  }
+  if (std::rename(part.c_str(), file_->path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(part.c_str());
+    throw WriteError(file_->path, std::string("cannot move the written file into place: ") + std::strerror(error));
+  }
 }
 
 }  // namespace nanscope::format

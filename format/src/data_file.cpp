@@ -3,6 +3,7 @@
 #include "h5.hpp"
 #include "h5_types.hpp"
 #include "nanscope/format/error.hpp"
+#include "rehearsal.hpp"
 
 namespace nanscope::format {
 
@@ -63,6 +64,7 @@ void write_array(hid_t file, const std::string& name, const TensorData& t, const
 }  // namespace
 
 DataFile read_data_file(const std::string& path) {
+  h5::rehearse_in_child(path, [&] { read_data_file(path); });
   h5::Handle file = h5::open_file_readonly(path);
   DataFile data{read_array(file.get(), "/inputs", path), read_array(file.get(), "/targets", path)};
   if (data.inputs.shape[0] != data.targets.shape[0])

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "nanscope/format/version.hpp"
+#include "rehearsal.hpp"
 
 namespace nanscope::format::h5 {
 
@@ -225,6 +226,7 @@ void check_identity(hid_t file, const std::string& kind, const std::string& path
 namespace nanscope::format {
 
 std::string file_kind(const std::string& path) {
+  h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   h5::Handle file = h5::open_file_readonly(path);
   if (!h5::attr_exists(file.get(), "format"))
     throw FormatError(path, "not a nanscope file: the root has no 'format' attribute");

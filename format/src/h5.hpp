@@ -37,6 +37,8 @@ class Handle {
   ~Handle() { reset(); }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  // Gives up ownership: the caller closes it (and sees whether that worked).
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
   void reset() {
     if (id_ >= 0 && closer_) closer_(id_);
     id_ = H5I_INVALID_HID;

@@ -5,6 +5,7 @@
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
+#include "rehearsal.hpp"
 #include "run_schema.hpp"
 
 namespace nanscope::format {
@@ -152,6 +153,7 @@ struct RunFollower::Impl {
 };
 
 RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  h5::rehearse_in_child(path, [&] { RunFollower rehearsal(path); });
   impl_->file = h5::open_file_readonly(path);
   hid_t f = impl_->file.get();
   h5::check_identity(f, kRunFileKind, path);

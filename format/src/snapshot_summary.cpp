@@ -4,6 +4,7 @@
 
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/version.hpp"
+#include "rehearsal.hpp"
 
 namespace nanscope::format {
 
@@ -92,6 +93,7 @@ void write_snapshot_header(const Group& root, const SnapshotHeader& h) {
 }
 
 SnapshotSummary read_snapshot_summary(const std::string& path) {
+  h5::rehearse_in_child(path, [&] { read_snapshot_summary(path); });
   Archive archive = Archive::open(path, kSnapshotFileKind);
   Group root = archive.root();
   SnapshotSummary s;

@@ -11,33 +11,6 @@
 
 namespace nanscope::probe {
 
-namespace {
-
-void put_named(const format::Group& g, const NamedTensorList& tensors) {
-  g.set_attr("count", int64_t(tensors.size()));
-  // Names may hold '/', which HDF5 reads as a path: number the datasets and
-  // keep the names as attributes, in order.
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    char key[24];
-    std::snprintf(key, sizeof key, "%06zu", i);
-    put_tensor(g, key, tensors[i].second);
-    g.set_attr(std::string("name_") + key, tensors[i].first);
-  }
-}
-
-NamedTensorList get_named(const format::Group& g) {
-  NamedTensorList out;
-  const int64_t n = g.attr_int("count");
-  for (int64_t i = 0; i < n; ++i) {
-    char key[24];
-    std::snprintf(key, sizeof key, "%06lld", static_cast<long long>(i));
-    out.emplace_back(g.attr_string(std::string("name_") + key), get_tensor(g, key));
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string snapshot_path(const std::string& run_dir, int64_t step, int rank, int world_size) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%07lld.h5", static_cast<long long>(step));

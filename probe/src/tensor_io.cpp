@@ -1,7 +1,9 @@
 #include "nanscope/probe/tensor_io.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace nanscope::probe {
 
@@ -54,12 +56,38 @@ at::Tensor tensor_from_data(const format::TensorData& data) {
 }
 
 void put_tensor(const format::Group& group, const std::string& name, const at::Tensor& tensor) {
-  format::TensorData data = tensor_to_data(tensor);
-  group.put_tensor(name, data.dtype, data.shape, data.bytes.data());
+  // Straight from the tensor's memory where it can be (on the host, dense):
+  // writing a model then costs no copy of it. Otherwise one host copy of this tensor.
+  const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+  const std::vector<int64_t> shape(host.sizes().begin(), host.sizes().end());
+  group.put_tensor(name, to_format_dtype(host.scalar_type()), shape, host.data_ptr());
 }
 
 at::Tensor get_tensor(const format::Group& group, const std::string& name) {
   return tensor_from_data(group.tensor(name));
+}
+
+void put_named(const format::Group& g, const NamedTensorList& tensors) {
+  g.set_attr("count", int64_t(tensors.size()));
+  // Names may hold '/', which HDF5 reads as a path: number the datasets and
+  // keep the names as attributes, in order.
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    char key[24];
+    std::snprintf(key, sizeof key, "%06zu", i);
+    put_tensor(g, key, tensors[i].second);
+    g.set_attr(std::string("name_") + key, tensors[i].first);
+  }
+}
+
+NamedTensorList get_named(const format::Group& g) {
+  NamedTensorList out;
+  const int64_t n = g.attr_int("count");
+  for (int64_t i = 0; i < n; ++i) {
+    char key[24];
+    std::snprintf(key, sizeof key, "%06lld", static_cast<long long>(i));
+    out.emplace_back(g.attr_string(std::string("name_") + key), get_tensor(g, key));
+  }
+  return out;
 }
 
 }  // namespace nanscope::probe

@@ -230,6 +230,16 @@ TEST(Replay, EveryKindOfBadInputExitsTwoNamingTheFile) {
   EXPECT_EQ(usage.exit_code, 2) << usage.output;
 }
 
+// A snapshot whose flipped bits crash HDF5 1.10.8 itself (a SIGSEGV in
+// H5Aiterate2 -> H5A__close, found by mutating snapshots): the read rehearsed
+// in a child process (the same read, rehearsed) takes the crash, and replay says "corrupt" and exits 2.
+TEST(Replay, ASnapshotThatCrashesHdf5IsBadInputNotACrash) {
+  const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
+  auto r = test::run_command(kReplay + " " + crasher + " --json --no-write");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is corrupt: reading it crashed the HDF5 library"), std::string::npos) << r.output;
+}
+
 TEST(VerdictRules, CategoryFollowsTheBirth) {
   format::Birth b;
   b.kind = "nan";

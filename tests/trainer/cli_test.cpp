@@ -1,10 +1,12 @@
 // nanscope-train as a user runs it: flags, exit codes, files on disk.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -195,6 +197,24 @@ TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
       "print(len(names), 'tensors equal')\" ";
   auto same = run_command(compare + dir.file("whole/checkpoint.h5") + " " + killed + "/checkpoint.h5");
   EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
+// The disk fills while run.h5 is appended: the run stops cleanly (exit 1,
+// one line naming run.h5), and every row written before reads back.
+TEST(Cli, FullDiskWhileAppendingTheRunFileStopsCleanlyWithTheRowsSoFarReadable) {
+  TempDir dir;
+  const std::string full = dir.file("full");
+  std::filesystem::create_directories(full);
+  if (::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=256k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  auto r = run_command(kTrain + " --model mlp --steps 1000000 --quiet --threads 1 --run-dir " + full + "/run");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(full + "/run/run.h5"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("disk full"), std::string::npos) << r.output;
+  const auto run = nanscope::format::read_run(full + "/run/run.h5");
+  EXPECT_GT(run.rows(), 100u) << "the rows before the disk filled";
+  for (size_t i = 0; i < run.rows(); ++i) ASSERT_EQ(run.step[i], int64_t(i));
+  ::umount(full.c_str());
 }
 
 TEST(Cli, RunFileIsReadableWhileWrittenAndAfterSigkill) {

@@ -113,9 +113,9 @@ TEST(Checkpoint, RejectsAnotherModelsCheckpointByName) {
 }
 
 TEST(Checkpoint, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
-  // nanscope-train writes a checkpoint every step on a slow disk (fwrite in
+  // nanscope-train writes a checkpoint every step on a slow disk (writes in
   // pieces, LD_PRELOAD), and is killed at a random moment, 20 times. The new
-  // checkpoint goes to a temporary file renamed over the old one, so the path
+  // checkpoint goes to PATH.part, renamed over the old one, so the path
   // always holds a whole checkpoint: the last one, or the one before it.
   test::TempDir dir;
   GptConfig config;
@@ -143,7 +143,7 @@ TEST(Checkpoint, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
     ASSERT_TRUE(std::filesystem::exists(ckpt)) << "trial " << trial << ": no checkpoint within 60 s";
-    killed_mid_write += std::filesystem::exists(ckpt + ".tmp");
+    killed_mid_write += std::filesystem::exists(ckpt + ".part");
     auto model = make_gpt(config, 1);
     int64_t step = -1;
     EXPECT_NO_THROW(step = load_checkpoint(ckpt, *model)) << "trial " << trial;

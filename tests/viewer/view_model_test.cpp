@@ -169,3 +169,16 @@ TEST(ViewModel, RolledBackRowsAreNoPartOfTheCurveAndTheWarnedLayerIsMarked) {
   EXPECT_EQ(data.events[size_t(rows[1].warning_event)].step, 40);
   EXPECT_EQ(rows[2].warning_event, -1);
 }
+
+// A snapshot whose flipped bits crash HDF5 itself (tests/fuzz/crashers): the
+// viewer lists it as corrupt and goes on with the rest.
+TEST(ViewModel, AFileThatCrashesHdf5IsAnErrorNotACrash) {
+  test::TempDir dir;
+  test::write_synthetic_run(dir.file("run.h5"), 20, 2, -1);
+  const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
+  ViewModel model;
+  EXPECT_FALSE(model.open({crasher, dir.file("run.h5")}));
+  EXPECT_TRUE(mentions(model.errors(), crasher, "crashed the HDF5 library")) << model.errors().front();
+  ASSERT_EQ(model.runs.size(), 1u);
+  EXPECT_EQ(model.runs[0].data().rows(), 20u);
+}

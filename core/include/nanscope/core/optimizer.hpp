@@ -18,7 +18,12 @@ void scale_lr(torch::optim::Optimizer& optimizer, double factor);
 // Every tensor of the optimizer's per-parameter state (exp_avg, momentum...).
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 // The state of each named parameter's slots, as "NAME/exp_avg", "NAME/step"...
+// (the optimizer's own tensors, not copies: writing them out costs no memory).
 NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);
+// Puts such state back, each slot on its parameter's device (AdamW and SGD,
+// nanscope-train's optimizers; throws std::invalid_argument for another).
+void load_optimizer_state_by_name(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
+                                  const NamedTensors& state);
 // The optimizer's whole state (param groups' options and per-parameter
 // slots) through its own serialization, as bytes, and back: what the state
 // ring and resumable checkpoints keep. Works for any torch::optim optimizer.

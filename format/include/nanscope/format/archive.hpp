@@ -61,10 +61,11 @@ class Group {
 
 class Archive {
  public:
-  // Creates (truncates) a file of the given kind (version.hpp's k*FileKind).
-  // The file is built in memory and written out whole by close(): a full disk
-  // or a missing directory surfaces there as one FormatError, leaves no
-  // partial file behind, and never leaves HDF5 holding a half-closed file.
+  // Creates a file of the given kind (version.hpp's k*FileKind). It is
+  // written straight to PATH.part, a tensor at a time (a model's snapshot
+  // costs no copy of the model in memory), and close() renames it over PATH:
+  // a reader never sees half a file, a full disk surfaces as one WriteError,
+  // and an archive that fails or is dropped before close() leaves nothing.
   static Archive create(const std::string& path, const std::string& kind);
   // Opens an existing file and checks its kind and major version.
   static Archive open(const std::string& path, const std::string& kind, bool writable = false);

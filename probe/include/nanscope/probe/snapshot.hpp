@@ -12,10 +12,9 @@
 
 #include "nanscope/format/capture.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope::probe {
-
-using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 // A snapshot whole: the header every reader sees (step, precision, loss scale,
 // LR, clip, model name, config, capture, per-layer norms) and the tensors that

@@ -2,6 +2,10 @@
 // Conversions between at::Tensor and the format library's plain TensorData.
 #include <ATen/ATen.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "nanscope/format/archive.hpp"
 
 namespace nanscope::probe {
@@ -15,5 +19,11 @@ at::Tensor tensor_from_data(const format::TensorData& data);
 
 void put_tensor(const format::Group& group, const std::string& name, const at::Tensor& tensor);
 at::Tensor get_tensor(const format::Group& group, const std::string& name);
+
+// Named tensors in order (parameters, optimizer slots), one dataset each,
+// streamed: a tensor at a time is copied to the host.
+using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
+void put_named(const format::Group& group, const NamedTensorList& tensors);
+NamedTensorList get_named(const format::Group& group);
 
 }  // namespace nanscope::probe

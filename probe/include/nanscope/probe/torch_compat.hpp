@@ -82,6 +82,16 @@ const torch::optim::OptimizerParamState* find_state(const StateMap& states, c10:
   }
   return it == states.end() ? nullptr : it->second.get();
 }
+template <typename StateMap>
+void set_state(StateMap& states, c10::TensorImpl* impl, std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;
+    key << impl;
+    states[key.str()] = std::move(state);
+  } else {
+    states[impl] = std::move(state);
+  }
+}
 }  // namespace detail
 
 // torch::optim keys per-parameter state by the TensorImpl's address: as a
@@ -90,6 +100,10 @@ const torch::optim::OptimizerParamState* find_state(const StateMap& states, c10:
 inline const torch::optim::OptimizerParamState* find_param_state(const torch::optim::Optimizer& optimizer,
                                                                  const at::Tensor& parameter) {
   return detail::find_state(optimizer.state(), parameter.unsafeGetTensorImpl());
+}
+inline void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& parameter,
+                            std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  detail::set_state(optimizer.state(), parameter.unsafeGetTensorImpl(), std::move(state));
 }
 
 }  // namespace nanscope::compat

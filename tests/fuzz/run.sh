@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs every fuzz target: first each kept crasher and seed once (regressions),
+# then libFuzzer for RUNS executions from seeds made by the real programs.
+# Prints each target's executions and findings; a new crash is kept under
+# BUILD_DIR/fuzz-findings/ and fails the run.
+# Usage: tests/fuzz/run.sh FUZZ_BUILD_DIR [RUNS=100000] [MAIN_BUILD_DIR=build]
+#   FUZZ_BUILD_DIR: configured with -DNANSCOPE_LIGHT=ON -DNANSCOPE_FUZZ=ON (scripts/sanitize.sh)
+#   MAIN_BUILD_DIR: the normal build, whose nanscope-train writes the seeds
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "$1" && pwd)
+runs=${2:-100000}
+main=${3:-$repo/build}
+here=$repo/tests/fuzz
+seeds=$build/fuzz-seeds
+findings=$build/fuzz-findings
+mkdir -p "$seeds" "$findings"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/lsan.supp}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+# Seeds: what the programs write, small.
+if [[ ! -f $seeds/.made && -x $main/trainer/nanscope-train ]]; then
+  tmp=$(mktemp -d)
+  "$main/trainer/nanscope-train" --model mlp --hidden 8 --steps 12 --batch-size 4 --amp bf16 \
+    --fault nonfinite_input@5:1 --act-absmax-every 3 --checkpoint-every 6 --quiet --threads 1 \
+    --run-dir "$tmp/run" >/dev/null 2>&1 || true
+  mkdir -p "$seeds"/{run_file,snapshot,checkpoint,data_file,config}
+  cp "$tmp/run/run.h5" "$seeds/run_file/"
+  cp "$tmp"/run/snapshots/*.h5 "$seeds/snapshot/" 2>/dev/null || true
+  cp "$tmp/run/checkpoint.h5" "$seeds/checkpoint/" 2>/dev/null || true
+  cp "$tmp/run/options.toml" "$seeds/config/"
+  cp "$repo"/samples/configs/*.toml "$repo"/samples/faults/*.toml "$seeds/config/"
+  /usr/bin/python3 - "$seeds/data_file/data.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f["inputs"] = np.arange(24, dtype=np.float32).reshape(4, 6)
+    f["targets"] = np.arange(4, dtype=np.int64)
+PY
+  rm -rf "$tmp"
+  touch "$seeds/.made"
+fi
+
+status=0
+for target in run_file snapshot checkpoint data_file config; do
+  exe=$build/tests/fuzz/fuzz_$target
+  corpus=$build/fuzz-corpus/$target
+  mkdir -p "$corpus" "$seeds/$target"
+  kept=()
+  [[ -d $here/crashers/$target ]] && kept+=("$here/crashers/$target"/*)
+  [[ -d $seeds/$target ]] && kept+=("$seeds/$target"/*)
+  # Regressions: each kept input once, as a plain run.
+  if ((${#kept[@]})) && ! "$exe" "${kept[@]}" >"$findings/$target-regressions.log" 2>&1; then
+    echo "fuzz $target: a kept input fails again (see $findings/$target-regressions.log)"
+    status=1
+  fi
+  log=$findings/$target.log
+  if "$exe" -runs="$runs" -max_len=262144 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$findings/$target-" "$corpus" "$seeds/$target" >"$log" 2>&1; then
+    result=ok
+  else
+    result="FOUND A CRASH (kept in $findings/)"
+    status=1
+  fi
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  echo "fuzz $target: ${execs:-?} executions (${speed:-?}/s), ${#kept[@]} kept inputs replayed, $result"
+done
+exit $status
