@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_gpt.hpp"
 #include "data.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/models/gpt.hpp"
@@ -37,16 +38,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
-  // The trainer's runtime set-up (threads, OpenBLAS on one thread, seed), so
-  // these steps run as nanscope-train's do.
-  TrainOptions runtime;
-  runtime.threads = threads;
-  configure_runtime(runtime, at::kCPU);
-  GptConfig config;
-  config.n_layer = 4;
-  config.n_embd = 128;
-  config.n_head = 4;
-  config.seq_len = 64;
+  const GptConfig config = bench::gpt_config(threads);
   Dataset data = builtin_text_dataset(config.seq_len);
   auto model = make_gpt(config, 0);
   std::vector<at::Tensor> params;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_gpt.hpp"
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "nanscope/core/models/gpt.hpp"
@@ -51,14 +52,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 50;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
-  TrainOptions runtime;
-  runtime.threads = threads;
-  configure_runtime(runtime, at::kCPU);
-  GptConfig config;
-  config.n_layer = 4;
-  config.n_embd = 128;
-  config.n_head = 4;
-  config.seq_len = 64;
+  const GptConfig config = bench::gpt_config(threads);
   Dataset data = builtin_text_dataset(config.seq_len);
   const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "nanscope-bench-sentinel";
   std::filesystem::remove_all(tmp);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian bookworm machine (root):
 # dependencies, the LibTorch 1.13 build and its tests, then the LibTorch 2.x
-# lane in a trixie chroot. Set NANSCOPE_SKIP_TORCH2=1 to run the first lane only.
+# lane in a trixie chroot; between them the sanitizer lane (scripts/sanitize.sh).
+# Set NANSCOPE_SKIP_TORCH2=1 to skip the 2.x lane, NANSCOPE_FUZZ_RUNS for longer fuzzing.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 start=$(date +%s)
@@ -22,6 +23,10 @@ echo "== LibTorch 1.13 lane (Debian bookworm)"
 "$repo/scripts/build.sh"
 (cd "${BUILD_DIR:-$repo/build}" && ctest -j2 --output-on-failure --timeout 600)
 lane1=$(( $(date +%s) - start ))
+
+echo "== Sanitizer lane (clang ASan + UBSan: formats, options, the viewer's model; short fuzz runs)"
+MAIN_BUILD_DIR="${BUILD_DIR:-$repo/build}" "$repo/scripts/sanitize.sh" "${NANSCOPE_FUZZ_RUNS:-3000}"
+
 
 if [ -n "$chroot_pid" ]; then
   echo "== LibTorch 2.x lane (Debian trixie chroot)"

@@ -43,7 +43,7 @@ TensorData read_array(hid_t file, const std::string& name, const std::string& pa
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   out.shape.assign(dims.begin(), dims.end());
-  out.bytes.resize(size_t(out.numel()) * dtype_size(out.dtype));
+  out.bytes.resize(h5::checked_bytes(ds.get(), dims, dtype_size(out.dtype), path, name));
   if (!out.bytes.empty())
     h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
               "cannot read " + name + " (corrupt or truncated file?)");

@@ -1,7 +1,9 @@
 #include "h5.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -85,6 +87,32 @@ Handle open_file_readwrite(const std::string& path) {
   check_openable(path);
   return file_handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), path,
                      "cannot open HDF5 file for writing (read-only, in use, or corrupt?)");
+}
+
+size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t element_size, const std::string& path,
+                     const std::string& what) {
+  constexpr hsize_t kLimit = hsize_t(1) << 62;
+  hsize_t bytes = element_size;
+  for (hsize_t d : dims) {
+    if (d != 0 && bytes > kLimit / d) throw FormatError(path, what + " claims an impossible size (corrupt file?)");
+    bytes *= d;
+  }
+  Handle layout = plist_handle(H5Dget_create_plist(dataset), path, "H5Dget_create_plist");
+  const bool filtered = H5Pget_nfilters(layout.get()) > 0;
+  // Chunks never written (a disk that filled under a live writer) read as
+  // fill values, so the data stored for the dataset may fall short of its
+  // shape; the whole file may not.
+  Handle file = file_handle(H5Iget_file_id(dataset), path, "H5Iget_file_id");
+  hsize_t file_bytes = 0;
+  H5Fget_filesize(file.get(), &file_bytes);
+  const hsize_t bound = std::max<hsize_t>(file_bytes, H5Dget_storage_size(dataset));
+  const hsize_t memory = hsize_t(sysconf(_SC_PHYS_PAGES)) * hsize_t(sysconf(_SC_PAGESIZE));
+  if (!filtered && bytes > bound)
+    throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than the whole file (" +
+                                std::to_string(file_bytes) + " bytes; corrupt or truncated?)");
+  if (filtered && bytes > memory)
+    throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than this machine's memory");
+  return size_t(bytes);
 }
 
 bool link_exists(hid_t loc, const std::string& name) { return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0; }

@@ -68,6 +68,12 @@ Handle open_file_readonly(const std::string& path);
 Handle open_file_readwrite(const std::string& path);
 
 bool link_exists(hid_t loc, const std::string& name);
+// The bytes `dims` x `element_size` of a dataset come to, refused with a
+// FormatError naming `what` when a corrupt shape claims more than the whole
+// file holds (or, compressed, more than this machine's memory):
+// a flipped bit in a shape must not become a giant allocation.
+size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t element_size, const std::string& path,
+                     const std::string& what);
 bool attr_exists(hid_t loc, const std::string& name);
 
 // String attributes (fixed-length, UTF-8): readable by h5py and h5dump.

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "h5.hpp"
+#include "nanscope/format/rehearsal.hpp"
 
 namespace nanscope::format::h5 {
 
@@ -86,6 +88,13 @@ void walk(hid_t location, int depth) {
 }
 
 bool in_rehearsal = false;  // set in the child: a read inside a rehearsal is not rehearsed again
+bool rehearsal_enabled = true;
+
+// In the child, a crash must end it by its signal: no handler of the
+// parent's (a sanitizer's, a fuzzer's) gets to report or save anything.
+void default_crash_handlers() {
+  for (int signal : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) std::signal(signal, SIG_DFL);
+}
 
 }  // namespace
 
@@ -101,12 +110,13 @@ void walk_metadata(const std::string& path) {
 }
 
 void rehearse_in_child(const std::string& path, const std::function<void()>& read) {
-  if (in_rehearsal) return;
+  if (in_rehearsal || !rehearsal_enabled) return;
   silence_errors();
   const pid_t child = fork();
   if (child < 0) return;  // no process to spare: the reader goes on without the defence
   if (child == 0) {
     in_rehearsal = true;
+    default_crash_handlers();
     try {
       read();
     } catch (...) {}
@@ -127,9 +137,22 @@ void rehearse_in_child(const std::string& path, const std::function<void()>& rea
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
+  // The child leaves with 0 whatever the read threw; anything else is a
+  // crash: a signal, or a sanitizer's report of one (it exits with 1).
   if (WIFSIGNALED(status))
     throw FormatError(path, std::string("is corrupt: reading it crashed the HDF5 library (") +
                                 strsignal(WTERMSIG(status)) + ", in a child process; nothing was read from it)");
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    throw FormatError(path, "is corrupt: reading it crashed the HDF5 library (exit status " +
+                                std::to_string(WEXITSTATUS(status)) +
+                                ", in a child process; nothing was read from it)");
 }
 
 }  // namespace nanscope::format::h5
+
+namespace nanscope::format {
+
+void set_rehearsal(bool on) { h5::rehearsal_enabled = on; }
+bool rehearsal_on() { return h5::rehearsal_enabled; }
+
+}  // namespace nanscope::format

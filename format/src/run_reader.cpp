@@ -42,6 +42,7 @@ void read_rows(hid_t loc, const std::string& group, const std::string& name, hid
   if ((columns == 0 && dims.size() != 1) || (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
     throw FormatError(path, full + " has an unexpected shape");
   const hsize_t width = std::max<hsize_t>(1, columns);
+  h5::checked_bytes(ds.get(), {to, width}, sizeof(T), path, full);
   out.resize(to * width);
   if (to <= from) return;
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
@@ -64,7 +65,7 @@ std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_
   if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0)
     throw FormatError(path, full + " is not a fixed-length string dataset");
   size_t width = H5Tget_size(type.get());
-  std::vector<char> packed(rows * width + 1, '\0');
+  std::vector<char> packed(h5::checked_bytes(ds.get(), {rows}, width, path, full) + 1, '\0');
   std::vector<std::string> out;
   if (rows == 0) return out;
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");

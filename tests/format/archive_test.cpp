@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "../test_paths.hpp"
@@ -129,5 +130,30 @@ TEST(DataFile, RoundTripsAndChecksSampleCounts) {
     FAIL();
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("/inputs has 3 samples but /targets has 2"), std::string::npos);
+  }
+}
+
+// A corrupt shape must not become a giant allocation: a tensor whose
+// dataspace claims 4 TiB in a file of a few KB is refused by name.
+TEST(Archive, AShapeClaimingMoreThanTheFileStoresIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("giant.h5");
+  const std::string make = std::string(NANSCOPE_PYTHON) +
+                           " -c \"import h5py, sys, numpy as np\n"
+                           "with h5py.File(sys.argv[1], 'w') as f:\n"
+                           "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
+                           "    f.attrs['format_version'] = np.bytes_('1.0')\n"
+                           "    d = f.create_dataset('parameters/w', shape=(2**40,), dtype='f4', chunks=(1024,))\n"
+                           "    d.attrs['dtype'] = np.bytes_('float32')\" " +
+                           path;
+  ASSERT_EQ(std::system(make.c_str()), 0);
+  Archive archive = Archive::open(path, kCheckpointFileKind);
+  try {
+    archive.root().group("parameters").tensor("w");
+    FAIL() << "read a 4 TiB tensor";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("/parameters/w claims 4398046511104 bytes, more than the whole file"),
+              std::string::npos)
+        << e.what();
   }
 }

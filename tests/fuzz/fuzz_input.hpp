@@ -6,7 +6,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+
+#include "nanscope/format/rehearsal.hpp"
+
+// The readers' rehearsal in a forked child (format/rehearsal.hpp) is off while
+// fuzzing, so the fuzzer runs at full speed and sees HDF5's own crashes
+// (tests/fuzz/run.sh tells them from ours); NANSCOPE_FUZZ_REHEARSAL=1 keeps it
+// on, as the programs run, for replaying kept crashers.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  nanscope::format::set_rehearsal(std::getenv("NANSCOPE_FUZZ_REHEARSAL") != nullptr);
+  return 0;
+}
 
 namespace nanscope::fuzz {
 
