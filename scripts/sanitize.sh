@@ -8,7 +8,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${SANITIZE_BUILD_DIR:-$repo/build-sanitize}
 runs=${1:-3000}
-flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+# fuzzer-no-link: the libraries get libFuzzer's coverage counters too, so
+# the fuzzer is guided by the readers' code, not only by the targets'.
+flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNANSCOPE_LIGHT=ON -DNANSCOPE_FUZZ=ON -DNANSCOPE_BUILD_BENCH=OFF \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \

@@ -80,9 +80,12 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
 
   // The loss against the largest seen.
   if (std::isfinite(s.loss)) {
+    // A spike does not raise the bar: after a burst (and its rollback) the
+    // next spike must still be measured against the healthy losses.
     if (warm && max_loss_ > 0 && s.loss >= options_.loss_spike_ratio * max_loss_)
       fire(out, step, {"loss_spike", "", s.loss, max_loss_, {}, ""});
-    max_loss_ = std::max(max_loss_, s.loss);
+    else
+      max_loss_ = std::max(max_loss_, s.loss);
   }
 
   // fp16's loss scale collapsing: overflow after overflow.

@@ -3,7 +3,7 @@
 # then libFuzzer for RUNS executions from seeds made by the real programs.
 # Prints each target's executions and findings; a new crash is kept under
 # BUILD_DIR/fuzz-findings/ and fails the run.
-# Usage: tests/fuzz/run.sh FUZZ_BUILD_DIR [RUNS=100000] [MAIN_BUILD_DIR=build]
+# Usage: tests/fuzz/run.sh FUZZ_BUILD_DIR [RUNS=100000] [MAIN_BUILD_DIR=build]   (env TARGETS: a subset)
 #   FUZZ_BUILD_DIR: configured with -DNANSCOPE_LIGHT=ON -DNANSCOPE_FUZZ=ON (scripts/sanitize.sh)
 #   MAIN_BUILD_DIR: the normal build, whose nanscope-train writes the seeds
 set -euo pipefail
@@ -42,7 +42,7 @@ PY
 fi
 
 status=0
-for target in run_file snapshot checkpoint data_file config; do
+for target in ${TARGETS:-run_file snapshot checkpoint data_file config}; do
   exe=$build/tests/fuzz/fuzz_$target
   corpus=$build/fuzz-corpus/$target
   mkdir -p "$corpus" "$seeds/$target" "$findings/hdf5"

@@ -111,6 +111,24 @@ TEST(Sentinel, ASignalThatFiredStaysQuietForAWhile) {
   for (size_t i = 1; i < fired.size(); ++i) EXPECT_GE(fired[i] - fired[i - 1], 10);
 }
 
+// A loss spike does not raise the bar for the next one: a second burst, after
+// the first was skipped or rolled back, is still 10x the healthy losses.
+TEST(Sentinel, ALossSpikeIsMeasuredAgainstHealthyLossesOnly) {
+  SentinelOptions options;
+  options.warmup = 5;
+  options.quiet_steps = 10;
+  Sentinel sentinel(options);
+  std::vector<int64_t> fired;
+  for (int64_t step = 0; step < 60; ++step) {
+    StepSignals s;
+    s.loss = (step == 20 || step == 45) ? 100.0 : 1.0;
+    s.grad_norm = 1;
+    for (const Warning& w : sentinel.observe(step, s))
+      if (w.signal == "loss_spike") fired.push_back(step);
+  }
+  EXPECT_EQ(fired, (std::vector<int64_t>{20, 45}));
+}
+
 TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
   // The model writes a NaN batch statistic into its own gain parameter at
   // step 3: skipping the step cannot save weights that are already NaN.
