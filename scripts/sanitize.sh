@@ -20,4 +20,4 @@ export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export LSAN_OPTIONS=suppressions=$repo/tests/fuzz/lsan.supp
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd "$build" && ctest -j2 --output-on-failure --timeout 300)
-"$repo/tests/fuzz/run.sh" "$build" "$runs" "${MAIN_BUILD_DIR:-$repo/build}"
+FUZZ_SEED=${FUZZ_SEED:-1} "$repo/tests/fuzz/run.sh" "$build" "$runs" "${MAIN_BUILD_DIR:-$repo/build}"

@@ -236,6 +236,8 @@ double Group::attr_double(const std::string& name) const {
   throw FormatError(state_->file->path, state_->name + " attribute '" + name + "' is not a number");
 }
 
+const std::string& Group::file_path() const { return state_->file->path; }
+
 std::vector<std::string> Group::attr_names() const { return h5::attr_names(state_->handle.get(), state_->file->path); }
 
 Archive Archive::create(const std::string& path, const std::string& kind) {

@@ -1,4 +1,7 @@
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "nanscope/format/capture.hpp"
 #include "nanscope/format/error.hpp"
@@ -13,13 +16,19 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s;
 }
 
-std::vector<int64_t> parse_shape(const std::string& s) {
+// "16,64" -> {16, 64}; nullopt for anything else (a file from outside may hold anything).
+std::optional<std::vector<int64_t>> parse_shape(const std::string& s) {
   std::vector<int64_t> shape;
   size_t start = 0;
   while (start < s.size()) {
     size_t comma = s.find(',', start);
     if (comma == std::string::npos) comma = s.size();
-    shape.push_back(std::stoll(s.substr(start, comma - start)));
+    const std::string part = s.substr(start, comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || end != part.c_str() + part.size() || errno == ERANGE || v < 0) return std::nullopt;
+    shape.push_back(v);
     start = comma + 1;
   }
   return shape;
@@ -38,7 +47,10 @@ void write_stats(const Group& g, const std::string& prefix, const TensorStats& t
 TensorStats read_stats(const Group& g, const std::string& prefix) {
   TensorStats t;
   t.dtype = g.attr_string(prefix + "dtype");
-  t.shape = parse_shape(g.attr_string(prefix + "shape"));
+  const std::string shape = g.attr_string(prefix + "shape");
+  const std::optional<std::vector<int64_t>> parsed = parse_shape(shape);
+  if (!parsed) throw FormatError(g.file_path(), g.name() + "@" + prefix + "shape '" + shape + "' is no shape");
+  t.shape = *parsed;
   t.min = g.attr_double(prefix + "min");
   t.max = g.attr_double(prefix + "max");
   t.absmax = g.attr_double(prefix + "absmax");

@@ -112,6 +112,18 @@ size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t ele
                                 std::to_string(file_bytes) + " bytes; corrupt or truncated?)");
   if (filtered && bytes > memory)
     throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than this machine's memory");
+  // HDF5 allocates (and zeroes) a whole chunk to read any part of it.
+  if (H5Pget_layout(layout.get()) == H5D_CHUNKED) {
+    const int rank = H5Pget_chunk(layout.get(), 0, nullptr);
+    std::vector<hsize_t> chunk(rank > 0 ? size_t(rank) : 0);
+    if (rank > 0) H5Pget_chunk(layout.get(), rank, chunk.data());
+    hsize_t chunk_bytes = element_size;
+    for (hsize_t c : chunk) chunk_bytes = (c != 0 && chunk_bytes > kLimit / c) ? kLimit : chunk_bytes * c;
+    constexpr hsize_t kLargestChunk = hsize_t(64) << 20;
+    if (chunk_bytes > std::max(bound, kLargestChunk))
+      throw FormatError(path, what + " is stored in chunks of " + std::to_string(chunk_bytes) +
+                                  " bytes, more than the whole file (corrupt?)");
+  }
   return size_t(bytes);
 }
 

@@ -3,7 +3,8 @@
 # then libFuzzer for RUNS executions from seeds made by the real programs.
 # Prints each target's executions and findings; a new crash is kept under
 # BUILD_DIR/fuzz-findings/ and fails the run.
-# Usage: tests/fuzz/run.sh FUZZ_BUILD_DIR [RUNS=100000] [MAIN_BUILD_DIR=build]   (env TARGETS: a subset)
+# Usage: tests/fuzz/run.sh FUZZ_BUILD_DIR [RUNS=100000] [MAIN_BUILD_DIR=build]
+#   (env TARGETS: a subset; FUZZ_SEED: libFuzzer's seed, for repeatable short runs)
 #   FUZZ_BUILD_DIR: configured with -DNANSCOPE_LIGHT=ON -DNANSCOPE_FUZZ=ON (scripts/sanitize.sh)
 #   MAIN_BUILD_DIR: the normal build, whose nanscope-train writes the seeds
 set -euo pipefail
@@ -66,7 +67,7 @@ for target in ${TARGETS:-run_file snapshot checkpoint data_file config}; do
     log=$findings/$target-round.log
     # Leak checks after every input would halve the speed; the regressions
     # above and the unit tests run with them.
-    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" "$exe" -runs=$((runs - done_runs)) -max_len=262144 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
+    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" "$exe" -runs=$((runs - done_runs)) ${FUZZ_SEED:+-seed=$FUZZ_SEED} -max_len=262144 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
       -artifact_prefix="$findings/$target-" "$corpus" "$seeds/$target" >"$log" 2>&1 && clean=1 || clean=0
     cat "$log" >>"$findings/$target.log"
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
@@ -78,7 +79,7 @@ for target in ${TARGETS:-run_file snapshot checkpoint data_file config}; do
     # Whose crash: the first stack frame after the report that is not the C
     # library, an allocator or a sanitizer interceptor.
     culprit=$(sed -n '/ERROR: /,$p' "$log" | grep -E '^ +#[0-9]+ ' |
-      grep -vE 'malloc|calloc|realloc|operator new|__interceptor_|__mem(cpy|move|set)|sysdeps|libc\.so|__asan|__sanitizer' |
+      grep -vE 'malloc|calloc|realloc|operator new|__interceptor_|__mem(cpy|move|set)|sysdeps|libc\.so|libstdc\+\+|__asan|__sanitizer|fuzzer::| in (std::|__gnu_cxx::|__cxa_)|nptl|stdlib/|signal/|include/c\+\+/|lib/gcc/' |
       head -1 || true)
     if [[ $culprit == *libhdf5* ]]; then
       hdf5_crashes=$((hdf5_crashes + 1))

@@ -50,7 +50,8 @@ class Group {
   double attr_double(const std::string& name) const;
   std::vector<std::string> attr_names() const;
 
-  const std::string& name() const;  // absolute path inside the file, "/" for the root
+  const std::string& name() const;       // absolute path inside the file, "/" for the root
+  const std::string& file_path() const;  // the file's path, for messages
 
   struct State;
   explicit Group(std::shared_ptr<State> state) : state_(std::move(state)) {}
