@@ -106,12 +106,16 @@ size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t ele
   hsize_t file_bytes = 0;
   H5Fget_filesize(file.get(), &file_bytes);
   const hsize_t bound = std::max<hsize_t>(file_bytes, H5Dget_storage_size(dataset));
+  // deflate, HDF5's usual filter, expands at most about 1032:1.
+  constexpr hsize_t kMostExpansion = 1100;
+  const hsize_t expanded = file_bytes > kLimit / kMostExpansion ? kLimit : file_bytes * kMostExpansion;
   const hsize_t memory = hsize_t(sysconf(_SC_PHYS_PAGES)) * hsize_t(sysconf(_SC_PAGESIZE));
   if (!filtered && bytes > bound)
     throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than the whole file (" +
                                 std::to_string(file_bytes) + " bytes; corrupt or truncated?)");
-  if (filtered && bytes > memory)
-    throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than this machine's memory");
+  if (filtered && bytes > std::min(expanded, memory))
+    throw FormatError(path, what + " claims " + std::to_string(bytes) + " bytes, more than its compressed file (" +
+                                std::to_string(file_bytes) + " bytes) can hold (corrupt?)");
   // HDF5 allocates (and zeroes) a whole chunk to read any part of it.
   if (H5Pget_layout(layout.get()) == H5D_CHUNKED) {
     const int rank = H5Pget_chunk(layout.get(), 0, nullptr);

@@ -70,7 +70,8 @@ Handle open_file_readwrite(const std::string& path);
 bool link_exists(hid_t loc, const std::string& name);
 // The bytes `dims` x `element_size` of a dataset come to, refused with a
 // FormatError naming `what` when a corrupt shape claims more than the whole
-// file holds (or, compressed, more than this machine's memory):
+// file holds (compressed: more than deflate can expand it to, or than this
+// machine's memory):
 // a flipped bit in a shape must not become a giant allocation.
 size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t element_size, const std::string& path,
                      const std::string& what);

@@ -10,7 +10,10 @@
 #include <thread>
 
 #include "../test_paths.hpp"
+#include "nanscope/format/archive.hpp"
+#include "nanscope/format/error.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/format/version.hpp"
 #include "nanscope/viewer/decimate.hpp"
 #include "nanscope/viewer/layer_table.hpp"
 #include "nanscope/viewer/view_model.hpp"
@@ -181,4 +184,27 @@ TEST(ViewModel, AFileThatCrashesHdf5IsAnErrorNotACrash) {
   EXPECT_TRUE(mentions(model.errors(), crasher, "crashed the HDF5 library")) << model.errors().front();
   ASSERT_EQ(model.runs.size(), 1u);
   EXPECT_EQ(model.runs[0].data().rows(), 20u);
+}
+
+// Found by fuzzing: a garbled tensor shape in a snapshot's capture threw
+// std::invalid_argument out of the reader (and terminated the program). It is
+// a FormatError naming the attribute, and the viewer lists it as an error.
+TEST(ViewModel, ASnapshotWithAGarbledShapeIsAnErrorNamingIt) {
+  test::TempDir dir;
+  const std::string path = dir.file("garbled.h5");
+  test::write_synthetic_snapshot(path, 7, 3, false);
+  {
+    format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
+    archive.root().group("capture").group("first_birth").set_attr("output_shape", std::string("16,x"));
+    archive.close();
+  }
+  try {
+    format::read_snapshot_summary(path);
+    ADD_FAILURE() << "read a garbled shape";
+  } catch (const format::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("output_shape '16,x' is no shape"), std::string::npos) << e.what();
+  }
+  ViewModel model;
+  EXPECT_FALSE(model.open({path}));
+  EXPECT_TRUE(mentions(model.errors(), path, "is no shape"));
 }
