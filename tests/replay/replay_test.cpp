@@ -237,7 +237,12 @@ TEST(Replay, ASnapshotThatCrashesHdf5IsBadInputNotACrash) {
   const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
   auto r = test::run_command(kReplay + " " + crasher + " --json --no-write");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("is corrupt: reading it crashed the HDF5 library"), std::string::npos) << r.output;
+  // HDF5 1.10 (bookworm) crashes on it, which the rehearsal reports; newer
+  // HDF5 (trixie's 1.14) refuses it with an error of its own.
+  EXPECT_TRUE(r.output.find("is corrupt: reading it crashed the HDF5 library") != std::string::npos ||
+              r.output.find("cannot") != std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("h5aiterate-h5a-close.h5"), std::string::npos) << r.output;
 }
 
 TEST(VerdictRules, CategoryFollowsTheBirth) {

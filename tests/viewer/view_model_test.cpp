@@ -181,7 +181,11 @@ TEST(ViewModel, AFileThatCrashesHdf5IsAnErrorNotACrash) {
   const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
   ViewModel model;
   EXPECT_FALSE(model.open({crasher, dir.file("run.h5")}));
-  EXPECT_TRUE(mentions(model.errors(), crasher, "crashed the HDF5 library")) << model.errors().front();
+  // HDF5 1.10 (bookworm) crashes on it and the rehearsal says so; newer HDF5
+  // (trixie's 1.14) refuses it with an error of its own. Either way: named, no crash.
+  EXPECT_TRUE(mentions(model.errors(), crasher, "crashed the HDF5 library") ||
+              mentions(model.errors(), crasher, "cannot"))
+      << model.errors().front();
   ASSERT_EQ(model.runs.size(), 1u);
   EXPECT_EQ(model.runs[0].data().rows(), 20u);
 }
