@@ -79,7 +79,7 @@ for target in ${TARGETS:-run_file snapshot checkpoint data_file config}; do
     # Whose crash: the first stack frame after the report that is not the C
     # library, an allocator or a sanitizer interceptor.
     culprit=$(sed -n '/ERROR: /,$p' "$log" | grep -E '^ +#[0-9]+ ' |
-      grep -vE 'malloc|calloc|realloc|operator new|__interceptor_|__mem(cpy|move|set)|sysdeps|libc\.so|libstdc\+\+|__asan|__sanitizer|fuzzer::| in (std::|__gnu_cxx::|__cxa_)|nptl|stdlib/|signal/|include/c\+\+/|lib/gcc/' |
+      grep -vE 'malloc|calloc|realloc|operator new|__interceptor_|__mem(cpy|move|set)|sysdeps|libc\.so|libstdc\+\+|__asan|__sanitizer|fuzzer::| in (std::|__gnu_cxx::|__cxa_)|nptl|stdlib/|signal/|include/c\+\+/|lib/gcc/| in (str[a-z]*|wcs[a-z]*|mem[a-z]*|bcmp|printf|vsnprintf) ' |
       head -1 || true)
     if [[ $culprit == *libhdf5* ]]; then
       hdf5_crashes=$((hdf5_crashes + 1))
