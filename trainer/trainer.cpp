@@ -279,6 +279,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
       if (!path.empty()) {
+        // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
+        guard.writer().flush();
         const ResumeState state = resume_state(*model, *optimizer, guard);
         save_checkpoint(path, *model, step + 1, &state);
       }
