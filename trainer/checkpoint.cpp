@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 
@@ -110,6 +111,28 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   g.growth_tracker = t.attr_int("growth_tracker");
   g.last_applied_step = t.attr_int("last_applied_step");
   return r;
+}
+
+int64_t checkpoint_step(const std::string& path) {
+  format::Archive archive = format::Archive::open(path, format::kCheckpointFileKind);
+  return archive.root().attr_int("step");
+}
+
+std::string previous_checkpoint_path(const std::string& path) {
+  std::filesystem::path p(path);
+  const std::string ext = p.extension().string();
+  return p.replace_extension().string() + ".previous" + (ext.empty() ? std::string(".h5") : ext);
+}
+
+void keep_as_previous(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) return;
+  const std::string previous = previous_checkpoint_path(path), linking = previous + ".part";
+  std::error_code ec;
+  fs::remove(linking, ec);
+  fs::create_hard_link(path, linking, ec);
+  if (ec) fs::copy_file(path, linking, fs::copy_options::overwrite_existing);  // a file system without hard links
+  fs::rename(linking, previous);
 }
 
 }  // namespace nanscope

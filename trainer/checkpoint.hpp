@@ -30,5 +30,19 @@ void save_checkpoint(const std::string& path, const TrainableModel& model, int64
 int64_t load_checkpoint(const std::string& path, TrainableModel& model);
 // The /training group of a checkpoint; nullopt for one written without it.
 std::optional<ResumeState> load_resume_state(const std::string& path);
+// The number of steps done when the checkpoint was saved (its `step`
+// attribute), without reading its tensors.
+int64_t checkpoint_step(const std::string& path);
+
+// Several ranks write their checkpoints in the same round, but a kill can land
+// while some have renamed their new one into place and others have not. Each
+// rank therefore keeps the checkpoint before its newest: a resume then finds a
+// step every rank still has. X.h5 -> X.previous.h5.
+std::string previous_checkpoint_path(const std::string& path);
+// Keeps PATH's checkpoint as previous_checkpoint_path(PATH) before a new one
+// replaces it. A hard link then a rename: PATH itself is never missing, and a
+// kill leaves either the old previous or the new one whole. Nothing when PATH
+// does not exist.
+void keep_as_previous(const std::string& path);
 
 }  // namespace nanscope

@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "gradient_buckets.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
+#include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/stats.hpp"
 #include "progress.hpp"
@@ -103,24 +105,74 @@ std::unique_ptr<TrainableModel> prepared_model(const TrainOptions& o, const Data
   return model;
 }
 
-// Data parallel: rendezvous, every rank starts from rank 0's weights, and the
-// gradient buckets are laid out once. Empty for one process.
+// Data parallel: the rendezvous. Empty for one process.
 struct Ranks {
   std::unique_ptr<ProcessGroup> group;
   std::optional<GradientBuckets> buckets;
 };
-Ranks join_ranks(const DistOptions& dist, at::Device device, TrainableModel& model,
-                 const std::vector<at::Tensor>& parameters) {
+Ranks connect_ranks(const DistOptions& dist, at::Device device) {
   Ranks ranks;
-  if (!dist.enabled()) return ranks;
-  ranks.group = ProcessGroup::connect(dist, device);
+  if (dist.enabled()) ranks.group = ProcessGroup::connect(dist, device);
+  return ranks;
+}
+
+// Every rank starts from rank 0's weights, and the gradient buckets are laid out once.
+void share_start(Ranks& ranks, const DistOptions& dist, TrainableModel& model,
+                 const std::vector<at::Tensor>& parameters) {
+  if (!ranks.group) return;
   ranks.group->set_context("start: weights from rank 0");
   std::vector<at::Tensor> state;
   for (auto& [name, t] : model.named_parameters()) state.push_back(t.detach());
   for (auto& [name, t] : model.named_buffers()) state.push_back(t);
   ranks.group->broadcast(state);
   ranks.buckets.emplace(*ranks.group, parameters, dist.bucket_mb);
-  return ranks;
+}
+
+// Data parallel: the newest checkpoint every rank has, among each rank's
+// newest and the one before it (a kill during a checkpoint round can leave the
+// ranks a round apart). Every rank sees every rank's steps, so all choose
+// alike, or all fail with the same message.
+std::string agreed_checkpoint(const std::string& current, const TrainOptions& o, ProcessGroup& group,
+                              at::Device device) {
+  const int world = group.world_size();
+  const std::array<std::string, 2> paths{current, current.empty() ? "" : previous_checkpoint_path(current)};
+  std::array<int64_t, 2> mine{-1, -1};
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty() || !std::filesystem::exists(paths[i])) continue;
+    try {
+      mine[i] = checkpoint_step(paths[i]);
+    } catch (const format::FormatError&) {
+      // Unreadable: as if absent; the other one (or the error below) decides.
+    }
+  }
+  // Each rank writes its two steps into its own row; a sum gathers them all.
+  at::Tensor steps = at::zeros({world, 2}, at::kDouble);
+  steps[group.rank()][0] = double(mine[0]);
+  steps[group.rank()][1] = double(mine[1]);
+  at::Tensor gathered = steps.to(device);
+  group.set_context("resume: agreeing on a checkpoint");
+  group.all_reduce({{gathered, ProcessGroup::Reduce::sum}});
+  const at::Tensor all = gathered.to(at::kCPU);
+  auto held_by_all = [&](int64_t step) {
+    for (int r = 0; r < world; ++r)
+      if (all[r][0].item<double>() != double(step) && all[r][1].item<double>() != double(step)) return false;
+    return true;
+  };
+  int64_t best = -1;
+  size_t which = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i] > best && held_by_all(mine[i])) best = mine[i], which = i;
+  if (best >= 0) return paths[which];
+  std::string held;
+  for (int r = 0; r < world; ++r) {
+    held += (r ? "; rank " : "rank ") + std::to_string(r) + ":";
+    bool any = false;
+    for (int i = 0; i < 2; ++i)
+      if (const auto s = int64_t(all[r][i].item<double>()); s >= 0) held += " " + std::to_string(s), any = true;
+    if (!any) held += " none";
+  }
+  throw std::invalid_argument("--resume " + o.resume + ": the ranks' checkpoints share no step (steps done: " + held +
+                              "); resuming several ranks needs a checkpoint per rank (--save with {rank})");
 }
 
 // --resume: the checkpoint the run directory's run wrote last, with what it
@@ -130,14 +182,20 @@ struct Resumption {
   int64_t steps_done = 0;
   ResumeState state;
 };
-std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model) {
+std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model, const Ranks& ranks,
+                                     at::Device device) {
   if (o.resume.empty()) return std::nullopt;
   Resumption r;
-  r.checkpoint = checkpoint_path_for_rank(o.save, o.dist);
-  if (r.checkpoint.empty() || !std::filesystem::exists(r.checkpoint))
-    throw std::invalid_argument("--resume " + o.resume + ": no checkpoint" +
-                                (r.checkpoint.empty() ? std::string() : " at " + r.checkpoint) +
-                                " (resuming needs a run started with --checkpoint-every N and a checkpoint per rank)");
+  const std::string current = checkpoint_path_for_rank(o.save, o.dist);
+  if (ranks.group) {
+    r.checkpoint = agreed_checkpoint(current, o, *ranks.group, device);
+  } else {
+    r.checkpoint = current;
+    if (r.checkpoint.empty() || !std::filesystem::exists(r.checkpoint))
+      throw std::invalid_argument("--resume " + o.resume + ": no checkpoint" +
+                                  (r.checkpoint.empty() ? std::string() : " at " + r.checkpoint) +
+                                  " (resuming needs a run started with --checkpoint-every N)");
+  }
   r.steps_done = load_checkpoint(r.checkpoint, model);
   std::optional<ResumeState> state = load_resume_state(r.checkpoint);
   if (!state)
@@ -189,9 +247,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   const std::string who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
   Dataset data = make_dataset(o);
   std::unique_ptr<TrainableModel> model = prepared_model(o, data, device, log);
-  const std::optional<Resumption> resumed = resumption(o, *model);
+  Ranks ranks = connect_ranks(dist, device);
+  const std::optional<Resumption> resumed = resumption(o, *model, ranks, device);
   const std::vector<at::Tensor> parameters = trainable_tensors(*model);
-  Ranks ranks = join_ranks(dist, device, *model, parameters);
+  share_start(ranks, dist, *model, parameters);
   auto optimizer = make_optimizer(o.optimizer, parameters, o.lr, o.weight_decay);
   GuardOptions options = guard_options(o, run_config(o, faults, data, device, *model), log, who);
   int64_t first_step = 0;
@@ -229,6 +288,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
   const auto run_start = std::chrono::steady_clock::now();
   bool stop = false;
+  int64_t checkpoint_saved_after = -1;  // the last step's periodic checkpoint is also the final one
 
   for (int64_t step = first_step; step < o.steps && !stop; ++step) {
     StepContext context;
@@ -282,7 +342,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
         // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
         guard.writer().flush();
         const ResumeState state = resume_state(*model, *optimizer, guard);
+        if (dist.enabled()) keep_as_previous(path);
         save_checkpoint(path, *model, step + 1, &state);
+        checkpoint_saved_after = step + 1;
       }
     }
   }
@@ -295,8 +357,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   guard.writer().flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, dist);
-    if (!path.empty()) {
+    if (!path.empty() && checkpoint_saved_after != summary.steps_run) {
       const ResumeState state = resume_state(*model, *optimizer, guard);
+      if (dist.enabled()) keep_as_previous(path);
       save_checkpoint(path, *model, summary.steps_run, &state);
     }
   }

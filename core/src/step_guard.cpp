@@ -138,6 +138,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   model_.plant_fault(context.fault);
   StepSettings settings{amp_, options_.clip, options_.probe, {}};
   settings.buckets = context.averager;
+  settings.averaged_parameter_norms = options_.warn;
   settings.stop_requested = context.stop_requested;
   settings.skip_loss_above = rollback_.skip_loss_above(step);
   if (options_.probe) {

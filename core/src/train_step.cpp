@@ -146,8 +146,8 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   if (settings.batch_absmax.defined() && !settings.buckets)
     pack.push_back(settings.batch_absmax.reshape({1}).to(found_inf.device(), at::kFloat));
   if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
-  if (settings.parameter_norms && settings.buckets && !averaged.norms.empty())
-    pack.push_back(at::stack(averaged.norms).to(at::kFloat));
+  const bool want_averaged = settings.parameter_norms && settings.averaged_parameter_norms && settings.buckets;
+  if (want_averaged && !averaged.norms.empty()) pack.push_back(at::stack(averaged.norms).to(at::kFloat));
   at::Tensor host = at::cat(pack).to(at::kCPU);
   const float* h = host.data_ptr<float>();
 
@@ -190,7 +190,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
     for (size_t i = 0; i < parameters.size(); ++i)
       if (had_grad[i]) out.parameter_norms[i] = h[next++];
     // After averaging every parameter has a gradient.
-    if (settings.buckets && averaged.norms.size() == parameters.size())
+    if (want_averaged && averaged.norms.size() == parameters.size())
       out.global_parameter_norms.assign(h + next, h + next + averaged.norms.size());
   }
   return out;

@@ -154,6 +154,7 @@ TensorData Group::tensor(const std::string& name) const {
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   out.shape.assign(dims.begin(), dims.end());
+  h5::require_stored_type(ds.get(), h5::file_type(out.dtype), path, full);
   out.bytes.resize(h5::checked_bytes(ds.get(), dims, dtype_size(out.dtype), path, full));
   if (!out.bytes.empty())
     h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
@@ -183,6 +184,7 @@ std::string Group::blob(const std::string& name) const {
   h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
   hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 0) throw FormatError(path, full + " has no size");
+  h5::require_stored_type(ds.get(), H5T_STD_U8LE, path, "blob " + full);
   std::string out(h5::checked_bytes(ds.get(), {hsize_t(n)}, 1, path, full), '\0');
   if (n > 0)
     h5::check(H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), path,

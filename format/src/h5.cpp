@@ -192,8 +192,43 @@ void write_int_attr(hid_t loc, const std::string& name, int64_t value, const std
   check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), path, "write attribute " + name);
 }
 
+namespace {
+
+std::string type_description(hid_t type) {
+  const std::string bits = std::to_string(H5Tget_size(type) * 8) + "-bit ";
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER: return bits + "integer";
+    case H5T_FLOAT: return bits + "float";
+    case H5T_STRING: return "string";
+    default: return "HDF5 type of class " + std::to_string(int(H5Tget_class(type)));
+  }
+}
+
+}  // namespace
+
+void require_stored_type(hid_t dataset, hid_t expected, const std::string& path, const std::string& what) {
+  Handle type = type_handle(H5Dget_type(dataset), path, "H5Dget_type");
+  if (H5Tequal(type.get(), expected) > 0) return;
+  std::string stored = "a " + type_description(type.get());
+  if (stored == "a " + type_description(expected)) stored += " of another layout (byte order, precision or offsets)";
+  throw FormatError(path, what + " is stored as " + stored + ", not as the little-endian " +
+                              type_description(expected) + " nanscope writes (corrupt, or not written by nanscope?)");
+}
+
+void require_standard_number(hid_t type, const std::string& path, const std::string& what) {
+  for (hid_t standard :
+       {H5T_STD_I8LE,  H5T_STD_I8BE,  H5T_STD_U8LE,   H5T_STD_U8BE,   H5T_STD_I16LE,  H5T_STD_I16BE, H5T_STD_U16LE,
+        H5T_STD_U16BE, H5T_STD_I32LE, H5T_STD_I32BE,  H5T_STD_U32LE,  H5T_STD_U32BE,  H5T_STD_I64LE, H5T_STD_I64BE,
+        H5T_STD_U64LE, H5T_STD_U64BE, H5T_IEEE_F32LE, H5T_IEEE_F32BE, H5T_IEEE_F64LE, H5T_IEEE_F64BE})
+    if (H5Tequal(type, standard) > 0) return;
+  throw FormatError(
+      path, what + " is stored as a " + type_description(type) + ", not a standard integer or float (corrupt?)");
+}
+
 int64_t read_int_attr(hid_t loc, const std::string& name, const std::string& path) {
   Handle attr = open_attr(loc, name, path);
+  Handle type = type_handle(H5Aget_type(attr.get()), path, "H5Aget_type");
+  require_standard_number(type.get(), path, "attribute '" + name + "'");
   int64_t value = 0;
   check(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path, "attribute '" + name + "' is not an integer");
   return value;
@@ -206,6 +241,8 @@ void write_double_attr(hid_t loc, const std::string& name, double value, const s
 
 double read_double_attr(hid_t loc, const std::string& name, const std::string& path) {
   Handle attr = open_attr(loc, name, path);
+  Handle type = type_handle(H5Aget_type(attr.get()), path, "H5Aget_type");
+  require_standard_number(type.get(), path, "attribute '" + name + "'");
   double value = 0;
   check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path, "attribute '" + name + "' is not a number");
   return value;

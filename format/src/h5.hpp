@@ -77,6 +77,16 @@ size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t ele
                      const std::string& what);
 bool attr_exists(hid_t loc, const std::string& name);
 
+// Corrupt fields of a stored type (a float's precision, say) send HDF5's
+// conversions down paths that crash it, and a reader's rehearsal in a child
+// reads in the stored type, without converting. So archive datasets must be
+// stored in exactly the type nanscope writes them in (the read is then a
+// copy), and numeric attributes in one of HDF5's standard integer or IEEE
+// float types (converted by HDF5's fixed, table-driven routines). Both throw a
+// FormatError naming `what`.
+void require_stored_type(hid_t dataset, hid_t expected, const std::string& path, const std::string& what);
+void require_standard_number(hid_t type, const std::string& path, const std::string& what);
+
 // String attributes (fixed-length, UTF-8): readable by h5py and h5dump.
 void write_string_attr(hid_t loc, const std::string& name, const std::string& value, const std::string& path);
 std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path);

@@ -363,6 +363,82 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
   EXPECT_GE(rank_run(run_dir, 1, world).rows(), 40u);  // the killed rank's file too
 }
 
+std::string rank_checkpoint(const std::string& run_dir, int rank) {
+  return (fs::path(run_dir) / ("checkpoint-rank-" + std::to_string(rank) + ".h5")).string();
+}
+
+// A kill can land in a checkpoint round after one rank has renamed its new
+// checkpoint into place and before another has. Here rank 1 is left a round
+// behind rank 0: the ranks agree on the newest step both still hold (rank 0's
+// previous checkpoint), and the resumed job matches the uninterrupted one bit
+// for bit on every rank.
+TEST(DataParallel, ResumeAfterAKillMidCheckpointRoundMatchesTheWholeRunOnEveryRank) {
+  const int world = 2, steps = 3000;
+  TempDir dir;
+  const std::string every = " --checkpoint-every 100 --dist-timeout 60";
+  {
+    Job whole(dir, world, mlp_args(dir.file("whole"), steps, 8) + every);
+    ASSERT_TRUE(whole.wait_all(180s));
+    for (int r = 0; r < world; ++r) ASSERT_EQ(whole[r].exit_code, 0) << "rank " << r << ":\n" << whole[r].log;
+  }
+  const std::string run_dir = dir.file("killed");
+  {
+    Job job(dir, world, mlp_args(run_dir, steps, 8) + every);
+    const size_t seen = wait_for_rows(run_dir, 1, world, 1000);
+    for (int r = 0; r < world; ++r) kill(job[r].pid, SIGKILL);
+    ASSERT_TRUE(job.wait_all(10s));
+    ASSERT_GE(seen, 1000u) << "the job did not get far enough";
+    ASSERT_LT(rank_run(run_dir, 0, world).rows(), size_t(steps)) << "the job finished before the kill";
+  }
+  // Rank 1 a round behind: its newest checkpoint never made it into place.
+  const std::string behind = rank_checkpoint(run_dir, 1);
+  ASSERT_TRUE(fs::exists(previous_checkpoint_path(behind)));
+  fs::rename(previous_checkpoint_path(behind), behind);
+  const int64_t rank1_step = checkpoint_step(behind);
+  ASSERT_GE(checkpoint_step(rank_checkpoint(run_dir, 0)), rank1_step);
+
+  Job resumed(dir, world, "--resume " + run_dir + " --dist-timeout 60");
+  ASSERT_TRUE(resumed.wait_all(180s));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(resumed[r].exit_code, 0) << "rank " << r << ":\n" << resumed[r].log;
+    EXPECT_NE(resumed[r].log.find(", from step " + std::to_string(rank1_step) + "\n"), std::string::npos)
+        << "rank " << r << " resumed elsewhere:\n"
+        << resumed[r].log;
+    const format::RunData a = rank_run(dir.file("whole"), r, world), b = rank_run(run_dir, r, world);
+    ASSERT_EQ(b.rows(), size_t(steps)) << "rank " << r << ": every step once";
+    for (size_t i = 0; i < b.rows(); ++i) {
+      ASSERT_EQ(b.step[i], int64_t(i));
+      ASSERT_EQ(b.loss[i], a.loss[i]) << "rank " << r << ", step " << i;
+    }
+    EXPECT_EQ(event_texts(b, format::to_string(format::EventKind::resume)).size(), 1u);
+  }
+  const auto w = mlp_weights(rank_checkpoint(dir.file("whole"), 0)), k = mlp_weights(rank_checkpoint(run_dir, 0));
+  ASSERT_EQ(w.size(), k.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(at::equal(w[i].second, k[i].second)) << w[i].first;
+}
+
+// Ranks with no step in common: every rank stops with the same one-line
+// error (exit 2), none waits for the others.
+TEST(DataParallel, ResumeWhenTheRanksShareNoCheckpointIsAUsageErrorOnEveryRank) {
+  const int world = 2;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  {
+    Job job(dir, world, mlp_args(run_dir, 20, 8) + " --checkpoint-every 10");
+    ASSERT_TRUE(job.wait_all(60s));
+    for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << job[r].log;
+  }
+  fs::remove(rank_checkpoint(run_dir, 1));
+  fs::remove(previous_checkpoint_path(rank_checkpoint(run_dir, 1)));
+  Job resumed(dir, world, "--resume " + run_dir + " --dist-timeout 30");
+  ASSERT_TRUE(resumed.wait_all(60s));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(resumed[r].exit_code, 2) << resumed[r].log;
+    EXPECT_NE(resumed[r].log.find("share no step (steps done: rank 0: 20 10; rank 1: none)"), std::string::npos)
+        << resumed[r].log;
+  }
+}
+
 // A rank that stops answering (not dead: its sockets stay open) is caught by
 // the collective timeout.
 TEST(DataParallel, StalledRankIsCaughtByTheCollectiveTimeout) {

@@ -135,6 +135,48 @@ TEST(DataFile, RoundTripsAndChecksSampleCounts) {
 
 // A corrupt shape must not become a giant allocation: a tensor whose
 // dataspace claims 4 TiB in a file of a few KB is refused by name.
+// A reader's rehearsal reads datasets in their stored type; the real read
+// must then not convert (HDF5's conversions crash on corrupt type fields), so
+// a tensor stored in any other type than nanscope's is refused, named.
+TEST(Archive, ATensorStoredInAnotherTypeIsRefusedNotConverted) {
+  TempDir dir;
+  const std::string path = dir.file("other-types.h5");
+  const std::string make = std::string(NANSCOPE_PYTHON) +
+                           " -c \"import h5py, sys, numpy as np\n"
+                           "with h5py.File(sys.argv[1], 'w') as f:\n"
+                           "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
+                           "    f.attrs['format_version'] = np.bytes_('1.0')\n"
+                           "    for name, stored in (('wide', '<f8'), ('big_endian', '>f4'), ('ok', '<f4')):\n"
+                           "        d = f.create_dataset('parameters/' + name, data=np.ones(3, dtype=stored))\n"
+                           "        d.attrs['dtype'] = np.bytes_('float32')\n"
+                           "    f.create_dataset('blobs/b', data=np.ones(3, dtype='<i4'))\" " +
+                           path;
+  ASSERT_EQ(std::system(make.c_str()), 0);
+  Archive archive = Archive::open(path, kCheckpointFileKind);
+  const Group params = archive.root().group("parameters");
+  EXPECT_EQ(params.tensor("ok").shape, std::vector<int64_t>{3});
+  auto refusal = [&](auto read) {
+    try {
+      read();
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read without complaint");
+  };
+  EXPECT_NE(refusal([&] {
+              params.tensor("wide");
+            }).find("/parameters/wide is stored as a 64-bit float, not as the little-endian 32-bit float"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              params.tensor("big_endian");
+            }).find("/parameters/big_endian is stored as a 32-bit float of another layout"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              archive.root().group("blobs").blob("b");
+            }).find("blob /blobs/b is stored as a 32-bit integer, not as the little-endian 8-bit integer"),
+            std::string::npos);
+}
+
 TEST(Archive, AShapeClaimingMoreThanTheFileStoresIsRefused) {
   TempDir dir;
   const std::string path = dir.file("giant.h5");

@@ -46,8 +46,6 @@ const Scenario kCatalog[] = {
 
 class Catalog : public ::testing::TestWithParam<Scenario> {};
 
-}  // namespace
-
 TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   const Scenario& s = GetParam();
   if (s.needs_fp16 && !compat::autocast_supported(c10::kCPU, at::kHalf))
@@ -76,7 +74,9 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   ASSERT_TRUE(snap.capture.first_birth.has_value());
   const format::Birth& b = *snap.capture.first_birth;
   EXPECT_EQ(b.kind, s.kind);
-  if (s.op) EXPECT_EQ(b.op.op, s.op);
+  if (s.op) {
+    EXPECT_EQ(b.op.op, s.op);
+  }
   EXPECT_EQ(b.op.phase, s.phase);
   EXPECT_EQ(b.op.module, s.module);
   EXPECT_EQ(b.op.backward_node, s.backward_node);
@@ -95,6 +95,8 @@ INSTANTIATE_TEST_SUITE_P(SamplesFaults, Catalog, ::testing::ValuesIn(kCatalog), 
     if (c == '-') c = '_';
   return name;
 });
+
+}  // namespace
 
 TEST(Catalog, Bf16OnlyFailureRunsCleanInFp32) {
   test::TempDir dir;

@@ -44,6 +44,8 @@
 
 namespace nanscope {
 
+// Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
+// and the rest keep their defaults without -Wmissing-field-initializers.
 struct GuardOptions {
   std::string run_dir = "nanscope-run";  // run.h5 and snapshots/ go here (created)
   Amp amp = Amp::fp32;                   // the precision to start in
@@ -56,17 +58,17 @@ struct GuardOptions {
   int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
   int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
   bool warn = true;                      // early warnings (sentinel.hpp) as events and log lines
-  SentinelOptions sentinel;
-  RollbackOptions rollback;    // rollback.enabled: go back to a saved good state when skipping cannot save the run
-  std::string optimizer_name;  // recorded in snapshots ("adamw", "sgd", yours)
-  std::map<std::string, std::string> config;  // written into run.h5 and every snapshot
-  int rank = 0, world_size = 1;               // data parallel: this rank's run file and snapshots
-  std::ostream* log = nullptr;                // one line per skip, birth and fallback; nullptr: none
-  std::string log_prefix;                     // e.g. "[rank 1] "
+  SentinelOptions sentinel{};
+  RollbackOptions rollback{};    // rollback.enabled: go back to a saved good state when skipping cannot save the run
+  std::string optimizer_name{};  // recorded in snapshots ("adamw", "sgd", yours)
+  std::map<std::string, std::string> config{};  // written into run.h5 and every snapshot
+  int rank = 0, world_size = 1;                 // data parallel: this rank's run file and snapshots
+  std::ostream* log = nullptr;                  // one line per skip, birth and fallback; nullptr: none
+  std::string log_prefix{};                     // e.g. "[rank 1] "
   // Resuming: go on writing the run file, dropping its rows after this step
   // (>= 0), and say where from in a resume event.
   int64_t resume_after_step = -1;
-  std::string resume_from;
+  std::string resume_from{};
 };
 
 // What the guard has learnt that a resumed run needs back besides the

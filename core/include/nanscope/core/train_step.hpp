@@ -21,11 +21,14 @@ struct StepSettings {
   double clip = 1.0;             // <= 0: no clipping
   bool parameter_norms = false;  // also bring back each parameter's grad norm
   // The probe's one-element "batch is non-finite" flag, read back with the rest.
-  at::Tensor batch_nonfinite;
+  at::Tensor batch_nonfinite{};
   // Early warnings: the batch's largest magnitude (one element, on the device), read back with the rest.
-  at::Tensor batch_absmax;
+  at::Tensor batch_absmax{};
   // Data parallel: average gradients across ranks (nullptr: one process).
   GradientAverager* buckets = nullptr;
+  // Several ranks: also bring back the averaged gradients' per-parameter norms
+  // (the early warnings read them; without warnings they are not copied).
+  bool averaged_parameter_norms = false;
   bool stop_requested = false;  // Ctrl-C here: shared so every rank stops after the same step
   // A finite step whose loss (all ranks' mean) is above this is skipped like a
   // non-finite one: the rollback policy's probation (rollback.hpp).

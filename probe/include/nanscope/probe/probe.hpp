@@ -32,7 +32,7 @@ namespace nanscope::probe {
 struct ProbeOptions {
   std::string run_dir;           // snapshots go to RUN_DIR/snapshots/
   int rank = 0, world_size = 1;  // a multi-process run: snapshots go to RUN_DIR/snapshots/rank-R/
-  CaptureOptions capture;
+  CaptureOptions capture{};
 };
 
 class Probe {
