@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
 #include "nanscope/format/version.hpp"
@@ -98,14 +99,23 @@ size_t checked_bytes(hid_t dataset, const std::vector<hsize_t>& dims, size_t ele
     bytes *= d;
   }
   Handle layout = plist_handle(H5Dget_create_plist(dataset), path, "H5Dget_create_plist");
+  // Data kept in other files would be read from paths the file names.
+  if (H5Pget_layout(layout.get()) == H5D_VIRTUAL || H5Pget_external_count(layout.get()) > 0)
+    throw FormatError(path, what + " keeps its data in other files (not supported)");
   const bool filtered = H5Pget_nfilters(layout.get()) > 0;
+  // The bound is the file's size on disk. Not what the file says of itself:
+  // a dataset's storage size and the superblock's end of file (which
+  // H5Fget_filesize reports when larger) are bytes a corrupt file chooses.
   // Chunks never written (a disk that filled under a live writer) read as
   // fill values, so the data stored for the dataset may fall short of its
   // shape; the whole file may not.
-  Handle file = file_handle(H5Iget_file_id(dataset), path, "H5Iget_file_id");
-  hsize_t file_bytes = 0;
-  H5Fget_filesize(file.get(), &file_bytes);
-  const hsize_t bound = std::max<hsize_t>(file_bytes, H5Dget_storage_size(dataset));
+  std::error_code no_size;
+  hsize_t file_bytes = std::filesystem::file_size(path, no_size);
+  if (no_size) {
+    Handle file = file_handle(H5Iget_file_id(dataset), path, "H5Iget_file_id");
+    H5Fget_filesize(file.get(), &file_bytes);
+  }
+  const hsize_t bound = file_bytes;
   // deflate, HDF5's usual filter, expands at most about 1032:1.
   constexpr hsize_t kMostExpansion = 1100;
   const hsize_t expanded = file_bytes > kLimit / kMostExpansion ? kLimit : file_bytes * kMostExpansion;

@@ -133,6 +133,38 @@ TEST(DataFile, RoundTripsAndChecksSampleCounts) {
   }
 }
 
+// What a file says of its own sizes is not believed: a data file of 2 KB
+// (fuzzing found it) whose dataset claims 512 GB of contiguous storage is
+// refused against its size on disk. A dataset kept in other files (HDF5's
+// external storage) is refused too: the file would choose what is read.
+TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
+  auto refusal = [](const std::string& path) {
+    try {
+      read_data_file(path);
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read without complaint");
+  };
+  const std::string lie = std::string(NANSCOPE_FUZZ_CRASHERS) + "/data_file/storage-size-lie.h5";
+  EXPECT_NE(refusal(lie).find("/inputs claims 549755813984 bytes, more than the whole file (2205 bytes"),
+            std::string::npos)
+      << refusal(lie);
+
+  TempDir dir;
+  const std::string path = dir.file("external.h5");
+  const std::string make =
+      std::string(NANSCOPE_PYTHON) +
+      " -c \"import h5py, sys, numpy as np\n"
+      "with h5py.File(sys.argv[1], 'w') as f:\n"
+      "    f.create_dataset('inputs', shape=(4, 2), dtype='<f4', external=[(sys.argv[2], 0, 32)])\n"
+      "    f['targets'] = np.zeros(4, dtype='<i8')\" " +
+      path + " " + dir.file("elsewhere.bin");
+  ASSERT_EQ(std::system(make.c_str()), 0);
+  EXPECT_NE(refusal(path).find("/inputs keeps its data in other files (not supported)"), std::string::npos)
+      << refusal(path);
+}
+
 // A corrupt shape must not become a giant allocation: a tensor whose
 // dataspace claims 4 TiB in a file of a few KB is refused by name.
 // A reader's rehearsal reads datasets in their stored type; the real read
