@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "h5.hpp"
+#include "nanscope/format/bulk_buffer.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
@@ -43,7 +44,7 @@ void read_rows(hid_t loc, const std::string& group, const std::string& name, hid
     throw FormatError(path, full + " has an unexpected shape");
   const hsize_t width = std::max<hsize_t>(1, columns);
   h5::checked_bytes(ds.get(), {to, width}, sizeof(T), path, full);
-  out.resize(to * width);
+  resize_bulk(out, to * width);
   if (to <= from) return;
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
   hsize_t start[2] = {from, 0};

@@ -1,5 +1,7 @@
 #include "nanscope/viewer/layer_pyramid.hpp"
 
+#include "nanscope/format/bulk_buffer.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -46,7 +48,7 @@ void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t l
     const size_t below_rows = rows_at(k - 1);
     const size_t n = rows_at(k);
     const size_t first = (old_rows >> k);
-    out.resize(n * layers_);
+    format::resize_bulk(out, n * layers_);
     const float* below = level(k - 1);
     for (size_t i = first; i < n; ++i) {
       const float* a = below + (2 * i) * layers_;
