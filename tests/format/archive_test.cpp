@@ -146,10 +146,15 @@ TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
     }
     return std::string("read without complaint");
   };
+  // HDF5 1.10 opens the dataset and the size check refuses it; 1.14 already
+  // refuses to open it. Either way: named, and nothing allocated for it.
   const std::string lie = std::string(NANSCOPE_FUZZ_CRASHERS) + "/data_file/storage-size-lie.h5";
-  EXPECT_NE(refusal(lie).find("/inputs claims 549755813984 bytes, more than the whole file (2205 bytes"),
-            std::string::npos)
-      << refusal(lie);
+  const std::string why = refusal(lie);
+  EXPECT_NE(why.find(lie), std::string::npos) << why;
+  EXPECT_TRUE(why.find("/inputs claims 549755813984 bytes, more than the whole file (2205 bytes") !=
+                  std::string::npos ||
+              why.find("cannot open /inputs") != std::string::npos)
+      << why;
 
   TempDir dir;
   const std::string path = dir.file("external.h5");
