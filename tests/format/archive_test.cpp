@@ -21,6 +21,17 @@ std::vector<T> values_of(const TensorData& t) {
   return out;
 }
 
+// What a read that must be refused says: the FormatError's message.
+template <typename Read>
+std::string refusal(Read read) {
+  try {
+    read();
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "read without complaint";
+}
+
 }  // namespace
 
 TEST(Archive, RoundTripsNestedGroupsTensorsAttributesAndBlobs) {
@@ -138,18 +149,10 @@ TEST(DataFile, RoundTripsAndChecksSampleCounts) {
 // refused against its size on disk. A dataset kept in other files (HDF5's
 // external storage) is refused too: the file would choose what is read.
 TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
-  auto refusal = [](const std::string& path) {
-    try {
-      read_data_file(path);
-    } catch (const FormatError& e) {
-      return std::string(e.what());
-    }
-    return std::string("read without complaint");
-  };
   // HDF5 1.10 opens the dataset and the size check refuses it; 1.14 already
   // refuses to open it. Either way: named, and nothing allocated for it.
   const std::string lie = std::string(NANSCOPE_FUZZ_CRASHERS) + "/data_file/storage-size-lie.h5";
-  const std::string why = refusal(lie);
+  const std::string why = refusal([&] { read_data_file(lie); });
   EXPECT_NE(why.find(lie), std::string::npos) << why;
   EXPECT_TRUE(why.find("/inputs claims 549755813984 bytes, more than the whole file (2205 bytes") !=
                   std::string::npos ||
@@ -166,8 +169,8 @@ TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
       "    f['targets'] = np.zeros(4, dtype='<i8')\" " +
       path + " " + dir.file("elsewhere.bin");
   ASSERT_EQ(std::system(make.c_str()), 0);
-  EXPECT_NE(refusal(path).find("/inputs keeps its data in other files (not supported)"), std::string::npos)
-      << refusal(path);
+  const std::string elsewhere = refusal([&] { read_data_file(path); });
+  EXPECT_NE(elsewhere.find("/inputs keeps its data in other files (not supported)"), std::string::npos) << elsewhere;
 }
 
 // A corrupt shape must not become a giant allocation: a tensor whose
@@ -192,14 +195,6 @@ TEST(Archive, ATensorStoredInAnotherTypeIsRefusedNotConverted) {
   Archive archive = Archive::open(path, kCheckpointFileKind);
   const Group params = archive.root().group("parameters");
   EXPECT_EQ(params.tensor("ok").shape, std::vector<int64_t>{3});
-  auto refusal = [&](auto read) {
-    try {
-      read();
-    } catch (const FormatError& e) {
-      return std::string(e.what());
-    }
-    return std::string("read without complaint");
-  };
   EXPECT_NE(refusal([&] {
               params.tensor("wide");
             }).find("/parameters/wide is stored as a 64-bit float, not as the little-endian 32-bit float"),
