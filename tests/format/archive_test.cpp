@@ -32,6 +32,18 @@ std::string refusal(Read read) {
   return "read without complaint";
 }
 
+// A checkpoint-kind file written by h5py: nanscope's identity attributes, then
+// `body` (Python lines, indented, with the file open as `f`).
+void make_checkpoint_with_h5py(const std::string& path, const std::string& body) {
+  const std::string make = std::string(NANSCOPE_PYTHON) +
+                           " -c \"import h5py, sys, numpy as np\n"
+                           "with h5py.File(sys.argv[1], 'w') as f:\n"
+                           "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
+                           "    f.attrs['format_version'] = np.bytes_('1.0')\n" +
+                           body + "\" " + path;
+  ASSERT_EQ(std::system(make.c_str()), 0);
+}
+
 }  // namespace
 
 TEST(Archive, RoundTripsNestedGroupsTensorsAttributesAndBlobs) {
@@ -173,25 +185,17 @@ TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
   EXPECT_NE(elsewhere.find("/inputs keeps its data in other files (not supported)"), std::string::npos) << elsewhere;
 }
 
-// A corrupt shape must not become a giant allocation: a tensor whose
-// dataspace claims 4 TiB in a file of a few KB is refused by name.
 // A reader's rehearsal reads datasets in their stored type; the real read
 // must then not convert (HDF5's conversions crash on corrupt type fields), so
 // a tensor stored in any other type than nanscope's is refused, named.
 TEST(Archive, ATensorStoredInAnotherTypeIsRefusedNotConverted) {
   TempDir dir;
   const std::string path = dir.file("other-types.h5");
-  const std::string make = std::string(NANSCOPE_PYTHON) +
-                           " -c \"import h5py, sys, numpy as np\n"
-                           "with h5py.File(sys.argv[1], 'w') as f:\n"
-                           "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
-                           "    f.attrs['format_version'] = np.bytes_('1.0')\n"
-                           "    for name, stored in (('wide', '<f8'), ('big_endian', '>f4'), ('ok', '<f4')):\n"
-                           "        d = f.create_dataset('parameters/' + name, data=np.ones(3, dtype=stored))\n"
-                           "        d.attrs['dtype'] = np.bytes_('float32')\n"
-                           "    f.create_dataset('blobs/b', data=np.ones(3, dtype='<i4'))\" " +
-                           path;
-  ASSERT_EQ(std::system(make.c_str()), 0);
+  make_checkpoint_with_h5py(path,
+                            "    for name, stored in (('wide', '<f8'), ('big_endian', '>f4'), ('ok', '<f4')):\n"
+                            "        d = f.create_dataset('parameters/' + name, data=np.ones(3, dtype=stored))\n"
+                            "        d.attrs['dtype'] = np.bytes_('float32')\n"
+                            "    f.create_dataset('blobs/b', data=np.ones(3, dtype='<i4'))\n");
   Archive archive = Archive::open(path, kCheckpointFileKind);
   const Group params = archive.root().group("parameters");
   EXPECT_EQ(params.tensor("ok").shape, std::vector<int64_t>{3});
@@ -209,18 +213,14 @@ TEST(Archive, ATensorStoredInAnotherTypeIsRefusedNotConverted) {
             std::string::npos);
 }
 
+// A corrupt shape must not become a giant allocation: a tensor whose
+// dataspace claims 4 TiB in a file of a few KB is refused by name.
 TEST(Archive, AShapeClaimingMoreThanTheFileStoresIsRefused) {
   TempDir dir;
   const std::string path = dir.file("giant.h5");
-  const std::string make = std::string(NANSCOPE_PYTHON) +
-                           " -c \"import h5py, sys, numpy as np\n"
-                           "with h5py.File(sys.argv[1], 'w') as f:\n"
-                           "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
-                           "    f.attrs['format_version'] = np.bytes_('1.0')\n"
-                           "    d = f.create_dataset('parameters/w', shape=(2**40,), dtype='f4', chunks=(1024,))\n"
-                           "    d.attrs['dtype'] = np.bytes_('float32')\" " +
-                           path;
-  ASSERT_EQ(std::system(make.c_str()), 0);
+  make_checkpoint_with_h5py(path,
+                            "    d = f.create_dataset('parameters/w', shape=(2**40,), dtype='f4', chunks=(1024,))\n"
+                            "    d.attrs['dtype'] = np.bytes_('float32')\n");
   Archive archive = Archive::open(path, kCheckpointFileKind);
   try {
     archive.root().group("parameters").tensor("w");
