@@ -13,6 +13,7 @@
 
 #include "module_path.hpp"
 #include "nanscope/probe/module_scope.hpp"
+#include "op_arguments.hpp"
 #include "tensor_stats.hpp"
 
 namespace nanscope::probe {
@@ -39,7 +40,7 @@ void record_absmax_on_op_end(const at::RecordFunction& fn, at::ObserverContext*)
   if (it == g_recorder->layer_of.end()) return;
   t_recording = true;
   at::NoGradGuard no_grad;
-  for (const c10::IValue& out : fn.outputs()) {
+  for (const c10::IValue& out : op_results(fn)) {
     if (!out.isTensor() || !is_floating(out.toTensor()) || out.toTensor().numel() == 0) continue;
     at::Tensor m = out.toTensor().detach().abs().max().to(at::kFloat);
     std::lock_guard<std::mutex> lock(g_recorder->mutex);

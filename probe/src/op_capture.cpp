@@ -14,6 +14,7 @@
 
 #include "module_path.hpp"
 #include "nanscope/probe/module_scope.hpp"
+#include "op_arguments.hpp"
 #include "tensor_stats.hpp"
 
 namespace nanscope::probe {
@@ -161,7 +162,7 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   const std::string name = fn.name();
   const bool in_place = !name.empty() && name.back() == '_';
   bool first = true;
-  for (const c10::IValue& input : fn.inputs()) {
+  for (const c10::IValue& input : op_arguments(fn)) {
     note_input(input, in_place && first, *ctx);
     first = false;
   }
@@ -182,7 +183,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   record.op = fn.name();
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
-  for (const c10::IValue& out : fn.outputs()) {
+  for (const c10::IValue& out : op_results(fn)) {
     if (!out.isTensor() || !is_floating(out.toTensor())) continue;
     const at::Tensor& t = out.toTensor();
     FiniteFlags f = finite_flags(t);

@@ -211,6 +211,23 @@ TEST_F(ScriptedCapture, TheSameMaskedAttentionWithAnOverflowingExpIsReported) {
   EXPECT_EQ(c.first_inf_birth->op.phase, "forward");
 }
 
+TEST_F(ScriptedCapture, AnOpIsJudgedByItsOwnArgumentsNotTheInterpretersWholeStack) {
+  // TorchScript calls ops boxed, and RecordFunction then sees the whole
+  // interpreter stack as the op's inputs and outputs: here the residual's x
+  // waits below exp's argument. Judged by that stack, exp's new +inf went
+  // unseen (its "output" was x) and the NaN at the division came first.
+  for (const char* model : {"residual_overflow.pt", "residual_overflow_trace.pt"}) {
+    format::Capture c = capture(model, Amp::fp32);
+    ASSERT_TRUE(c.first_birth) << model;
+    EXPECT_EQ(c.first_birth->op.op, "aten::exp") << model;
+    EXPECT_EQ(c.first_birth->kind, "inf") << model;
+    EXPECT_EQ(c.first_birth->op.module, "h.0.attn") << model;
+    ASSERT_EQ(c.first_birth->inputs.size(), 1u) << model << ": exp has one argument";
+    EXPECT_EQ(c.first_birth->inputs[0].shape, (std::vector<int64_t>{2, 5, 5})) << model;
+    EXPECT_GT(c.first_birth->op.output.inf_count, 0) << model;
+  }
+}
+
 TEST_F(ScriptedCapture, FullyMaskedRowIsANanBirthInTheAttentionModule) {
   format::Capture c = capture("fully_masked.pt", Amp::fp32);
   ASSERT_TRUE(c.first_nan_birth);
