@@ -4,12 +4,17 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
+#include "nanscope/format/archive.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/version.hpp"
+#include "nanscope/probe/snapshot.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 #include "trainer.hpp"
 
 using namespace nanscope;
@@ -171,4 +176,43 @@ TEST_F(TorchScript, InitFromAnotherModelsCheckpointNamesTheFirstMismatch) {
                                  dir_->file("init-c") + " --init " + dir_->file("regressor-ckpt.h5"));
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("parameter 'gain' missing"), std::string::npos) << other.output;
+}
+
+// Integer and bool buffers keep their type: casting the model to fp32 (at the
+// start, and at the fallback after a skipped step) touches floating tensors
+// only, as PyTorch's Module.to(dtype) does. An int64 index buffer cast to
+// float broke the embedding at step 0; a float num_batches_tracked went into
+// checkpoints and snapshots.
+TEST_F(TorchScript, IntegerAndBoolBuffersKeepTheirTypeInTheModelCheckpointsAndSnapshots) {
+  TrainOptions o = options("typed-buffers");
+  o.model = dir_->file("typed_buffers.pt");
+  o.steps = 12;
+  o.amp = Amp::bf16;
+  o.faults = {parse_fault("nonfinite_input@5:3")};  // a skip, a snapshot and the fp32 fallback
+  o.save = dir_->file("typed-buffers.h5");
+  TrainSummary summary = run(o, std::cerr);
+  EXPECT_EQ(summary.skipped, 1);
+  EXPECT_EQ(summary.fallback_step, 5);
+  const std::map<std::string, format::DType> expected{{"position_ids", format::DType::int64},
+                                                      {"feature_mask", format::DType::boolean},
+                                                      {"norm.running_mean", format::DType::float32},
+                                                      {"norm.num_batches_tracked", format::DType::int64}};
+  format::Archive checkpoint = format::Archive::open(o.save, format::kCheckpointFileKind);
+  for (const auto& [name, dtype] : expected)
+    EXPECT_EQ(checkpoint.root().group("buffers").tensor(name).dtype, dtype) << name << " in the checkpoint";
+  const probe::SnapshotContents snapshot =
+      probe::read_snapshot((std::filesystem::path(o.run_dir) / "snapshots" / "step-0000005.h5").string());
+  for (const auto& [name, dtype] : expected) {
+    auto it =
+        std::find_if(snapshot.buffers.begin(), snapshot.buffers.end(), [&](const auto& b) { return b.first == name; });
+    ASSERT_NE(it, snapshot.buffers.end()) << name;
+    EXPECT_EQ(probe::to_format_dtype(it->second.scalar_type()), dtype) << name << " in the snapshot";
+  }
+  // The saved values load into a new run of the same model.
+  EXPECT_EQ(checkpoint.root().group("buffers").tensor("position_ids").shape, (std::vector<int64_t>{6}));
+  TrainOptions again = options("typed-buffers-init");
+  again.model = o.model;
+  again.steps = 2;
+  again.init = o.save;
+  EXPECT_NO_THROW(run(again, std::cerr));
 }

@@ -18,6 +18,17 @@ NamedTensors TrainableModel::named_parameters() const {
   return unique;
 }
 
+void TrainableModel::to(at::Device device, at::ScalarType float_type) {
+  torch::NoGradGuard no_grad;
+  auto move = [&](at::Tensor& t) {
+    const at::ScalarType type = at::isFloatingType(t.scalar_type()) ? float_type : t.scalar_type();
+    // set_data keeps the tensor object, which the optimizer and the module share.
+    if (t.device() != device || t.scalar_type() != type) t.set_data(t.to(device, type));
+  };
+  for (auto& [name, p] : all_named_parameters()) move(p);
+  for (auto& [name, b] : named_buffers()) move(b);
+}
+
 int64_t TrainableModel::parameter_count() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters()) n += p.numel();
@@ -49,8 +60,6 @@ NamedTensors NativeModel::named_buffers() const {
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
   return out;
 }
-
-void NativeModel::to(at::Device device, at::ScalarType dtype) { module_->to(device, dtype); }
 
 void NativeModel::set_training(bool on) { module_->train(on); }
 

@@ -33,7 +33,6 @@ class ScriptedModel : public TrainableModel {
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
     return out;
   }
-  void to(at::Device device, at::ScalarType dtype) override { module_.to(device, dtype); }
   void set_training(bool on) override { module_.train(on); }
   bool plant_fault(const Fault& fault) override { return fault.kind == FaultKind::none; }
   ModelSpec spec() const override { return {"torchscript", {}, bytes_}; }

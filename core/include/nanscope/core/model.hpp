@@ -37,7 +37,10 @@ class TrainableModel {
   // Every (dotted name, tensor) pair the model holds, a shared tensor under each of its names.
   virtual NamedTensors all_named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
-  virtual void to(at::Device device, at::ScalarType dtype) = 0;
+  // Moves every parameter and buffer to `device` and casts the floating ones
+  // to `float_type`, as PyTorch's Module.to(dtype) does: integer and bool
+  // buffers (position ids, BatchNorm's num_batches_tracked, masks) keep their type.
+  void to(at::Device device, at::ScalarType float_type);
   virtual void set_training(bool on) = 0;
   // Plants (or, with kind none, clears) a fault for the next forward.
   // Returns false when this model cannot host that fault kind.

@@ -13,7 +13,6 @@ class NativeModel : public TrainableModel {
  public:
   NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
-  void to(at::Device device, at::ScalarType dtype) override;
   void set_training(bool on) override;
   bool plant_fault(const Fault& fault) override;
   void set_z_loss(double coefficient) override { z_loss_ = coefficient; }
