@@ -15,7 +15,7 @@
 
 int main(int argc, char** argv) {
   nanscope::TrainOptions options;
-  CLI::App app{"nanscope-train"};
+  CLI::App app{"", "nanscope-train"};  // the description is add_train_options's
   nanscope::add_train_options(app, options);
   std::vector<std::string> args(argv, argv + argc);
   args = nanscope::with_resume_config(args);

@@ -32,6 +32,27 @@ CLI::Validator number_at_least(double lowest, bool strictly, const char* name) {
 const CLI::Validator kPositive = number_at_least(0, true, "positive");
 const CLI::Validator kNonNegative = number_at_least(0, false, "non-negative finite");
 
+// The words an option takes, in the order --help lists them.
+template <typename T>
+using Words = std::vector<std::pair<std::string, T>>;
+
+// An option that takes one of a few words. --help shows them and the default
+// as a word (--amp off|bf16|fp16=off): CLI11's own description of a mapping
+// prints the values the words map to, which for an enum are raw bytes.
+template <typename T>
+CLI::Option* add_word_option(CLI::App& app, const std::string& flag, T& value, const Words<T>& words,
+                             const std::string& help) {
+  std::string names, current;
+  for (const auto& [word, v] : words) {
+    names += (names.empty() ? "" : "|") + word;
+    if (v == value && current.empty()) current = word;
+  }
+  CLI::Validator words_only = CLI::CheckedTransformer(words, CLI::ignore_case);
+  words_only.description("");
+  return app.add_option(flag, value, help)->transform(words_only)->type_name(names)->default_str(current);
+}
+const Words<bool> kOnOff{{"on", true}, {"off", false}};
+
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -70,10 +91,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
       ->capture_default_str()
       ->check(kNonNegative);
-  static const std::map<std::string, Amp> amps{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}};
-  app.add_option("--amp", o.amp, "Autocast precision: off, bf16, or fp16 (with the loss scaler)")
-      ->transform(CLI::CheckedTransformer(amps, CLI::ignore_case))
-      ->capture_default_str();
+  add_word_option(app, "--amp", o.amp, Words<Amp>{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}},
+                  "Autocast precision: off, bf16, or fp16 (with the loss scaler)");
   app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the fp32 fallback")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -89,26 +108,17 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(kNonNegative);
   app.add_flag("--no-shuffle{false}", o.shuffle,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
-  const auto on_off =
-      CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}, CLI::ignore_case);
-  app.add_option("--probe", o.probe, "on: per-layer grad norms and forensics; off: the bare loop")
-      ->transform(on_off)
-      ->capture_default_str();
-  app.add_option("--warn", o.warn,
-                 "on: early warnings (grad-norm spikes and growth, per-layer spikes, loss spikes, the fp16 "
-                 "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
-                 "log lines, from values each step already has")
-      ->transform(on_off)
-      ->capture_default_str();
+  add_word_option(app, "--probe", o.probe, kOnOff, "on: per-layer grad norms and forensics; off: the bare loop");
+  add_word_option(app, "--warn", o.warn, kOnOff,
+                  "on: early warnings (grad-norm spikes and growth, per-layer spikes, loss spikes, the fp16 "
+                  "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
+                  "log lines, from values each step already has");
   auto* rollback = app.add_option_group("Rollback", "Going back to a saved good state (docs/sentinel.md)");
-  rollback
-      ->add_option("--rollback", o.rollback.enabled,
-                   "on: keep the last few good states in memory and go back to the newest one from before "
-                   "the trouble when the weights went non-finite or a loss spike or non-finite step comes "
-                   "back on the next step; the rolled-back steps' batches are skipped and the LR is "
-                   "multiplied by --lr-backoff. off: the stock loop (skip; a run with non-finite weights stops)")
-      ->transform(on_off)
-      ->capture_default_str();
+  add_word_option(*rollback, "--rollback", o.rollback.enabled, kOnOff,
+                  "on: keep the last few good states in memory and go back to the newest one from before "
+                  "the trouble when the weights went non-finite or a loss spike or non-finite step comes "
+                  "back on the next step; the rolled-back steps' batches are skipped and the LR is "
+                  "multiplied by --lr-backoff. off: the stock loop (skip; a run with non-finite weights stops)");
   rollback->add_option("--rollback-every", o.rollback.every, "Save a state after every N healthy steps")
       ->capture_default_str()
       ->check(kPositive);
@@ -124,12 +134,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->add_option("--max-rollbacks", o.rollback.max_rollbacks, "Rollbacks per run; then the fp32 fallback, then stop")
       ->capture_default_str()
       ->check(kNonNegative);
-  app.add_option("--capture", o.capture_every_step,
-                 "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
-                 "or every-step (every op of every step; slow, for hunting and measuring)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on-failure", false}, {"every-step", true}},
-                                          CLI::ignore_case))
-      ->capture_default_str();
+  add_word_option(app, "--capture", o.capture_every_step, Words<bool>{{"on-failure", false}, {"every-step", true}},
+                  "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
+                  "or every-step (every op of every step; slow, for hunting and measuring)");
   app.add_option("--act-absmax-every", o.act_absmax_every,
                  "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
                  "headroom to fp16/bf16 is log2(limit / absmax)")

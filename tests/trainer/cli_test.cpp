@@ -1,9 +1,11 @@
 // nanscope-train as a user runs it: flags, exit codes, files on disk.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <chrono>
 #include <filesystem>
@@ -31,6 +33,14 @@ TEST(Cli, HelpExplainsTheFlagsAndExitsZero) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--model", "--amp", "--lr-backoff", "--fault", "--probe", "--no-shuffle", "--config"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  EXPECT_NE(r.output.find("Usage: nanscope-train [OPTIONS]"), std::string::npos) << "the program's name";
+  // Word options list their words and show their default as a word; CLI11's
+  // own rendering of an enum mapping printed raw control bytes (--amp ... bf16->^A).
+  EXPECT_NE(r.output.find("--amp off|bf16|fp16=off"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--probe on|off=on"), std::string::npos) << r.output;
+  const auto control =
+      std::find_if(r.output.begin(), r.output.end(), [](char c) { return (unsigned char)c < 0x20 && c != '\n'; });
+  EXPECT_EQ(control, r.output.end()) << "a control byte at offset " << (control - r.output.begin());
 }
 
 TEST(Cli, BadArgumentsExitTwoWithAMessage) {
