@@ -35,6 +35,11 @@ void set_dtype(c10::DeviceType d, at::ScalarType t) {
 
 }  // namespace
 
+std::optional<at::ScalarType> autocast_dtype(c10::DeviceType device) {
+  if (!is_enabled(device)) return std::nullopt;
+  return get_dtype(device);
+}
+
 bool autocast_supported(c10::DeviceType device, at::ScalarType dtype) {
   if (device == c10::kCUDA) return dtype == at::kHalf || dtype == at::kBFloat16;
   if (device != c10::kCPU) return false;

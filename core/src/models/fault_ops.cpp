@@ -1,5 +1,7 @@
 #include "nanscope/core/models/fault_ops.hpp"
 
+#include "nanscope/probe/torch_compat.hpp"
+
 namespace nanscope::fault_ops {
 
 at::Tensor log_of_activation(const at::Tensor& activation) { return at::log(activation); }
@@ -38,15 +40,22 @@ at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Te
 }
 
 at::Tensor layer_norm_by_cancellation(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const int64_t features = x.size(-1);
   // Unit-variance features around +300: E[x^2] ~ 9e4 needs ~17 bits to keep
   // the variance of 1; fp32 has 24, bf16 has 8.
   at::Tensor standardized = (x - x.mean(-1, true)) / (x.std({-1}, /*unbiased=*/false, /*keepdim=*/true) + 1e-6);
   at::Tensor shifted = standardized + 300.0;
-  at::Tensor averager = at::full({features, 1}, 1.0 / double(features), x.options().dtype(at::kFloat));
-  at::Tensor mean = at::matmul(shifted, averager);
-  at::Tensor mean_of_squares = at::matmul(shifted * shifted, averager);
-  at::Tensor variance = mean_of_squares - mean * mean;
+  // E[x] and E[x^2] held in the autocast type, as a low-precision matmul's
+  // outputs are: 300 and 9e4 + 1 both round to bf16's 90112 once squared or
+  // averaged, so the variance is exactly 0 on every CPU. A bf16 matmul would
+  // leave it to the kernel: oneDNN keeps an fp32 sum (variance 0), LibTorch's
+  // own gemm rounds the running sum (a small positive variance, no failure).
+  // Outside autocast these casts do nothing and fp32 keeps the variance of 1.
+  const std::optional<at::ScalarType> low = compat::autocast_dtype(x.device().type());
+  auto held = [&](const at::Tensor& t) { return low ? t.to(*low) : t; };
+  const at::Tensor values = held(shifted).to(at::kFloat);
+  at::Tensor mean = held(values.mean(-1, true));
+  at::Tensor mean_of_squares = held((values * values).mean(-1, true));
+  at::Tensor variance = mean_of_squares - held(mean * mean);
   return (shifted - mean) / at::sqrt(variance) * weight + bias;
 }
 

@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,9 @@ namespace nanscope::compat {
 // Whether autocast to `dtype` exists on `device` in this LibTorch
 // (1.13's CPU autocast knows bf16 only; 2.x adds fp16 on CPU).
 bool autocast_supported(c10::DeviceType device, at::ScalarType dtype);
+
+// The type autocast casts to on `device` right now; nullopt when it is off.
+std::optional<at::ScalarType> autocast_dtype(c10::DeviceType device);
 
 // Turns autocast on for `device` with `dtype` for the guard's lifetime, like
 // Python's torch.autocast: the cast cache is cleared when the outermost guard

@@ -22,12 +22,12 @@ at::Tensor layer_norm_without_eps_on_constant_row(const at::Tensor& x, const at:
 // offset logits: exp overflows to Inf, then Inf/Inf = NaN.
 at::Tensor cross_entropy_by_naive_softmax(const at::Tensor& logits, const at::Tensor& targets);
 
-// LayerNorm without eps whose variance is E[x^2] - E[x]^2, both means taken by
-// matmul over unit-variance features carrying a +300 offset. Under bf16
-// autocast the matmuls round E[x^2] (~9e4) and E[x]^2 to the same value (8
-// mantissa bits cannot hold a variance of 1 beside 9e4): the variance cancels
-// to 0 and the division gives Inf. In fp32 it comes out ~1 (catastrophic
-// cancellation: a precision-only failure).
+// LayerNorm without eps whose variance is E[x^2] - E[x]^2 over unit-variance
+// features carrying a +300 offset, each mean held in the autocast type. Under
+// bf16 E[x^2] (~9e4 + 1) and E[x]^2 round to the same value (8 mantissa bits
+// cannot hold a variance of 1 beside 9e4): the variance cancels to exactly 0
+// and the division gives Inf, on any CPU. In fp32 it comes out ~1
+// (catastrophic cancellation: a precision-only failure).
 at::Tensor layer_norm_by_cancellation(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // A pre-activation with a large offset and gain ((h + 100) * 1000): ~1e5,
