@@ -40,7 +40,8 @@ std::string birth_json(const std::optional<format::Birth>& b) {
   o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(b->op.phase)
     << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(b->kind)
     << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
-    << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null") << " }";
+    << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
+    << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count << " }";
   return o.str();
 }
 

@@ -1,5 +1,10 @@
 #include "verdict.hpp"
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <limits>
 #include <set>
 
 namespace nanscope::replay {
@@ -46,6 +51,11 @@ std::string fix_for(format::Category category, const format::Birth& b, const std
   if (category == format::Category::grad_explosion)
     return "the gradients explode: lengthen warmup or lower the LR (P12), clip the global norm (P13), "
            "check the init (P17)";
+  if (category == format::Category::all_targets_ignored)
+    return "every target of the batch is " + b.op.op +
+           "'s ignore_index, so its mean is over zero targets: 0 / 0 (every gradient is exactly 0). Skip "
+           "batches with no counted target (padding-only chunks), or take the loss with reduction sum and "
+           "divide by the number of counted targets clamped to at least 1";
   if (category == format::Category::nonfinite_input)
     return "the batch itself holds a non-finite value: guard the data boundary with "
            "assert isfinite(x).all() naming the index (P11)";
@@ -59,6 +69,31 @@ bool divisor_can_be_zero(const std::string& op, const format::Birth& b) {
   if (b.inputs.size() <= divisor) return true;  // not recorded: keep the usual reading
   const format::TensorStats& d = b.inputs[divisor];
   return d.min <= 0 && d.max >= 0;
+}
+
+// The largest finite value of a recorded dtype name (c10's spelling).
+double largest_finite(const std::string& dtype) {
+  if (dtype == "Half") return static_cast<double>(std::numeric_limits<c10::Half>::max());
+  if (dtype == "BFloat16") return static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+  if (dtype == "Double") return std::numeric_limits<double>::max();
+  return std::numeric_limits<float>::max();
+}
+
+// A product of two finite inputs that passes the output type's range: each
+// term of the dot product overflows. The sum of such terms is inf, or NaN where
+// their signs mix (inf - inf); which one depends on how the CPU's kernel adds
+// (one fused multiply-add at a time or not), so both are the overflow.
+bool products_pass_range(const std::string& op, const format::Birth& b) {
+  static const std::set<std::string> products{
+      "matmul",   "mm",     "bmm",    "addmm",  "baddbmm", "addbmm",      "linear",       "mv",
+      "dot",      "einsum", "conv1d", "conv2d", "conv3d",  "convolution", "_convolution", "mkldnn_convolution",
+      "tensordot"};
+  if (!products.count(op)) return false;
+  std::vector<double> sizes;
+  for (const auto& in : b.inputs)
+    if (in.dtype != "scalar" && in.nan_count == 0 && in.inf_count == 0) sizes.push_back(in.absmax);
+  std::sort(sizes.rbegin(), sizes.rend());
+  return sizes.size() >= 2 && sizes[0] * sizes[1] > largest_finite(b.op.output.dtype);
 }
 
 // Names an fp32 module set only when precision bisection found it.
@@ -85,6 +120,8 @@ format::Category category_of(const format::Birth& b) {
   if (b.op.phase == format::to_string(format::Phase::input)) return format::Category::nonfinite_input;
   if (b.op.phase == format::to_string(format::Phase::grad_norm)) return format::Category::grad_explosion;
   if (b.op.backward_node == "SqrtBackward0") return format::Category::sqrt_grad_zero;
+  if (b.kind == format::to_string(format::BirthKind::nan) && b.counted_targets == 0)
+    return format::Category::all_targets_ignored;
   const std::string op = bare_op(b.op.op);
   // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).
   static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax", "xlogy"};
@@ -100,7 +137,8 @@ format::Category category_of(const format::Birth& b) {
       if (in.inf_count > 0) return format::Category::overflow;
     return divisor_can_be_zero(op, b) ? format::Category::div_by_zero : format::Category::overflow;
   }
-  if (b.kind == format::to_string(format::BirthKind::inf)) return format::Category::overflow;
+  if (b.kind == format::to_string(format::BirthKind::inf) || products_pass_range(op, b))
+    return format::Category::overflow;
   return format::Category::other;
 }
 
@@ -119,6 +157,12 @@ Verdict decide(const VerdictInputs& in) {
     v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
                    (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
                    ": " + fix_for(v.category, b, in.precision);
+    return v;
+  }
+  if (v.category == format::Category::all_targets_ignored) {
+    // Degenerate data: finite inputs, nothing to average. No precision helps.
+    v.verdict = format::Verdict::data;
+    v.suggestion = fix_for(v.category, b, in.precision);
     return v;
   }
   if (in.repeats > 0 && in.reproduced == 0) {

@@ -89,6 +89,7 @@ void write_birth(const Group& parent, const std::string& name, const std::option
   write_op(g, birth->op);
   g.set_attr("kind", birth->kind);
   g.set_attr("sample", birth->sample);
+  g.set_attr("counted_targets", birth->counted_targets);
   g.set_attr("input_count", int64_t(birth->inputs.size()));
   for (size_t i = 0; i < birth->inputs.size(); ++i) write_stats(g, "input" + std::to_string(i) + "_", birth->inputs[i]);
 }
@@ -100,6 +101,7 @@ std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
   b.op = read_op(g);
   b.kind = g.attr_string("kind");
   b.sample = g.attr_int("sample");
+  if (g.has_attr("counted_targets")) b.counted_targets = g.attr_int("counted_targets");
   const int64_t n = g.attr_int("input_count");
   for (int64_t i = 0; i < n; ++i) b.inputs.push_back(read_stats(g, "input" + std::to_string(i) + "_"));
   return b;

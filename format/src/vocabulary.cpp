@@ -35,15 +35,16 @@ constexpr Names<Verdict, 4> kVerdicts{{{Verdict::precision, "precision"},
                                        {Verdict::model_or_data, "model_or_data"},
                                        {Verdict::data, "data"},
                                        {Verdict::transient, "transient"}}};
-constexpr Names<Category, 9> kCategories{{{Category::log_nonpositive, "log_nonpositive"},
-                                          {Category::sqrt_grad_zero, "sqrt_grad_zero"},
-                                          {Category::div_by_zero, "div_by_zero"},
-                                          {Category::exp_overflow, "exp_overflow"},
-                                          {Category::overflow, "overflow"},
-                                          {Category::fully_masked_softmax, "fully_masked_softmax"},
-                                          {Category::nonfinite_input, "nonfinite_input"},
-                                          {Category::grad_explosion, "grad_explosion"},
-                                          {Category::other, "other"}}};
+constexpr Names<Category, 10> kCategories{{{Category::log_nonpositive, "log_nonpositive"},
+                                           {Category::sqrt_grad_zero, "sqrt_grad_zero"},
+                                           {Category::div_by_zero, "div_by_zero"},
+                                           {Category::exp_overflow, "exp_overflow"},
+                                           {Category::overflow, "overflow"},
+                                           {Category::fully_masked_softmax, "fully_masked_softmax"},
+                                           {Category::nonfinite_input, "nonfinite_input"},
+                                           {Category::grad_explosion, "grad_explosion"},
+                                           {Category::all_targets_ignored, "all_targets_ignored"},
+                                           {Category::other, "other"}}};
 
 template <typename Word, size_t N>
 const char* name_in(const Names<Word, N>& names, Word word) {

@@ -8,6 +8,7 @@
 // another module that stack holds weights and earlier activations, and a
 // capture that read it whole judged an op by tensors it never touched. The op's
 // schema says how many values are its own: the last ones.
+#include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
 namespace nanscope::probe {

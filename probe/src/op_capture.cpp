@@ -1,5 +1,6 @@
 #include "nanscope/probe/op_capture.hpp"
 
+#include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
@@ -80,6 +81,7 @@ struct OpContext : at::ObserverContext {
   // scalar inputs; full statistics only if this op turns out to be a birth.
   std::vector<at::Tensor> input_tensors;
   std::vector<format::TensorStats> scalar_inputs;
+  int64_t counted_targets = -1;  // a loss with ignore_index: the targets it counts
 };
 
 void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
@@ -116,6 +118,23 @@ bool is_pointwise_arithmetic(const std::string& op) {
       "aten::_to_copy", "aten::copy",       "aten::type_as", "aten::softplus", "aten::ldexp", "aten::float_power"};
   const bool in_place = !op.empty() && op.back() == '_';
   return ops.count(in_place ? op.substr(0, op.size() - 1) : op) > 0;
+}
+
+// A loss with an ignore_index argument (cross_entropy, nll_loss): how many of
+// its targets it counts, or -1. A mean over none is 0 / 0 = NaN although every
+// input is finite, and every gradient is exactly 0: the batch is the cause.
+int64_t counted_targets(const at::RecordFunction& fn) {
+  if (std::string(fn.name()).find("loss") == std::string::npos) return -1;
+  const auto schema = fn.operator_schema();
+  if (!schema) return -1;
+  const auto target = schema->argumentIndexWithName("target");
+  const auto ignore = schema->argumentIndexWithName("ignore_index");
+  const c10::ArrayRef<const c10::IValue> values = op_arguments(fn);
+  if (!target || !ignore || values.size() != schema->arguments().size()) return -1;
+  const c10::IValue& t = values[*target];
+  const c10::IValue& ignored = values[*ignore];
+  if (!t.isTensor() || !ignored.isInt() || is_floating(t.toTensor())) return -1;  // class probabilities ignore nothing
+  return (t.toTensor() != ignored.toInt()).sum().item<int64_t>();
 }
 
 bool broadcasts_to(at::IntArrayRef from, at::IntArrayRef to) {
@@ -166,6 +185,7 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
     note_input(input, in_place && first, *ctx);
     first = false;
   }
+  ctx->counted_targets = counted_targets(fn);
   return ctx;
 }
 
@@ -235,6 +255,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     c.birth.op = record;
     if (first_output.defined()) c.birth.op.output = tensor_stats(first_output);
     c.birth.kind = kind;
+    c.birth.counted_targets = ctx->counted_targets;
     for (const at::Tensor& t : ctx->input_tensors) c.birth.inputs.push_back(tensor_stats(t));
     for (const auto& scalar : ctx->scalar_inputs) c.birth.inputs.push_back(scalar);
     slot = c;
@@ -290,6 +311,9 @@ format::Capture OpCapture::result() const {
   c.ops_seen = st.next_end;
   if (st.first_nan) c.first_nan_birth = st.first_nan->birth;
   if (st.first_inf) c.first_inf_birth = st.first_inf->birth;
+  // One op that gives birth to both is an Inf birth (docs/design.md): the NaN
+  // beside an overflow is what the kernel's summation made of the infinity,
+  // and whether it makes one differs between CPUs.
   if (c.first_nan_birth && c.first_inf_birth)
     c.first_birth = c.first_nan_birth->op.index < c.first_inf_birth->op.index ? c.first_nan_birth : c.first_inf_birth;
   else

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -150,6 +151,28 @@ TEST(Replay, StepWhoseOpRaisedOnTheNanReplaysAndQuotesTheError) {
   EXPECT_NE(json.output.find("\"rerun_error\": \"RuntimeError: all elements of input should be between 0 and 1"),
             std::string::npos)
       << json.output;
+}
+
+TEST(Replay, ABatchWhoseEveryTargetIsIgnoredIsTheDataNotThePrecision) {
+  // cross_entropy(ignore_index=-1) over a padding-only batch: 0 / 0 at the
+  // loss with every input finite. The capture counts the targets the loss
+  // counted (none), and the verdict names the batch and the fix.
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  auto train = test::run_command(kTrain + " --model " + dir.file("padded_classifier.pt") + " --data " +
+                                 dir.file("padded_data.h5") + " --steps 4 --batch-size 16 --no-shuffle --amp bf16" +
+                                 " --quiet --threads 1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  auto json = test::run_command(kReplay + " --json --no-write " + probe::snapshot_path(dir.file("run"), 2));
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "op", "\"aten::cross_entropy_loss\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "kind", "\"nan\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "verdict", "\"data\"")) << json.output;
+  EXPECT_TRUE(has(json.output, "category", "\"all_targets_ignored\"")) << json.output;
+  EXPECT_NE(json.output.find("ignore_index"), std::string::npos) << json.output;
+  EXPECT_NE(json.output.find("clamped to at least 1"), std::string::npos) << json.output;
 }
 
 TEST(Replay, StepThatDoesNotReproduceIsTransient) {
@@ -315,11 +338,31 @@ format::TensorStats stats(double min, double max, int64_t inf_count = 0) {
   format::TensorStats t;
   t.min = min;
   t.max = max;
+  t.absmax = std::max(std::fabs(min), std::fabs(max));
   t.inf_count = inf_count;
   return t;
 }
 
 }  // namespace
+
+TEST(VerdictRules, AMatmulWhoseProductsPassTheRangeIsAnOverflowWhetherItGaveInfOrNan) {
+  // q @ k^T over a 3e38 sentinel: each product overflows, and the sum is inf,
+  // or NaN where signs mix (inf - inf), by how the CPU's kernel adds. The
+  // same evidence gets the same category either way.
+  for (const char* kind : {"inf", "nan"}) {
+    format::Birth b = birth_at("aten::bmm", kind, {stats(-4e36, 3e37), stats(-2e37, 1e37)});
+    b.op.output.dtype = "BFloat16";
+    EXPECT_EQ(replay::category_of(b), format::Category::overflow) << kind;
+  }
+  // Products inside the range: a NaN there came from elsewhere.
+  format::Birth modest = birth_at("aten::bmm", "nan", {stats(-4, 3), stats(-2, 1)});
+  modest.op.output.dtype = "Float";
+  EXPECT_EQ(replay::category_of(modest), format::Category::other);
+  // fp16's range is 65504: 300 x 300 passes it.
+  format::Birth half = birth_at("aten::mm", "nan", {stats(-300, 300), stats(-300, 300)});
+  half.op.output.dtype = "Half";
+  EXPECT_EQ(replay::category_of(half), format::Category::overflow);
+}
 
 TEST(VerdictRules, LogOfExactlyZeroIsLogNonpositiveNotOverflow) {
   // A bf16 sigmoid rounded to 1.0 inside a hand-written BCE: log(1 - p) = -inf.

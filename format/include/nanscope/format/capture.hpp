@@ -35,8 +35,12 @@ struct OpRecord {
 // Where a NaN or an Inf was born (docs/design.md: "first birth").
 struct Birth {
   OpRecord op;
-  std::string kind;                 // "nan" | "inf"
-  int64_t sample = -1;              // the batch row, for an input birth; -1 otherwise
+  std::string kind;     // "nan" | "inf"
+  int64_t sample = -1;  // the batch row, for an input birth; -1 otherwise
+  // For a loss with an ignore_index (cross_entropy, nll_loss): the targets it
+  // counted. 0 means every target was ignored and its mean was 0 / 0. -1: not
+  // such an op, or a file from before this was recorded.
+  int64_t counted_targets = -1;
   std::vector<TensorStats> inputs;  // the birth op's floating inputs, as they were at its start
 };
 

@@ -47,6 +47,7 @@ enum class Category {
   fully_masked_softmax,
   nonfinite_input,
   grad_explosion,
+  all_targets_ignored,  // a loss's mean over zero counted targets: 0 / 0
   other,
 };
 
