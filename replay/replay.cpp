@@ -43,6 +43,26 @@ std::string anomaly_message(ReplaySetup& setup) {
   return message;
 }
 
+// Anomaly mode promises "Traceback of forward call that caused the error:"
+// and, from C++, has none to give. Say instead which forward op and module
+// made the failing node, when the capture saw that node; else end the sentence.
+std::string with_forward_origin(std::string message, const format::Capture& capture) {
+  const std::string promise = " Traceback of forward call that caused the error:";
+  if (message.size() >= promise.size() &&
+      message.compare(message.size() - promise.size(), promise.size(), promise) == 0)
+    message.resize(message.size() - promise.size());
+  const std::string prefix = "Error detected in ";
+  if (message.rfind(prefix, 0) != 0) return message;
+  const std::string node = message.substr(prefix.size(), message.find('.') - prefix.size());
+  std::vector<format::OpRecord> seen = capture.trail;
+  for (const auto* b : {&capture.first_birth, &capture.first_nan_birth, &capture.first_inf_birth})
+    if (*b) seen.push_back((*b)->op);
+  for (const format::OpRecord& op : seen)
+    if (op.backward_node == node && !op.forward_op.empty())
+      return message + " It is the backward of " + op.forward_op + " in module '" + op.module + "'.";
+  return message;
+}
+
 // "grad norm 1.2 at step 10 -> 4.4e+06 at step 12 (x3.7e+06 over 2 steps)"
 // when the run file that wrote the snapshot sits beside its snapshots/ folder
 // (run.h5, or run-rank-R.h5 for a rank's snapshot) and the norm rose 10x or more.
@@ -65,8 +85,7 @@ std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
     if (rise < 10) return "";
     std::ostringstream s;
     s << run.filename().string() << ": grad norm " << r.grad_norm[first] << " at step " << r.step[first] << " -> "
-      << r.grad_norm[last] << " at step " << r.step[last] << " (x" << rise
-      << ") before this step: lengthen warmup or lower the LR (P12, P18)";
+      << r.grad_norm[last] << " at step " << r.step[last] << " (x" << rise << ") before this step";
     return s.str();
   } catch (const format::FormatError&) {
     return "";
@@ -97,7 +116,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
     report.fp32_capture = capture.result();
   }
-  if (!report.evidence.fp32_finite) report.anomaly = anomaly_message(setup);
+  if (!report.evidence.fp32_finite) report.anomaly = with_forward_origin(anomaly_message(setup), report.fp32_capture);
   report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.

@@ -95,7 +95,13 @@ std::string to_text(const ReplayReport& r) {
   o << "  re-run at " << r.evidence.precision << ":   non-finite in " << r.evidence.reproduced << " of "
     << r.evidence.repeats << "\n"
     << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
-  if (!r.evidence.fp32_finite) o << "  fp32 first birth: " << birth_text(r.fp32_capture.first_birth) << "\n";
+  if (!r.evidence.fp32_finite)
+    o << "  fp32 first birth: "
+      << (r.fp32_capture.first_birth ? birth_text(r.fp32_capture.first_birth)
+          : !r.rerun_error.empty()   ? "none before the re-run raised"
+                                     : "none: no op turned finite values non-finite (the weights, buffers or "
+                                       "batch held them already)")
+      << "\n";
   if (!r.anomaly.empty()) o << "  anomaly mode:     " << r.anomaly << "\n";
   if (!r.rerun_error.empty()) o << "  re-run raised:    " << r.rerun_error << "\n";
   if (r.evidence.fp32_search != Fp32Search::not_run)

@@ -187,7 +187,11 @@ Verdict decide(const VerdictInputs& in) {
     if (!in.samples.empty())
       v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
   }
-  if (!in.grad_norm_trend.empty()) v.suggestion += ". " + in.grad_norm_trend;
+  // The rise's advice, unless the category's fix already gave it.
+  if (!in.grad_norm_trend.empty())
+    v.suggestion +=
+        ". " + in.grad_norm_trend +
+        (v.category == format::Category::grad_explosion ? "" : ": lengthen warmup or lower the LR (P12, P18)");
   return v;
 }
 

@@ -30,10 +30,13 @@ void ProgressLine::update(const ProgressState& s) {
   const bool due = every_steps_ > 0 ? (s.step + 1) % every_steps_ == 0 : elapsed >= 1.0;
   if (!due && !last) return;
   const double steps_per_s = elapsed > 0 ? double(s.step - last_step_) / elapsed : 0.0;
-  // A skipped step's loss may be NaN: say so, and which loss is the last good one
-  // (the figure the summary prints).
+  // A skipped step says what was not finite. A NaN loss also names the last
+  // good one (the figure the summary prints); a finite loss beside non-finite
+  // gradients is its own figure and needs no other.
   std::string loss = "loss " + loss_text(s.loss);
-  if (s.step_skipped)
+  if (s.step_skipped && std::isfinite(s.loss))
+    loss += " (skipped: gradients non-finite)";
+  else if (s.step_skipped)
     loss += s.last_finite_step < 0 ? " (skipped; no finite loss yet)"
                                    : " (skipped; last finite " + loss_text(s.last_finite_loss) + " at step " +
                                          std::to_string(s.last_finite_step) + ")";

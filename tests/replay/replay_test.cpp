@@ -175,6 +175,21 @@ TEST(Replay, ABatchWhoseEveryTargetIsIgnoredIsTheDataNotThePrecision) {
   EXPECT_NE(json.output.find("clamped to at least 1"), std::string::npos) << json.output;
 }
 
+TEST(Replay, TheReportKeepsNoEmptyPromise) {
+  // Anomaly mode says "Traceback of forward call that caused the error:" and,
+  // from C++, gives none: the report names the node's forward op and module.
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-sqrt-grad-zero", dir.file("run"));
+  auto text = test::run_command(kReplay + " --no-write " + snapshot);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_EQ(text.output.find("Traceback of forward call"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("Error detected in SqrtBackward0. It is the backward of aten::sqrt in module "
+                             "'blocks.0.attn'."),
+            std::string::npos)
+      << text.output;
+  EXPECT_EQ(text.output.find("fp32 first birth: none\n"), std::string::npos) << text.output;
+}
+
 TEST(Replay, StepThatDoesNotReproduceIsTransient) {
   test::TempDir dir;
   const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));
@@ -362,6 +377,26 @@ TEST(VerdictRules, AMatmulWhoseProductsPassTheRangeIsAnOverflowWhetherItGaveInfO
   format::Birth half = birth_at("aten::mm", "nan", {stats(-300, 300), stats(-300, 300)});
   half.op.output.dtype = "Half";
   EXPECT_EQ(replay::category_of(half), format::Category::overflow);
+}
+
+TEST(VerdictRules, AGradNormRiseAddsItsAdviceOnlyWhereTheFixHasNotGivenIt) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::addmm", "inf", {stats(-1, 1), stats(-2, 2)});
+  in.repeats = in.reproduced = 3;
+  in.precision = "bf16";
+  in.grad_norm_trend = "run.h5: grad norm 1 at step 3 -> 1e+06 at step 12 (x1e+06) before this step";
+  const std::string advice = "lengthen warmup or lower the LR";
+  auto count = [&](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = s.find(advice); at != std::string::npos; at = s.find(advice, at + 1)) ++n;
+    return n;
+  };
+  replay::Verdict v = replay::decide(in);  // fp32 non-finite after a rise: grad_explosion
+  EXPECT_EQ(v.category, format::Category::grad_explosion);
+  EXPECT_EQ(count(v.suggestion), 1u) << v.suggestion;
+  in.fp32_finite = true;  // precision: the fix says nothing of the LR, the rise does
+  v = replay::decide(in);
+  EXPECT_EQ(count(v.suggestion), 1u) << v.suggestion;
 }
 
 TEST(VerdictRules, LogOfExactlyZeroIsLogNonpositiveNotOverflow) {

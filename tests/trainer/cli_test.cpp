@@ -43,6 +43,17 @@ TEST(Cli, HelpExplainsTheFlagsAndExitsZero) {
   EXPECT_EQ(control, r.output.end()) << "a control byte at offset " << (control - r.output.begin());
 }
 
+TEST(Cli, ASkipWithAFiniteLossSaysTheGradientsWereNotFinite) {
+  // sqrt of an all-zero RMS: finite forward and loss, Inf in its backward. The
+  // progress line must not call the step's own finite loss "skipped; last finite ...".
+  test::TempDir dir;
+  auto r = run_command(kTrain + " --config " + std::string(NANSCOPE_SAMPLES) +
+                       "/faults/p08-sqrt-grad-zero.toml --steps 7 --threads 1 --run-dir " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(skipped: gradients non-finite)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(skipped; last finite"), std::string::npos) << r.output;
+}
+
 TEST(Cli, BadArgumentsExitTwoWithAMessage) {
   auto amp = run_command(kTrain + " --amp fp8");
   EXPECT_EQ(amp.exit_code, 2);
