@@ -36,8 +36,9 @@ struct TrainOptions {
   bool capture_every_step = false;  // op-level capture on every step, not only the re-run
   int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
   std::string run_dir = "nanscope-run";
-  int64_t max_snapshots = 3;  // snapshots per run: one per distinct first birth, at most this many
-  std::string save;           // checkpoint written at the end (and every checkpoint_every steps)
+  int64_t max_nonfinite_run = 20;  // non-finite steps in a row with nothing left to try: the run is dead
+  int64_t max_snapshots = 3;       // snapshots per run: one per distinct first birth, at most this many
+  std::string save;                // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;
   std::string resume;  // RUN_DIR to continue from its newest checkpoint
   uint64_t seed = 0;

@@ -141,6 +141,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
                  "headroom to fp16/bf16 is log2(limit / absmax)")
       ->check(kNonNegative);
+  app.add_option("--max-nonfinite-run", o.max_nonfinite_run,
+                 "A dead run stops (exit 4) after this many non-finite steps in a row once nothing is left "
+                 "to try: the fp32 fallback done (or off) and no rollback left (or --rollback off). Weights "
+                 "that are finite but wrecked would otherwise be skipped to the end; 0: never")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--max-snapshots", o.max_snapshots,
                  "Snapshots a run writes at most: one for each non-finite step whose first birth "
                  "(kind, op, module) is new; the others are counted in snapshot_skipped events")

@@ -66,6 +66,7 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"capture", o.capture_every_step ? "every-step" : "on-failure"},
           {"act_absmax_every", std::to_string(o.act_absmax_every)},
           {"max_snapshots", std::to_string(o.max_snapshots)},
+          {"max_nonfinite_run", std::to_string(o.max_nonfinite_run)},
           {"warn", o.warn ? "on" : "off"},
           {"rollback", o.rollback.enabled ? "on" : "off"},
           {"rollback_every", std::to_string(o.rollback.every)},
@@ -225,6 +226,7 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
   g.capture_every_step = o.capture_every_step;
   g.act_absmax_every = o.act_absmax_every;
   g.max_snapshots = o.max_snapshots;
+  g.max_nonfinite_run = o.max_nonfinite_run;
   g.warn = o.warn;
   g.rollback = o.rollback;
   g.optimizer_name = o.optimizer;

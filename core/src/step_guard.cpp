@@ -190,6 +190,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     rollback_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.skipped) last_applied_step_ = step;
+    nonfinite_in_a_row_ = 0;
     const bool trouble = rollback_.observe(step, outcome.global_loss, false, false);
     if (options_.warn) {
       // Several ranks: the averaged gradients' layer norms, the same on every rank.
@@ -310,6 +311,25 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   else
     say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
   writer_->flush();  // a skip is exactly what a post-mortem wants on disk
+  if (nonfinite_in_a_row_++ == 0) nonfinite_since_ = step;
+  stop_if_nothing_left_to_try(step);
+}
+
+// Finite weights can still be wrecked (a burst of huge samples through SGD
+// without clipping): every later step overflows and is skipped. Once neither
+// the fallback nor a rollback is left to try, a long run of non-finite steps
+// is a dead run, and it stops rather than skip to the end.
+void StepGuard::stop_if_nothing_left_to_try(int64_t step) {
+  if (options_.max_nonfinite_run <= 0 || nonfinite_in_a_row_ < options_.max_nonfinite_run) return;
+  if (fallback_.available(amp_)) return;
+  if (options_.rollback.enabled && rollback_.can_roll_back() && ring_.size() > 0) return;
+  const std::string tried = std::string(fallback_.fired() ? "after the fp32 fallback" : "at fp32") +
+                            (!options_.rollback.enabled  ? ", rollback off"
+                             : rollback_.rollbacks() > 0 ? ", no rollback left"
+                                                         : ", no good state to roll back to");
+  stop_dead_run(step, "non-finite on " + std::to_string(nonfinite_in_a_row_) +
+                          " steps in a row; the trouble began at step " + std::to_string(nonfinite_since_) + " (" +
+                          tried + "): the run stops");
 }
 
 void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
@@ -379,6 +399,7 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
   writer_->event(step, format::EventKind::rollback, text);
   writer_->flush();
   say(step, "rollback " + text);
+  nonfinite_in_a_row_ = 0;
   return true;
 }
 

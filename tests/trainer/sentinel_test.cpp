@@ -152,6 +152,34 @@ TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
   EXPECT_TRUE(stop_event);
 }
 
+TEST(DeadRun, FiniteButWreckedWeightsStopAfterARunOfNonFiniteStepsWithNothingLeftToTry) {
+  // A burst of huge samples through SGD without clipping leaves the weights
+  // finite and wrecked: after the fp32 fallback every step overflows. With
+  // rollback off nothing is left to try, and the run stops after
+  // --max-nonfinite-run of them, naming the step the trouble began at.
+  test::TempDir dir;
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
+  const std::string run_dir = dir.file("run");
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
+                             "/faults/sample-burst.toml --model " + dir.file("relu_regressor.pt") + " --data " +
+                             dir.file("regressor_data.h5") +
+                             " --rollback off --max-nonfinite-run 15 --quiet --threads 1 --run-dir " + run_dir);
+  EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
+  const format::RunData run = format::read_run(run_dir + "/run.h5");
+  // The first non-finite step of the run, read from the run itself.
+  size_t began = 0;
+  while (began < run.rows() && !run.skipped[began]) ++began;
+  ASSERT_LT(began, run.rows()) << "the burst never made a step non-finite";
+  ASSERT_EQ(run.rows(), began + 15) << "it stops at the 15th non-finite step in a row";
+  for (size_t i = began; i < run.rows(); ++i) EXPECT_EQ(run.skipped[i], 1) << "step " << run.step[i];
+  EXPECT_NE(r.output.find("non-finite on 15 steps in a row; the trouble began at step " +
+                          std::to_string(run.step[began]) + " (after the fp32 fallback, rollback off)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(DeadRun, AHealthyRunSkipsAndGoesOnAsBefore) {
   // The stock semantics where the weights are intact: skip, fall back, go on.
   test::TempDir dir;

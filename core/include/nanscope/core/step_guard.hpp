@@ -57,7 +57,12 @@ struct GuardOptions {
   bool capture_every_step = false;       // op-level capture on every step (slow; for hunting)
   int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
   int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
-  bool warn = true;                      // early warnings (sentinel.hpp) as events and log lines
+  // This many non-finite steps in a row, with nothing left to try (the fp32
+  // fallback done or off, no rollback left or rollback off), and the run is
+  // dead: it stops (DeadRunError). Weights that are finite but wrecked make
+  // every later step non-finite, and skipping would go on for ever. 0: never.
+  int64_t max_nonfinite_run = 20;
+  bool warn = true;  // early warnings (sentinel.hpp) as events and log lines
   SentinelOptions sentinel{};
   RollbackOptions rollback{};    // rollback.enabled: go back to a saved good state when skipping cannot save the run
   std::string optimizer_name{};  // recorded in snapshots ("adamw", "sgd", yours)
@@ -163,6 +168,7 @@ class StepGuard {
   void act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why);
   bool roll_back(int64_t step, GuardedStep& result, const std::string& why);
   void fall_back(int64_t step, GuardedStep& result, const std::string& what);
+  void stop_if_nothing_left_to_try(int64_t step);
   [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
 
   TrainableModel& model_;
@@ -182,6 +188,8 @@ class StepGuard {
   StateRing ring_;
   double rollback_lr_multiplier_ = 1;
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
+  int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)
+  int64_t nonfinite_since_ = -1;    // the first of them
 };
 
 }  // namespace nanscope
