@@ -2,7 +2,8 @@
 # How long a new user's first build takes: a fresh clone of REPO's HEAD (default:
 # this repository), configured and built as scripts/build.sh does, with ccache
 # off. Prints the cold-build wall time and compiler time, the ten slowest steps
-# from .ninja_log, and the time to rebuild after touching one .cpp of the trainer.
+# from .ninja_log, and the time to rebuild after touching the training step's .cpp
+# (core/src/train_step.cpp, which every program links).
 #
 # Usage: bench/build_time.sh [REPO] [CMAKE_ARG...]
 #   JOBS=N      parallel jobs (default: all cores)
@@ -36,6 +37,13 @@ awk -v w="$wall" -v u="$user" -v s="$sys" -v n="$steps" 'BEGIN {
 echo "ten slowest steps (s):"
 awk 'NR > 1 { printf "%8.1f  %s\n", ($2 - $1) / 1000, $4 }' "$work/build/.ninja_log" | sort -rn | sed -n 1,10p  # sed reads all: no SIGPIPE under pipefail
 
-touch "$work/src/trainer/train_step.cpp"
+# One .cpp every program links (the training step): a name that no longer
+# exists must fail here, not time a no-op.
+touched=core/src/train_step.cpp
+[ -f "$work/src/$touched" ] || { echo "build_time: $touched is gone: name another .cpp" >&2; exit 1; }
+touch "$work/src/$touched"
+before=$(wc -l <"$work/build/.ninja_log")
 timed incremental ninja -C "$work/build" -j"$jobs"
-echo "rebuild after touching trainer/train_step.cpp: $(cut -d' ' -f1 <<<"$incremental") s wall"
+rebuilt=$(( $(wc -l <"$work/build/.ninja_log") - before ))
+[ "$rebuilt" -gt 0 ] || { echo "build_time: touching $touched rebuilt nothing" >&2; exit 1; }
+echo "rebuild after touching $touched: $(cut -d' ' -f1 <<<"$incremental") s wall, $rebuilt steps"
