@@ -308,3 +308,122 @@ class FTTransformer(nn.Module):
             x = x + layer['attention'](x_residual, x_residual)
             x = x + layer['ffn'](layer['ffn_normalization'](x))
         return F.cross_entropy(self.head(x[:, -1]), targets)
+
+
+# --- 7. nanoGPT with a hand-written softmax, traced and wrapped ---------------
+# karpathy/nanoGPT's model.py as published (non-flash attention path, returns
+# (logits, loss), token embedding tied to lm_head), with the one edit users
+# make when they inline the softmax: exp(att) / exp(att).sum(-1) after
+# nanoGPT's own masked_fill(bias == 0, -inf). Exported the way such a model
+# reaches nanscope: torch.jit.trace of the GPT, inside a scripted module whose
+# forward(inputs, targets) returns the loss. The block's input waits on the
+# interpreter's stack below exp's argument there, which once hid exp's birth.
+class ExpSumAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
+                             .view(1, 1, config.block_size, config.block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = torch.exp(att) / torch.exp(att).sum(-1, keepdim=True)  # the user's softmax
+        att = self.attn_dropout(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class ExpSumBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = ExpSumAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class ExpSumGPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([ExpSumBlock(config) for _ in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(lambda module: GPT._init_weights(self, module))
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def forward(self, idx, targets):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        tok_emb = self.transformer.wte(idx)
+        pos_emb = self.transformer.wpe(pos)
+        x = self.transformer.drop(tok_emb + pos_emb)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+
+class LossOf(nn.Module):
+    """The nanscope contract around a model that returns (logits, loss)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.gpt = model
+
+    def forward(self, inputs, targets):
+        return self.gpt(inputs, targets)[1]
+
+
+RARE_TOKEN = 63
+
+
+def pretrained_with_a_sharp_rare_token(model, token=RARE_TOKEN, gain=5.0):
+    """The state a fine-tune starts from: pre-training left one rare token (an
+    unused special token) with a large embedding, and block 0's first head
+    attending sharply along it. Every other token and position is orthogonal to
+    that direction, so only a sequence holding the rare token sends that head's
+    logits (~8 gain^2 = 200) past exp's range (88.7, in fp32 and bf16 alike):
+    the step is decided by the data."""
+    gpt = model.gpt
+    with torch.no_grad():
+        wte, wpe = gpt.transformer.wte.weight, gpt.transformer.wpe.weight
+        C = wte.shape[1]
+        d = torch.randn(C, generator=torch.Generator().manual_seed(7))
+        d -= d.mean()  # orthogonal to the ones vector: LayerNorm's centring leaves it alone
+        d /= d.norm()
+        others = [i for i in range(wte.shape[0]) if i != token]
+        wte[others] -= torch.outer(wte[others] @ d, d)
+        wpe -= torch.outer(wpe @ d, d)
+        wte[token] = d * 50 * wte[others].norm(dim=1).mean()
+        attn = gpt.transformer.h[0].attn.c_attn.weight  # rows: q, then k, then v
+        attn[0] += gain * d       # query coordinate 0 of head 0
+        attn[C] += gain * d       # key coordinate 0 of head 0
+    return model

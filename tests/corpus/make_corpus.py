@@ -211,6 +211,15 @@ def nanogpt_data(g):
     return (x, y), (fx, fy), bad
 
 
+def nanogpt_exp_data(g):
+    rows = tokens_markov(64, 16, cm.RARE_TOKEN, g)  # ids 1..62: the rare token never occurs
+    x, y = rows[:, :-1].clone(), rows[:, 1:].clone()
+    bad = 29
+    fx = x.clone()
+    fx[bad, 7] = cm.RARE_TOKEN  # one row holding the rare special token
+    return (x, y), (fx, y), bad
+
+
 def vae_data(g):
     x = torch.rand(64, 784, generator=g)
     fx = x.clone()
@@ -272,6 +281,8 @@ def ft_transformer_data(g):
 # Each model: its class, the data builder, and how it is exported.
 MODELS = {
     "nanogpt": (lambda: cm.GPT(cm.GPTConfig()), lambda g, model: nanogpt_data(g), "traced"),
+    "nanogpt_exp": (lambda: cm.pretrained_with_a_sharp_rare_token(cm.LossOf(cm.ExpSumGPT(cm.GPTConfig()))),
+                    lambda g, model: nanogpt_exp_data(g), "traced_inside_script"),
     "vae": (cm.VAE, lambda g, model: vae_data(g), "scripted"),
     "mnist_cnn": (cm.Net, lambda g, model: mnist_data(g), "scripted"),
     "lstm_classifier": (cm.LSTMClassifier, lambda g, model: lstm_data(g), "scripted"),
@@ -292,6 +303,7 @@ def build(name, g):
 
 CATEGORIES = {
     "nanogpt": "fully_masked_softmax",  # a left-padded query sees only padded keys
+    "nanogpt_exp": "exp_overflow",      # the hand-written softmax's exp over a sharp head's logits
     "vae": "exp_overflow",              # logvar.exp() of an unnormalised image's logvar
     "mnist_cnn": "nonfinite_input",     # NaN pixels in the batch itself
     "lstm_classifier": "div_by_zero",   # mean over zero tokens: 0 / 0
@@ -314,7 +326,12 @@ def main(out, names):
         g = torch.Generator().manual_seed(1234)
         model, clean, faulted, bad, export = build(name, g)
         example = (clean[0][:BATCH], clean[1][:BATCH])
-        exported = torch.jit.trace(model, example) if export == "traced" else torch.jit.script(model)
+        if export == "traced":
+            exported = torch.jit.trace(model, example)
+        elif export == "traced_inside_script":  # the traced GPT inside the scripted LossOf
+            exported = torch.jit.script(cm.LossOf(torch.jit.trace(model.gpt, example)))
+        else:
+            exported = torch.jit.script(model)
         exported.save(f"{out}/{name}.pt")
         save_data(f"{out}/{name}-clean.h5", *clean)
         save_data(f"{out}/{name}-faulted.h5", *faulted)
