@@ -6,6 +6,7 @@
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
+#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/probe/torch_compat.hpp"
@@ -13,6 +14,12 @@
 using namespace nanscope;
 
 namespace {
+
+// The step of a scenario decided by its data or planted fault; kFirstSkip for
+// one decided by growth (an LR explosion overflows when rounding says so, a
+// step sooner or later on another CPU): then the run's own first skip is the
+// step the snapshot and the birth must be at.
+constexpr int64_t kFirstSkip = -1;
 
 struct Scenario {
   const char* file;
@@ -25,6 +32,7 @@ struct Scenario {
   const char* forward_op;
   int64_t sample;
   bool needs_fp16;
+  int exit_code = kExitOk;  // a cause that persists kills the run (exit 4)
 };
 
 std::ostream& operator<<(std::ostream& os, const Scenario& s) { return os << s.file; }
@@ -38,7 +46,9 @@ const Scenario kCatalog[] = {
     {"p10-bf16-cancellation", 6, "inf", "aten::div", "forward", "blocks.0.ln1", "", "", -1, false},
     {"p10-fp16-overflow", 6, "inf", "aten::mul", "forward", "blocks.0.mlp", "", "", -1, true},
     {"p11-corrupt-sample", 6, "nan", "input", "input", "", "", "", 3, false},
-    {"p12-lr-explosion", 13, "inf", "aten::addmm", "forward", "head", "", "", -1, false},
+    // The LR stays x10000: every step after the first overflows, even after
+    // the fallback's halving, and with no good state saved yet the run is dead.
+    {"p12-lr-explosion", kFirstSkip, "inf", "aten::addmm", "forward", "head", "", "", -1, false, kExitDeadRun},
     {"p15-logit-drift", 6, "inf", nullptr, "forward", "head", "", "", -1, true},
     {"p16-attention-logit-growth", 6, "inf", nullptr, "forward", "blocks.0.attn", "", "", -1, true},
     {"masked-attention-row", 6, "nan", "aten::softmax", "forward", "blocks.0.attn", "", "", -1, false},
@@ -54,22 +64,24 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + s.file + ".toml";
   auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
                              " --quiet --threads 1 --run-dir " + dir.file("run"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, s.exit_code) << r.output;
 
   // The run skipped exactly the planted step first and recorded the snapshot.
   auto run = format::read_run(dir.file("run/run.h5"));
   int64_t first_skip = -1;
   for (size_t i = 0; i < run.rows() && first_skip < 0; ++i)
     if (run.skipped[i]) first_skip = run.step[i];
-  EXPECT_EQ(first_skip, s.step);
+  ASSERT_GE(first_skip, 0) << "no step went non-finite";
+  const int64_t step = s.step == kFirstSkip ? first_skip : s.step;
+  EXPECT_EQ(first_skip, step);
   bool snapshot_event = false;
-  for (const auto& e : run.events) snapshot_event |= e.kind == "snapshot" && e.step == s.step;
+  for (const auto& e : run.events) snapshot_event |= e.kind == "snapshot" && e.step == step;
   EXPECT_TRUE(snapshot_event);
 
-  const std::string path = probe::snapshot_path(dir.file("run"), s.step);
+  const std::string path = probe::snapshot_path(dir.file("run"), step);
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   probe::SnapshotContents snap = probe::read_snapshot(path);
-  EXPECT_EQ(snap.step, s.step);
+  EXPECT_EQ(snap.step, step);
   ASSERT_TRUE(snap.capture.reproduced);
   ASSERT_TRUE(snap.capture.first_birth.has_value());
   const format::Birth& b = *snap.capture.first_birth;
@@ -113,11 +125,16 @@ TEST(Catalog, LrExplosionShowsTheGradNormRiseBeforeTheFirstSkip) {
   const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/p12-lr-explosion.toml";
   auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
                              " --quiet --threads 1 --run-dir " + dir.file("run"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, kExitDeadRun) << r.output;  // the LR stays up: see kCatalog
   auto run = format::read_run(dir.file("run/run.h5"));
-  EXPECT_EQ(run.skipped[12], 0);
-  EXPECT_GT(run.grad_norm[11], 100 * run.grad_norm[9]);
-  EXPECT_GT(run.grad_norm[12], 10 * run.grad_norm[11]);
+  // The LR goes x10000 at step 10; when the forward overflows depends on
+  // rounding, so the rise is read up to the run's own first skip.
+  size_t first_skip = 0;
+  while (first_skip < run.rows() && !run.skipped[first_skip]) ++first_skip;
+  ASSERT_LT(first_skip, run.rows()) << "the explosion never overflowed";
+  ASSERT_GE(first_skip, 12u) << "a rise needs finite steps after the spike";
+  EXPECT_GT(run.grad_norm[first_skip - 2], 100 * run.grad_norm[9]);
+  EXPECT_GT(run.grad_norm[first_skip - 1], 10 * run.grad_norm[first_skip - 2]);
 }
 
 // The slow-onset scenarios: a warning comes at least 10 steps before the
@@ -128,7 +145,10 @@ TEST(Catalog, SlowOnsetScenariosWarnTenStepsOrMoreAhead) {
     const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + name + ".toml";
     auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
                                " --quiet --threads 1 --run-dir " + dir.file("run"));
-    ASSERT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
+    // The ramp goes on after the first non-finite step, so the run either
+    // ends or, once 20 steps in a row fail with no rollback left, stops dead:
+    // where that falls against the last step depends on how the growth rounds.
+    ASSERT_TRUE(r.exit_code == kExitOk || r.exit_code == kExitDeadRun) << name << ":\n" << r.output;
     const format::RunData run = format::read_run(dir.file("run/run.h5"));
     int64_t first_skip = -1, first_warning = -1;
     for (size_t i = 0; i < run.rows() && first_skip < 0; ++i)

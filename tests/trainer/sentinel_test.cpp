@@ -40,6 +40,7 @@ TrainOptions ramp_run(const std::string& run_dir, const std::string& fault, int6
   o.amp = Amp::bf16;
   o.faults = {parse_fault(fault)};
   o.rollback.enabled = false;  // lead time is measured to the first non-finite step; what follows is rollback's test
+  o.max_nonfinite_run = 0;     // and the dead-run stop's (DeadRun tests)
   return o;
 }
 
