@@ -45,14 +45,19 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
                              .view(1, 1, config.block_size, config.block_size))
 
-    def forward(self, x, key_padding):
+    def causal_scores(self, x):
+        """nanoGPT's attention up to its softmax: the masked scores, and v."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        return att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf')), v
+
+    def forward(self, x, key_padding):
+        B, T, C = x.size()
+        att, v = self.causal_scores(x)
         att = att.masked_fill(key_padding[:, None, None, :], float('-inf'))
         att = F.softmax(att, dim=-1)
         att = self.attn_dropout(att)
@@ -318,75 +323,42 @@ class FTTransformer(nn.Module):
 # reaches nanscope: torch.jit.trace of the GPT, inside a scripted module whose
 # forward(inputs, targets) returns the loss. The block's input waits on the
 # interpreter's stack below exp's argument there, which once hid exp's birth.
-class ExpSumAttention(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.attn_dropout = nn.Dropout(config.dropout)
-        self.resid_dropout = nn.Dropout(config.dropout)
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
-        self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
-                             .view(1, 1, config.block_size, config.block_size))
-
+class ExpSumAttention(CausalSelfAttention):
     def forward(self, x):
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att, v = self.causal_scores(x)
         att = torch.exp(att) / torch.exp(att).sum(-1, keepdim=True)  # the user's softmax
-        att = self.attn_dropout(att)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        y = self.attn_dropout(att) @ v
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
 
 
-class ExpSumBlock(nn.Module):
+class ExpSumBlock(Block):
     def __init__(self, config):
-        super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        super().__init__(config)
         self.attn = ExpSumAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        x = x + self.mlp(self.ln_2(x))
-        return x
+        return x + self.mlp(self.ln_2(x))
 
 
-class ExpSumGPT(nn.Module):
+class ExpSumGPT(GPT):
+    """nanoGPT's GPT with ExpSumBlocks and its own (logits, loss) return."""
+
     def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([ExpSumBlock(config) for _ in range(config.n_layer)]),
-            ln_f=LayerNorm(config.n_embd, bias=config.bias),
-        ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight
-        self.apply(lambda module: GPT._init_weights(self, module))
-        for pn, p in self.named_parameters():
+        super().__init__(config)
+        self.transformer.h = nn.ModuleList([ExpSumBlock(config) for _ in range(config.n_layer)])
+        self.transformer.h.apply(self._init_weights)
+        for pn, p in self.transformer.h.named_parameters():
             if pn.endswith('c_proj.weight'):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def forward(self, idx, targets):
-        b, t = idx.size()
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        tok_emb = self.transformer.wte(idx)
-        pos_emb = self.transformer.wpe(pos)
-        x = self.transformer.drop(tok_emb + pos_emb)
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
-        x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         return logits, loss
 

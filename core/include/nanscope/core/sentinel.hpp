@@ -86,7 +86,11 @@ class Sentinel {
   Baseline grad_;
   double grad_short_ = 0, grad_long_ = 0;  // exponential averages of log grad norm
   double grad_long_peak_ = -1e300;         // the highest grad_long_ since warm-up
-  std::map<std::string, Baseline> layer_grad_;
+  struct LayerBaseline {
+    Baseline norm;
+    bool spike_pending = false;  // the last step was a spike, held out of the baseline
+  };
+  std::map<std::string, LayerBaseline> layer_grad_;
   double max_loss_ = 0;
   double peak_scale_ = 0;
   struct Headroom {
