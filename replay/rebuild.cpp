@@ -1,5 +1,7 @@
 #include "rebuild.hpp"
 
+#include "nanscope/core/cpu_kernels.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <torch/utils.h>
@@ -67,6 +69,7 @@ Fault fault_at_step(const std::map<std::string, std::string>& config, int64_t st
 }  // namespace
 
 ReplaySetup rebuild(const std::string& path) {
+  use_cpu_kernels_from_environment();
   ReplaySetup setup;
   setup.path = path;
   setup.snapshot = probe::read_snapshot(path);

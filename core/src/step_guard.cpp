@@ -1,5 +1,7 @@
 #include "nanscope/core/step_guard.hpp"
 
+#include "nanscope/core/cpu_kernels.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -79,6 +81,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       rollback_(options_.rollback),
       ring_(options_.rollback.enabled ? size_t(std::max<int64_t>(0, options_.rollback.states)) : 0,
             size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)) {
+  use_cpu_kernels_from_environment();
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();

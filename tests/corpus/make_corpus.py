@@ -321,6 +321,10 @@ def main(out, names):
     # sigmoid and log into one kernel that computes in fp32, and the bf16
     # hazard is gone: the reference must run the same ops.
     torch._C._set_graph_executor_optimize(False)
+    # The same kernels as nanscope under NANSCOPE_ONEDNN=off (a CPU without
+    # AVX-512, where LibTorch runs its own bf16 gemm instead of oneDNN's).
+    if os.environ.get("NANSCOPE_ONEDNN") == "off":
+        torch.backends.mkldnn.enabled = False
     entries = []
     for name in names:
         g = torch.Generator().manual_seed(1234)

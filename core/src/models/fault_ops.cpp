@@ -44,18 +44,20 @@ at::Tensor layer_norm_by_cancellation(const at::Tensor& x, const at::Tensor& wei
   // the variance of 1; fp32 has 24, bf16 has 8.
   at::Tensor standardized = (x - x.mean(-1, true)) / (x.std({-1}, /*unbiased=*/false, /*keepdim=*/true) + 1e-6);
   at::Tensor shifted = standardized + 300.0;
-  // E[x] and E[x^2] held in the autocast type, as a low-precision matmul's
-  // outputs are: 300 and 9e4 + 1 both round to bf16's 90112 once squared or
-  // averaged, so the variance is exactly 0 on every CPU. A bf16 matmul would
-  // leave it to the kernel: oneDNN keeps an fp32 sum (variance 0), LibTorch's
-  // own gemm rounds the running sum (a small positive variance, no failure).
-  // Outside autocast these casts do nothing and fp32 keeps the variance of 1.
+  // E[x^2] and E[x]^2 (~9e4, a variance of ~1 apart) each held in the
+  // autocast type, as a low-precision matmul's outputs are: bf16's values
+  // there are 512 apart, so both round to the same one and the variance is
+  // exactly 0 (a row whose pair straddles a rounding boundary gets 512;
+  // rounding is monotone, so never less than 0). That holds on every CPU. A
+  // bf16 matmul would leave it to the kernel: oneDNN keeps an fp32 sum
+  // (variance 0), LibTorch's own gemm (CPUs without AVX-512) rounds its running
+  // sum and came out positive: no failure. Outside autocast the casts do
+  // nothing and fp32 keeps the variance of 1.
   const std::optional<at::ScalarType> low = compat::autocast_dtype(x.device().type());
   auto held = [&](const at::Tensor& t) { return low ? t.to(*low) : t; };
   const at::Tensor values = held(shifted).to(at::kFloat);
-  at::Tensor mean = held(values.mean(-1, true));
-  at::Tensor mean_of_squares = held((values * values).mean(-1, true));
-  at::Tensor variance = mean_of_squares - held(mean * mean);
+  const at::Tensor mean = values.mean(-1, true);
+  at::Tensor variance = held((values * values).mean(-1, true)) - held(mean * mean);
   return (shifted - mean) / at::sqrt(variance) * weight + bias;
 }
 
