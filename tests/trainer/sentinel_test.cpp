@@ -158,18 +158,27 @@ TEST(Sentinel, ALossSpikeIsMeasuredAgainstHealthyLossesOnly) {
   EXPECT_EQ(fired, (std::vector<int64_t>{20, 45}));
 }
 
+namespace {
+
+// nanscope-train on one of the TorchScript fixtures (make_scripted_model.py,
+// written into `dir`) and its regressor data, into dir/run.
+test::CommandResult train_fixture(const test::TempDir& dir, const std::string& model, const std::string& flags) {
+  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
+                                   dir.path().string());
+  EXPECT_EQ(fixture.exit_code, 0) << fixture.output;
+  return test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file(model) + " --data " +
+                           dir.file("regressor_data.h5") + " " + flags + " --quiet --threads 1 --run-dir " +
+                           dir.file("run"));
+}
+
+}  // namespace
+
 TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
   // The model writes a NaN batch statistic into its own gain parameter at
   // step 3: skipping the step cannot save weights that are already NaN.
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
-  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   const std::string run_dir = dir.file("run");
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file("poisons_its_weights.pt") +
-                             " --data " + dir.file("regressor_data.h5") +
-                             " --steps 40 --batch-size 16 --fault nonfinite_input@3:0 --quiet --threads 1 --run-dir " +
-                             run_dir);
+  auto r = train_fixture(dir, "poisons_its_weights.pt", "--steps 40 --batch-size 16 --fault nonfinite_input@3:0");
   EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
   EXPECT_NE(r.output.find("step 3: the weights are non-finite (the last update that reached them: step 2)"),
             std::string::npos)
@@ -187,14 +196,10 @@ TEST(DeadRun, FiniteButWreckedWeightsStopAfterARunOfNonFiniteStepsWithNothingLef
   // rollback off nothing is left to try, and the run stops after
   // --max-nonfinite-run of them, naming the step the trouble began at.
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
-  ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   const std::string run_dir = dir.file("run");
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
-                             "/faults/sample-burst.toml --model " + dir.file("relu_regressor.pt") + " --data " +
-                             dir.file("regressor_data.h5") +
-                             " --rollback off --max-nonfinite-run 15 --quiet --threads 1 --run-dir " + run_dir);
+  auto r = train_fixture(
+      dir, "relu_regressor.pt",
+      "--config " + std::string(NANSCOPE_SAMPLES) + "/faults/sample-burst.toml --rollback off --max-nonfinite-run 15");
   EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");
   // The first non-finite step of the run, read from the run itself.
