@@ -326,7 +326,9 @@ void StepGuard::stop_if_nothing_left_to_try(int64_t step) {
   if (options_.max_nonfinite_run <= 0 || nonfinite_in_a_row_ < options_.max_nonfinite_run) return;
   if (fallback_.available(amp_)) return;
   if (options_.rollback.enabled && rollback_.can_roll_back() && ring_.size() > 0) return;
-  const std::string tried = std::string(fallback_.fired() ? "after the fp32 fallback" : "at fp32") +
+  const std::string tried = std::string(fallback_.fired()   ? "after the fp32 fallback"
+                                        : amp_ == Amp::fp32 ? "at fp32"
+                                                            : "fallback off") +
                             (!options_.rollback.enabled  ? ", rollback off"
                              : rollback_.rollbacks() > 0 ? ", no rollback left"
                                                          : ", no good state to roll back to");
