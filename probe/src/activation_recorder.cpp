@@ -40,7 +40,7 @@ void record_absmax_on_op_end(const at::RecordFunction& fn, at::ObserverContext*)
   if (it == g_recorder->layer_of.end()) return;
   t_recording = true;
   at::NoGradGuard no_grad;
-  for (const c10::IValue& out : op_results(fn)) {
+  for (const c10::IValue& out : op_results(fn, op_arity(fn))) {
     if (!out.isTensor() || !is_floating(out.toTensor()) || out.toTensor().numel() == 0) continue;
     at::Tensor m = out.toTensor().detach().abs().max().to(at::kFloat);
     std::lock_guard<std::mutex> lock(g_recorder->mutex);

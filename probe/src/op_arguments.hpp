@@ -11,9 +11,19 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 
+#include <optional>
+
 namespace nanscope::probe {
 
-c10::ArrayRef<const c10::IValue> op_arguments(const at::RecordFunction& fn);
-c10::ArrayRef<const c10::IValue> op_results(const at::RecordFunction& fn);
+// How many values are the op's own; unknown (all of them) for an op without
+// a schema or a variadic one. Reading the schema copies it: once per op, at
+// its start, and kept for its end.
+struct OpArity {
+  std::optional<size_t> arguments, results;
+};
+OpArity op_arity(const at::RecordFunction& fn);
+
+c10::ArrayRef<const c10::IValue> op_arguments(const at::RecordFunction& fn, const OpArity& arity);
+c10::ArrayRef<const c10::IValue> op_results(const at::RecordFunction& fn, const OpArity& arity);
 
 }  // namespace nanscope::probe

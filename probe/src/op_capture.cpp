@@ -82,6 +82,7 @@ struct OpContext : at::ObserverContext {
   std::vector<at::Tensor> input_tensors;
   std::vector<format::TensorStats> scalar_inputs;
   int64_t counted_targets = -1;  // a loss with ignore_index: the targets it counts
+  OpArity arity;                 // how many of RecordFunction's values are the op's own
 };
 
 void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
@@ -123,13 +124,13 @@ bool is_pointwise_arithmetic(const std::string& op) {
 // A loss with an ignore_index argument (cross_entropy, nll_loss): how many of
 // its targets it counts, or -1. A mean over none is 0 / 0 = NaN although every
 // input is finite, and every gradient is exactly 0: the batch is the cause.
-int64_t counted_targets(const at::RecordFunction& fn) {
+int64_t counted_targets(const at::RecordFunction& fn, const OpArity& arity) {
   if (std::string(fn.name()).find("loss") == std::string::npos) return -1;
   const auto schema = fn.operator_schema();
   if (!schema) return -1;
   const auto target = schema->argumentIndexWithName("target");
   const auto ignore = schema->argumentIndexWithName("ignore_index");
-  const c10::ArrayRef<const c10::IValue> values = op_arguments(fn);
+  const c10::ArrayRef<const c10::IValue> values = op_arguments(fn, arity);
   if (!target || !ignore || values.size() != schema->arguments().size()) return -1;
   const c10::IValue& t = values[*target];
   const c10::IValue& ignored = values[*ignore];
@@ -181,11 +182,12 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   const std::string name = fn.name();
   const bool in_place = !name.empty() && name.back() == '_';
   bool first = true;
-  for (const c10::IValue& input : op_arguments(fn)) {
+  ctx->arity = op_arity(fn);
+  for (const c10::IValue& input : op_arguments(fn, ctx->arity)) {
     note_input(input, in_place && first, *ctx);
     first = false;
   }
-  ctx->counted_targets = counted_targets(fn);
+  ctx->counted_targets = counted_targets(fn, ctx->arity);
   return ctx;
 }
 
@@ -203,7 +205,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   record.op = fn.name();
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
-  for (const c10::IValue& out : op_results(fn)) {
+  for (const c10::IValue& out : op_results(fn, ctx->arity)) {
     if (!out.isTensor() || !is_floating(out.toTensor())) continue;
     const at::Tensor& t = out.toTensor();
     FiniteFlags f = finite_flags(t);
