@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench_gpt.hpp"
-#include "checkpoint.hpp"
 #include "data.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_ring.hpp"

@@ -1,6 +1,7 @@
 #include "rebuild.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
+#include "nanscope/core/fp32_modules.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
@@ -81,12 +82,15 @@ ReplaySetup rebuild(const std::string& path) {
   setup.parameters = trainable_tensors(*setup.model);
   setup.amp = amp_from(s.precision, path);
   setup.fault = fault_at_step(s.config, s.step);
+  if (auto it = s.config.find("fp32_modules"); it != s.config.end())
+    setup.fp32_modules = parse_fp32_modules(it->second);
   if (!s.inputs.defined() || !s.targets.defined())
     throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
   return setup;
 }
 
-bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets) {
+bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets,
+                    const std::vector<std::string>& more_fp32_modules) {
   const probe::SnapshotContents& s = setup.snapshot;
   if (s.cpu_rng_state.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -94,9 +98,16 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const
   }
   // The loss scale belongs to fp16; an fp32 re-run has none.
   const double scale = amp == Amp::fp16 ? s.loss_scale : 1.0;
+  std::vector<std::string> fp32_modules;
+  if (amp != Amp::fp32) {
+    fp32_modules = setup.fp32_modules;
+    fp32_modules.insert(fp32_modules.end(), more_fp32_modules.begin(), more_fp32_modules.end());
+  }
   bool finite = false;
   try {
+    Fp32ModuleRegions regions(*setup.model, fp32_modules);
     finite = recompute_step(*setup.model, setup.parameters, amp, scale, setup.fault, inputs, targets).finite();
+    setup.unswitchable |= !regions.switchable();
   } catch (const std::exception& e) {
     // An op that raised on a non-finite value (binary_cross_entropy checks its
     // input) ended the step: it did not come out finite. The snapshot exists

@@ -21,7 +21,11 @@ struct ReplaySetup {
   std::vector<at::Tensor> parameters;
   Fault fault;  // kind none when nothing was planted at this step
   Amp amp = Amp::fp32;
-  std::string rerun_error;  // what the last re-run that raised said (one line), or ""
+  // Modules that ran in fp32 inside the step's autocast (--fp32-modules,
+  // --fallback auto): every re-run at the original precision keeps them so.
+  std::vector<std::string> fp32_modules;
+  bool unswitchable = false;  // a TorchScript re-run entered none of its fp32 modules' frames
+  std::string rerun_error;    // what the last re-run that raised said (one line), or ""
 };
 
 // Throws format::FormatError (bad file) or std::invalid_argument (a snapshot
@@ -30,7 +34,9 @@ ReplaySetup rebuild(const std::string& path);
 
 // Runs forward + backward + unscale + the global grad norm of the step at
 // `amp` on `inputs`/`targets`, from the snapshot's RNG state. True when loss,
-// gradients and norm are all finite. Never changes the weights.
-bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets);
+// gradients and norm are all finite. Never changes the weights or buffers.
+// Below fp32, setup.fp32_modules and `more_fp32_modules` run in fp32.
+bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets,
+                    const std::vector<std::string>& more_fp32_modules = {});
 
 }  // namespace nanscope::replay

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
+#include "nanscope/probe/birth_category.hpp"
 
 namespace nanscope::replay {
 
-// Which arithmetic origin (playbook P8-P18) a birth belongs to.
-format::Category category_of(const format::Birth& birth);
+using probe::category_of;  // the birth's arithmetic origin (probe/birth_category.hpp)
 
 // What the search for modules that need fp32 established.
 enum class Fp32Search {

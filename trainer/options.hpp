@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dist_options.hpp"
+#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/precision.hpp"
 #include "nanscope/core/rollback.hpp"
@@ -21,13 +22,15 @@ struct TrainOptions {
   double lr = 3e-4;
   std::string optimizer = "adamw";  // adamw | sgd
   double weight_decay = 0.01;
-  std::string schedule = "constant";  // constant | cosine
+  std::string schedule = "constant";    // constant | cosine
+  bool schedule_holds_on_skip = false;  // the schedule follows applied updates, not step numbers
   int64_t warmup = 0;
   double clip = 1.0;  // <= 0: no clipping
   Amp amp = Amp::fp32;
   double lr_backoff = 0.5;
-  bool fallback = true;
-  double fallback_min_scale = 1.0;  // fp16: fall back once the scale drops below this
+  FallbackMode fallback = FallbackMode::whole;
+  std::vector<std::string> fp32_modules;  // run with autocast off from the first step
+  double fallback_min_scale = 1.0;        // fp16: fall back once the scale drops below this
   double z_loss = 0;
   bool shuffle = true;
   bool probe = true;

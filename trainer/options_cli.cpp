@@ -87,17 +87,35 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--schedule", o.schedule, "LR schedule: constant, or cosine decay after warmup")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine"}));
+  add_word_option(app, "--schedule-on-skip", o.schedule_holds_on_skip, Words<bool>{{"advance", false}, {"hold", true}},
+                  "What a skipped step does to the LR schedule (warmup, cosine): advance (the schedule follows "
+                  "the step number, as a loop that calls scheduler.step() every iteration does) or hold (it "
+                  "follows the updates that reached the weights, so a run with skips gets its whole warmup)");
   app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(kNonNegative);
   app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
       ->capture_default_str()
       ->check(kNonNegative);
   add_word_option(app, "--amp", o.amp, Words<Amp>{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}},
                   "Autocast precision: off, bf16, or fp16 (with the loss scaler)");
-  app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the fp32 fallback")
+  app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the whole-model fp32 fallback")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--fallback", o.fallback, "One-shot fallback to fp32 on the first non-finite step (true/false)")
-      ->capture_default_str();
+  add_word_option(app, "--fallback", o.fallback,
+                  Words<FallbackMode>{{"whole", FallbackMode::whole},
+                                      {"auto", FallbackMode::automatic},
+                                      {"off", FallbackMode::off},
+                                      {"on", FallbackMode::whole}},
+                  "What a non-finite step triggers besides the skip. whole: the stock one-shot fallback (the "
+                  "whole model to fp32 for the rest of the run, LR x --lr-backoff). auto: the remedy the "
+                  "step's diagnosis supports: a non-finite input or a batch the data is to blame for, or a "
+                  "step that is finite when re-run: skip only; finite with autocast off: the smallest set of "
+                  "modules that makes it finite goes to fp32, the rest stays low precision, no LR cut; "
+                  "otherwise the whole fallback (docs/recovery.md). off: skip only");
+  app.add_option_function<std::string>(
+         "--fp32-modules", [&o](const std::string& list) { o.fp32_modules = parse_fp32_modules(list); },
+         "Modules that run with autocast off from the first step, comma-separated dotted paths as "
+         "named_modules() names them (nanscope-replay prints the set for a snapshot); the rest keeps --amp")
+      ->type_name("A.B,C");
   app.add_option("--fallback-min-scale", o.fallback_min_scale,
                  "fp16: overflowing gradients are the scaler's business (skip and back off) until "
                  "the scale falls below this; then the fallback fires")

@@ -12,12 +12,14 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 #include <torch/version.h>
 
-#include "checkpoint.hpp"
 #include "distributed.hpp"
 #include "gradient_buckets.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -58,7 +60,9 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"clip", fmt(o.clip)},
           {"amp", amp_name(o.amp)},
           {"lr_backoff", fmt(o.lr_backoff)},
-          {"fallback", o.fallback ? "on" : "off"},
+          {"fallback", fallback_mode_name(o.fallback)},
+          {"fp32_modules", fp32_modules_flag_value(o.fp32_modules)},
+          {"schedule_on_skip", o.schedule_holds_on_skip ? "hold" : "advance"},
           {"z_loss", fmt(o.z_loss)},
           {"shuffle", o.shuffle ? "on" : "off"},
           {"probe", o.probe ? "on" : "off"},
@@ -81,6 +85,17 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
 
 // --save with several ranks: rank 0 writes it (the weights are the same on
 // every rank), unless the path names "{rank}", which each rank fills in.
+// --fault buffer_nan: NaN into the first floating buffer, between two steps.
+void poison_first_buffer(TrainableModel& model) {
+  for (auto& [name, buffer] : model.named_buffers())
+    if (buffer.defined() && at::isFloatingType(buffer.scalar_type())) {
+      c10::NoGradGuard no_grad;
+      buffer.fill_(std::nan(""));
+      return;
+    }
+  throw std::invalid_argument("--fault buffer_nan: the model has no floating buffer");
+}
+
 std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d) {
   const auto at = path.find("{rank}");
   if (at != std::string::npos) return std::string(path).replace(at, 6, std::to_string(d.rank));
@@ -182,7 +197,46 @@ struct Resumption {
   std::string checkpoint;
   int64_t steps_done = 0;
   ResumeState state;
+  std::string passed_over;  // newer checkpoints that were not healthy, and why
+  // One process: chosen by health. Several ranks choose the newest step all
+  // of them hold (agreed_checkpoint), which nanscope only writes healthy.
+  bool health_checked = false;
 };
+
+// The newest of PATH and the one kept before it whose state is healthy,
+// loaded into `model`. Files this nanscope writes are healthy by
+// construction (a sick state is never saved); one written by an older
+// version or another tool is judged by its tensors once loaded.
+std::string newest_healthy_checkpoint(const std::string& path, TrainableModel& model, int64_t& steps_done,
+                                      std::string& passed_over) {
+  std::vector<std::pair<int64_t, std::string>> candidates;
+  for (const std::string& p : {path, previous_checkpoint_path(path)}) {
+    if (!std::filesystem::exists(p)) continue;
+    try {
+      candidates.emplace_back(checkpoint_step(p), p);
+    } catch (const format::FormatError& e) {
+      passed_over += (passed_over.empty() ? "" : "; ") + p + ": unreadable (" + e.what() + ")";
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [step, p] : candidates) {
+    const std::optional<CheckpointHealth> recorded = checkpoint_health(p);
+    if (recorded && !recorded->finite) {
+      passed_over += (passed_over.empty() ? "" : "; ") + p + " (step " + std::to_string(step) + "): recorded as sick";
+      continue;
+    }
+    steps_done = load_checkpoint(p, model);
+    if (const StateHealth health = state_health(model, nullptr); !health.finite()) {
+      passed_over +=
+          (passed_over.empty() ? "" : "; ") + p + " (step " + std::to_string(step) + "): non-finite " + health.text();
+      continue;
+    }
+    return p;
+  }
+  throw std::invalid_argument("--resume: no healthy checkpoint at " + path + " or " + previous_checkpoint_path(path) +
+                              (passed_over.empty() ? std::string() : " (" + passed_over + ")"));
+}
 std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model, const Ranks& ranks,
                                      at::Device device) {
   if (o.resume.empty()) return std::nullopt;
@@ -190,14 +244,15 @@ std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& mode
   const std::string current = checkpoint_path_for_rank(o.save, o.dist);
   if (ranks.group) {
     r.checkpoint = agreed_checkpoint(current, o, *ranks.group, device);
+    r.steps_done = load_checkpoint(r.checkpoint, model);
   } else {
-    r.checkpoint = current;
-    if (r.checkpoint.empty() || !std::filesystem::exists(r.checkpoint))
+    if (current.empty() || !std::filesystem::exists(current))
       throw std::invalid_argument("--resume " + o.resume + ": no checkpoint" +
-                                  (r.checkpoint.empty() ? std::string() : " at " + r.checkpoint) +
+                                  (current.empty() ? std::string() : " at " + current) +
                                   " (resuming needs a run started with --checkpoint-every N)");
+    r.checkpoint = newest_healthy_checkpoint(current, model, r.steps_done, r.passed_over);
+    r.health_checked = true;
   }
-  r.steps_done = load_checkpoint(r.checkpoint, model);
   std::optional<ResumeState> state = load_resume_state(r.checkpoint);
   if (!state)
     throw std::invalid_argument(
@@ -213,6 +268,34 @@ ResumeState resume_state(const TrainableModel& model, const torch::optim::Optimi
           at::detail::getDefaultCPUGenerator().get_state(), guard.state()};
 }
 
+// The checkpoint after `steps_done` steps, unless the state is sick: then the
+// file at PATH (the last healthy one) stays, and run.h5 and the log say so.
+void write_checkpoint(const std::string& path, TrainableModel& model, torch::optim::Optimizer& optimizer,
+                      StepGuard& guard, int64_t steps_done, bool keep_previous, TrainSummary& summary,
+                      std::ostream& log, const std::string& who) {
+  // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
+  guard.writer().flush();
+  const ResumeState state = resume_state(model, optimizer, guard);
+  const double loss = summary.last_finite_step >= 0 ? summary.last_finite_loss : std::nan("");
+  // The file now at PATH becomes the one before it only if a new one replaces it.
+  if (keep_previous && state_health(model, &optimizer).finite()) keep_as_previous(path);
+  const StateHealth health = save_checkpoint(path, model, steps_done, &state, &optimizer, loss);
+  if (health.finite()) {
+    summary.saved_step = steps_done;
+    summary.saved_path = path;
+    return;
+  }
+  ++summary.saves_refused;
+  const std::string kept = summary.saved_step >= 0
+                               ? path + " keeps the model after step " + std::to_string(summary.saved_step - 1)
+                               : "nothing written";
+  const std::string text = "checkpoint after step " + std::to_string(steps_done - 1) +
+                           " not written: " + health.text() + " non-finite; " + kept;
+  guard.writer().event(steps_done - 1, format::EventKind::save_refused, text);
+  guard.writer().flush();
+  log << who << text << "\n";
+}
+
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
                            const std::string& who) {
   GuardOptions g;
@@ -220,6 +303,7 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
   g.amp = o.amp;
   g.clip = o.clip;
   g.fallback = o.fallback;
+  g.fp32_modules = o.fp32_modules;
   g.lr_backoff = o.lr_backoff;
   g.fallback_min_scale = o.fallback_min_scale;
   g.probe = o.probe;
@@ -268,7 +352,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     guard.restore(resumed->state.guard);
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     cpu.set_state(resumed->state.cpu_rng);
-    log << who << "resume: " << resumed->checkpoint << ", from step " << first_step << "\n";
+    if (!resumed->passed_over.empty()) log << who << "resume: passed over " << resumed->passed_over << "\n";
+    log << who << "resume: " << resumed->checkpoint << ", from step " << first_step
+        << (resumed->health_checked ? " (healthy)" : "") << "\n";
   }
   // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
   BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
@@ -286,6 +372,10 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   TrainSummary summary;
   summary.run_file = guard.run_file();
   summary.steps_run = first_step;
+  if (resumed) {
+    summary.saved_step = first_step;
+    summary.saved_path = resumed->checkpoint;
+  }
   std::vector<double> step_times, allreduce_times;
   ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
   const auto run_start = std::chrono::steady_clock::now();
@@ -294,7 +384,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
 
   for (int64_t step = first_step; step < o.steps && !stop; ++step) {
     StepContext context;
-    context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, step) * guard.lr_multiplier() *
+    // --schedule-on-skip hold: skipped steps do not move the schedule on.
+    const int64_t schedule_position = o.schedule_holds_on_skip ? guard.applied_steps() : step;
+    context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * guard.lr_multiplier() *
                  lr_multiplier_at(faults, step);
     set_lr(*optimizer, context.lr);
     context.batch_rows = sampler.rows(step);
@@ -338,14 +430,11 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     summary.final_loss_scale = guard.scaler().scale();
     progress.update({step, o.steps, summary.skipped, outcome.loss, !outcome.finite(), summary.last_finite_loss,
                      summary.last_finite_step, guard.scaler().scale(), outcome.grad_norm, precision_name(guard.amp())});
+    if (buffer_poisoned_after(faults, step)) poison_first_buffer(*model);
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       const std::string path = checkpoint_path_for_rank(o.save, dist);
       if (!path.empty()) {
-        // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
-        guard.writer().flush();
-        const ResumeState state = resume_state(*model, *optimizer, guard);
-        if (dist.enabled()) keep_as_previous(path);
-        save_checkpoint(path, *model, step + 1, &state);
+        write_checkpoint(path, *model, *optimizer, guard, step + 1, true, summary, log, who);
         checkpoint_saved_after = step + 1;
       }
     }
@@ -359,11 +448,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   guard.writer().flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, dist);
-    if (!path.empty() && checkpoint_saved_after != summary.steps_run) {
-      const ResumeState state = resume_state(*model, *optimizer, guard);
-      if (dist.enabled()) keep_as_previous(path);
-      save_checkpoint(path, *model, summary.steps_run, &state);
-    }
+    if (!path.empty() && checkpoint_saved_after != summary.steps_run)
+      write_checkpoint(path, *model, *optimizer, guard, summary.steps_run, dist.enabled() || o.checkpoint_every > 0,
+                       summary, log, who);
   }
   if (ranks.group) {
     ranks.group->set_context("end of run");
@@ -397,6 +484,14 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
         << (s.first_nonfinite_ranks.empty()
                 ? ""
                 : ", first non-finite rank(s) " + format::rank_list_text(s.first_nonfinite_ranks))
+        << "\n";
+  if (!s.saved_path.empty() || s.saves_refused > 0)
+    out << "saved: "
+        << (s.saved_step >= 0 ? s.saved_path + " (the model after step " + std::to_string(s.saved_step - 1) + ")"
+                              : std::string("nothing"))
+        << (s.saves_refused > 0
+                ? ", " + std::to_string(s.saves_refused) + " checkpoint(s) refused: the state was non-finite"
+                : std::string())
         << "\n";
   out << "run file: " << s.run_file << "\n";
 }

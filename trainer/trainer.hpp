@@ -23,6 +23,11 @@ struct TrainSummary {
   bool interrupted = false;
   std::string run_file;
   std::vector<std::string> snapshots;  // written by the probe, in step order
+  // The checkpoint (--save) that holds the model now: steps done when it was
+  // written (-1: none), and how many were refused because the state was sick.
+  int64_t saved_step = -1;
+  std::string saved_path;
+  int64_t saves_refused = 0;
   // Multi-process runs.
   int world_size = 1;
   double median_allreduce_time = 0;        // seconds in the gradient all-reduce, median over steps

@@ -13,7 +13,8 @@ constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,     FaultKind::log_n
                                 FaultKind::masked_row,          FaultKind::variance_cancellation,
                                 FaultKind::activation_overflow, FaultKind::attention_logit_growth,
                                 FaultKind::logit_drift,         FaultKind::lr_ramp,
-                                FaultKind::input_ramp,          FaultKind::sample_burst};
+                                FaultKind::input_ramp,          FaultKind::sample_burst,
+                                FaultKind::buffer_nan};
 
 double default_arg(FaultKind kind) {
   switch (kind) {
@@ -46,6 +47,7 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::lr_ramp: return "lr_ramp";
     case FaultKind::input_ramp: return "input_ramp";
     case FaultKind::sample_burst: return "sample_burst";
+    case FaultKind::buffer_nan: return "buffer_nan";
   }
   return "?";
 }
@@ -108,7 +110,7 @@ std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
 
 bool is_loop_fault(FaultKind kind) {
   return kind == FaultKind::lr_spike || kind == FaultKind::nonfinite_input || kind == FaultKind::lr_ramp ||
-         kind == FaultKind::input_ramp || kind == FaultKind::sample_burst;
+         kind == FaultKind::input_ramp || kind == FaultKind::sample_burst || kind == FaultKind::buffer_nan;
 }
 
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
@@ -142,6 +144,12 @@ double target_scale_at(const std::vector<Fault>& faults, int64_t step) {
   for (const auto& f : faults)
     if (f.kind == FaultKind::sample_burst && step >= f.step && step < f.step + kBurstSteps) m *= f.arg;
   return m;
+}
+
+bool buffer_poisoned_after(const std::vector<Fault>& faults, int64_t step) {
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::buffer_nan && f.step == step) return true;
+  return false;
 }
 
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step) {

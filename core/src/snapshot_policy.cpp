@@ -2,16 +2,12 @@
 
 namespace nanscope {
 
-namespace {
-
 // A re-run that found no birth (transient) or failed is one story too.
 std::string birth_key(const format::Capture& c) {
   if (!c.first_birth) return c.ops_seen < 0 ? "rerun-failed" : "not-reproduced";
   const format::Birth& b = *c.first_birth;
   return b.kind + '\n' + b.op.op + '\n' + b.op.module;
 }
-
-}  // namespace
 
 SnapshotPolicy::Decision SnapshotPolicy::decide(int64_t step, const format::Capture& capture) {
   Decision d;

@@ -80,7 +80,9 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       sentinel_(options_.sentinel),
       rollback_(options_.rollback),
       ring_(options_.rollback.enabled ? size_t(std::max<int64_t>(0, options_.rollback.states)) : 0,
-            size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)) {
+            size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)),
+      fp32_modules_(options_.fp32_modules),
+      fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
@@ -108,6 +110,8 @@ GuardState StepGuard::state() const {
   s.loss_scale = scaler_.scale();
   s.growth_tracker = scaler_.growth_tracker();
   s.last_applied_step = last_applied_step_;
+  s.applied_steps = applied_steps_;
+  s.fp32_modules = fp32_modules_;
   return s;
 }
 
@@ -120,7 +124,12 @@ void StepGuard::restore(const GuardState& s) {
   if (!s.scaling) scaler_.disable();
   scaler_.restore(s.loss_scale, s.growth_tracker);
   last_applied_step_ = s.last_applied_step;
+  applied_steps_ = s.applied_steps;
+  fp32_modules_ = s.fp32_modules;
+  fp32_modules_checked_ = true;  // checked by the run that chose them
 }
+
+StateHealth StepGuard::health() const { return state_health(model_, &optimizer_); }
 
 StepGuard::~StepGuard() = default;
 
@@ -139,7 +148,9 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   result.loss_scale = scaler_.scale();
 
   model_.plant_fault(context.fault);
+  transaction_.begin(model_);
   StepSettings settings{amp_, options_.clip, options_.probe, {}};
+  settings.written_buffers = &transaction_.written_floating();
   settings.buckets = context.averager;
   settings.averaged_parameter_norms = options_.warn;
   settings.stop_requested = context.stop_requested;
@@ -151,14 +162,19 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
   if (options_.warn && inputs.is_floating_point()) settings.batch_absmax = inputs.detach().abs().max();
   std::vector<float> act_absmax;
+  std::optional<std::vector<std::string>> fp32_not_entered;  // planned --fp32-modules, checked on the first step
   try {
     std::optional<probe::OpCapture> live_capture;
     if (options_.capture_every_step) live_capture.emplace();
     std::optional<probe::ActivationRecorder> activations;
     if (options_.probe && options_.act_absmax_every > 0 && step % options_.act_absmax_every == 0)
       activations.emplace(probe_.layers().layer_names());
+    // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
+    std::optional<Fp32ModuleRegions> fp32;
+    if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, inputs, targets);
     if (activations) act_absmax = activations->result();
+    if (fp32 && !fp32_modules_checked_) fp32_not_entered = fp32->not_entered();
   } catch (const std::exception& e) {
     // An op that raised on a NaN (binary_cross_entropy checks its input) is a
     // non-finite step if the forensic re-run finds a birth before it;
@@ -170,6 +186,15 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     result.outcome = raised_step_outcome(scaler_, parameters_);
   }
   model_.plant_fault({FaultKind::none});
+  if (fp32_not_entered) check_planned_fp32_modules(*fp32_not_entered);
+  // A step that does not count leaves the model as it found it.
+  std::string undone;
+  if (result.outcome.skipped) {
+    undone = undo_skipped_step(result);
+  } else {
+    transaction_.commit();
+    ++applied_steps_;
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   format::StepRow row;
@@ -188,7 +213,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   if (outcome.skipped_as_spike) {
     writer_->event(step, format::EventKind::skip,
                    "loss " + fmt(outcome.global_loss) + " above " + fmt(settings.skip_loss_above) +
-                       " (a spike, on probation after a rollback); optimizer step skipped");
+                       " (a spike, on probation after a rollback); optimizer step skipped" + undone);
     say(step, "loss " + fmt(outcome.global_loss) + " is a spike after a rollback -> skipped");
     rollback_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
@@ -207,7 +232,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
     rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
-    on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm);
+    on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm, undone);
   }
   if (rollback_.trouble_persists() && result.rolled_back_to < 0)
     act_on_persisting_trouble(step, result,
@@ -237,22 +262,48 @@ void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
   }
 }
 
-// On the slow path only (a non-finite step): one reduction per weight tensor.
-bool StepGuard::weights_finite() const {
-  for (const at::Tensor& p : parameters_)
-    if (!at::isfinite(p).all().item<bool>()) return false;
-  return true;
+// The buffers the skipped step's forward wrote go back; says which, and which
+// of them had gone non-finite, for the skip event.
+std::string StepGuard::undo_skipped_step(GuardedStep& result) {
+  std::string sick;
+  if (!result.outcome.buffers_finite)
+    for (const std::string& what : state_health(model_, nullptr).nonfinite)
+      if (what.rfind("buffer ", 0) == 0) sick += (sick.empty() ? "" : ", ") + what.substr(7);
+  std::vector<std::string> missed;
+  result.restored = transaction_.roll_back(&missed);
+  std::string text;
+  if (!sick.empty()) text += "; the forward left buffer(s) non-finite: " + sick;
+  if (!result.restored.empty()) {
+    StateHealth listed{result.restored};
+    text += "; buffers restored: " + listed.text();
+  }
+  if (!missed.empty()) text += "; written but not saved (first write seen now): " + StateHealth{missed}.text();
+  return text;
+}
+
+void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missing) {
+  fp32_modules_checked_ = true;
+  if (missing.empty()) return;
+  writer_->flush();
+  throw std::invalid_argument("--fp32-modules: no module " + fp32_modules_flag_value(missing) +
+                              " ran in the step (names are dotted paths as named_modules() gives them" +
+                              (model_.is_torchscript()
+                                   ? "; a TorchScript model's modules must be run unoptimised, as nanscope runs them"
+                                   : "; a native model's modules are named by NANSCOPE_MODULE_SCOPE") +
+                              ")");
 }
 
 void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs,
                                   const at::Tensor& targets, const StepContext& context,
-                                  const std::vector<float>& layer_grad_norm) {
+                                  const std::vector<float>& layer_grad_norm, const std::string& undone) {
   const StepOutcome& outcome = result.outcome;
-  const std::string what = outcome.loss_finite ? "non-finite gradients" : "non-finite loss";
+  const std::string what = !outcome.loss_finite     ? "non-finite loss"
+                           : outcome.buffers_finite ? "non-finite gradients"
+                                                    : "non-finite buffers";
   const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
   writer_->event(step, format::EventKind::skip,
                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
-                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")"));
+                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
   if (context.averager) {
     // Every rank records who went non-finite; the first time, as the run's first.
     const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
@@ -268,27 +319,28 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
 
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
-  const bool investigate =
-      options_.probe && (!outcome.locally_finite() || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  const bool investigate = options_.probe && (!outcome.locally_finite() || !outcome.buffers_finite ||
+                                              (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  std::optional<format::Capture> capture;
   if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe), precision, loss scale, batch and planted fault.
     auto rerun = [&] {
       recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, inputs, targets);
     };
-    const format::Capture capture = probe_.investigate(rerun, inputs);
+    capture = probe_.investigate(rerun, inputs);
     clear_grads(parameters_);
-    if (!result.error.empty() && !capture.first_birth) {
+    if (!result.error.empty() && !capture->first_birth) {
       writer_->flush();
       throw std::runtime_error("step " + std::to_string(step) + ": " + result.error);
     }
-    result.first_birth = format::capture_text(capture);
+    result.first_birth = format::capture_text(*capture);
     say(step, "first birth: " + result.first_birth);
     writer_->event(step, format::EventKind::first_birth, result.first_birth);
-    const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, capture);
+    const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
     if (!decision.write) {
       writer_->event(step, format::EventKind::snapshot_skipped, decision.why_not);
-    } else if (std::string path = write_snapshot(step, result, inputs, targets, layer_grad_norm, capture);
+    } else if (std::string path = write_snapshot(step, result, inputs, targets, layer_grad_norm, *capture);
                !path.empty()) {
       writer_->event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
@@ -298,18 +350,21 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     }
   }
 
-  // A skip saves the weights only if they are intact: non-finite weights make
-  // every later step non-finite, and skipping would go on for ever.
-  if (!weights_finite()) {
+  // A skip saves the model only if its state is intact: non-finite weights
+  // (or buffers, or optimizer state) make every later step non-finite, or the
+  // model sick at evaluation, and skipping would go on for ever.
+  if (const StateHealth health = this->health(); !health.finite()) {
     const std::string broken =
-        "the weights are non-finite (the last update that reached them: " +
+        "the training state is non-finite (" + health.text() + "; the last update that reached the weights: " +
         (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
     if (rollback_.can_roll_back() && roll_back(step, result, broken)) return;
     stop_dead_run(step, broken + "; skipping cannot save them" +
                             (options_.rollback.enabled ? " and no rollback is left" : "") + ": the run stops");
   }
 
-  if (fallback_.should_fire(result.amp, outcome, scaler_))
+  if (fallback_.should_fire(result.amp, outcome, scaler_) && fallback_.mode() == FallbackMode::automatic)
+    apply_remedy(step, result, what + where, inputs, targets, context, capture);
+  else if (fallback_.should_fire(result.amp, outcome, scaler_))
     fall_back(step, result, what + where);
   else
     say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
@@ -337,6 +392,76 @@ void StepGuard::stop_if_nothing_left_to_try(int64_t step) {
                           tried + "): the run stops");
 }
 
+void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::string& what, const at::Tensor& inputs,
+                             const at::Tensor& targets, const StepContext& context,
+                             const std::optional<format::Capture>& capture) {
+  auto remedy_event = [&](Remedy remedy, const std::string& text) {
+    result.remedy = remedy;
+    writer_->event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
+  };
+  // The diagnosis runs on the rank that failed; the ranks must act alike.
+  if (context.averager) {
+    remedy_event(Remedy::whole_fp32, "several ranks: the whole-model fallback (the ranks act alike)");
+    fall_back(step, result, what);
+    return;
+  }
+  // A remedy that did not hold: non-finite step after step.
+  if (options_.max_nonfinite_run > 0 && nonfinite_in_a_row_ + 1 >= options_.max_nonfinite_run) {
+    remedy_event(Remedy::whole_fp32, std::to_string(nonfinite_in_a_row_ + 1) + " non-finite steps in a row");
+    fall_back(step, result, what);
+    return;
+  }
+  // The same first birth as an earlier diagnosis: data again is skipped again;
+  // after its modules went to fp32 it means they were not enough.
+  const std::string key = capture && capture->first_birth ? birth_key(*capture) : std::string();
+  if (auto seen = remedy_of_birth_.find(key); !key.empty() && seen != remedy_of_birth_.end()) {
+    const auto& [first_step, earlier] = seen->second;
+    const std::string same = "the same first birth as step " + std::to_string(first_step);
+    if (earlier.remedy == Remedy::skip_data) {
+      remedy_event(Remedy::skip_data, same + " (" + earlier.why + "); skipped, no fallback");
+      say(step, what + " -> skipped (data: " + same + "), no fallback");
+      return;
+    }
+    remedy_event(Remedy::whole_fp32, same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
+    fall_back(step, result, what);
+    return;
+  }
+  FailedStep failed;
+  failed.amp = result.amp;
+  failed.batch_finite = result.outcome.batch_finite;
+  failed.capture = capture;
+  failed.batch_size = inputs.dim() > 0 ? inputs.size(0) : 0;
+  failed.fp32_modules = fp32_modules_;
+  LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, inputs, targets, probe_.cpu_rng_state());
+  const RemedyChoice choice = choose_remedy(failed, reruns);
+  if (!key.empty() && (choice.remedy == Remedy::skip_data || choice.remedy == Remedy::fp32_modules))
+    remedy_of_birth_.emplace(key, std::make_pair(step, choice));
+  switch (choice.remedy) {
+    case Remedy::skip_data:
+    case Remedy::skip_transient:
+      remedy_event(choice.remedy, choice.why + "; skipped, no fallback");
+      say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
+      return;
+    case Remedy::fp32_modules: {
+      fp32_modules_.insert(fp32_modules_.end(), choice.modules.begin(), choice.modules.end());
+      std::ostringstream cost;
+      cost.precision(3);
+      cost << "; a re-run of the step: " << choice.seconds_before * 1e3 << " ms -> " << choice.seconds_after * 1e3
+           << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
+      remedy_event(Remedy::fp32_modules,
+                   fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + ")" + cost.str());
+      say(step, what + " -> skipped; " + fp32_modules_flag_value(choice.modules) + " to fp32, the rest stays " +
+                    precision_name(result.amp) + cost.str());
+      return;
+    }
+    case Remedy::none:
+    case Remedy::whole_fp32:
+      remedy_event(Remedy::whole_fp32, choice.why);
+      fall_back(step, result, what);
+      return;
+  }
+}
+
 void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
   fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
   scale_lr(optimizer_, options_.lr_backoff);
@@ -357,6 +482,13 @@ void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
 
 void StepGuard::save_state_if_due(int64_t step) {
   if (!rollback_.wants_state(step)) return;
+  // A sick state is never kept: a rollback to it would restore the sickness.
+  if (const StateHealth health = this->health(); !health.finite()) {
+    writer_->event(step, format::EventKind::save_refused,
+                   "rollback state after step " + std::to_string(step) + " not kept: " + health.text() + " non-finite");
+    say(step, "rollback state not kept: " + health.text() + " non-finite");
+    return;
+  }
   if (!ring_.save(step, model_, optimizer_, scaler_) && ring_.size() == 0 && ring_.max_states() > 0) {
     // One state is over the memory budget: say so once, and stop trying.
     say(step, "rollback: one saved state is larger than the " + fmt(options_.rollback.memory_mb) +
@@ -432,6 +564,8 @@ std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, c
   s.lr = result.lr;
   s.clip = options_.clip;
   s.config = options_.config;
+  // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
+  s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);
   s.capture = capture;
   s.layer_names = probe_.layers().layer_names();
   s.layer_grad_norm = layer_grad_norm;

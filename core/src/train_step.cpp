@@ -5,6 +5,7 @@
 #include <limits>
 #include <tuple>
 
+#include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/vocabulary.hpp"
 #include "nanscope/probe/module_scope.hpp"
@@ -48,6 +49,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
                                  double loss_scale, const Fault& fault, const at::Tensor& inputs,
                                  const at::Tensor& targets) {
   clear_grads(parameters);
+  KeepBuffers buffers_as_found(model);
   model.plant_fault(fault);
   StepRecomputation out;
   try {
@@ -118,6 +120,16 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   return out;
 }
 
+// 1 when a buffer the forward wrote holds a non-finite value: the largest
+// magnitude of each (NaN propagates through it), one foreach call.
+// Undefined when there are none (no work, nothing added to the host read).
+at::Tensor buffers_nonfinite(const std::vector<at::Tensor>* buffers, const at::Tensor& like) {
+  if (!buffers || buffers->empty()) return {};
+  std::vector<at::Tensor> largest = at::_foreach_norm(*buffers, std::numeric_limits<double>::infinity());
+  for (at::Tensor& m : largest) m = m.to(like.device(), at::kFloat).reshape({1});
+  return (~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1});
+}
+
 // Unscale, then the finiteness verdict and the norms, copied to the host once.
 StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
                               const std::vector<at::Tensor>& grads, const StepSettings& settings,
@@ -131,8 +143,11 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   std::vector<bool> had_grad;
   if (settings.parameter_norms)
     for (const auto& p : parameters) had_grad.push_back(p.grad().defined());
+  const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf.to(at::kFloat));
   AveragedGradients averaged;
-  if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, found_inf, local_norm);
+  if (settings.buckets)
+    averaged = average_across_ranks(settings, parameters, loss,
+                                    buffers_bad.defined() ? found_inf + buffers_bad : found_inf, local_norm);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
 
   // The step's one host sync: loss, global norm, inf flag, batch flag, this
@@ -142,6 +157,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}), total_norm.to(at::kFloat).reshape({1}),
                                found_inf.reshape({1}), batch_flag.to(found_inf.device(), at::kFloat),
                                local_norm.to(at::kFloat).reshape({1})};
+  if (buffers_bad.defined()) pack.push_back(buffers_bad);
   if (settings.buckets) pack.push_back(averaged.flags);
   if (settings.batch_absmax.defined() && !settings.buckets)
     pack.push_back(settings.batch_absmax.reshape({1}).to(found_inf.device(), at::kFloat));
@@ -158,6 +174,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   out.local_loss_finite = std::isfinite(h[0]);
   out.local_grads_finite = std::isfinite(h[4]) && h[2] == 0.0f;
   size_t next = 5;
+  if (buffers_bad.defined()) out.buffers_finite = h[next++] == 0.0f;
   if (settings.buckets) {
     const FlagLayout at_{settings.buckets->world_size()};
     const float* flags = h + next;

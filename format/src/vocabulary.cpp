@@ -10,7 +10,7 @@ namespace {
 template <typename Word, size_t N>
 using Names = std::array<std::pair<Word, const char*>, N>;
 
-constexpr Names<EventKind, 14> kEventKinds{{{EventKind::skip, "skip"},
+constexpr Names<EventKind, 16> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::scale_backoff, "scale_backoff"},
                                             {EventKind::first_birth, "first_birth"},
                                             {EventKind::snapshot, "snapshot"},
@@ -23,7 +23,9 @@ constexpr Names<EventKind, 14> kEventKinds{{{EventKind::skip, "skip"},
                                             {EventKind::warning, "warning"},
                                             {EventKind::stop, "stop"},
                                             {EventKind::rollback, "rollback"},
-                                            {EventKind::resume, "resume"}}};
+                                            {EventKind::resume, "resume"},
+                                            {EventKind::remedy, "remedy"},
+                                            {EventKind::save_refused, "save_refused"}}};
 constexpr Names<Phase, 4> kPhases{{{Phase::forward, "forward"},
                                    {Phase::backward, "backward"},
                                    {Phase::grad_norm, "grad_norm"},

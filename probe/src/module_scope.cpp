@@ -19,6 +19,7 @@ thread_local std::vector<std::string> t_scopes;
 
 using compat::AutocastOff;
 const std::vector<std::string>* g_fp32_modules = nullptr;
+std::vector<char>* g_fp32_entered = nullptr;                            // parallel to *g_fp32_modules
 thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // parallel to t_scopes
 }  // namespace
 
@@ -27,8 +28,14 @@ void push_scope(const char* name) {
     t_scopes.emplace_back(name);
   else
     t_scopes.push_back(t_scopes.back() + "." + name);
-  const bool fp32 = g_fp32_modules &&
-                    std::find(g_fp32_modules->begin(), g_fp32_modules->end(), t_scopes.back()) != g_fp32_modules->end();
+  bool fp32 = false;
+  if (g_fp32_modules) {
+    const auto it = std::find(g_fp32_modules->begin(), g_fp32_modules->end(), t_scopes.back());
+    if (it != g_fp32_modules->end()) {
+      fp32 = true;
+      (*g_fp32_entered)[size_t(it - g_fp32_modules->begin())] = 1;
+    }
+  }
   t_fp32_regions.push_back(fp32 ? std::make_unique<AutocastOff>() : nullptr);
 }
 
@@ -40,14 +47,25 @@ void pop_scope() {
 }  // namespace detail
 
 Fp32Regions::Fp32Regions(std::vector<std::string> modules)
-    : modules_(std::move(modules)), scopes_were_enabled_(detail::g_scopes_enabled.load()) {
+    : modules_(std::move(modules)),
+      entered_(modules_.size(), 0),
+      scopes_were_enabled_(detail::g_scopes_enabled.load()) {
   detail::g_fp32_modules = &modules_;
+  detail::g_fp32_entered = &entered_;
   detail::g_scopes_enabled = true;
 }
 
 Fp32Regions::~Fp32Regions() {
   detail::g_fp32_modules = nullptr;
+  detail::g_fp32_entered = nullptr;
   detail::g_scopes_enabled = scopes_were_enabled_;
+}
+
+std::vector<std::string> Fp32Regions::not_entered() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < modules_.size(); ++i)
+    if (!entered_[i]) out.push_back(modules_[i]);
+  return out;
 }
 
 namespace {

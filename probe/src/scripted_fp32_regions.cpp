@@ -21,6 +21,7 @@ struct Regions {
   std::thread::id thread = std::this_thread::get_id();
   int open = 0;  // listed frames open on the thread
   bool entered = false;
+  std::vector<char> entered_module;  // parallel to modules
   at::CallbackHandle handle = 0;
 };
 Regions* g_regions = nullptr;
@@ -30,10 +31,17 @@ struct RegionContext : at::ObserverContext {
   compat::AutocastOff off;
 };
 
-bool listed(const Regions& r, const std::string& module) {
-  for (const std::string& m : r.modules)
-    if (m.empty() || module == m || module.rfind(m + ".", 0) == 0) return true;
-  return false;
+// Marks the listed modules that `module` is (or is inside of).
+bool listed(Regions& r, const std::string& module) {
+  bool any = false;
+  for (size_t i = 0; i < r.modules.size(); ++i) {
+    const std::string& m = r.modules[i];
+    if (m.empty() || module == m || module.rfind(m + ".", 0) == 0) {
+      r.entered_module[i] = 1;
+      any = true;
+    }
+  }
+  return any;
 }
 
 void cast_arguments_up(const at::RecordFunction& fn) {
@@ -70,6 +78,7 @@ ScriptedFp32Regions::ScriptedFp32Regions(std::vector<std::string> modules) {
   if (g_regions) throw std::logic_error("only one ScriptedFp32Regions at a time");
   auto regions = std::make_unique<Regions>();
   regions->modules = std::move(modules);
+  regions->entered_module.assign(regions->modules.size(), 0);
   regions->handle = at::addGlobalCallback(at::RecordFunctionCallback(on_frame_enter, on_frame_exit)
                                               .needsInputs(true)
                                               .scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
@@ -83,5 +92,12 @@ ScriptedFp32Regions::~ScriptedFp32Regions() {
 }
 
 bool ScriptedFp32Regions::entered() const { return g_regions->entered; }
+
+std::vector<std::string> ScriptedFp32Regions::not_entered() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < g_regions->modules.size(); ++i)
+    if (!g_regions->entered_module[i]) out.push_back(g_regions->modules[i]);
+  return out;
+}
 
 }  // namespace nanscope::probe

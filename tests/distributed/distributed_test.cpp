@@ -18,9 +18,11 @@
 
 #include "../subprocess.hpp"
 #include "../test_paths.hpp"
-#include "checkpoint.hpp"
 #include "data.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/fault.hpp"
+#include "nanscope/core/models/scripted_model.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
@@ -286,6 +288,37 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_NE(replay.output.find("\"verdict\": \"model_or_data\""), std::string::npos) << replay.output;
 }
 
+// A BatchNorm model, a NaN sample on rank 1 only: every rank skips the step
+// and every rank puts back the statistics its own forward wrote.
+TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
+  const int world = 2, steps = 12;
+  TempDir dir;
+  const auto fixtures = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+                                          "/make_scripted_model.py " + dir.path().string());
+  ASSERT_EQ(fixtures.exit_code, 0) << fixtures.output;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world,
+          "--model " + dir.file("batchnorm_classifier.pt") + " --data " + dir.file("classes_data.h5") +
+              " --amp bf16 --steps " + std::to_string(steps) +
+              " --batch-size 16 --threads 1 --quiet --fault nonfinite_input@5:3/rank1 --save " +
+              dir.file("model-{rank}.h5") + " --run-dir " + run_dir);
+  ASSERT_TRUE(job.wait_all(120s));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+    const format::RunData run = rank_run(run_dir, r, world);
+    const auto skips = event_texts(run, "skip");
+    ASSERT_EQ(skips.size(), 1u) << "rank " << r;
+    EXPECT_NE(skips[0].find("buffers restored: bn.running_mean, bn.running_var, bn.num_batches_tracked"),
+              std::string::npos)
+        << "rank " << r << ": " << skips[0];
+    auto model = load_scripted_model(dir.file("batchnorm_classifier.pt"));
+    load_checkpoint(dir.file("model-" + std::to_string(r) + ".h5"), *model);
+    EXPECT_TRUE(state_health(*model, nullptr).finite()) << "rank " << r;
+    for (const auto& [name, t] : model->named_buffers())
+      if (name == "bn.num_batches_tracked") EXPECT_EQ(t.item<int64_t>(), steps - 1) << "rank " << r;
+  }
+}
+
 // fp16: the loss scaler sees every rank's overflow, so a fault on one rank
 // backs the scale off on all of them, and the scale stays identical.
 TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
@@ -295,8 +328,8 @@ TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
   const std::string run_dir = dir.file("dp");
   Job job(dir, world,
           "--model mlp --batch-size 8 --steps " + std::to_string(steps) +
-              " --amp fp16 --fallback false --threads 1 --quiet --run-dir " + run_dir +
-              " --fault activation_overflow@" + std::to_string(fault_step) + "/rank1");
+              " --amp fp16 --fallback off --threads 1 --quiet --run-dir " + run_dir + " --fault activation_overflow@" +
+              std::to_string(fault_step) + "/rank1");
   ASSERT_TRUE(job.wait_all(120s));
   for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
   const format::RunData rank0 = rank_run(run_dir, 0, world), rank1 = rank_run(run_dir, 1, world);

@@ -24,7 +24,7 @@ TEST(Fallback, CastsModelAndOptimizerStateToFp32AndDisablesTheScaler) {
   config.enabled = true;
   LossScaler scaler(config);
 
-  FallbackPolicy policy(true, 0.5, 1.0);
+  FallbackPolicy policy(FallbackMode::whole, 0.5, 1.0);
   EXPECT_DOUBLE_EQ(policy.lr_multiplier(), 1.0);
   policy.fire(*model, *optimizer, scaler, at::kCPU, 3);
   for (const auto& [name, p] : model->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << name;
@@ -42,7 +42,7 @@ TEST(Fallback, FiresOnlyOnceAndLeavesFp16OverflowToTheScaler) {
   LossScalerConfig config;
   config.enabled = true;
   LossScaler scaler(config);
-  FallbackPolicy policy(true, 0.5, 1.0);
+  FallbackPolicy policy(FallbackMode::whole, 0.5, 1.0);
   EXPECT_FALSE(policy.should_fire(Amp::fp16, bad_grads, scaler)) << "scale 65536: the scaler's job";
   EXPECT_TRUE(policy.should_fire(Amp::fp16, bad_loss, scaler));
   EXPECT_TRUE(policy.should_fire(Amp::bf16, bad_grads, scaler));
@@ -54,7 +54,7 @@ TEST(Fallback, FiresOnlyOnceAndLeavesFp16OverflowToTheScaler) {
   auto optimizer = make_optimizer("sgd", params, 1e-3, 0.0);
   policy.fire(*model, *optimizer, scaler, at::kCPU, 0);
   EXPECT_FALSE(policy.should_fire(Amp::fp32, bad_loss, scaler)) << "one shot only";
-  EXPECT_FALSE(FallbackPolicy(false, 0.5, 1.0).should_fire(Amp::bf16, bad_loss, scaler));
+  EXPECT_FALSE(FallbackPolicy(FallbackMode::off, 0.5, 1.0).should_fire(Amp::bf16, bad_loss, scaler));
 }
 
 TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
@@ -90,7 +90,7 @@ TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
 TEST(Fallback, DisabledFallbackSkipsWithoutTouchingLr) {
   test::TempDir dir;
   TrainOptions o = test::quick_mlp_run(dir.file("run"), 10);
-  o.fallback = false;
+  o.fallback = FallbackMode::off;
   o.faults = {parse_fault("exp_overflow@3")};
   TrainSummary summary = run(o, std::cerr);
   EXPECT_EQ(summary.skipped, 1);

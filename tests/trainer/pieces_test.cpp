@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "../test_paths.hpp"
-#include "checkpoint.hpp"
 #include "data.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/format/error.hpp"

@@ -180,7 +180,8 @@ TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
   const std::string run_dir = dir.file("run");
   auto r = train_fixture(dir, "poisons_its_weights.pt", "--steps 40 --batch-size 16 --fault nonfinite_input@3:0");
   EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
-  EXPECT_NE(r.output.find("step 3: the weights are non-finite (the last update that reached them: step 2)"),
+  EXPECT_NE(r.output.find("step 3: the training state is non-finite (parameter gain; the last update that reached "
+                          "the weights: step 2)"),
             std::string::npos)
       << r.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");  // closed whole

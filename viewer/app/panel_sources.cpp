@@ -19,18 +19,23 @@ std::string birth_line(const format::SnapshotSummary& s) {
   return format::birth_text(*s.capture.first_birth);
 }
 
-// The run's early warnings, rollbacks and stop: a count, and each one's text
-// in a list that opens.
+// The run's early warnings, rollbacks, remedies, refused saves and stop: a
+// count, and each one's text in a list that opens.
 void draw_sentinel_events(const RunSource& run) {
   const std::vector<format::RunEvent>& events = run.sentinel_events();
   if (events.empty()) return;
-  size_t warnings = 0, rollbacks = 0;
+  size_t warnings = 0, rollbacks = 0, remedies = 0, refused = 0, stops = 0;
   for (const auto& e : events) {
     warnings += e.kind == format::to_string(format::EventKind::warning);
     rollbacks += e.kind == format::to_string(format::EventKind::rollback);
+    remedies += e.kind == format::to_string(format::EventKind::remedy);
+    refused += e.kind == format::to_string(format::EventKind::save_refused);
+    stops += e.kind == format::to_string(format::EventKind::stop);
   }
   const std::string label = std::to_string(warnings) + " warning(s), " + std::to_string(rollbacks) + " rollback(s)" +
-                            (events.size() > warnings + rollbacks ? ", stopped" : "");
+                            (remedies ? ", " + std::to_string(remedies) + " remedy(ies)" : std::string()) +
+                            (refused ? ", " + std::to_string(refused) + " save(s) refused" : std::string()) +
+                            (stops ? ", stopped" : "");
   ImGui::PushStyleColor(ImGuiCol_Text, ImColor(event_color(events.front().kind)).Value);
   const bool open = ImGui::TreeNode("sentinel", "%s", label.c_str());
   ImGui::PopStyleColor();

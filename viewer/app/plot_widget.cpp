@@ -91,6 +91,8 @@ uint32_t event_color(const std::string& kind) {
   if (kind == format::to_string(format::EventKind::warning)) return rgba(255, 225, 80);
   if (kind == format::to_string(format::EventKind::rollback)) return rgba(90, 230, 200);
   if (kind == format::to_string(format::EventKind::stop)) return rgba(255, 60, 60);
+  if (kind == format::to_string(format::EventKind::remedy)) return rgba(255, 160, 90);
+  if (kind == format::to_string(format::EventKind::save_refused)) return rgba(255, 90, 160);
   if (kind == format::to_string(format::EventKind::first_nonfinite) ||
       kind == format::to_string(format::EventKind::nonfinite_ranks))
     return kFirstNonfiniteRankColor;

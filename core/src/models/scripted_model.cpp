@@ -36,6 +36,7 @@ class ScriptedModel : public TrainableModel {
   void set_training(bool on) override { module_.train(on); }
   bool plant_fault(const Fault& fault) override { return fault.kind == FaultKind::none; }
   ModelSpec spec() const override { return {"torchscript", {}, bytes_}; }
+  bool is_torchscript() const override { return true; }
 
  private:
   mutable torch::jit::Module module_;

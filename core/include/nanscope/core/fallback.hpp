@@ -1,9 +1,11 @@
 #pragma once
-// Seed 000's one-shot fallback: on the first non-finite step, disable AMP,
-// cast model and optimizer state to fp32 and multiply the LR by the backoff;
-// never more than once.
+// The stock loop's one-shot fallback: on the first non-finite step, disable
+// AMP, cast model and optimizer state to fp32 and multiply the LR by the
+// backoff; never more than once. FallbackMode::automatic fires it only when
+// the step's diagnosis finds nothing smaller to do (remedy.hpp).
 #include <torch/optim/optimizer.h>
 
+#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
@@ -13,8 +15,9 @@ namespace nanscope {
 
 class FallbackPolicy {
  public:
-  FallbackPolicy(bool enabled, double lr_backoff, double min_loss_scale)
-      : enabled_(enabled), lr_backoff_(lr_backoff), min_loss_scale_(min_loss_scale) {}
+  FallbackPolicy(FallbackMode mode, double lr_backoff, double min_loss_scale)
+      : mode_(mode), enabled_(mode != FallbackMode::off), lr_backoff_(lr_backoff), min_loss_scale_(min_loss_scale) {}
+  FallbackMode mode() const { return mode_; }
 
   // Whether a skipped step at `amp` triggers the fallback now. fp16 gradient
   // overflow with a finite loss is the scaler's business (P5/P10: skip and back
@@ -36,6 +39,7 @@ class FallbackPolicy {
   double lr_multiplier() const { return fired() ? lr_backoff_ : 1.0; }
 
  private:
+  FallbackMode mode_;
   bool enabled_;
   double lr_backoff_;
   double min_loss_scale_;

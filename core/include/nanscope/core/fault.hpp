@@ -25,6 +25,8 @@ enum class FaultKind {
   lr_ramp,                 // P12, slow onset: LR x (1 + ARG)^(step - STEP) from STEP on (default 0.2)
   input_ramp,              // slow onset: float inputs x (1 + ARG)^(step - STEP) from STEP on (default 0.3)
   sample_burst,            // finite but huge samples: float inputs and targets x ARG (default 1e4), kBurstSteps steps
+  buffer_nan,              // after STEP's update, NaN is written into the model's first floating buffer: a
+                           // state that went sick outside any step (a bug in the loop, a bad load)
 };
 
 // How many steps a sample_burst lasts.
@@ -56,6 +58,8 @@ double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step);
 double input_scale_at(const std::vector<Fault>& faults, int64_t step);
 // The factor float targets are multiplied by at `step` (sample_burst), 1 without.
 double target_scale_at(const std::vector<Fault>& faults, int64_t step);
+// Whether buffer_nan is planted after `step`.
+bool buffer_poisoned_after(const std::vector<Fault>& faults, int64_t step);
 // The batch row to poison at `step`, if nonfinite_input is planted there.
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step);
 

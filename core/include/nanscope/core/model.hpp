@@ -46,6 +46,9 @@ class TrainableModel {
   // Returns false when this model cannot host that fault kind.
   virtual bool plant_fault(const Fault& fault) = 0;
   virtual ModelSpec spec() const = 0;
+  // A TorchScript model: its modules are interpreter frames, not C++ scopes
+  // (what switching a module to fp32 needs to know).
+  virtual bool is_torchscript() const { return false; }
   // Auxiliary z-loss coefficient (P15); models without logits ignore it.
   virtual void set_z_loss(double /*coefficient*/) {}
 

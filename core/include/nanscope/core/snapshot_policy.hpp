@@ -13,6 +13,10 @@
 
 namespace nanscope {
 
+// What makes two first births the same story: kind, op and module
+// ("not-reproduced" / "rerun-failed" when the re-run found none).
+std::string birth_key(const format::Capture& capture);
+
 class SnapshotPolicy {
  public:
   explicit SnapshotPolicy(int64_t max_snapshots) : max_snapshots_(max_snapshots) {}

@@ -11,10 +11,13 @@
 //
 // Each step: forward and loss under autocast, backward on the scaled loss
 // (fp16), unscale, one host read for the verdict, clip, and the optimizer step
-// or a skip with weights and optimizer state intact. On a non-finite step the
-// probe re-runs it under op-level capture to name the first birth, writes a
-// snapshot nanscope-replay can rebuild (one per distinct birth), and the
-// one-shot fallback switches to fp32 with the LR multiplied by lr_backoff.
+// or a skip. A skip is a transaction: weights, optimizer state and every
+// buffer the forward wrote (BatchNorm's statistics) are as before the step. On
+// a non-finite step the probe re-runs it under op-level capture to name the
+// first birth, writes a snapshot nanscope-replay can rebuild (one per distinct
+// birth), and the fallback acts: the stock one-shot switch to fp32 with the LR
+// multiplied by lr_backoff (FallbackMode::whole), or the remedy the step's
+// diagnosis supports (FallbackMode::automatic, remedy.hpp).
 // Every step is a row of RUN_DIR/run.h5 (docs/format.md), every skip, birth,
 // snapshot and fallback an event. nanscope-train's loop is this guard.
 #include <ATen/ATen.h>
@@ -28,15 +31,19 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/fault.hpp"
+#include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/remedy.hpp"
 #include "nanscope/core/rollback.hpp"
 #include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/snapshot_policy.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -47,16 +54,19 @@ namespace nanscope {
 // Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
 // and the rest keep their defaults without -Wmissing-field-initializers.
 struct GuardOptions {
-  std::string run_dir = "nanscope-run";  // run.h5 and snapshots/ go here (created)
-  Amp amp = Amp::fp32;                   // the precision to start in
-  double clip = 1.0;                     // global grad-norm clip after unscaling; <= 0: off
-  bool fallback = true;                  // fp32 after the first non-finite step, once
-  double lr_backoff = 0.5;               // the LR multiplier the fallback applies
-  double fallback_min_scale = 1.0;       // fp16: the scaler's business until the scale drops below this
-  bool probe = true;                     // per-layer grad norms and the forensic re-run
-  bool capture_every_step = false;       // op-level capture on every step (slow; for hunting)
-  int64_t act_absmax_every = 0;          // per-layer activation abs-max every N steps (0: never)
-  int64_t max_snapshots = 3;             // one per distinct first birth, at most this many
+  std::string run_dir = "nanscope-run";         // run.h5 and snapshots/ go here (created)
+  Amp amp = Amp::fp32;                          // the precision to start in
+  double clip = 1.0;                            // global grad-norm clip after unscaling; <= 0: off
+  FallbackMode fallback = FallbackMode::whole;  // what a non-finite step triggers (fallback.hpp)
+  double lr_backoff = 0.5;                      // the LR multiplier the whole-model fallback applies
+  // Modules (dotted paths, as named_modules() names them) that run with
+  // autocast off from the first step: a planned remedy (--fp32-modules).
+  std::vector<std::string> fp32_modules{};
+  double fallback_min_scale = 1.0;  // fp16: the scaler's business until the scale drops below this
+  bool probe = true;                // per-layer grad norms and the forensic re-run
+  bool capture_every_step = false;  // op-level capture on every step (slow; for hunting)
+  int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
+  int64_t max_snapshots = 3;        // one per distinct first birth, at most this many
   // This many non-finite steps in a row, with nothing left to try (the fp32
   // fallback done or off, no rollback left or rollback off), and the run is
   // dead: it stops (DeadRunError). Weights that are finite but wrecked make
@@ -87,6 +97,8 @@ struct GuardState {
   double loss_scale = 1;
   int64_t growth_tracker = 0;
   int64_t last_applied_step = -1;
+  int64_t applied_steps = 0;              // updates that reached the weights
+  std::vector<std::string> fp32_modules;  // in fp32 (planned, or --fallback auto's remedy)
 };
 
 // What a step brings besides its batch; the defaults suit one process.
@@ -106,7 +118,9 @@ struct GuardedStep {
   double seconds = 0;                 // wall time of the step
   std::string first_birth;            // format::capture_text of the forensic re-run; "" when not investigated
   std::string snapshot;               // the snapshot written, or ""
-  bool fell_back = false;             // the fallback fired at this step
+  bool fell_back = false;             // the whole-model fallback fired at this step
+  Remedy remedy = Remedy::none;       // --fallback auto: what the diagnosis chose for this step
+  std::vector<std::string> restored;  // buffers the skip put back (the forward had written them)
   std::string error;                  // the model raised during the step (the step was skipped)
   std::vector<std::string> warnings;  // early warnings that fired at this step
   int64_t rolled_back_to = -1;        // the run went back to the state after this step (-1: no rollback)
@@ -137,6 +151,14 @@ class StepGuard {
   // 1 until the fallback or a rollback, then lr_backoff for each of them: a
   // loop that sets the LR itself each step (a schedule) multiplies by this.
   double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
+  // Updates that reached the weights: the position of a schedule that holds on
+  // skipped steps (nanscope-train --schedule-on-skip hold).
+  int64_t applied_steps() const { return applied_steps_; }
+  // The modules running in fp32 inside an autocast step.
+  const std::vector<std::string>& fp32_modules() const { return fp32_modules_; }
+  // The parameters, buffers and optimizer state, all finite? (slow: one reduction per tensor)
+  StateHealth health() const;
+  const BufferTransaction& buffer_transaction() const { return transaction_; }
   int64_t rollbacks() const { return rollback_.rollbacks(); }
   GuardState state() const;
   // Puts a saved state back (after the model and optimizer got theirs): a
@@ -155,15 +177,22 @@ class StepGuard {
 
  private:
   void on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs, const at::Tensor& targets,
-                         const StepContext& context, const std::vector<float>& layer_grad_norm);
+                         const StepContext& context, const std::vector<float>& layer_grad_norm,
+                         const std::string& undone);
   std::string write_snapshot(int64_t step, const GuardedStep& result, const at::Tensor& inputs,
                              const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture);
   void say(int64_t step, const std::string& text);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
-  bool weights_finite() const;
   void save_state_if_due(int64_t step);
+  // --fallback auto: the remedy this failed step's diagnosis supports.
+  void apply_remedy(int64_t step, GuardedStep& result, const std::string& what, const at::Tensor& inputs,
+                    const at::Tensor& targets, const StepContext& context,
+                    const std::optional<format::Capture>& capture);
+  std::string undo_skipped_step(GuardedStep& result);
+  // Throws std::invalid_argument naming planned fp32 modules the step did not run.
+  void check_planned_fp32_modules(const std::vector<std::string>& missing);
   // Trouble outlasted patience: roll back, else fall back, else stop (rollback on).
   void act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why);
   bool roll_back(int64_t step, GuardedStep& result, const std::string& why);
@@ -190,6 +219,13 @@ class StepGuard {
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
   int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)
   int64_t nonfinite_since_ = -1;    // the first of them
+  int64_t applied_steps_ = 0;
+  BufferTransaction transaction_;
+  std::vector<std::string> fp32_modules_;
+  // --fallback auto: the remedy chosen for each first birth (birth_key), and
+  // at which step: the same birth again needs no new diagnosis.
+  std::map<std::string, std::pair<int64_t, RemedyChoice>> remedy_of_birth_;
+  bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
 };
 
 }  // namespace nanscope

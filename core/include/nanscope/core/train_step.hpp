@@ -33,6 +33,9 @@ struct StepSettings {
   // A finite step whose loss (all ranks' mean) is above this is skipped like a
   // non-finite one: the rollback policy's probation (rollback.hpp).
   double skip_loss_above = std::numeric_limits<double>::infinity();
+  // The floating buffers the forward writes (BufferTransaction): a step that
+  // leaves one non-finite does not count, checked with the one host read.
+  const std::vector<at::Tensor>* written_buffers = nullptr;
 };
 
 // With several ranks, loss_finite/grads_finite are every rank's verdict (the
@@ -45,6 +48,9 @@ struct StepOutcome {
   double grad_norm = 0;    // global (all ranks' averaged gradients), after unscale, before clipping
   bool loss_finite = true;
   bool grads_finite = true;
+  // The buffers the forward wrote are finite (several ranks: a rank whose
+  // buffers went non-finite counts as its gradients did, so all ranks skip).
+  bool buffers_finite = true;
   bool skipped = false;
   bool batch_finite = true;
   double batch_absmax = 0;        // when StepSettings asked for it (several ranks: the largest of all ranks)
@@ -57,7 +63,7 @@ struct StepOutcome {
   std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
   // Several ranks, when asked for: one per parameter, the averaged gradients (the same on every rank).
   std::vector<float> global_parameter_norms;
-  bool finite() const { return loss_finite && grads_finite; }
+  bool finite() const { return loss_finite && grads_finite && buffers_finite; }
   bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };
 
@@ -75,7 +81,8 @@ std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::
 // The step without its optimizer: `fault` planted, forward + backward on
 // loss x loss_scale, unscale, the global grad norm (ops of that last part run
 // in capture's "grad_norm" phase). What the probe's forensic re-run and
-// replay repeat. Leaves the gradients for the caller to clear.
+// replay repeat. Leaves the gradients for the caller to clear, and the
+// model's buffers as it found them (a re-run is no training step).
 struct StepRecomputation {
   at::Tensor loss, found_inf, total_norm;
   bool finite() const;  // reads all three on the host

@@ -25,6 +25,8 @@ enum class EventKind {
   stop,              // the run stopped: its weights went non-finite and nothing could save it
   rollback,          // the run went back to a saved good state (text: event_text.hpp's rollback_text)
   resume,            // nanscope-train --resume went on from a checkpoint (text: which, and the rows dropped)
+  remedy,            // --fallback auto: what the step's diagnosis chose ("data: ...", "fp32-modules: ...")
+  save_refused,      // a checkpoint or rollback state was not written: the state was non-finite (text: which tensors)
 };
 
 // Where an op ran: in the model's forward or backward, in the global-norm

@@ -50,8 +50,13 @@ class Fp32Regions {
   Fp32Regions(const Fp32Regions&) = delete;
   Fp32Regions& operator=(const Fp32Regions&) = delete;
 
+  // The listed modules no scope opened while the regions were alive: a name
+  // the model does not have (or a module that did not run).
+  std::vector<std::string> not_entered() const;
+
  private:
   std::vector<std::string> modules_;
+  std::vector<char> entered_;  // parallel to modules_
   bool scopes_were_enabled_;
 };
 

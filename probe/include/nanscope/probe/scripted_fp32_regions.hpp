@@ -33,6 +33,8 @@ class ScriptedFp32Regions {
   // interpreter announced no such frame (an optimised, inlined graph), and the
   // re-run said nothing about these modules.
   bool entered() const;
+  // The listed modules whose frames the step did not enter.
+  std::vector<std::string> not_entered() const;
 };
 
 }  // namespace nanscope::probe

@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "nanscope/core/checkpoint.hpp"
 
 #include <c10/core/GradMode.h>
 #include <torch/utils.h>
@@ -33,17 +33,24 @@ void put_resume_state(format::Group root, const ResumeState& r) {
   t.set_attr("loss_scale", g.loss_scale);
   t.set_attr("growth_tracker", g.growth_tracker);
   t.set_attr("last_applied_step", g.last_applied_step);
+  t.set_attr("applied_steps", g.applied_steps);
+  if (!g.fp32_modules.empty()) t.set_attr("fp32_modules", fp32_modules_flag_value(g.fp32_modules));
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step, const ResumeState* resume) {
+StateHealth save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
+                            const ResumeState* resume, const torch::optim::Optimizer* optimizer, double loss) {
+  StateHealth health = state_health(model, optimizer);
+  if (!health.finite()) return health;
   // The archive is written as PATH.part and renamed over PATH on close.
   format::Archive archive = format::Archive::create(path, format::kCheckpointFileKind);
   format::Group root = archive.root();
   ModelSpec spec = model.spec();
   root.set_attr("model", spec.name);
   root.set_attr("step", step);
+  root.set_attr("finite", int64_t(1));
+  root.set_attr("loss", loss);
   format::Group hparams = root.group("hparams");
   for (const auto& [key, value] : spec.hparams) hparams.set_attr(key, value);
   format::Group params = root.group("parameters");
@@ -52,6 +59,18 @@ void save_checkpoint(const std::string& path, const TrainableModel& model, int64
   for (const auto& [name, tensor] : model.named_buffers()) put_tensor(buffers, name, tensor);
   if (resume) put_resume_state(root, *resume);
   archive.close();
+  return health;
+}
+
+std::optional<CheckpointHealth> checkpoint_health(const std::string& path) {
+  format::Archive archive = format::Archive::open(path, format::kCheckpointFileKind);
+  format::Group root = archive.root();
+  if (!root.has_attr("finite")) return std::nullopt;
+  CheckpointHealth h;
+  h.finite = root.attr_int("finite") != 0;
+  h.step = root.attr_int("step");
+  h.loss = root.has_attr("loss") ? root.attr_double("loss") : std::numeric_limits<double>::quiet_NaN();
+  return h;
 }
 
 namespace {
@@ -110,6 +129,9 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   g.loss_scale = t.attr_double("loss_scale");
   g.growth_tracker = t.attr_int("growth_tracker");
   g.last_applied_step = t.attr_int("last_applied_step");
+  // Written since fp32-modules and the held schedule; older files have neither.
+  g.applied_steps = t.has_attr("applied_steps") ? t.attr_int("applied_steps") : g.last_applied_step + 1;
+  if (t.has_attr("fp32_modules")) g.fp32_modules = parse_fp32_modules(t.attr_string("fp32_modules"));
   return r;
 }
 

@@ -1,7 +1,11 @@
 #pragma once
 // Checkpoints are nanscope HDF5 files (kind nanscope-checkpoint): the model's
-// spec and its parameters and buffers by name, readable with h5py.
+// spec and its parameters and buffers by name, readable with h5py, and the
+// state's health when it was written. A sick state (a NaN anywhere in the
+// weights, buffers or optimizer state) is never written: the file already at
+// PATH, the last healthy one, stays.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -9,6 +13,7 @@
 #include <optional>
 
 #include "nanscope/core/model.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 
 namespace nanscope {
@@ -21,10 +26,24 @@ struct ResumeState {
   GuardState guard;
 };
 
-// Writes PATH.part and renames it over PATH, so a crash never leaves half a checkpoint.
-// With `resume`, the checkpoint can also continue the run (/training).
-void save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
-                     const ResumeState* resume = nullptr);
+// The health a checkpoint records: it was finite when written (always, for
+// files this version writes), after how many steps, at which loss.
+struct CheckpointHealth {
+  bool finite = true;
+  int64_t step = 0;
+  double loss = 0;  // the last finite loss before it (NaN: none yet)
+};
+
+// Writes PATH.part and renames it over PATH, so a crash never leaves half a
+// checkpoint; with `resume`, the checkpoint can also continue the run
+// (/training). Refuses a sick state: writes nothing and returns its health
+// (finite() false, naming the tensors), PATH as it was. `optimizer` (may be
+// null) is checked with the model.
+StateHealth save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
+                            const ResumeState* resume = nullptr, const torch::optim::Optimizer* optimizer = nullptr,
+                            double loss = std::numeric_limits<double>::quiet_NaN());
+// The health a checkpoint recorded; nullopt for files from before nanscope recorded it.
+std::optional<CheckpointHealth> checkpoint_health(const std::string& path);
 // Copies the checkpoint's tensors into the model; throws std::invalid_argument
 // (or format::FormatError) when the file does not belong to this model.
 int64_t load_checkpoint(const std::string& path, TrainableModel& model);

@@ -1,0 +1,86 @@
+#pragma once
+// --fallback auto: the remedy the failed step's own diagnosis supports, in
+// place of the stock loop's one answer (fp32 for the rest of the run, LR cut)
+// to every non-finite step:
+//   data       a non-finite input, a loss over no counted target, or a batch
+//              that is finite without one of its samples: skip, nothing else
+//   transient  the re-run of the same step is finite (a kernel's fluke):
+//              skip, nothing else
+//   precision  finite with autocast off: the smallest set of modules that,
+//              in fp32, makes the step finite goes to fp32 for the rest of
+//              the run, the rest stays low precision; no LR cut
+//   whole      the stock fallback, when no smaller set helps or the step is
+//              non-finite in fp32 too (the model or the data, at fp32)
+// What the replay would say of a snapshot, decided in-process with a few
+// re-runs of the failed step (docs/recovery.md).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/fault.hpp"
+#include "nanscope/core/model.hpp"
+#include "nanscope/core/precision.hpp"
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope {
+
+enum class Remedy { none, skip_data, skip_transient, fp32_modules, whole_fp32 };
+const char* remedy_name(Remedy remedy);  // "data", "transient", "fp32-modules", "whole"
+
+struct RemedyChoice {
+  Remedy remedy = Remedy::whole_fp32;
+  std::vector<std::string> modules;  // fp32_modules: the ones to add
+  std::string why;                   // one line for the event and the log
+  // fp32_modules: median wall time of a re-run of the step without and with them.
+  double seconds_before = 0, seconds_after = 0;
+};
+
+// Re-runs of the failed step: same weights, buffers, RNG state, batch, fault
+// and loss scale; some modules in fp32; optionally without one batch row.
+class StepReruns {
+ public:
+  virtual ~StepReruns() = default;
+  virtual bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row = -1) = 0;
+  // The modules the forward runs ops in (op capture on one re-run).
+  virtual std::vector<std::string> modules_seen() = 0;
+  // A TorchScript model whose module frames could not be switched.
+  virtual bool unswitchable() const = 0;
+};
+
+struct FailedStep {
+  Amp amp = Amp::bf16;
+  bool batch_finite = true;
+  std::optional<format::Capture> capture;  // the forensic re-run's; nullopt: not investigated
+  int64_t batch_size = 0;
+  std::vector<std::string> fp32_modules;  // already in fp32
+};
+
+// Batches up to this many rows are searched for a sample without which the
+// step is finite (one re-run per row); larger ones are not.
+inline constexpr int64_t kMaxRowsSearched = 64;
+
+RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns);
+
+// StepReruns on the live model: each re-run restores the CPU generator to
+// the step's state and leaves the buffers as found (recompute_step).
+class LiveStepReruns : public StepReruns {
+ public:
+  LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
+                 const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets, at::Tensor cpu_rng_state);
+  bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
+  std::vector<std::string> modules_seen() override;
+  bool unswitchable() const override { return unswitchable_; }
+
+ private:
+  TrainableModel& model_;
+  const std::vector<at::Tensor>& parameters_;
+  double loss_scale_;
+  Fault fault_;
+  at::Tensor inputs_, targets_, rng_;
+  bool unswitchable_ = false;
+};
+
+}  // namespace nanscope

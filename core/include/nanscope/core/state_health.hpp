@@ -1,0 +1,29 @@
+#pragma once
+// Whether a model's whole training state is finite: its parameters, every
+// floating buffer and the optimizer's state. A NaN in any of them is a sick
+// model even when training goes on (BatchNorm's running variance is read only
+// in eval mode; Adam's second moment only on the next update). Used on the
+// slow paths: a non-finite step, a checkpoint, a saved rollback state.
+#include <torch/optim/optimizer.h>
+
+#include <string>
+#include <vector>
+
+#include "nanscope/core/model.hpp"
+
+namespace nanscope {
+
+struct StateHealth {
+  // "parameter NAME", "buffer NAME", "optimizer state NAME" for each
+  // non-finite tensor, in that order.
+  std::vector<std::string> nonfinite;
+  bool finite() const { return nonfinite.empty(); }
+  // "buffer bn.running_var, buffer bn.running_mean" (the first few, then "and N more").
+  std::string text() const;
+};
+
+// One reduction per tensor and one host read for all: fine on the slow paths,
+// not meant for every step.
+StateHealth state_health(const TrainableModel& model, const torch::optim::Optimizer* optimizer);
+
+}  // namespace nanscope

@@ -1,0 +1,125 @@
+#include "nanscope/core/buffer_transaction.hpp"
+
+#include <c10/core/GradMode.h>
+
+namespace nanscope {
+
+namespace {
+
+int64_t version_of(const at::Tensor& t) { return int64_t(t._version()); }
+
+// A buffer the model replaced (TorchScript can assign a new tensor to a
+// buffer attribute) or the fallback cast gets a fresh copy of the right kind.
+bool copy_fits(const at::Tensor& copy, const at::Tensor& buffer) {
+  return copy.defined() && copy.sizes() == buffer.sizes() && copy.scalar_type() == buffer.scalar_type() &&
+         copy.device() == buffer.device();
+}
+
+}  // namespace
+
+void BufferTransaction::rebind(const TrainableModel& model) {
+  NamedTensors buffers = model.named_buffers();
+  bool same = buffers.size() == slots_.size();
+  for (size_t i = 0; same && i < buffers.size(); ++i) same = buffers[i].first == slots_[i].name;
+  if (!same) {
+    // New model, or buffers added or removed: learn again.
+    slots_.clear();
+    for (auto& [name, tensor] : buffers) slots_.push_back({name, tensor, {}, 0, Role::unknown});
+  } else {
+    for (size_t i = 0; i < buffers.size(); ++i) slots_[i].buffer = buffers[i].second;
+  }
+  refresh_written_floating();
+}
+
+void BufferTransaction::refresh_written_floating() {
+  written_floating_.clear();
+  for (const Slot& s : slots_)
+    if (copies(s) && s.buffer.defined() && at::isFloatingType(s.buffer.scalar_type()))
+      written_floating_.push_back(s.buffer);
+}
+
+void BufferTransaction::begin(const TrainableModel& model) {
+  rebind(model);
+  c10::NoGradGuard no_grad;
+  for (Slot& s : slots_) {
+    if (!s.buffer.defined()) continue;
+    s.version = version_of(s.buffer);
+    if (!copies(s)) continue;
+    if (copy_fits(s.copy, s.buffer))
+      s.copy.copy_(s.buffer);
+    else
+      s.copy = s.buffer.detach().clone();
+  }
+}
+
+void BufferTransaction::commit() {
+  bool changed = false;
+  for (Slot& s : slots_) {
+    if (!s.buffer.defined()) continue;
+    const bool version_moved = version_of(s.buffer) != s.version;
+    if (s.role == Role::constant && version_moved) {
+      s.role = Role::written;  // written after all: copied from now on
+      changed = true;
+    } else if (s.role == Role::unknown) {
+      // The first counted step decides. A value compare sees writes that no
+      // version counter records (BatchNorm's kernel updates its statistics in place).
+      const bool written = version_moved || !copy_fits(s.copy, s.buffer) || !at::equal(s.copy, s.buffer);
+      s.role = written ? Role::written : Role::constant;
+      if (!written) s.copy = at::Tensor();
+      changed = true;
+    }
+  }
+  if (changed) refresh_written_floating();
+}
+
+std::vector<std::string> BufferTransaction::roll_back(std::vector<std::string>* unrestorable) {
+  c10::NoGradGuard no_grad;
+  std::vector<std::string> restored;
+  bool changed = false;
+  for (Slot& s : slots_) {
+    if (!s.buffer.defined()) continue;
+    if (copies(s)) {
+      // Put back only what moved: an equal buffer needs no write (and its
+      // version stays as it was).
+      if (version_of(s.buffer) != s.version || !at::equal(s.copy, s.buffer)) {
+        s.buffer.copy_(s.copy);
+        restored.push_back(s.name);
+      }
+    } else if (version_of(s.buffer) != s.version) {
+      s.role = Role::written;
+      changed = true;
+      if (unrestorable) unrestorable->push_back(s.name);
+    }
+  }
+  if (changed) refresh_written_floating();
+  return restored;
+}
+
+std::vector<std::string> BufferTransaction::copied_names() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_)
+    if (copies(s)) out.push_back(s.name);
+  return out;
+}
+
+int64_t BufferTransaction::copied_bytes() const {
+  int64_t n = 0;
+  for (const Slot& s : slots_)
+    if (copies(s) && s.buffer.defined()) n += s.buffer.numel() * int64_t(s.buffer.element_size());
+  return n;
+}
+
+KeepBuffers::KeepBuffers(const TrainableModel& model) {
+  for (auto& [name, tensor] : model.named_buffers())
+    if (tensor.defined()) kept_.emplace_back(tensor, tensor.detach().clone());
+}
+
+KeepBuffers::~KeepBuffers() {
+  c10::NoGradGuard no_grad;
+  for (auto& [buffer, value] : kept_) {
+    at::Tensor target = buffer;
+    if (target.sizes() == value.sizes()) target.copy_(value);
+  }
+}
+
+}  // namespace nanscope

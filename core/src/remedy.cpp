@@ -1,0 +1,180 @@
+#include "nanscope/core/remedy.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+
+#include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/train_step.hpp"
+#include "nanscope/format/stats.hpp"
+#include "nanscope/probe/birth_category.hpp"
+#include "nanscope/probe/op_capture.hpp"
+
+namespace nanscope {
+
+const char* remedy_name(Remedy remedy) {
+  switch (remedy) {
+    case Remedy::none: return "none";
+    case Remedy::skip_data: return "data";
+    case Remedy::skip_transient: return "transient";
+    case Remedy::fp32_modules: return "fp32-modules";
+    case Remedy::whole_fp32: return "whole";
+  }
+  return "?";
+}
+
+namespace {
+
+// The precision search's trial over the live re-runs, on top of the modules already in fp32.
+class LiveFp32Trial : public Fp32Trial {
+ public:
+  LiveFp32Trial(StepReruns& reruns, Amp amp, std::vector<std::string> already)
+      : reruns_(reruns), amp_(amp), already_(std::move(already)) {}
+  std::vector<std::string> modules() override {
+    std::vector<std::string> out;
+    for (auto& m : reruns_.modules_seen())
+      if (std::find(already_.begin(), already_.end(), m) == already_.end()) out.push_back(m);
+    return out;
+  }
+  bool finite_with(const std::vector<std::string>& modules) override {
+    return reruns_.finite(amp_, with_already(modules));
+  }
+  bool unswitchable() const override { return reruns_.unswitchable(); }
+  std::vector<std::string> with_already(const std::vector<std::string>& modules) const {
+    std::vector<std::string> all = already_;
+    all.insert(all.end(), modules.begin(), modules.end());
+    return all;
+  }
+
+ private:
+  StepReruns& reruns_;
+  Amp amp_;
+  std::vector<std::string> already_;
+};
+
+bool is_data_category(format::Category c) {
+  return c == format::Category::nonfinite_input || c == format::Category::all_targets_ignored;
+}
+
+// Rows without which the step is finite; empty when none, or all (then the
+// batch's size, not a sample, is what matters).
+std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& reruns) {
+  std::vector<int64_t> found;
+  if (failed.batch_size < 2 || failed.batch_size > kMaxRowsSearched) return found;
+  for (int64_t row = 0; row < failed.batch_size; ++row)
+    if (reruns.finite(failed.amp, failed.fp32_modules, row)) found.push_back(row);
+  if (int64_t(found.size()) == failed.batch_size) found.clear();
+  return found;
+}
+
+// Median seconds of three re-runs with each module set, alternated so both see the same machine.
+std::pair<double, double> rerun_seconds(StepReruns& reruns, Amp amp, const std::vector<std::string>& before,
+                                        const std::vector<std::string>& after) {
+  std::vector<double> a, b;
+  auto timed = [&](const std::vector<std::string>& modules) {
+    const auto start = std::chrono::steady_clock::now();
+    reruns.finite(amp, modules);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int i = 0; i < 3; ++i) {
+    a.push_back(timed(before));
+    b.push_back(timed(after));
+  }
+  return {median(a), median(b)};
+}
+
+}  // namespace
+
+RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
+  RemedyChoice choice;
+  if (!failed.batch_finite) {
+    choice.remedy = Remedy::skip_data;
+    choice.why = "the batch holds a non-finite value";
+    return choice;
+  }
+  if (!failed.capture) {
+    choice.why = "not investigated (probe off)";
+    return choice;
+  }
+  const auto& birth = failed.capture->first_birth;
+  if (birth && is_data_category(probe::category_of(*birth))) {
+    choice.remedy = Remedy::skip_data;
+    choice.why = std::string("the birth is the data's (") + format::to_string(probe::category_of(*birth)) + ")";
+    return choice;
+  }
+  if (!birth) {
+    choice.remedy = Remedy::skip_transient;
+    choice.why = "the re-run of the same step was finite";
+    return choice;
+  }
+  if (failed.amp != Amp::fp32 && reruns.finite(Amp::fp32, {})) {
+    LiveFp32Trial trial(reruns, failed.amp, failed.fp32_modules);
+    const std::vector<std::string> found = minimal_fp32_modules(trial, birth->op.module);
+    if (found.empty()) {
+      choice.why = "finite with autocast off, but no set of modules in fp32 is";
+      return choice;
+    }
+    choice.remedy = Remedy::fp32_modules;
+    choice.modules = found;
+    choice.why = "finite with " + fp32_modules_flag_value(found) + " in fp32";
+    std::tie(choice.seconds_before, choice.seconds_after) =
+        rerun_seconds(reruns, failed.amp, failed.fp32_modules, trial.with_already(found));
+    return choice;
+  }
+  if (const std::vector<int64_t> rows = rows_that_break(failed, reruns); !rows.empty()) {
+    choice.remedy = Remedy::skip_data;
+    std::string list;
+    for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    choice.why = "finite without batch row(s) " + list;
+    return choice;
+  }
+  choice.why = failed.amp == Amp::fp32 ? "non-finite at fp32" : "non-finite with autocast off too";
+  return choice;
+}
+
+LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
+                               const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
+                               at::Tensor cpu_rng_state)
+    : model_(model),
+      parameters_(parameters),
+      loss_scale_(loss_scale),
+      fault_(fault),
+      inputs_(inputs),
+      targets_(targets),
+      rng_(std::move(cpu_rng_state)) {}
+
+bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
+  if (rng_.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng_);
+  }
+  at::Tensor inputs = inputs_, targets = targets_;
+  if (without_row >= 0) {
+    const int64_t batch = inputs_.size(0);
+    at::Tensor keep = at::cat({at::arange(0, without_row, at::kLong), at::arange(without_row + 1, batch, at::kLong)})
+                          .to(inputs_.device());
+    inputs = inputs_.index_select(0, keep);
+    targets = targets_.index_select(0, keep);
+  }
+  bool finite = false;
+  try {
+    Fp32ModuleRegions regions(model_, amp == Amp::fp32 ? std::vector<std::string>{} : fp32_modules);
+    // The loss scale belongs to fp16; an fp32 re-run has none.
+    const double scale = amp == Amp::fp16 ? loss_scale_ : 1.0;
+    finite = recompute_step(model_, parameters_, amp, scale, fault_, inputs, targets).finite();
+    unswitchable_ |= !regions.switchable();
+  } catch (const std::exception&) {
+    finite = false;  // an op that raised on a non-finite value, or a region its inputs' dtype broke
+  }
+  clear_grads(parameters_);
+  return finite;
+}
+
+std::vector<std::string> LiveStepReruns::modules_seen() {
+  probe::OpCapture capture;
+  finite(Amp::fp32, {}, -1);
+  return capture.modules_seen();
+}
+
+}  // namespace nanscope
