@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   s.targets = y;
   s.batch_rows = at::arange(2, at::kLong);
   s.cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  s.precision = "bf16";
+  s.precision = format::Precision::bf16;
   const Cost snap = measure(snapshot, [&] { probe::write_snapshot(snapshot, s); });
   std::printf("big_model: gpt %lldx%lld, %lld parameters, weights %.0f MB (fp32), LibTorch %s, files in %s\n",
               static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),

@@ -35,10 +35,8 @@ namespace {
 
 struct ConvBn : torch::nn::Module {
   ConvBn(int64_t in, int64_t out, int64_t stride)
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3)
-                                                           .stride(stride)
-                                                           .padding(1)
-                                                           .bias(false)))),
+      : conv(register_module(
+            "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
         bn(register_module("bn", torch::nn::BatchNorm2d(out))) {}
   at::Tensor forward(const at::Tensor& x) { return bn->forward(conv->forward(x)); }
   torch::nn::Conv2d conv;
@@ -48,9 +46,11 @@ struct ConvBn : torch::nn::Module {
 struct SmallResNet : torch::nn::Module {
   SmallResNet() {
     stem = register_module("stem", std::make_shared<ConvBn>(3, 32, 1));
-    for (int i = 0; i < 2; ++i) block32.push_back(register_module("a" + std::to_string(i), std::make_shared<ConvBn>(32, 32, 1)));
+    for (int i = 0; i < 2; ++i)
+      block32.push_back(register_module("a" + std::to_string(i), std::make_shared<ConvBn>(32, 32, 1)));
     down = register_module("down", std::make_shared<ConvBn>(32, 64, 2));
-    for (int i = 0; i < 3; ++i) block64.push_back(register_module("b" + std::to_string(i), std::make_shared<ConvBn>(64, 64, 1)));
+    for (int i = 0; i < 3; ++i)
+      block64.push_back(register_module("b" + std::to_string(i), std::make_shared<ConvBn>(64, 64, 1)));
     fc = register_module("fc", torch::nn::Linear(64, 10));
   }
   at::Tensor forward(const at::Tensor& images) {
@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
   configure_runtime(runtime, at::kCPU);
   at::manual_seed(0);
   std::vector<std::pair<const char*, Arm>> arms;
-  arms.emplace_back("resnet", make_arm(std::make_shared<SmallResNet>(), at::randn({32, 3, 32, 32}),
-                                       at::randint(0, 10, {32})));
+  arms.emplace_back("resnet",
+                    make_arm(std::make_shared<SmallResNet>(), at::randn({32, 3, 32, 32}), at::randint(0, 10, {32})));
   arms.emplace_back("masked", make_arm(std::make_shared<MaskedMlp>(), at::randn({64, 256}), at::randint(0, 10, {64})));
   for (auto& [name, arm] : arms)
     for (int i = 0; i < 3; ++i) arm.step(i % 2 == 0);  // warm-up; the transaction learns on its first commit
@@ -145,9 +145,10 @@ int main(int argc, char** argv) {
               threads, TORCH_VERSION);
   for (auto& [name, arm] : arms) {
     const double plain = median(arm.plain), guarded = median(arm.guarded);
-    std::printf("  %-7s plain %8.3f ms  with transaction %8.3f ms  ratio %.3f  (%lld bytes copied per step, %zu buffers)\n",
-                name, plain * 1e3, guarded * 1e3, guarded / plain, static_cast<long long>(arm.copied_bytes),
-                arm.transaction.copied_names().size());
+    std::printf(
+        "  %-7s plain %8.3f ms  with transaction %8.3f ms  ratio %.3f  (%lld bytes copied per step, %zu buffers)\n",
+        name, plain * 1e3, guarded * 1e3, guarded / plain, static_cast<long long>(arm.copied_bytes),
+        arm.transaction.copied_names().size());
   }
   return 0;
 }

@@ -53,9 +53,9 @@ void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets
   }
 }
 
-Amp amp_from(const std::string& precision, const std::string& path) {
-  if (auto amp = parse_amp(precision)) return *amp;
-  throw std::invalid_argument("'" + path + "': unknown precision '" + precision + "'");
+Amp amp_from(format::Precision precision, const std::string& path) {
+  if (precision != format::Precision::unknown) return precision;
+  throw std::invalid_argument("'" + path + "': unknown precision (a newer nanscope's snapshot?)");
 }
 
 Fault fault_at_step(const std::map<std::string, std::string>& config, int64_t step) {

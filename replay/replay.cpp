@@ -120,8 +120,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.
-  const bool input_birth =
-      s.capture.first_birth && s.capture.first_birth->op.phase == format::to_string(format::Phase::input);
+  const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == format::Phase::input;
   if (options.bisect && report.evidence.reproduced > 0) {
     if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth) {
       const Fp32RegionSearch search = smallest_fp32_region(setup);

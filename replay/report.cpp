@@ -37,8 +37,8 @@ std::string or_null(const std::string& s) { return s.empty() ? "null" : quoted(s
 std::string birth_json(const std::optional<format::Birth>& b) {
   if (!b) return "null";
   std::ostringstream o;
-  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(b->op.phase)
-    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(b->kind)
+  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(format::to_string(b->op.phase))
+    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(format::to_string(b->kind))
     << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
     << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
     << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count << " }";
@@ -87,13 +87,13 @@ std::string to_json(const ReplayReport& r) {
 
 std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
-  o << "step " << r.step << " (" << r.evidence.precision << ")\n"
+  o << "step " << r.step << " (" << format::to_string(r.evidence.precision) << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
   if (r.capture.first_nan_birth && r.capture.first_inf_birth)
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
-  o << "  re-run at " << r.evidence.precision << ":   non-finite in " << r.evidence.reproduced << " of "
-    << r.evidence.repeats << "\n"
+  o << "  re-run at " << format::to_string(r.evidence.precision) << ":   non-finite in " << r.evidence.reproduced
+    << " of " << r.evidence.repeats << "\n"
     << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
   if (!r.evidence.fp32_finite)
     o << "  fp32 first birth: "
@@ -129,8 +129,8 @@ std::string to_text(const ReplayReport& r) {
 void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
   format::ReplayRecord record;
-  record.verdict = format::to_string(r.verdict.verdict);
-  record.category = format::to_string(r.verdict.category);
+  record.verdict = r.verdict.verdict;
+  record.category = r.verdict.category;
   record.suggestion = r.verdict.suggestion;
   record.reproduced_count = r.evidence.reproduced;
   record.repeats = r.evidence.repeats;

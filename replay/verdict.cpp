@@ -20,7 +20,7 @@ std::string join_rows(const std::vector<int64_t>& rows) {
 }
 
 // The playbook's fix for each origin (docs/playbook.md P8, P10-P18), naming the module.
-std::string fix_for(format::Category category, const format::Birth& b, const std::string& precision) {
+std::string fix_for(format::Category category, const format::Birth& b, format::Precision precision) {
   const std::string where = module_text(b.op.module);
   if (category == format::Category::log_nonpositive)
     return "clamp the input of " + b.op.op + " in " + where +
@@ -39,7 +39,8 @@ std::string fix_for(format::Category category, const format::Birth& b, const std
            "use a large negative instead of -inf) (P8)";
   if (category == format::Category::overflow)
     // No wider type here: whether fp32 helps is the verdict's to say, from the fp32 re-run.
-    return "values in " + where + " exceed the range of " + (precision.empty() ? "the precision" : precision) +
+    return "values in " + where + " exceed the range of " +
+           (precision == format::Precision::unknown ? std::string("the precision") : format::to_string(precision)) +
            ": find what grows before it (logits, activations, grad norms); z-loss (P15) and QK-LayerNorm (P16) "
            "stop logits growing (P10)";
   if (category == format::Category::grad_explosion)
@@ -88,7 +89,7 @@ Verdict decide(const VerdictInputs& in) {
   }
   const format::Birth& b = *in.birth;
   v.category = probe::category_of(b);
-  if (b.op.phase == format::to_string(format::Phase::input)) {
+  if (b.op.phase == format::Phase::input) {
     v.verdict = format::Verdict::data;
     v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
                    (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
@@ -111,15 +112,16 @@ Verdict decide(const VerdictInputs& in) {
   if (in.fp32_finite) {
     v.verdict = format::Verdict::precision;
     v.suggestion = "finite in fp32: " + fp32_advice(in) +
-                   (in.precision == "fp16" ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") + ". " +
-                   fix_for(v.category, b, in.precision);
+                   (in.precision == format::Precision::fp16 ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") +
+                   ". " + fix_for(v.category, b, in.precision);
   } else {
     v.verdict = format::Verdict::model_or_data;
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
     if (!in.grad_norm_trend.empty() &&
         (v.category == format::Category::overflow || v.category == format::Category::other))
       v.category = format::Category::grad_explosion;
-    v.suggestion = "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, "fp32");
+    v.suggestion =
+        "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, format::Precision::fp32);
     if (!in.samples.empty())
       v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
   }

@@ -28,8 +28,8 @@ struct VerdictInputs {
   std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
   std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
   std::vector<int64_t> dataset_rows;      // the same samples' rows in the data set
-  std::string precision;                  // "bf16", "fp16", "fp32"
-  std::string grad_norm_trend;            // from run.h5 beside the snapshot, or ""
+  format::Precision precision = format::Precision::unknown;
+  std::string grad_norm_trend;  // from run.h5 beside the snapshot, or ""
 };
 
 struct Verdict {

@@ -10,7 +10,7 @@ namespace nanscope::test {
 inline std::vector<format::RunEvent> events_of(const format::RunData& run, format::EventKind kind) {
   std::vector<format::RunEvent> out;
   for (const auto& e : run.events)
-    if (e.kind == format::to_string(kind)) out.push_back(e);
+    if (e.kind == kind) out.push_back(e);
   return out;
 }
 

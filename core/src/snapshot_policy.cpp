@@ -6,7 +6,7 @@ namespace nanscope {
 std::string birth_key(const format::Capture& c) {
   if (!c.first_birth) return c.ops_seen < 0 ? "rerun-failed" : "not-reproduced";
   const format::Birth& b = *c.first_birth;
-  return b.kind + '\n' + b.op.op + '\n' + b.op.module;
+  return std::string(format::to_string(b.kind)) + '\n' + b.op.op + '\n' + b.op.module;
 }
 
 SnapshotPolicy::Decision SnapshotPolicy::decide(int64_t step, const format::Capture& capture) {

@@ -249,7 +249,7 @@ void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
   signals.loss = result.outcome.global_loss;
   signals.grad_norm = result.outcome.grad_norm;
   signals.loss_scale = scaler_.enabled() ? result.loss_scale : 0.0;
-  signals.precision_limit = result.amp == Amp::fp16 ? 65504.0 : result.amp == Amp::bf16 ? 3.38953e38 : 3.40282e38;
+  signals.precision_limit = format::largest_finite(result.amp);
   signals.layer_names = &probe_.layers().layer_names();
   signals.layer_grad_norm = &layer_grad_norm;
   signals.layer_act_absmax = &layer_act_absmax;
@@ -559,7 +559,7 @@ std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, c
   s.targets = targets;
   s.batch_rows = probe_.batch_rows();
   s.cpu_rng_state = probe_.cpu_rng_state();
-  s.precision = precision_name(result.amp);
+  s.precision = result.amp;
   s.loss_scale = result.loss_scale;
   s.lr = result.lr;
   s.clip = options_.clip;

@@ -60,7 +60,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   }
   model.plant_fault({});
   // Finite gradients whose norm overflows are a non-finite step too (P18).
-  probe::PhaseScope phase(format::to_string(format::Phase::grad_norm));
+  probe::PhaseScope phase(format::Phase::grad_norm);
   std::vector<at::Tensor> grads = defined_grads(parameters);
   LossScalerConfig same_scale;
   same_scale.enabled = loss_scale != 1.0;

@@ -3,7 +3,7 @@
 namespace nanscope::format {
 
 std::string birth_text(const Birth& b) {
-  std::string text = b.kind + " at " + b.op.op + " (" + b.op.phase;
+  std::string text = std::string(to_string(b.kind)) + " at " + b.op.op + " (" + to_string(b.op.phase);
   if (!b.op.backward_node.empty()) text += ", in " + b.op.backward_node + " of " + b.op.forward_op;
   text += ") in module '" + b.op.module + "'";
   if (b.sample >= 0) text += ", batch row " + std::to_string(b.sample);

@@ -62,7 +62,7 @@ TensorStats read_stats(const Group& g, const std::string& prefix) {
 void write_op(const Group& g, const OpRecord& op) {
   g.set_attr("index", op.index);
   g.set_attr("op", op.op);
-  g.set_attr("phase", op.phase);
+  g.set_word("phase", op.phase);
   g.set_attr("module", op.module);
   g.set_attr("backward_node", op.backward_node);
   g.set_attr("forward_op", op.forward_op);
@@ -74,7 +74,7 @@ OpRecord read_op(const Group& g) {
   OpRecord op;
   op.index = g.attr_int("index");
   op.op = g.attr_string("op");
-  op.phase = g.attr_string("phase");
+  op.phase = g.word<Phase>("phase");
   op.module = g.attr_string("module");
   op.backward_node = g.attr_string("backward_node");
   op.forward_op = g.attr_string("forward_op");
@@ -87,7 +87,7 @@ void write_birth(const Group& parent, const std::string& name, const std::option
   if (!birth) return;
   Group g = parent.group(name);
   write_op(g, birth->op);
-  g.set_attr("kind", birth->kind);
+  g.set_word("kind", birth->kind);
   g.set_attr("sample", birth->sample);
   g.set_attr("counted_targets", birth->counted_targets);
   g.set_attr("input_count", int64_t(birth->inputs.size()));
@@ -99,7 +99,7 @@ std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
   Group g = parent.group(name);
   Birth b;
   b.op = read_op(g);
-  b.kind = g.attr_string("kind");
+  b.kind = g.word<BirthKind>("kind");
   b.sample = g.attr_int("sample");
   if (g.has_attr("counted_targets")) b.counted_targets = g.attr_int("counted_targets");
   const int64_t n = g.attr_int("input_count");

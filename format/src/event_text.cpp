@@ -58,7 +58,7 @@ std::optional<int64_t> rollback_target(const std::string& text) {
 std::vector<uint8_t> rolled_back_rows(const RunData& run) {
   std::vector<uint8_t> out(run.rows(), 0);
   for (const RunEvent& e : run.events) {
-    if (e.kind != to_string(EventKind::rollback)) continue;
+    if (e.kind != EventKind::rollback) continue;
     const std::optional<int64_t> to = rollback_target(e.text);
     if (!to) continue;
     for (size_t i = 0; i < run.rows(); ++i)

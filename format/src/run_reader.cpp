@@ -150,7 +150,8 @@ struct RunFollower::Impl {
     auto kinds = read_strings(f, events + "/kind", rows, path);
     auto texts = read_strings(f, events + "/text", rows, path);
     run.events.clear();
-    for (hsize_t i = 0; i < rows; ++i) run.events.push_back({event_steps[i], kinds[i], texts[i]});
+    for (hsize_t i = 0; i < rows; ++i)
+      run.events.push_back({event_steps[i], from_string_or_unknown<EventKind>(kinds[i]), texts[i]});
   }
 };
 

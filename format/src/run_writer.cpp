@@ -336,7 +336,7 @@ void RunWriter::Impl::write_pending() {
     std::vector<char> kinds, texts;
     for (hsize_t i = 0; i < e; ++i) {
       steps[i] = pending_events[i].step;
-      put_fixed(kinds, pending_events[i].kind, run_schema::kEventKindWidth);
+      put_fixed(kinds, to_string(pending_events[i].kind), run_schema::kEventKindWidth);
       put_fixed(texts, pending_events[i].text, run_schema::kEventTextWidth);
     }
     append_rows(event_kind, kinds.data(), e, path);

@@ -47,8 +47,8 @@ std::vector<int64_t> int_values(const TensorData& t, const std::string& path, co
 void write_replay_record(const Group& root, const ReplayRecord& r) {
   root.remove("replay");
   Group g = root.group("replay");
-  g.set_attr("verdict", r.verdict);
-  g.set_attr("category", r.category);
+  g.set_word("verdict", r.verdict);
+  g.set_word("category", r.category);
   g.set_attr("suggestion", r.suggestion);
   g.set_attr("reproduced_count", r.reproduced_count);
   g.set_attr("repeats", r.repeats);
@@ -63,8 +63,8 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   if (!root.has("replay")) return std::nullopt;
   Group g = root.group("replay");
   ReplayRecord r;
-  r.verdict = g.attr_string("verdict");
-  r.category = g.attr_string("category");
+  r.verdict = g.word<Verdict>("verdict");
+  r.category = g.word<Category>("category");
   r.suggestion = g.attr_string("suggestion");
   r.reproduced_count = g.attr_int("reproduced_count");
   r.repeats = g.attr_int("repeats");
@@ -78,7 +78,7 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
 
 void write_snapshot_header(const Group& root, const SnapshotHeader& h) {
   root.set_attr("step", h.step);
-  root.set_attr("precision", h.precision);
+  root.set_word("precision", h.precision);
   root.set_attr("loss_scale", h.loss_scale);
   root.set_attr("lr", h.lr);
   root.set_attr("clip", h.clip);
@@ -99,7 +99,7 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   SnapshotSummary s;
   s.path = path;
   s.step = root.attr_int("step");
-  s.precision = root.attr_string("precision");
+  s.precision = root.word<Precision>("precision");
   s.loss_scale = root.attr_double("loss_scale");
   s.lr = root.attr_double("lr");
   s.clip = root.has_attr("clip") ? root.attr_double("clip") : 0.0;

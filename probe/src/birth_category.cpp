@@ -55,16 +55,15 @@ bool products_pass_range(const std::string& op, const format::Birth& b) {
 }  // namespace
 
 format::Category category_of(const format::Birth& b) {
-  if (b.op.phase == format::to_string(format::Phase::input)) return format::Category::nonfinite_input;
-  if (b.op.phase == format::to_string(format::Phase::grad_norm)) return format::Category::grad_explosion;
+  if (b.op.phase == format::Phase::input) return format::Category::nonfinite_input;
+  if (b.op.phase == format::Phase::grad_norm) return format::Category::grad_explosion;
   if (b.op.backward_node == "SqrtBackward0") return format::Category::sqrt_grad_zero;
-  if (b.kind == format::to_string(format::BirthKind::nan) && b.counted_targets == 0)
-    return format::Category::all_targets_ignored;
+  if (b.kind == format::BirthKind::nan && b.counted_targets == 0) return format::Category::all_targets_ignored;
   const std::string op = bare_op_name(b.op.op);
   // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).
   static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax", "xlogy"};
   if (logs.count(op)) return format::Category::log_nonpositive;
-  if (b.kind == format::to_string(format::BirthKind::nan) && (op == "softmax" || op == "_softmax"))
+  if (b.kind == format::BirthKind::nan && (op == "softmax" || op == "_softmax"))
     return format::Category::fully_masked_softmax;
   if (op == "exp" || op == "exp2" || op == "expm1") return format::Category::exp_overflow;
   if (op == "div" || op == "reciprocal" || op == "rsqrt") {
@@ -75,8 +74,7 @@ format::Category category_of(const format::Birth& b) {
       if (in.inf_count > 0) return format::Category::overflow;
     return divisor_can_be_zero(op, b) ? format::Category::div_by_zero : format::Category::overflow;
   }
-  if (b.kind == format::to_string(format::BirthKind::inf) || products_pass_range(op, b))
-    return format::Category::overflow;
+  if (b.kind == format::BirthKind::inf || products_pass_range(op, b)) return format::Category::overflow;
   return format::Category::other;
 }
 

@@ -69,12 +69,12 @@ std::vector<std::string> Fp32Regions::not_entered() const {
 }
 
 namespace {
-thread_local const char* t_phase = nullptr;
+thread_local std::optional<format::Phase> t_phase;
 }  // namespace
 
-PhaseScope::PhaseScope(const char* phase) : previous_(t_phase) { t_phase = phase; }
+PhaseScope::PhaseScope(format::Phase phase) : previous_(t_phase) { t_phase = phase; }
 PhaseScope::~PhaseScope() { t_phase = previous_; }
-const char* current_phase_override() { return t_phase; }
+std::optional<format::Phase> current_phase_override() { return t_phase; }
 
 const std::string& current_module_scope() {
   static const std::string root;

@@ -220,11 +220,11 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   std::lock_guard<std::mutex> lock(g_state->mutex);
   CaptureState& st = *g_state;
   record.index = st.next_end++;
-  if (const char* phase = current_phase_override()) {
-    record.phase = phase;
+  if (const std::optional<format::Phase> phase = current_phase_override()) {
+    record.phase = *phase;
     record.module = ctx->module;
   } else if (t_backward_nodes.empty()) {
-    record.phase = format::to_string(format::Phase::forward);
+    record.phase = format::Phase::forward;
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();
     if (!record.module.empty() &&
@@ -234,7 +234,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module};
   } else {
     const BackwardNode& node = t_backward_nodes.back();
-    record.phase = format::to_string(format::Phase::backward);
+    record.phase = format::Phase::backward;
     record.backward_node = node.name;
     record.seq_nr = node.seq_nr;
     if (auto it = st.forward_ops.find(node.seq_nr); it != st.forward_ops.end()) {
@@ -247,7 +247,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     st.trail.push_back({record, first_output});
     while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
   }
-  auto consider = [&](std::optional<Candidate>& slot, const char* kind) {
+  auto consider = [&](std::optional<Candidate>& slot, format::BirthKind kind) {
     // A later-ending op that started before the current birth encloses it:
     // report the enclosing (outer) op instead.
     if (slot && slot->start_index < ctx->start_index) return;
@@ -271,10 +271,10 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.frozen_birth_start = c.start_index;
     }
   };
-  if (output_nan && !ctx->input_nan) consider(st.first_nan, format::to_string(format::BirthKind::nan));
+  if (output_nan && !ctx->input_nan) consider(st.first_nan, format::BirthKind::nan);
   if (output_inf && !ctx->input_nan &&
       (!ctx->input_inf || (!ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
-    consider(st.first_inf, format::to_string(format::BirthKind::inf));
+    consider(st.first_inf, format::BirthKind::inf);
 }
 
 }  // namespace

@@ -60,14 +60,13 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
     if (row >= 0) {
       format::Birth birth;
       birth.op.op = "input";
-      birth.op.phase = format::to_string(format::Phase::input);
+      birth.op.phase = format::Phase::input;
       birth.op.index = -1;
       birth.op.output = tensor_stats(inputs[row]);
-      birth.kind = format::to_string(birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf);
+      birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
       birth.sample = row;
       capture.first_birth = birth;
-      (birth.kind == format::to_string(format::BirthKind::nan) ? capture.first_nan_birth : capture.first_inf_birth) =
-          birth;
+      (birth.kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
       capture.reproduced = true;
     }
   } catch (const std::exception& e) {

@@ -146,7 +146,7 @@ size_t wait_for_rows(const std::string& run_dir, int rank, int world, size_t row
 std::vector<std::string> event_texts(const format::RunData& run, const std::string& kind) {
   std::vector<std::string> texts;
   for (const auto& e : run.events)
-    if (e.kind == kind) texts.push_back(std::to_string(e.step) + ":" + e.text);
+    if (format::to_string(e.kind) == kind) texts.push_back(std::to_string(e.step) + ":" + e.text);
   return texts;
 }
 

@@ -31,7 +31,7 @@ TEST(EventText, ARollbackSaysWhereToAndReadsBack) {
 TEST(EventText, RolledBackRowsAreTheOnesAfterTheTargetUpToTheRollback) {
   RunData run;
   for (int64_t s = 0; s < 10; ++s) run.step.push_back(s);
-  run.events.push_back({6, to_string(EventKind::rollback), rollback_text({3, 6, 0.5, 1e-3, ""})});
-  run.events.push_back({8, to_string(EventKind::rollback), "garbled"});  // ignored, not guessed
+  run.events.push_back({6, EventKind::rollback, rollback_text({3, 6, 0.5, 1e-3, ""})});
+  run.events.push_back({8, EventKind::rollback, "garbled"});  // ignored, not guessed
   EXPECT_EQ(rolled_back_rows(run), (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 1, 0, 0, 0}));
 }

@@ -84,7 +84,7 @@ TEST(RunFile, RoundTripsEveryColumnEventAndConfig) {
   }
   ASSERT_EQ(run.events.size(), 2u);
   EXPECT_EQ(run.events[1].step, 7);
-  EXPECT_EQ(run.events[1].kind, "fallback");
+  EXPECT_EQ(run.events[1].kind, EventKind::fallback);
   EXPECT_EQ(run.events[1].text, "fp16 -> fp32, LR x 0.5");
 }
 
@@ -182,7 +182,7 @@ TEST(RunFile, FollowerSeesRowsAndEventsAppendedByALiveWriter) {
     EXPECT_FLOAT_EQ(run.layer_act_absmax[s * 2], s + 0.5f);
   }
   ASSERT_EQ(run.events.size(), 1u);
-  EXPECT_EQ(run.events[0].kind, "fallback");
+  EXPECT_EQ(run.events[0].kind, EventKind::fallback);
 }
 
 TEST(RunFile, FileKindNamesEachKindAndRejectsForeignFiles) {

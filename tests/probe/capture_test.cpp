@@ -29,7 +29,7 @@ TEST(Capture, LogOfANegativeIsANanBirthWithItsInputStats) {
   format::Capture c = capture.result();
   ASSERT_TRUE(c.first_nan_birth);
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::log");
-  EXPECT_EQ(c.first_nan_birth->op.phase, "forward");
+  EXPECT_EQ(c.first_nan_birth->op.phase, format::Phase::forward);
   ASSERT_EQ(c.first_nan_birth->inputs.size(), 1u);
   EXPECT_DOUBLE_EQ(c.first_nan_birth->inputs[0].min, -1.0);
   EXPECT_EQ(c.first_nan_birth->op.output.nan_count, 1);
@@ -125,7 +125,7 @@ TEST(Capture, InfBirthPrecedesTheNanItCauses) {
   ASSERT_TRUE(c.first_inf_birth && c.first_nan_birth);
   EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp");
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::sub");
-  EXPECT_EQ(c.first_birth->kind, "inf");
+  EXPECT_EQ(c.first_birth->kind, format::BirthKind::inf);
   EXPECT_LT(c.first_inf_birth->op.index, c.first_nan_birth->op.index);
 }
 
@@ -141,8 +141,8 @@ TEST(Capture, SqrtGradientAtZeroIsABackwardBirthLinkedToItsForwardOpAndModule) {
   y.sum().backward();
   format::Capture c = capture.result();
   ASSERT_TRUE(c.first_birth);
-  EXPECT_EQ(c.first_birth->kind, "inf");
-  EXPECT_EQ(c.first_birth->op.phase, "backward");
+  EXPECT_EQ(c.first_birth->kind, format::BirthKind::inf);
+  EXPECT_EQ(c.first_birth->op.phase, format::Phase::backward);
   EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
   EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
   EXPECT_EQ(c.first_birth->op.module, "blocks.0.scale");
@@ -208,7 +208,7 @@ TEST_F(ScriptedCapture, TheSameMaskedAttentionWithAnOverflowingExpIsReported) {
   ASSERT_TRUE(c.first_inf_birth);
   EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp");
   EXPECT_EQ(c.first_inf_birth->op.module, "attn");
-  EXPECT_EQ(c.first_inf_birth->op.phase, "forward");
+  EXPECT_EQ(c.first_inf_birth->op.phase, format::Phase::forward);
 }
 
 TEST_F(ScriptedCapture, AnOpIsJudgedByItsOwnArgumentsNotTheInterpretersWholeStack) {
@@ -220,7 +220,7 @@ TEST_F(ScriptedCapture, AnOpIsJudgedByItsOwnArgumentsNotTheInterpretersWholeStac
     format::Capture c = capture(model, Amp::fp32);
     ASSERT_TRUE(c.first_birth) << model;
     EXPECT_EQ(c.first_birth->op.op, "aten::exp") << model;
-    EXPECT_EQ(c.first_birth->kind, "inf") << model;
+    EXPECT_EQ(c.first_birth->kind, format::BirthKind::inf) << model;
     EXPECT_EQ(c.first_birth->op.module, "h.0.attn") << model;
     ASSERT_EQ(c.first_birth->inputs.size(), 1u) << model << ": exp has one argument";
     EXPECT_EQ(c.first_birth->inputs[0].shape, (std::vector<int64_t>{2, 5, 5})) << model;
@@ -233,7 +233,7 @@ TEST_F(ScriptedCapture, FullyMaskedRowIsANanBirthInTheAttentionModule) {
   ASSERT_TRUE(c.first_nan_birth);
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::softmax");
   EXPECT_EQ(c.first_nan_birth->op.module, "attn");
-  EXPECT_EQ(c.first_nan_birth->op.phase, "forward");
+  EXPECT_EQ(c.first_nan_birth->op.phase, format::Phase::forward);
 }
 
 TEST_F(ScriptedCapture, Bf16OnlyFailureShowsUnderBf16AndNotInFp32) {
@@ -246,13 +246,13 @@ TEST_F(ScriptedCapture, Bf16OnlyFailureShowsUnderBf16AndNotInFp32) {
   const std::string op = bf16.first_birth->op.op;
   EXPECT_TRUE(op == "aten::sqrt" || op == "aten::div") << op;
   EXPECT_EQ(bf16.first_birth->op.module, "norm");
-  EXPECT_EQ(bf16.first_birth->op.phase, "forward");
+  EXPECT_EQ(bf16.first_birth->op.phase, format::Phase::forward);
 }
 
 TEST_F(ScriptedCapture, BackwardOnlyFailureNamesTheNodeAndTheForwardOp) {
   format::Capture c = capture("sqrt_backward.pt", Amp::fp32);
   ASSERT_TRUE(c.first_birth);
-  EXPECT_EQ(c.first_birth->op.phase, "backward");
+  EXPECT_EQ(c.first_birth->op.phase, format::Phase::backward);
   EXPECT_EQ(c.first_birth->op.backward_node, "SqrtBackward0");
   EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
   EXPECT_EQ(c.first_birth->op.module, "scale");
@@ -266,7 +266,7 @@ TEST_F(ScriptedCapture, ModulesReachedThroughContainersKeepTheirFullPath) {
     ASSERT_TRUE(c.first_birth) << model;
     EXPECT_EQ(c.first_birth->op.op, "aten::log") << model;
     EXPECT_EQ(c.first_birth->op.module, "transformer.h.1.attn") << model;
-    EXPECT_EQ(c.first_birth->kind, "nan") << model;
+    EXPECT_EQ(c.first_birth->kind, format::BirthKind::nan) << model;
   }
 }
 
@@ -279,5 +279,5 @@ TEST_F(ScriptedCapture, FreeFunctionBelongsToTheModuleThatCalledIt) {
   ASSERT_TRUE(sub.first_birth);
   EXPECT_EQ(sub.first_birth->op.op, "aten::log");
   EXPECT_EQ(sub.first_birth->op.module, "scorer");
-  EXPECT_EQ(sub.first_birth->kind, "inf");
+  EXPECT_EQ(sub.first_birth->kind, format::BirthKind::inf);
 }

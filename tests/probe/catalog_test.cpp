@@ -75,7 +75,7 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   const int64_t step = s.step == kFirstSkip ? first_skip : s.step;
   EXPECT_EQ(first_skip, step);
   bool snapshot_event = false;
-  for (const auto& e : run.events) snapshot_event |= e.kind == "snapshot" && e.step == step;
+  for (const auto& e : run.events) snapshot_event |= e.kind == format::EventKind::snapshot && e.step == step;
   EXPECT_TRUE(snapshot_event);
 
   const std::string path = probe::snapshot_path(dir.file("run"), step);
@@ -85,17 +85,17 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   ASSERT_TRUE(snap.capture.reproduced);
   ASSERT_TRUE(snap.capture.first_birth.has_value());
   const format::Birth& b = *snap.capture.first_birth;
-  EXPECT_EQ(b.kind, s.kind);
+  EXPECT_EQ(std::string(format::to_string(b.kind)), s.kind);
   if (s.op) {
     EXPECT_EQ(b.op.op, s.op);
   }
-  EXPECT_EQ(b.op.phase, s.phase);
+  EXPECT_EQ(std::string(format::to_string(b.op.phase)), s.phase);
   EXPECT_EQ(b.op.module, s.module);
   EXPECT_EQ(b.op.backward_node, s.backward_node);
   EXPECT_EQ(b.op.forward_op, s.forward_op);
   EXPECT_EQ(b.sample, s.sample);
   // The trail ends at the birth.
-  if (b.op.phase != "input") {
+  if (b.op.phase != format::Phase::input) {
     ASSERT_FALSE(snap.capture.trail.empty());
     EXPECT_EQ(snap.capture.trail.back().op, b.op.op);
   }
@@ -154,7 +154,7 @@ TEST(Catalog, SlowOnsetScenariosWarnTenStepsOrMoreAhead) {
     for (size_t i = 0; i < run.rows() && first_skip < 0; ++i)
       if (run.skipped[i]) first_skip = run.step[i];
     for (const auto& e : run.events)
-      if (e.kind == "warning" && first_warning < 0) first_warning = e.step;
+      if (e.kind == format::EventKind::warning && first_warning < 0) first_warning = e.step;
     ASSERT_GE(first_skip, 0) << name << ": the fault never went non-finite";
     ASSERT_GE(first_warning, 0) << name << ": no warning";
     EXPECT_GE(first_skip - first_warning, 10) << name;

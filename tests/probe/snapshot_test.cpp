@@ -28,14 +28,15 @@ TEST(Snapshot, RoundTripsEveryPart) {
   s.targets = at::randint(0, 256, {2, 8}, at::kLong);
   s.batch_rows = at::tensor({int64_t(5), int64_t(9)});
   s.cpu_rng_state = at::randint(0, 255, {5056}, at::kByte);
-  s.precision = "bf16";
+  s.precision = format::Precision::bf16;
   s.loss_scale = 32768;
   s.lr = 3e-4;
   s.clip = 1.0;
   s.config = {{"model", "gpt"}, {"faults", "log_nonpositive@42:0"}};
   format::Birth birth;
-  birth.op = {17, "aten::log", "forward", "blocks.0.mlp", "", "", 31, {"bfloat16", {2, 8, 256}, -1, 4, 4, 12, 0}};
-  birth.kind = "nan";
+  birth.op = {
+      17, "aten::log", format::Phase::forward, "blocks.0.mlp", "", "", 31, {"bfloat16", {2, 8, 256}, -1, 4, 4, 12, 0}};
+  birth.kind = format::BirthKind::nan;
   birth.inputs = {{"bfloat16", {2, 8, 256}, -0.2, 4, 4, 0, 0}};
   s.capture.reproduced = true;
   s.capture.ops_seen = 120;
@@ -59,7 +60,7 @@ TEST(Snapshot, RoundTripsEveryPart) {
   EXPECT_EQ(r.optimizer_state[1].second.item<int64_t>(), 7);
   EXPECT_TRUE(at::equal(r.inputs, s.inputs));
   EXPECT_TRUE(at::equal(r.cpu_rng_state, s.cpu_rng_state));
-  EXPECT_EQ(r.precision, "bf16");
+  EXPECT_EQ(r.precision, format::Precision::bf16);
   EXPECT_DOUBLE_EQ(r.loss_scale, 32768);
   EXPECT_EQ(r.config, s.config);
   ASSERT_TRUE(r.capture.first_birth);
@@ -89,8 +90,8 @@ void expect_training_went_on(const std::string& run_dir, const test::CommandResu
   EXPECT_EQ(run.rows(), 12u) << "every step ran";
   int failures = 0, snapshots = 0;
   for (const auto& e : run.events) {
-    failures += e.kind == "snapshot_failed";
-    snapshots += e.kind == "snapshot";
+    failures += e.kind == format::EventKind::snapshot_failed;
+    snapshots += e.kind == format::EventKind::snapshot;
   }
   EXPECT_EQ(failures, 2);
   EXPECT_EQ(snapshots, 0);
@@ -178,8 +179,8 @@ TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
   std::vector<int64_t> written, skipped;
   std::string skipped_text;
   for (const auto& e : run.events) {
-    if (e.kind == "snapshot") written.push_back(e.step);
-    if (e.kind == format::to_string(format::EventKind::snapshot_skipped)) {
+    if (e.kind == format::EventKind::snapshot) written.push_back(e.step);
+    if (e.kind == format::EventKind::snapshot_skipped) {
       skipped.push_back(e.step);
       skipped_text += e.text + "\n";
     }

@@ -101,8 +101,8 @@ TEST_P(Verdicts, CatalogScenarioGetsItsVerdictAndCategory) {
   // The result went into the snapshot for the viewer.
   const format::SnapshotSummary summary = format::read_snapshot_summary(snapshot);
   ASSERT_TRUE(summary.replay) << snapshot;
-  EXPECT_EQ(summary.replay->verdict, e.verdict);
-  EXPECT_EQ(summary.replay->category, e.category);
+  EXPECT_EQ(std::string(format::to_string(summary.replay->verdict)), e.verdict);
+  EXPECT_EQ(std::string(format::to_string(summary.replay->category)), e.category);
   EXPECT_GT(summary.replay->reproduced_count, 0);
 }
 
@@ -288,30 +288,30 @@ TEST(Replay, ASnapshotThatCrashesHdf5IsBadInputNotACrash) {
 
 TEST(VerdictRules, CategoryFollowsTheBirth) {
   format::Birth b;
-  b.kind = "nan";
-  b.op.phase = "forward";
+  b.kind = format::BirthKind::nan;
+  b.op.phase = format::Phase::forward;
   b.op.op = "aten::log_";
   EXPECT_EQ(replay::category_of(b), format::Category::log_nonpositive);
   b.op.op = "aten::_softmax";
   EXPECT_EQ(replay::category_of(b), format::Category::fully_masked_softmax);
   b.op.op = "aten::div";
   EXPECT_EQ(replay::category_of(b), format::Category::div_by_zero);
-  b.kind = "inf";
+  b.kind = format::BirthKind::inf;
   b.op.op = "aten::addmm";
   EXPECT_EQ(replay::category_of(b), format::Category::overflow);
   b.op.op = "aten::exp";
   EXPECT_EQ(replay::category_of(b), format::Category::exp_overflow);
-  b.op.phase = "backward";
+  b.op.phase = format::Phase::backward;
   b.op.backward_node = "SqrtBackward0";
   b.op.op = "aten::div";
   EXPECT_EQ(replay::category_of(b), format::Category::sqrt_grad_zero);
-  b.op.phase = "grad_norm";
+  b.op.phase = format::Phase::grad_norm;
   b.op.backward_node = "";
   EXPECT_EQ(replay::category_of(b), format::Category::grad_explosion);
-  b.op.phase = "input";
+  b.op.phase = format::Phase::input;
   EXPECT_EQ(replay::category_of(b), format::Category::nonfinite_input);
-  b.op.phase = "forward";
-  b.kind = "nan";
+  b.op.phase = format::Phase::forward;
+  b.kind = format::BirthKind::nan;
   b.op.op = "aten::where";
   EXPECT_EQ(replay::category_of(b), format::Category::other);
 }
@@ -319,9 +319,9 @@ TEST(VerdictRules, CategoryFollowsTheBirth) {
 TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   replay::VerdictInputs in;
   format::Birth b;
-  b.kind = "inf";
+  b.kind = format::BirthKind::inf;
   b.op.op = "aten::mul";
-  b.op.phase = "forward";
+  b.op.phase = format::Phase::forward;
   b.op.module = "blocks.0.mlp";
   in.birth = b;
   in.repeats = 3;
@@ -329,7 +329,7 @@ TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
   in.reproduced = 3;
   in.fp32_finite = true;
-  in.precision = "fp16";
+  in.precision = format::Precision::fp16;
   in.fp32_modules = {"blocks.0.mlp"};
   in.fp32_search = replay::Fp32Search::found;
   replay::Verdict v = replay::decide(in);
@@ -344,9 +344,9 @@ namespace {
 
 format::Birth birth_at(const char* op, const char* kind, std::vector<format::TensorStats> inputs = {}) {
   format::Birth b;
-  b.kind = kind;
+  b.kind = format::from_string_or_unknown<format::BirthKind>(kind);
   b.op.op = op;
-  b.op.phase = "forward";
+  b.op.phase = format::Phase::forward;
   b.op.module = "attn";
   b.inputs = std::move(inputs);
   return b;
@@ -386,7 +386,7 @@ TEST(VerdictRules, AGradNormRiseAddsItsAdviceOnlyWhereTheFixHasNotGivenIt) {
   replay::VerdictInputs in;
   in.birth = birth_at("aten::addmm", "inf", {stats(-1, 1), stats(-2, 2)});
   in.repeats = in.reproduced = 3;
-  in.precision = "bf16";
+  in.precision = format::Precision::bf16;
   in.grad_norm_trend = "run.h5: grad norm 1 at step 3 -> 1e+06 at step 12 (x1e+06) before this step";
   const std::string advice = "lengthen warmup or lower the LR";
   auto count = [&](const std::string& s) {
@@ -407,7 +407,7 @@ TEST(VerdictRules, LogOfExactlyZeroIsLogNonpositiveNotOverflow) {
   replay::VerdictInputs in;
   in.birth = birth_at("aten::log", "inf", {stats(0, 0.5)});
   in.repeats = in.reproduced = 3;
-  in.precision = "bf16";
+  in.precision = format::Precision::bf16;
   replay::Verdict v = replay::decide(in);
   EXPECT_EQ(v.category, format::Category::log_nonpositive);
   EXPECT_EQ(v.suggestion.find("instead of fp16"), std::string::npos) << v.suggestion;
@@ -418,7 +418,7 @@ TEST(VerdictRules, DivisionOfInfinitiesPointsUpstreamNotAtTheDivisor) {
   replay::VerdictInputs in;
   in.birth = birth_at("aten::div", "nan", {stats(0, 3, 2), stats(1, 9, 4)});
   in.repeats = in.reproduced = 3;
-  in.precision = "fp32";
+  in.precision = format::Precision::fp32;
   replay::Verdict v = replay::decide(in);
   EXPECT_EQ(v.category, format::Category::overflow);
   EXPECT_EQ(v.suggestion.find("eps to the divisor"), std::string::npos) << v.suggestion;
@@ -435,7 +435,7 @@ TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
   in.birth = birth_at("aten::mul", "inf");
   in.repeats = in.reproduced = 3;
   in.fp32_finite = true;
-  in.precision = "bf16";
+  in.precision = format::Precision::bf16;
   for (auto search : {replay::Fp32Search::none_found, replay::Fp32Search::unsupported, replay::Fp32Search::not_run}) {
     in.fp32_search = search;
     replay::Verdict v = replay::decide(in);

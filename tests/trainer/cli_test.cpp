@@ -210,7 +210,7 @@ TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
     ASSERT_EQ(b.loss[i], a.loss[i]) << "step " << i;  // bit for bit, the steps before the kill and after
   }
   size_t resume_events = 0;
-  for (const auto& e : b.events) resume_events += e.kind == "resume";
+  for (const auto& e : b.events) resume_events += e.kind == format::EventKind::resume;
   EXPECT_EQ(resume_events, 1u);
   // The final weights: both runs' last checkpoints, read through h5py, byte for byte.
   const std::string compare =

@@ -77,8 +77,8 @@ TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
   }
   int fallbacks = 0, skips = 0;
   for (const auto& e : r.events) {
-    fallbacks += e.kind == "fallback";
-    skips += e.kind == "skip";
+    fallbacks += e.kind == format::EventKind::fallback;
+    skips += e.kind == format::EventKind::skip;
   }
   EXPECT_EQ(fallbacks, 1);
   EXPECT_EQ(skips, 2);

@@ -3,11 +3,11 @@
 // never saved, and --resume takes the newest healthy checkpoint.
 #include <gtest/gtest.h>
 
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/modules/activation.h>
 #include <torch/optim/adamw.h>
 
 #include <cmath>
@@ -90,8 +90,7 @@ std::vector<std::string> event_lines(const format::RunData& run, format::EventKi
 
 // A NaN sample at step 3 of a bf16 run: the step is skipped, and the model,
 // its BatchNorm statistics and counter included, is exactly as before it.
-void expect_nan_sample_skip_is_a_transaction(TrainableModel& model, const std::string& run_dir,
-                                             const std::string& bn) {
+void expect_nan_sample_skip_is_a_transaction(TrainableModel& model, const std::string& run_dir, const std::string& bn) {
   model.set_training(true);
   torch::optim::AdamW optimizer(trainable_tensors(model), torch::optim::AdamWOptions(1e-2));
   GuardOptions options{run_dir, Amp::bf16};
@@ -222,7 +221,8 @@ TEST_F(Recovery, ASickStateIsNeverCheckpointedAndResumeStartsFromTheHealthyOne) 
   // finds the state sick, and with no rollback the run is dead.
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
-  const auto r = test::run_command(train(run_dir, "--steps 12 --checkpoint-every 3 --rollback off --fault buffer_nan@5"));
+  const auto r =
+      test::run_command(train(run_dir, "--steps 12 --checkpoint-every 3 --rollback off --fault buffer_nan@5"));
   ASSERT_EQ(r.exit_code, kExitDeadRun) << r.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");
   const auto refused = event_lines(run, format::EventKind::save_refused);
@@ -262,8 +262,8 @@ TEST_F(Recovery, ResumePassesOverASickCheckpointForTheOneBeforeIt) {
 
 TEST_F(Recovery, WithRollbackASickStateIsUndoneAndTheRunGoesOn) {
   test::TempDir dir;
-  const auto r = test::run_command(train(dir.file("run"), "--steps 24 --rollback-every 2 --fault buffer_nan@9 --save " +
-                                                              dir.file("model.h5")));
+  const auto r = test::run_command(
+      train(dir.file("run"), "--steps 24 --rollback-every 2 --fault buffer_nan@9 --save " + dir.file("model.h5")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const format::RunData run = format::read_run(dir.file("run/run.h5"));
   EXPECT_EQ(event_lines(run, format::EventKind::rollback).size(), 1u) << r.output;

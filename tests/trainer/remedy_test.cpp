@@ -44,9 +44,9 @@ FailedStep failed_with_birth(const std::string& phase, const std::string& op, co
   failed.batch_size = 8;
   failed.capture = format::Capture{};
   format::Birth birth;
-  birth.kind = "inf";
+  birth.kind = format::BirthKind::inf;
   birth.op.op = op;
-  birth.op.phase = phase;
+  birth.op.phase = format::from_string_or_unknown<format::Phase>(phase);
   birth.op.module = module;
   failed.capture->first_birth = birth;
   return failed;
@@ -133,12 +133,10 @@ TEST(FallbackAuto, APrecisionFailurePutsOnlyItsModulesInFp32AndTheRunStaysBf16) 
   // The bf16-only variance cancellation in blocks.0.ln1, planted twice.
   test::TempDir dir;
   std::ostringstream log;
-  const TrainSummary whole = run(faulted_gpt(dir.file("whole"), FallbackMode::whole,
-                                             "variance_cancellation@4,variance_cancellation@9"),
-                                 log);
-  const TrainSummary automatic = run(faulted_gpt(dir.file("auto"), FallbackMode::automatic,
-                                                 "variance_cancellation@4,variance_cancellation@9"),
-                                     log);
+  const TrainSummary whole =
+      run(faulted_gpt(dir.file("whole"), FallbackMode::whole, "variance_cancellation@4,variance_cancellation@9"), log);
+  const TrainSummary automatic = run(
+      faulted_gpt(dir.file("auto"), FallbackMode::automatic, "variance_cancellation@4,variance_cancellation@9"), log);
   EXPECT_EQ(whole.fallback_step, 4);
   EXPECT_EQ(automatic.fallback_step, -1) << log.str();
   EXPECT_EQ(automatic.skipped, 1) << "with blocks.0.ln1 in fp32 the second planting is finite";

@@ -169,7 +169,7 @@ TEST(Rollback, ABurstOfHugeSamplesWrecksTheStockLoopAndRollbackUndoesIt) {
   // Rollback: back to the state saved after step 99, the spiking batches skipped, close to the clean run.
   std::vector<format::RunEvent> rollbacks;
   for (const auto& e : on_run.events)
-    if (e.kind == format::to_string(format::EventKind::rollback)) rollbacks.push_back(e);
+    if (e.kind == format::EventKind::rollback) rollbacks.push_back(e);
   ASSERT_EQ(rollbacks.size(), 1u) << on.output;
   EXPECT_EQ(format::rollback_target(rollbacks[0].text), 99) << rollbacks[0].text;
   EXPECT_EQ(rollbacks[0].step, 101) << "two trouble steps in a row (patience 2)";
@@ -193,9 +193,9 @@ TEST(Rollback, ACauseThatPersistsEndsInTheFallbackAndThenAStop) {
   const format::RunData r = format::read_run(dir.file("run/run.h5"));
   int rollbacks = 0, fallbacks = 0, stops = 0;
   for (const auto& e : r.events) {
-    rollbacks += e.kind == format::to_string(format::EventKind::rollback);
-    fallbacks += e.kind == format::to_string(format::EventKind::fallback);
-    stops += e.kind == format::to_string(format::EventKind::stop);
+    rollbacks += e.kind == format::EventKind::rollback;
+    fallbacks += e.kind == format::EventKind::fallback;
+    stops += e.kind == format::EventKind::stop;
   }
   EXPECT_EQ(rollbacks, 3) << log.str();
   EXPECT_EQ(fallbacks, 1);

@@ -28,7 +28,7 @@ Timeline timeline_of(const std::string& run_file) {
   for (size_t i = 0; i < r.rows(); ++i)
     if (r.skipped[i] && t.first_nonfinite < 0) t.first_nonfinite = r.step[i];
   for (const auto& e : r.events)
-    if (e.kind == format::to_string(format::EventKind::warning)) {
+    if (e.kind == format::EventKind::warning) {
       ++t.warnings;
       if (t.first_warning < 0 || e.step < t.first_warning) t.first_warning = e.step;
     }
@@ -187,7 +187,7 @@ TEST(DeadRun, WeightsThatWentNonFiniteStopTheRunWithExitFour) {
   const format::RunData run = format::read_run(run_dir + "/run.h5");  // closed whole
   EXPECT_EQ(run.rows(), 4u) << "it stops at the step that found them, not after 40";
   bool stop_event = false;
-  for (const auto& e : run.events) stop_event |= e.kind == format::to_string(format::EventKind::stop);
+  for (const auto& e : run.events) stop_event |= e.kind == format::EventKind::stop;
   EXPECT_TRUE(stop_event);
 }
 

@@ -87,7 +87,7 @@ TEST_F(TorchScript, OpRaisingOnANanIsANonFiniteStepAndTheRunGoesOn) {
   ASSERT_EQ(run_file.rows(), 3u);
   std::string skip_text;
   for (const auto& e : run_file.events)
-    if (e.kind == "skip" && e.step == 0) skip_text = e.text;
+    if (e.kind == format::EventKind::skip && e.step == 0) skip_text = e.text;
   EXPECT_NE(skip_text.find("the model raised: "), std::string::npos) << skip_text;
   EXPECT_NE(skip_text.find("between 0 and 1"), std::string::npos) << skip_text;
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/snapshots/step-0000000.h5"));

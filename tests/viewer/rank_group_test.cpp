@@ -32,19 +32,18 @@ std::vector<int> ranks_of(const ViewModel& model, const viewer::RankGroup& group
 }  // namespace
 
 TEST(RankList, TheEarliestEventThatParsesWins) {
-  const std::vector<format::RunEvent> events = {{10, format::to_string(format::EventKind::nonfinite_ranks), "3"},
-                                                {50, format::to_string(format::EventKind::first_nonfinite), "0"},
-                                                {40, format::to_string(format::EventKind::first_nonfinite), "garbage"},
-                                                {45, format::to_string(format::EventKind::first_nonfinite), "2,1"},
-                                                {60, format::to_string(format::EventKind::first_nonfinite), "3"}};
+  const std::vector<format::RunEvent> events = {{10, format::EventKind::nonfinite_ranks, "3"},
+                                                {50, format::EventKind::first_nonfinite, "0"},
+                                                {40, format::EventKind::first_nonfinite, "garbage"},
+                                                {45, format::EventKind::first_nonfinite, "2,1"},
+                                                {60, format::EventKind::first_nonfinite, "3"}};
   const viewer::FirstNonfiniteRanks first = viewer::first_nonfinite_ranks(events, 4);
   ASSERT_TRUE(first.known());
   EXPECT_EQ(first.step, 45);
   EXPECT_EQ(first.ranks, (Ranks{1, 2}));
   EXPECT_TRUE(first.has(2));
   EXPECT_FALSE(first.has(0));
-  EXPECT_FALSE(
-      viewer::first_nonfinite_ranks({{10, format::to_string(format::EventKind::nonfinite_ranks), "3"}}, 4).known());
+  EXPECT_FALSE(viewer::first_nonfinite_ranks({{10, format::EventKind::nonfinite_ranks, "3"}}, 4).known());
 }
 
 TEST(ViewModel, OpensEveryRankOfAMultiProcessRunAsOneGroup) {

@@ -128,7 +128,7 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
   format::OpRecord before;
   before.index = 40;
   before.op = "aten::gelu";
-  before.phase = "forward";
+  before.phase = format::Phase::forward;
   before.module = "blocks.1.fc";
   before.output = {"bfloat16", {16, 64}, -0.2, 3.0, 3.0, 0, 0};
   format::Birth birth;
@@ -136,7 +136,7 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
   birth.op.index = 41;
   birth.op.op = "aten::log";
   birth.op.output = {"bfloat16", {16, 64}, -14, 1.1, 14, 37, 0};
-  birth.kind = "nan";
+  birth.kind = format::BirthKind::nan;
   birth.inputs = {before.output};
   capture.first_birth = capture.first_nan_birth = birth;
   capture.trail = {before, birth.op};
@@ -153,8 +153,8 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
   root.group("batch").put_tensor("rows", format::DType::int64, {4}, rows.data());
   if (replayed) {
     format::ReplayRecord record;
-    record.verdict = "model_or_data";
-    record.category = "log_nonpositive";
+    record.verdict = format::Verdict::model_or_data;
+    record.category = format::Category::log_nonpositive;
     record.suggestion = "clamp the input of aten::log in blocks.1.fc";
     record.reproduced_count = 3;
     record.repeats = 3;

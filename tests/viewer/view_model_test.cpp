@@ -55,7 +55,7 @@ TEST(ViewModel, OpensARunDirectoryWithItsSnapshots) {
   EXPECT_TRUE(std::isnan(s.layer_grad_norm[1]));
   EXPECT_EQ(s.batch_rows, (std::vector<int64_t>{7, 3, 11, 5}));
   ASSERT_TRUE(s.replay);
-  EXPECT_EQ(s.replay->verdict, "model_or_data");
+  EXPECT_EQ(s.replay->verdict, format::Verdict::model_or_data);
   EXPECT_EQ(s.replay->samples, "2");
 }
 
@@ -153,7 +153,7 @@ TEST(ViewModel, RolledBackRowsAreNoPartOfTheCurveAndTheWarnedLayerIsMarked) {
     EXPECT_EQ(run.rolled_back()[i], data.step[i] > 40 && data.step[i] <= 60) << "step " << data.step[i];
   EXPECT_EQ(run.off_curve(), run.rolled_back()) << "no skipped rows in this run";
   ASSERT_EQ(run.sentinel_events().size(), 2u);
-  EXPECT_EQ(run.sentinel_events()[1].kind, "rollback");
+  EXPECT_EQ(run.sentinel_events()[1].kind, format::EventKind::rollback);
 
   // The loss curve over all 100 steps: the 1e6 rows are not in any column.
   std::vector<viewer::Column> columns;

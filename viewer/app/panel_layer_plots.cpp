@@ -54,7 +54,7 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
                           run_color(size_t(ui.active_run)), /*nan_is_missing=*/true, run.off_curve().data()});
     spec.markers.push_back(&data.events);
     // Headroom: how far the layer's activations sit below each format's largest value.
-    spec.references.push_back({kFp16Max, rgba(255, 120, 40), "fp16 max 65504"});
+    spec.references.push_back({kFp16Max, rgba(255, 120, 40), "fp16 max"});
     spec.references.push_back({kBf16Max, rgba(255, 200, 60), "bf16 max 3.4e38"});
     ui.regions["plot.act_absmax"] = draw_plot(spec, half, kPlotHeight, ui.steps, model.step_extent(), ui.act_absmax);
   }

@@ -56,9 +56,10 @@ void births_table(const format::Capture& capture) {
     const format::Birth& b = **birth;
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::TextColored(ImColor(b.kind == format::to_string(format::BirthKind::nan) ? kNaNColor : kInfColor), "%s (%s)",
-                       label, b.kind.c_str());
-    for (const std::string* s : {&b.op.op, &b.op.phase, &b.op.module, &b.op.backward_node, &b.op.forward_op}) {
+    ImGui::TextColored(ImColor(b.kind == format::BirthKind::nan ? kNaNColor : kInfColor), "%s (%s)", label,
+                       format::to_string(b.kind));
+    const std::string phase = format::to_string(b.op.phase);
+    for (const std::string* s : {&b.op.op, &phase, &b.op.module, &b.op.backward_node, &b.op.forward_op}) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(s->empty() ? "-" : s->c_str());
     }
@@ -102,7 +103,7 @@ void trail_table(const format::Capture& capture) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(op.op.c_str());
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(op.phase.c_str());
+    ImGui::TextUnformatted(format::to_string(op.phase));
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(op.module.empty() ? "(root)" : op.module.c_str());
     stats_cells(op.output);
@@ -139,9 +140,9 @@ void replay_box(const format::SnapshotSummary& s) {
   }
   const format::ReplayRecord& r = *s.replay;
   ImGui::SameLine();
-  ImGui::Text("verdict: %s   category: %s", r.verdict.c_str(), r.category.c_str());
+  ImGui::Text("verdict: %s   category: %s", format::to_string(r.verdict), format::to_string(r.category));
   ImGui::TextWrapped("suggestion: %s", r.suggestion.c_str());
-  ImGui::Text("re-run at %s: non-finite in %lld of %lld; fp32: %s", s.precision.c_str(),
+  ImGui::Text("re-run at %s: non-finite in %lld of %lld; fp32: %s", format::to_string(s.precision),
               static_cast<long long>(r.reproduced_count), static_cast<long long>(r.repeats),
               r.fp32_finite ? "finite" : "non-finite");
   if (!r.fp32_modules.empty()) ImGui::Text("fp32 needed in: %s", r.fp32_modules.c_str());
@@ -199,7 +200,7 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
   const format::SnapshotSummary& s = *model.snapshots[ui.selected_snapshot].summary;
   ImGui::Text("%s", s.path.c_str());
   ImGui::Text("step %lld   %s   loss scale %g   lr %g   clip %g   model %s", static_cast<long long>(s.step),
-              s.precision.c_str(), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
+              format::to_string(s.precision), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
   if (!s.capture.reproduced)
     ImGui::TextColored(ImColor(kInfColor),
                        "The forensic re-run stayed finite: the fault did not reproduce (transient?).");

@@ -26,11 +26,11 @@ void draw_sentinel_events(const RunSource& run) {
   if (events.empty()) return;
   size_t warnings = 0, rollbacks = 0, remedies = 0, refused = 0, stops = 0;
   for (const auto& e : events) {
-    warnings += e.kind == format::to_string(format::EventKind::warning);
-    rollbacks += e.kind == format::to_string(format::EventKind::rollback);
-    remedies += e.kind == format::to_string(format::EventKind::remedy);
-    refused += e.kind == format::to_string(format::EventKind::save_refused);
-    stops += e.kind == format::to_string(format::EventKind::stop);
+    warnings += e.kind == format::EventKind::warning;
+    rollbacks += e.kind == format::EventKind::rollback;
+    remedies += e.kind == format::EventKind::remedy;
+    refused += e.kind == format::EventKind::save_refused;
+    stops += e.kind == format::EventKind::stop;
   }
   const std::string label = std::to_string(warnings) + " warning(s), " + std::to_string(rollbacks) + " rollback(s)" +
                             (remedies ? ", " + std::to_string(remedies) + " remedy(ies)" : std::string()) +
@@ -41,8 +41,8 @@ void draw_sentinel_events(const RunSource& run) {
   ImGui::PopStyleColor();
   if (!open) return;
   for (const auto& e : events)
-    ImGui::TextColored(ImColor(event_color(e.kind)), "%lld %s: %s", static_cast<long long>(e.step), e.kind.c_str(),
-                       e.text.c_str());
+    ImGui::TextColored(ImColor(event_color(e.kind)), "%lld %s: %s", static_cast<long long>(e.step),
+                       format::to_string(e.kind), e.text.c_str());
   ImGui::TreePop();
 }
 

@@ -82,20 +82,27 @@ void draw_line(ImDrawList* dl, const Mapping& m, const std::vector<Column>& colu
 
 }  // namespace
 
-uint32_t event_color(const std::string& kind) {
-  if (kind == "skip") return rgba(255, 200, 60);
-  if (kind == "scale_backoff") return rgba(120, 200, 255);
-  if (kind == "fallback") return rgba(255, 120, 40);
-  if (kind == "snapshot") return rgba(200, 140, 255);
-  if (kind == "first_birth") return kNaNColor;
-  if (kind == format::to_string(format::EventKind::warning)) return rgba(255, 225, 80);
-  if (kind == format::to_string(format::EventKind::rollback)) return rgba(90, 230, 200);
-  if (kind == format::to_string(format::EventKind::stop)) return rgba(255, 60, 60);
-  if (kind == format::to_string(format::EventKind::remedy)) return rgba(255, 160, 90);
-  if (kind == format::to_string(format::EventKind::save_refused)) return rgba(255, 90, 160);
-  if (kind == format::to_string(format::EventKind::first_nonfinite) ||
-      kind == format::to_string(format::EventKind::nonfinite_ranks))
-    return kFirstNonfiniteRankColor;
+uint32_t event_color(format::EventKind kind) {
+  using format::EventKind;
+  switch (kind) {
+    case EventKind::skip: return rgba(255, 200, 60);
+    case EventKind::scale_backoff: return rgba(120, 200, 255);
+    case EventKind::fallback: return rgba(255, 120, 40);
+    case EventKind::snapshot: return rgba(200, 140, 255);
+    case EventKind::first_birth: return kNaNColor;
+    case EventKind::warning: return rgba(255, 225, 80);
+    case EventKind::rollback: return rgba(90, 230, 200);
+    case EventKind::stop: return rgba(255, 60, 60);
+    case EventKind::remedy: return rgba(255, 160, 90);
+    case EventKind::save_refused: return rgba(255, 90, 160);
+    case EventKind::first_nonfinite:
+    case EventKind::nonfinite_ranks: return kFirstNonfiniteRankColor;
+    case EventKind::snapshot_failed:
+    case EventKind::snapshot_skipped:
+    case EventKind::dist_error:
+    case EventKind::resume:
+    case EventKind::unknown: break;
+  }
   return rgba(200, 200, 200);
 }
 
@@ -194,7 +201,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
   for (const auto* events : spec.markers) {
     for (const format::RunEvent& e : *events) {
       // A rollback greys out the steps it took back: they are not the run's curve.
-      if (e.kind == format::to_string(format::EventKind::rollback))
+      if (e.kind == format::EventKind::rollback)
         if (const std::optional<int64_t> to = format::rollback_target(e.text)) {
           const float x0 = std::max(lo.x, m.px(double(*to) + 1)), x1 = std::min(hi.x, m.px(double(e.step) + 1));
           if (x1 > x0) dl->AddRectFilled({x0, lo.y}, {x1, hi.y}, kRolledBack);
@@ -227,7 +234,7 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
       for (const format::RunEvent& e : *events)
         if (std::abs(double(e.step) + 0.5 - m.step_at(io.MousePos.x)) <= 4 * pixel_steps + 0.5)
           ImGui::TextColored(ImColor(event_color(e.kind)), "step %lld %s: %s", static_cast<long long>(e.step),
-                             e.kind.c_str(), e.text.c_str());
+                             format::to_string(e.kind), e.text.c_str());
     }
     ImGui::EndTooltip();
   }

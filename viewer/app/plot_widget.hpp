@@ -46,6 +46,6 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
                  PlotState& state);
 
 // The colour an event kind is drawn in.
-uint32_t event_color(const std::string& kind);
+uint32_t event_color(format::EventKind kind);
 
 }  // namespace nanscope::viewer

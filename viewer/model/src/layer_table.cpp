@@ -32,7 +32,7 @@ void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>
   const size_t begin = rows > window ? rows - window : 0;
   std::map<std::string, int64_t> latest_warning;  // layer -> index of the latest warning naming it
   for (size_t e = 0; e < run.events.size(); ++e)
-    if (run.events[e].kind == format::to_string(format::EventKind::warning))
+    if (run.events[e].kind == format::EventKind::warning)
       latest_warning[format::warning_where(run.events[e].text)] = int64_t(e);
   for (size_t l = 0; l < layers; ++l) {
     LayerRow& row = out[l];

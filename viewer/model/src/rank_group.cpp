@@ -9,9 +9,7 @@ bool FirstNonfiniteRanks::has(int rank) const { return std::binary_search(ranks.
 FirstNonfiniteRanks first_nonfinite_ranks(const std::vector<format::RunEvent>& events, int world_size) {
   FirstNonfiniteRanks first;
   for (const format::RunEvent& e : events) {
-    if (e.kind != format::to_string(format::EventKind::first_nonfinite) || e.step < 0 ||
-        (first.known() && e.step >= first.step))
-      continue;
+    if (e.kind != format::EventKind::first_nonfinite || e.step < 0 || (first.known() && e.step >= first.step)) continue;
     if (auto ranks = format::parse_rank_list(e.text, world_size)) {
       first.step = e.step;
       first.ranks = std::move(*ranks);

@@ -73,11 +73,9 @@ void RunSource::absorb_events() {
   rolled_back_ = format::rolled_back_rows(run);
   sentinel_events_.clear();
   for (const format::RunEvent& e : run.events)
-    if (e.kind == format::to_string(format::EventKind::warning) ||
-        e.kind == format::to_string(format::EventKind::rollback) ||
-        e.kind == format::to_string(format::EventKind::stop) ||
-        e.kind == format::to_string(format::EventKind::remedy) ||
-        e.kind == format::to_string(format::EventKind::save_refused))
+    if (e.kind == format::EventKind::warning || e.kind == format::EventKind::rollback ||
+        e.kind == format::EventKind::stop || e.kind == format::EventKind::remedy ||
+        e.kind == format::EventKind::save_refused)
       sentinel_events_.push_back(e);
   events_seen_ = run.events.size();
   off_curve_.assign(run.rows(), 0);

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/vocabulary.hpp"
+
 namespace nanscope {
 
 struct SentinelOptions {
@@ -48,7 +50,8 @@ struct StepSignals {
   double loss = 0;
   double grad_norm = 0;
   double loss_scale = 1;
-  double precision_limit = 3.38953e38;  // the largest finite value of the step's precision
+  double precision_limit =
+      format::largest_finite(format::Precision::bf16);  // the step precision's largest finite value
   const std::vector<std::string>* layer_names = nullptr;
   const std::vector<float>* layer_grad_norm = nullptr;   // per layer, or empty
   const std::vector<float>* layer_act_absmax = nullptr;  // per layer on recording steps, or empty

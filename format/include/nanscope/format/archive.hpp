@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+#include "nanscope/format/vocabulary.hpp"
+
 namespace nanscope::format {
 
 enum class DType : uint8_t { float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, boolean };
@@ -46,6 +48,16 @@ class Group {
   bool has_attr(const std::string& name) const;
   AttrValue attr(const std::string& name) const;
   std::string attr_string(const std::string& name) const;
+  // A vocabulary word (vocabulary.hpp) as its spelling; read back, a word
+  // this version does not know is Word::unknown.
+  template <typename Word>
+  void set_word(const std::string& name, Word word) const {
+    set_attr(name, std::string(to_string(word)));
+  }
+  template <typename Word>
+  Word word(const std::string& name) const {
+    return from_string_or_unknown<Word>(attr_string(name));
+  }
   int64_t attr_int(const std::string& name) const;
   double attr_double(const std::string& name) const;
   std::vector<std::string> attr_names() const;

@@ -22,9 +22,9 @@ struct TensorStats {
 
 // One op as capture saw it.
 struct OpRecord {
-  int64_t index = 0;          // execution order within the captured step
-  std::string op;             // "aten::log"
-  std::string phase;          // "forward" | "backward" | "input"
+  int64_t index = 0;  // execution order within the captured step
+  std::string op;     // "aten::log"
+  Phase phase = Phase::forward;
   std::string module;         // dotted path; "" is the root
   std::string backward_node;  // "SqrtBackward0" for ops inside an autograd node
   std::string forward_op;     // the forward op that made that node (via seqNr)
@@ -35,7 +35,7 @@ struct OpRecord {
 // Where a NaN or an Inf was born (docs/design.md: "first birth").
 struct Birth {
   OpRecord op;
-  std::string kind;     // "nan" | "inf"
+  BirthKind kind = BirthKind::nan;
   int64_t sample = -1;  // the batch row, for an input birth; -1 otherwise
   // For a loss with an ignore_index (cross_entropy, nll_loss): the targets it
   // counted. 0 means every target was ignored and its mean was 0 / 0. -1: not

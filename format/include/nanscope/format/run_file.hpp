@@ -28,9 +28,8 @@ struct StepRow {
 
 struct RunEvent {
   int64_t step = 0;
-  std::string
-      kind;  // to_string(EventKind) as written; another string from a foreign or newer file (at most 16 characters)
-  std::string text;  // cut at 240 characters
+  EventKind kind = EventKind::unknown;  // unknown: a word from a newer or foreign file
+  std::string text;                     // cut at 240 characters
 };
 
 // The text of the nonfinite_ranks and first_nonfinite events, written and read here only: "1", "0,2".
@@ -63,7 +62,7 @@ class RunWriter {
 
   void append(const StepRow& row);
   void event(const RunEvent& event);
-  void event(int64_t step, EventKind kind, const std::string& text) { event({step, to_string(kind), text}); }
+  void event(int64_t step, EventKind kind, const std::string& text) { event(RunEvent{step, kind, text}); }
   void flush();
   const std::string& path() const;
 

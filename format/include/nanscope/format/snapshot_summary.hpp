@@ -16,7 +16,9 @@ namespace nanscope::format {
 
 // What nanscope-replay found, stored as /replay (docs/format.md).
 struct ReplayRecord {
-  std::string verdict, category, suggestion;
+  Verdict verdict = Verdict::unknown;
+  Category category = Category::unknown;
+  std::string suggestion;
   int64_t reproduced_count = 0, repeats = 0;
   bool fp32_finite = false;
   std::string anomaly;
@@ -35,7 +37,7 @@ std::optional<ReplayRecord> read_replay_record(const Group& root);
 // by the probe's own reader. The probe's SnapshotContents adds the tensors.
 struct SnapshotHeader {
   int64_t step = 0;
-  std::string precision;  // to_string(Precision)
+  Precision precision = Precision::unknown;
   double loss_scale = 1, lr = 0, clip = 0;
   std::string model_name;  // stored as /model/name, beside the model's tensors
   std::map<std::string, std::string> config;

@@ -11,8 +11,11 @@
 // NANSCOPE_PROBE_DISABLED, and to an object whose constructor is one relaxed
 // atomic load when op-level capture is not running: clean steps pay nothing.
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope::probe {
 
@@ -64,16 +67,16 @@ class Fp32Regions {
 // "grad_norm" for the global-norm computation the re-run repeats after backward.
 class PhaseScope {
  public:
-  explicit PhaseScope(const char* phase);
+  explicit PhaseScope(format::Phase phase);
   ~PhaseScope();
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
 
  private:
-  const char* previous_;
+  std::optional<format::Phase> previous_;
 };
-// nullptr when no PhaseScope is open on this thread.
-const char* current_phase_override();
+// nullopt when no PhaseScope is open on this thread.
+std::optional<format::Phase> current_phase_override();
 
 }  // namespace nanscope::probe
 

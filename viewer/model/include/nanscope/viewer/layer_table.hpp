@@ -9,7 +9,7 @@
 
 namespace nanscope::viewer {
 
-inline constexpr double kFp16Max = 65504.0;
+inline constexpr double kFp16Max = format::largest_finite(format::Precision::fp16);
 inline constexpr double kBf16Max = 3.3895313892515355e38;
 
 struct LayerRow {
