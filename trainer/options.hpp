@@ -1,19 +1,19 @@
 #pragma once
 // Everything nanscope-train is told, as a plain struct: the CLI parses into it
-// (options_cli.cpp) and run(options) takes it, so tests need no argv.
+// (options_cli.cpp) and run(options) takes it, so tests need no argv. The step
+// guard's options (precision, clip, fallback, probe, warnings, rollback, run
+// directory, ...) are its base: one list, handed to the guard as it is.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "dist_options.hpp"
-#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/fault.hpp"
-#include "nanscope/core/precision.hpp"
-#include "nanscope/core/rollback.hpp"
+#include "nanscope/core/guard_options.hpp"
 
 namespace nanscope {
 
-struct TrainOptions {
+struct TrainOptions : GuardOptions {
   std::string model = "gpt";  // mlp | gpt | PATH.pt
   std::string data;           // HDF5 with /inputs and /targets; empty: built-in data
   std::string init;           // checkpoint to start from
@@ -25,23 +25,9 @@ struct TrainOptions {
   std::string schedule = "constant";    // constant | cosine
   bool schedule_holds_on_skip = false;  // the schedule follows applied updates, not step numbers
   int64_t warmup = 0;
-  double clip = 1.0;  // <= 0: no clipping
-  Amp amp = Amp::fp32;
-  double lr_backoff = 0.5;
-  FallbackMode fallback = FallbackMode::whole;
-  std::vector<std::string> fp32_modules;  // run with autocast off from the first step
-  double fallback_min_scale = 1.0;        // fp16: fall back once the scale drops below this
   double z_loss = 0;
   bool shuffle = true;
-  bool probe = true;
-  bool warn = true;                 // early warnings (core/sentinel.hpp)
-  RollbackOptions rollback;         // --rollback and its sizes (core/rollback.hpp)
-  bool capture_every_step = false;  // op-level capture on every step, not only the re-run
-  int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
-  std::string run_dir = "nanscope-run";
-  int64_t max_nonfinite_run = 20;  // non-finite steps in a row with nothing left to try: the run is dead
-  int64_t max_snapshots = 3;       // snapshots per run: one per distinct first birth, at most this many
-  std::string save;                // checkpoint written at the end (and every checkpoint_every steps)
+  std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;
   std::string resume;  // RUN_DIR to continue from its newest checkpoint
   uint64_t seed = 0;

@@ -17,6 +17,7 @@
 
 #include "distributed.hpp"
 #include "gradient_buckets.hpp"
+#include "interrupt.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_health.hpp"
@@ -25,15 +26,13 @@
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/stats.hpp"
 #include "progress.hpp"
+#include "resume.hpp"
 #include "schedule.hpp"
 #include "setup.hpp"
 
 namespace nanscope {
 
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted = true; }
 
 std::string fmt(double v) {
   std::ostringstream s;
@@ -83,8 +82,6 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"world_size", std::to_string(o.dist.world_size)}};
 }
 
-// --save with several ranks: rank 0 writes it (the weights are the same on
-// every rank), unless the path names "{rank}", which each rank fills in.
 // --fault buffer_nan: NaN into the first floating buffer, between two steps.
 void poison_first_buffer(TrainableModel& model) {
   for (auto& [name, buffer] : model.named_buffers())
@@ -94,12 +91,6 @@ void poison_first_buffer(TrainableModel& model) {
       return;
     }
   throw std::invalid_argument("--fault buffer_nan: the model has no floating buffer");
-}
-
-std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d) {
-  const auto at = path.find("{rank}");
-  if (at != std::string::npos) return std::string(path).replace(at, 6, std::to_string(d.rank));
-  return d.rank == 0 ? path : "";
 }
 
 }  // namespace
@@ -126,10 +117,8 @@ struct Ranks {
   std::unique_ptr<ProcessGroup> group;
   std::optional<GradientBuckets> buckets;
 };
-Ranks connect_ranks(const DistOptions& dist, at::Device device) {
-  Ranks ranks;
+void connect_ranks(Ranks& ranks, const DistOptions& dist, at::Device device) {
   if (dist.enabled()) ranks.group = ProcessGroup::connect(dist, device);
-  return ranks;
 }
 
 // Every rank starts from rank 0's weights, and the gradient buckets are laid out once.
@@ -142,124 +131,6 @@ void share_start(Ranks& ranks, const DistOptions& dist, TrainableModel& model,
   for (auto& [name, t] : model.named_buffers()) state.push_back(t);
   ranks.group->broadcast(state);
   ranks.buckets.emplace(*ranks.group, parameters, dist.bucket_mb);
-}
-
-// Data parallel: the newest checkpoint every rank has, among each rank's
-// newest and the one before it (a kill during a checkpoint round can leave the
-// ranks a round apart). Every rank sees every rank's steps, so all choose
-// alike, or all fail with the same message.
-std::string agreed_checkpoint(const std::string& current, const TrainOptions& o, ProcessGroup& group,
-                              at::Device device) {
-  const int world = group.world_size();
-  const std::array<std::string, 2> paths{current, current.empty() ? "" : previous_checkpoint_path(current)};
-  std::array<int64_t, 2> mine{-1, -1};
-  for (size_t i = 0; i < paths.size(); ++i) {
-    if (paths[i].empty() || !std::filesystem::exists(paths[i])) continue;
-    try {
-      mine[i] = checkpoint_step(paths[i]);
-    } catch (const format::FormatError&) {
-      // Unreadable: as if absent; the other one (or the error below) decides.
-    }
-  }
-  // Each rank writes its two steps into its own row; a sum gathers them all.
-  at::Tensor steps = at::zeros({world, 2}, at::kDouble);
-  steps[group.rank()][0] = double(mine[0]);
-  steps[group.rank()][1] = double(mine[1]);
-  at::Tensor gathered = steps.to(device);
-  group.set_context("resume: agreeing on a checkpoint");
-  group.all_reduce({{gathered, ProcessGroup::Reduce::sum}});
-  const at::Tensor all = gathered.to(at::kCPU);
-  auto held_by_all = [&](int64_t step) {
-    for (int r = 0; r < world; ++r)
-      if (all[r][0].item<double>() != double(step) && all[r][1].item<double>() != double(step)) return false;
-    return true;
-  };
-  int64_t best = -1;
-  size_t which = 0;
-  for (size_t i = 0; i < mine.size(); ++i)
-    if (mine[i] > best && held_by_all(mine[i])) best = mine[i], which = i;
-  if (best >= 0) return paths[which];
-  std::string held;
-  for (int r = 0; r < world; ++r) {
-    held += (r ? "; rank " : "rank ") + std::to_string(r) + ":";
-    bool any = false;
-    for (int i = 0; i < 2; ++i)
-      if (const auto s = int64_t(all[r][i].item<double>()); s >= 0) held += " " + std::to_string(s), any = true;
-    if (!any) held += " none";
-  }
-  throw std::invalid_argument("--resume " + o.resume + ": the ranks' checkpoints share no step (steps done: " + held +
-                              "); resuming several ranks needs a checkpoint per rank (--save with {rank})");
-}
-
-// --resume: the checkpoint the run directory's run wrote last, with what it
-// needs to go on. Throws std::invalid_argument naming what is missing.
-struct Resumption {
-  std::string checkpoint;
-  int64_t steps_done = 0;
-  ResumeState state;
-  std::string passed_over;  // newer checkpoints that were not healthy, and why
-  // One process: chosen by health. Several ranks choose the newest step all
-  // of them hold (agreed_checkpoint), which nanscope only writes healthy.
-  bool health_checked = false;
-};
-
-// The newest of PATH and the one kept before it whose state is healthy,
-// loaded into `model`. Files this nanscope writes are healthy by
-// construction (a sick state is never saved); one written by an older
-// version or another tool is judged by its tensors once loaded.
-std::string newest_healthy_checkpoint(const std::string& path, TrainableModel& model, int64_t& steps_done,
-                                      std::string& passed_over) {
-  std::vector<std::pair<int64_t, std::string>> candidates;
-  for (const std::string& p : {path, previous_checkpoint_path(path)}) {
-    if (!std::filesystem::exists(p)) continue;
-    try {
-      candidates.emplace_back(checkpoint_step(p), p);
-    } catch (const format::FormatError& e) {
-      passed_over += (passed_over.empty() ? "" : "; ") + p + ": unreadable (" + e.what() + ")";
-    }
-  }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [step, p] : candidates) {
-    const std::optional<CheckpointHealth> recorded = checkpoint_health(p);
-    if (recorded && !recorded->finite) {
-      passed_over += (passed_over.empty() ? "" : "; ") + p + " (step " + std::to_string(step) + "): recorded as sick";
-      continue;
-    }
-    steps_done = load_checkpoint(p, model);
-    if (const StateHealth health = state_health(model, nullptr); !health.finite()) {
-      passed_over +=
-          (passed_over.empty() ? "" : "; ") + p + " (step " + std::to_string(step) + "): non-finite " + health.text();
-      continue;
-    }
-    return p;
-  }
-  throw std::invalid_argument("--resume: no healthy checkpoint at " + path + " or " + previous_checkpoint_path(path) +
-                              (passed_over.empty() ? std::string() : " (" + passed_over + ")"));
-}
-std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model, const Ranks& ranks,
-                                     at::Device device) {
-  if (o.resume.empty()) return std::nullopt;
-  Resumption r;
-  const std::string current = checkpoint_path_for_rank(o.save, o.dist);
-  if (ranks.group) {
-    r.checkpoint = agreed_checkpoint(current, o, *ranks.group, device);
-    r.steps_done = load_checkpoint(r.checkpoint, model);
-  } else {
-    if (current.empty() || !std::filesystem::exists(current))
-      throw std::invalid_argument("--resume " + o.resume + ": no checkpoint" +
-                                  (current.empty() ? std::string() : " at " + current) +
-                                  " (resuming needs a run started with --checkpoint-every N)");
-    r.checkpoint = newest_healthy_checkpoint(current, model, r.steps_done, r.passed_over);
-    r.health_checked = true;
-  }
-  std::optional<ResumeState> state = load_resume_state(r.checkpoint);
-  if (!state)
-    throw std::invalid_argument(
-        "--resume " + o.resume + ": " + r.checkpoint +
-        " holds weights only (written by an older nanscope); it can --init a run, not resume one");
-  r.state = std::move(*state);
-  return r;
 }
 
 ResumeState resume_state(const TrainableModel& model, const torch::optim::Optimizer& optimizer,
@@ -298,21 +169,7 @@ void write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
 
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
                            const std::string& who) {
-  GuardOptions g;
-  g.run_dir = o.run_dir;
-  g.amp = o.amp;
-  g.clip = o.clip;
-  g.fallback = o.fallback;
-  g.fp32_modules = o.fp32_modules;
-  g.lr_backoff = o.lr_backoff;
-  g.fallback_min_scale = o.fallback_min_scale;
-  g.probe = o.probe;
-  g.capture_every_step = o.capture_every_step;
-  g.act_absmax_every = o.act_absmax_every;
-  g.max_snapshots = o.max_snapshots;
-  g.max_nonfinite_run = o.max_nonfinite_run;
-  g.warn = o.warn;
-  g.rollback = o.rollback;
+  GuardOptions g = o;  // the guard's own options, as given
   g.optimizer_name = o.optimizer;
   g.config = std::move(config);
   g.rank = o.dist.rank;
@@ -324,101 +181,117 @@ GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::str
 
 }  // namespace
 
-TrainSummary run(const TrainOptions& o, std::ostream& log) {
-  const DistOptions& dist = o.dist;
-  at::Device device = select_device(o.device);
-  if (dist.enabled() && device.is_cuda()) device = at::Device(at::kCUDA, dist.local_rank);
-  configure_runtime(o, device);
-  const std::vector<Fault> faults = faults_on_rank(o.faults, dist.rank);
-  const std::string who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
-  Dataset data = make_dataset(o);
-  std::unique_ptr<TrainableModel> model = prepared_model(o, data, device, log);
-  Ranks ranks = connect_ranks(dist, device);
-  const std::optional<Resumption> resumed = resumption(o, *model, ranks, device);
-  const std::vector<at::Tensor> parameters = trainable_tensors(*model);
-  share_start(ranks, dist, *model, parameters);
-  auto optimizer = make_optimizer(o.optimizer, parameters, o.lr, o.weight_decay);
-  GuardOptions options = guard_options(o, run_config(o, faults, data, device, *model), log, who);
+namespace {
+
+// Everything a run holds from its set-up to its end.
+struct Session {
+  at::Device device{at::kCPU};
+  std::vector<Fault> faults;  // this rank's
+  std::string who;            // "[rank R] " with several ranks
+  Dataset data;
+  std::unique_ptr<TrainableModel> model;
+  Ranks ranks;
+  std::optional<Resumption> resumed;
+  std::vector<at::Tensor> parameters;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<StepGuard> guard;
+  std::optional<BatchSampler> sampler;
   int64_t first_step = 0;
-  if (resumed) {
-    first_step = resumed->steps_done;
-    options.resume_after_step = first_step - 1;
-    options.resume_from = "resumed from " + resumed->checkpoint + " (saved after step " +
-                          std::to_string(first_step - 1) + "); rows after it were dropped and are redone";
+};
+
+// Device, data, model, ranks, resume, optimizer and guard, and the run's first line.
+void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
+  const DistOptions& dist = o.dist;
+  s.device = select_device(o.device);
+  if (dist.enabled() && s.device.is_cuda()) s.device = at::Device(at::kCUDA, dist.local_rank);
+  configure_runtime(o, s.device);
+  s.faults = faults_on_rank(o.faults, dist.rank);
+  s.who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
+  s.data = make_dataset(o);
+  s.model = prepared_model(o, s.data, s.device, log);
+  connect_ranks(s.ranks, dist, s.device);
+  s.resumed = resumption(o, *s.model, s.ranks.group.get(), s.device);
+  s.parameters = trainable_tensors(*s.model);
+  share_start(s.ranks, dist, *s.model, s.parameters);
+  s.optimizer = make_optimizer(o.optimizer, s.parameters, o.lr, o.weight_decay);
+  GuardOptions options = guard_options(o, run_config(o, s.faults, s.data, s.device, *s.model), log, s.who);
+  if (s.resumed) {
+    s.first_step = s.resumed->steps_done;
+    options.resume_after_step = s.first_step - 1;
+    options.resume_from = "resumed from " + s.resumed->checkpoint + " (saved after step " +
+                          std::to_string(s.first_step - 1) + "); rows after it were dropped and are redone";
   }
-  StepGuard guard(*model, *optimizer, options);
-  if (resumed) {
-    load_optimizer_state_by_name(*optimizer, model->trainable_parameters(), resumed->state.optimizer_state);
-    guard.restore(resumed->state.guard);
+  s.guard = std::make_unique<StepGuard>(*s.model, *s.optimizer, options);
+  if (s.resumed) {
+    load_optimizer_state_by_name(*s.optimizer, s.model->trainable_parameters(), s.resumed->state.optimizer_state);
+    s.guard->restore(s.resumed->state.guard);
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(resumed->state.cpu_rng);
-    if (!resumed->passed_over.empty()) log << who << "resume: passed over " << resumed->passed_over << "\n";
-    log << who << "resume: " << resumed->checkpoint << ", from step " << first_step
-        << (resumed->health_checked ? " (healthy)" : "") << "\n";
+    cpu.set_state(s.resumed->state.cpu_rng);
+    if (!s.resumed->passed_over.empty()) log << s.who << "resume: passed over " << s.resumed->passed_over << "\n";
+    log << s.who << "resume: " << s.resumed->checkpoint << ", from step " << s.first_step
+        << (s.resumed->health_checked ? " (healthy)" : "") << "\n";
   }
   // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
-  BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
+  s.sampler.emplace(s.data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
 
-  log << who << "nanscope-train: " << o.model << " (" << model->parameter_count() << " parameters) on " << data.source
-      << " (" << data.size() << " samples), " << o.steps << " steps, amp " << amp_name(o.amp) << ", device "
-      << device.str() << ", LibTorch " << TORCH_VERSION;
-  if (ranks.group)
-    log << ", rank " << dist.rank << " of " << dist.world_size << " (c10d " << ranks.group->backend() << ", "
-        << ranks.buckets->bucket_count() << " gradient bucket(s))";
+  log << s.who << "nanscope-train: " << o.model << " (" << s.model->parameter_count() << " parameters) on "
+      << s.data.source << " (" << s.data.size() << " samples), " << o.steps << " steps, amp " << amp_name(o.amp)
+      << ", device " << s.device.str() << ", LibTorch " << TORCH_VERSION;
+  if (s.ranks.group)
+    log << ", rank " << dist.rank << " of " << dist.world_size << " (c10d " << s.ranks.group->backend() << ", "
+        << s.ranks.buckets->bucket_count() << " gradient bucket(s))";
   log << "\n";
+}
 
-  g_interrupted = false;
-  auto previous_handler = std::signal(SIGINT, on_interrupt);
-  TrainSummary summary;
-  summary.run_file = guard.run_file();
-  summary.steps_run = first_step;
-  if (resumed) {
-    summary.saved_step = first_step;
-    summary.saved_path = resumed->checkpoint;
+// The step's batch, with the loop's planted faults (a NaN row, scaled inputs
+// and targets), on the device.
+std::pair<at::Tensor, at::Tensor> batch_at(const Session& s, int64_t step, const at::Tensor& rows) {
+  at::Tensor inputs = s.data.inputs.index_select(0, rows);
+  if (auto row = poisoned_row_at(s.faults, step)) inputs[*row].fill_(std::nan(""));
+  if (const double scale = input_scale_at(s.faults, step); scale != 1.0 && inputs.is_floating_point())
+    inputs = inputs * scale;
+  at::Tensor targets = s.data.targets.index_select(0, rows);
+  if (const double scale = target_scale_at(s.faults, step); scale != 1.0 && targets.is_floating_point())
+    targets = targets * scale;
+  return {inputs.to(s.device), targets.to(s.device)};
+}
+
+// One guarded step, its LR from the schedule; a lost peer is said in this
+// rank's run file, which stays whole.
+GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool interrupted) {
+  StepContext context;
+  // --schedule-on-skip hold: skipped steps do not move the schedule on.
+  const int64_t schedule_position = o.schedule_holds_on_skip ? s.guard->applied_steps() : step;
+  context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * s.guard->lr_multiplier() *
+               lr_multiplier_at(s.faults, step);
+  set_lr(*s.optimizer, context.lr);
+  context.batch_rows = s.sampler->rows(step);
+  const auto [inputs, targets] = batch_at(s, step, context.batch_rows);
+  context.fault = model_fault_at(s.faults, step);
+  if (s.ranks.buckets) {
+    context.averager = &*s.ranks.buckets;
+    context.stop_requested = interrupted;
+    s.ranks.group->set_context("step " + std::to_string(step));
   }
+  try {
+    return s.guard->step(step, inputs, targets, context);
+  } catch (const DistributedError& e) {
+    s.guard->writer().event(step, format::EventKind::dist_error, e.what());
+    s.guard->writer().flush();
+    throw;
+  }
+}
+
+// What the summary keeps of each step.
+struct Tally {
+  TrainSummary summary;
   std::vector<double> step_times, allreduce_times;
-  ProgressLine progress(log, o.log_every, o.quiet || dist.rank != 0);
-  const auto run_start = std::chrono::steady_clock::now();
-  bool stop = false;
-  int64_t checkpoint_saved_after = -1;  // the last step's periodic checkpoint is also the final one
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
-  for (int64_t step = first_step; step < o.steps && !stop; ++step) {
-    StepContext context;
-    // --schedule-on-skip hold: skipped steps do not move the schedule on.
-    const int64_t schedule_position = o.schedule_holds_on_skip ? guard.applied_steps() : step;
-    context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * guard.lr_multiplier() *
-                 lr_multiplier_at(faults, step);
-    set_lr(*optimizer, context.lr);
-    context.batch_rows = sampler.rows(step);
-    at::Tensor inputs = data.inputs.index_select(0, context.batch_rows);
-    if (auto row = poisoned_row_at(faults, step)) inputs[*row].fill_(std::nan(""));
-    if (const double scale = input_scale_at(faults, step); scale != 1.0 && inputs.is_floating_point())
-      inputs = inputs * scale;
-    inputs = inputs.to(device);
-    at::Tensor targets = data.targets.index_select(0, context.batch_rows);
-    if (const double scale = target_scale_at(faults, step); scale != 1.0 && targets.is_floating_point())
-      targets = targets * scale;
-    targets = targets.to(device);
-    context.fault = model_fault_at(faults, step);
-    if (ranks.buckets) {
-      context.averager = &*ranks.buckets;
-      context.stop_requested = g_interrupted;
-      ranks.group->set_context("step " + std::to_string(step));
-    }
-
-    GuardedStep result;
-    try {
-      result = guard.step(step, inputs, targets, context);
-    } catch (const DistributedError& e) {
-      // A peer is gone: say so in this rank's run file, which stays whole.
-      guard.writer().event(step, format::EventKind::dist_error, e.what());
-      guard.writer().flush();
-      throw;
-    }
+  void add(const GuardedStep& result, int64_t step, bool several_ranks) {
     const StepOutcome& outcome = result.outcome;
-    stop = ranks.buckets ? outcome.stop_requested : g_interrupted.load();
     step_times.push_back(result.seconds);
-    if (ranks.buckets) allreduce_times.push_back(outcome.allreduce_seconds);
+    if (several_ranks) allreduce_times.push_back(outcome.allreduce_seconds);
     summary.steps_run = step + 1;
     if (!outcome.skipped) {
       summary.last_finite_loss = outcome.loss;
@@ -427,44 +300,76 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       ++summary.skipped;
     }
     summary.final_lr = result.lr;
-    summary.final_loss_scale = guard.scaler().scale();
-    progress.update({step, o.steps, summary.skipped, outcome.loss, !outcome.finite(), summary.last_finite_loss,
-                     summary.last_finite_step, guard.scaler().scale(), outcome.grad_norm, precision_name(guard.amp())});
-    if (buffer_poisoned_after(faults, step)) poison_first_buffer(*model);
-    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
-      const std::string path = checkpoint_path_for_rank(o.save, dist);
-      if (!path.empty()) {
-        write_checkpoint(path, *model, *optimizer, guard, step + 1, true, summary, log, who);
-        checkpoint_saved_after = step + 1;
-      }
-    }
   }
-  std::signal(SIGINT, previous_handler);
-  summary.interrupted = stop;
+};
+
+// The end: the --save checkpoint (unless the last periodic one is it), the
+// ranks' last barrier, and the summary's totals.
+TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interrupted, int64_t checkpoint_saved_after,
+                    std::ostream& log) {
+  TrainSummary& summary = tally.summary;
+  const StepGuard& guard = *s.guard;
+  summary.interrupted = interrupted;
+  summary.final_loss_scale = guard.scaler().scale();
   summary.fallback_step = guard.fallback_step();
   summary.rollbacks = guard.rollbacks();
   summary.snapshots = guard.snapshots();
   summary.first_nonfinite_ranks = guard.first_nonfinite_ranks();
-  guard.writer().flush();
+  s.guard->writer().flush();
   if (!o.save.empty()) {
-    const std::string path = checkpoint_path_for_rank(o.save, dist);
+    const std::string path = checkpoint_path_for_rank(o.save, o.dist);
     if (!path.empty() && checkpoint_saved_after != summary.steps_run)
-      write_checkpoint(path, *model, *optimizer, guard, summary.steps_run, dist.enabled() || o.checkpoint_every > 0,
-                       summary, log, who);
+      write_checkpoint(path, *s.model, *s.optimizer, *s.guard, summary.steps_run,
+                       o.dist.enabled() || o.checkpoint_every > 0, summary, log, s.who);
   }
-  if (ranks.group) {
-    ranks.group->set_context("end of run");
-    ranks.group->barrier();  // no rank tears its connections down while a peer still reads
+  if (s.ranks.group) {
+    s.ranks.group->set_context("end of run");
+    s.ranks.group->barrier();  // no rank tears its connections down while a peer still reads
   }
-
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - tally.start).count();
   summary.steps_per_second = total > 0 ? double(summary.steps_run) / total : 0;
-  summary.median_step_time = median(step_times);
-  if (!allreduce_times.empty()) {
-    summary.median_allreduce_time = median(allreduce_times);
-    summary.world_size = dist.world_size;
+  summary.median_step_time = median(tally.step_times);
+  if (!tally.allreduce_times.empty()) {
+    summary.median_allreduce_time = median(tally.allreduce_times);
+    summary.world_size = o.dist.world_size;
   }
   return summary;
+}
+
+}  // namespace
+
+TrainSummary run(const TrainOptions& o, std::ostream& log) {
+  Session s;
+  prepare(s, o, log);
+  const InterruptFlag interrupt;
+  Tally tally;
+  tally.summary.run_file = s.guard->run_file();
+  tally.summary.steps_run = s.first_step;
+  if (s.resumed) {
+    tally.summary.saved_step = s.first_step;
+    tally.summary.saved_path = s.resumed->checkpoint;
+  }
+  ProgressLine progress(log, o.log_every, o.quiet || o.dist.rank != 0);
+  bool stop = false;
+  int64_t checkpoint_saved_after = -1;  // the last step's periodic checkpoint is also the final one
+  for (int64_t step = s.first_step; step < o.steps && !stop; ++step) {
+    const GuardedStep result = run_step(s, o, step, interrupt.raised());
+    const StepOutcome& outcome = result.outcome;
+    stop = s.ranks.buckets ? outcome.stop_requested : interrupt.raised();
+    tally.add(result, step, bool(s.ranks.buckets));
+    const TrainSummary& sum = tally.summary;
+    progress.update({step, o.steps, sum.skipped, outcome.loss, !outcome.finite(), sum.last_finite_loss,
+                     sum.last_finite_step, s.guard->scaler().scale(), outcome.grad_norm,
+                     precision_name(s.guard->amp())});
+    if (buffer_poisoned_after(s.faults, step)) poison_first_buffer(*s.model);
+    if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
+      if (const std::string path = checkpoint_path_for_rank(o.save, o.dist); !path.empty()) {
+        write_checkpoint(path, *s.model, *s.optimizer, *s.guard, step + 1, true, tally.summary, log, s.who);
+        checkpoint_saved_after = step + 1;
+      }
+    }
+  }
+  return finish(s, o, tally, stop, checkpoint_saved_after, log);
 }
 
 void print_summary(const TrainSummary& s, std::ostream& out) {

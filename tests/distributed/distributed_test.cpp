@@ -314,8 +314,9 @@ TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
     auto model = load_scripted_model(dir.file("batchnorm_classifier.pt"));
     load_checkpoint(dir.file("model-" + std::to_string(r) + ".h5"), *model);
     EXPECT_TRUE(state_health(*model, nullptr).finite()) << "rank " << r;
-    for (const auto& [name, t] : model->named_buffers())
+    for (const auto& [name, t] : model->named_buffers()) {
       if (name == "bn.num_batches_tracked") EXPECT_EQ(t.item<int64_t>(), steps - 1) << "rank " << r;
+    }
   }
 }
 

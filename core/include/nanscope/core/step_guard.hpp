@@ -36,6 +36,7 @@
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/core/guard_options.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
@@ -50,41 +51,6 @@
 #include "nanscope/probe/probe.hpp"
 
 namespace nanscope {
-
-// Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
-// and the rest keep their defaults without -Wmissing-field-initializers.
-struct GuardOptions {
-  std::string run_dir = "nanscope-run";         // run.h5 and snapshots/ go here (created)
-  Amp amp = Amp::fp32;                          // the precision to start in
-  double clip = 1.0;                            // global grad-norm clip after unscaling; <= 0: off
-  FallbackMode fallback = FallbackMode::whole;  // what a non-finite step triggers (fallback.hpp)
-  double lr_backoff = 0.5;                      // the LR multiplier the whole-model fallback applies
-  // Modules (dotted paths, as named_modules() names them) that run with
-  // autocast off from the first step: a planned remedy (--fp32-modules).
-  std::vector<std::string> fp32_modules{};
-  double fallback_min_scale = 1.0;  // fp16: the scaler's business until the scale drops below this
-  bool probe = true;                // per-layer grad norms and the forensic re-run
-  bool capture_every_step = false;  // op-level capture on every step (slow; for hunting)
-  int64_t act_absmax_every = 0;     // per-layer activation abs-max every N steps (0: never)
-  int64_t max_snapshots = 3;        // one per distinct first birth, at most this many
-  // This many non-finite steps in a row, with nothing left to try (the fp32
-  // fallback done or off, no rollback left or rollback off), and the run is
-  // dead: it stops (DeadRunError). Weights that are finite but wrecked make
-  // every later step non-finite, and skipping would go on for ever. 0: never.
-  int64_t max_nonfinite_run = 20;
-  bool warn = true;  // early warnings (sentinel.hpp) as events and log lines
-  SentinelOptions sentinel{};
-  RollbackOptions rollback{};    // rollback.enabled: go back to a saved good state when skipping cannot save the run
-  std::string optimizer_name{};  // recorded in snapshots ("adamw", "sgd", yours)
-  std::map<std::string, std::string> config{};  // written into run.h5 and every snapshot
-  int rank = 0, world_size = 1;                 // data parallel: this rank's run file and snapshots
-  std::ostream* log = nullptr;                  // one line per skip, birth and fallback; nullptr: none
-  std::string log_prefix{};                     // e.g. "[rank 1] "
-  // Resuming: go on writing the run file, dropping its rows after this step
-  // (>= 0), and say where from in a resume event.
-  int64_t resume_after_step = -1;
-  std::string resume_from{};
-};
 
 // What the guard has learnt that a resumed run needs back besides the
 // weights and the optimizer: precision and fallback, scaler, backoffs.
