@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <tuple>
 
@@ -130,6 +131,31 @@ at::Tensor buffers_nonfinite(const std::vector<at::Tensor>* buffers, const at::T
   return (~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1});
 }
 
+// Device values gathered into one float tensor and copied to the host once;
+// each part is read back by the offset add() gave it.
+class HostRead {
+ public:
+  static constexpr size_t kNone = SIZE_MAX;
+  size_t add(const at::Tensor& t) {
+    const size_t offset = size_;
+    parts_.push_back(t.reshape({-1}).to(at::kFloat));
+    size_ += size_t(parts_.back().numel());
+    return offset;
+  }
+  void to_host() {
+    const at::Device device = parts_.front().device();
+    for (at::Tensor& p : parts_) p = p.to(device);
+    host_ = at::cat(parts_).to(at::kCPU);
+  }
+  float operator[](size_t offset) const { return host_.data_ptr<float>()[offset]; }
+  const float* at(size_t offset) const { return host_.data_ptr<float>() + offset; }
+
+ private:
+  std::vector<at::Tensor> parts_;
+  size_t size_ = 0;
+  at::Tensor host_;
+};
+
 // Unscale, then the finiteness verdict and the norms, copied to the host once.
 StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
                               const std::vector<at::Tensor>& grads, const StepSettings& settings,
@@ -150,34 +176,34 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
                                     buffers_bad.defined() ? found_inf + buffers_bad : found_inf, local_norm);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
 
-  // The step's one host sync: loss, global norm, inf flag, batch flag, this
-  // rank's norm and every rank's flags (several ranks), per-parameter norms.
-  at::Tensor batch_flag =
-      settings.batch_nonfinite.defined() ? settings.batch_nonfinite.reshape({1}) : at::zeros_like(found_inf);
-  std::vector<at::Tensor> pack{loss.detach().to(at::kFloat).reshape({1}), total_norm.to(at::kFloat).reshape({1}),
-                               found_inf.reshape({1}), batch_flag.to(found_inf.device(), at::kFloat),
-                               local_norm.to(at::kFloat).reshape({1})};
-  if (buffers_bad.defined()) pack.push_back(buffers_bad);
-  if (settings.buckets) pack.push_back(averaged.flags);
-  if (settings.batch_absmax.defined() && !settings.buckets)
-    pack.push_back(settings.batch_absmax.reshape({1}).to(found_inf.device(), at::kFloat));
-  if (settings.parameter_norms && !norms.empty()) pack.push_back(at::stack(norms).to(at::kFloat));
+  // The step's one host sync: everything below, each part named by where it lands.
+  HostRead read;
+  const size_t at_loss = read.add(loss.detach());
+  const size_t at_norm = read.add(total_norm);
+  const size_t at_found_inf = read.add(found_inf);
+  const size_t at_batch_flag =
+      read.add(settings.batch_nonfinite.defined() ? settings.batch_nonfinite : at::zeros_like(found_inf));
+  const size_t at_local_norm = read.add(local_norm);
+  const size_t at_buffers = buffers_bad.defined() ? read.add(buffers_bad) : HostRead::kNone;
+  const size_t at_flags = settings.buckets ? read.add(averaged.flags) : HostRead::kNone;
+  const size_t at_absmax =
+      settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
+  const size_t at_norms = settings.parameter_norms && !norms.empty() ? read.add(at::stack(norms)) : HostRead::kNone;
   const bool want_averaged = settings.parameter_norms && settings.averaged_parameter_norms && settings.buckets;
-  if (want_averaged && !averaged.norms.empty()) pack.push_back(at::stack(averaged.norms).to(at::kFloat));
-  at::Tensor host = at::cat(pack).to(at::kCPU);
-  const float* h = host.data_ptr<float>();
+  const size_t at_averaged_norms =
+      want_averaged && !averaged.norms.empty() ? read.add(at::stack(averaged.norms)) : HostRead::kNone;
+  read.to_host();
 
   StepOutcome out;
-  out.loss = h[0];
-  out.grad_norm = h[1];
-  out.batch_finite = h[3] == 0.0f;
-  out.local_loss_finite = std::isfinite(h[0]);
-  out.local_grads_finite = std::isfinite(h[4]) && h[2] == 0.0f;
-  size_t next = 5;
-  if (buffers_bad.defined()) out.buffers_finite = h[next++] == 0.0f;
+  out.loss = read[at_loss];
+  out.grad_norm = read[at_norm];
+  out.batch_finite = read[at_batch_flag] == 0.0f;
+  out.local_loss_finite = std::isfinite(read[at_loss]);
+  out.local_grads_finite = std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;
+  if (at_buffers != HostRead::kNone) out.buffers_finite = read[at_buffers] == 0.0f;
   if (settings.buckets) {
     const FlagLayout at_{settings.buckets->world_size()};
-    const float* flags = h + next;
+    const float* flags = read.at(at_flags);
     bool any_grads = false, any_loss = false;
     double loss_sum = 0;
     for (int r = 0; r < at_.world; ++r) {
@@ -190,25 +216,25 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
     out.stop_requested = flags[at_.stop()] != 0.0f;
     out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
     if (settings.batch_absmax.defined()) out.batch_absmax = flags[at_.absmax()];
-    next += at_.size();
     out.loss_finite = !any_loss;
-    out.grads_finite = !any_grads && std::isfinite(h[1]);
+    out.grads_finite = !any_grads && std::isfinite(out.grad_norm);
     out.allreduce_seconds = averaged.seconds;
   } else {
     out.global_loss = out.loss;
     out.loss_finite = out.local_loss_finite;
-    out.grads_finite = out.local_grads_finite && std::isfinite(h[1]);
+    out.grads_finite = out.local_grads_finite && std::isfinite(out.grad_norm);
     if (!out.finite()) out.nonfinite_ranks.push_back(0);
-    if (settings.batch_absmax.defined()) out.batch_absmax = h[next++];
+    if (at_absmax != HostRead::kNone) out.batch_absmax = read[at_absmax];
   }
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);
+    const float* norm = at_norms != HostRead::kNone ? read.at(at_norms) : nullptr;
     for (size_t i = 0; i < parameters.size(); ++i)
-      if (had_grad[i]) out.parameter_norms[i] = h[next++];
+      if (had_grad[i]) out.parameter_norms[i] = *norm++;
     // After averaging every parameter has a gradient.
-    if (want_averaged && averaged.norms.size() == parameters.size())
-      out.global_parameter_norms.assign(h + next, h + next + averaged.norms.size());
+    if (at_averaged_norms != HostRead::kNone && averaged.norms.size() == parameters.size())
+      out.global_parameter_norms.assign(read.at(at_averaged_norms), read.at(at_averaged_norms) + averaged.norms.size());
   }
   return out;
 }
