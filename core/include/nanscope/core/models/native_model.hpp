@@ -19,7 +19,7 @@ class NativeModel : public TrainableModel {
 
  protected:
   explicit NativeModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
-  // The fault to plant in this forward; cleared by the trainer after the step.
+  // The fault to plant in this forward; the step guard clears it after the step.
   FaultKind fault_ = FaultKind::none;
   double fault_arg_ = 0;
   double z_loss_ = 0;
