@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
-#include "nanscope/format/stats.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "setup.hpp"

@@ -23,11 +23,11 @@
 
 #include "bench_gpt.hpp"
 #include "data.hpp"
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/format/stats.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "setup.hpp"

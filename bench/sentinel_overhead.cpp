@@ -19,12 +19,12 @@
 
 #include "bench_gpt.hpp"
 #include "data.hpp"
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
-#include "nanscope/format/stats.hpp"
 #include "setup.hpp"
 
 using namespace nanscope;

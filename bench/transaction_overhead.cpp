@@ -22,11 +22,11 @@
 #include <memory>
 #include <vector>
 
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/format/stats.hpp"
 #include "setup.hpp"
 
 using namespace nanscope;

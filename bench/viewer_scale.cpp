@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/stats.hpp"
 #include "nanscope/format/rehearsal.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/format/stats.hpp"
 #include "nanscope/viewer/decimate.hpp"
 #include "nanscope/viewer/heatmap.hpp"
 #include "nanscope/viewer/view_model.hpp"

@@ -7,11 +7,11 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(NANSCOPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nanscope)
-install(TARGETS nanscope_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_replay
+install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_replay
         EXPORT nanscopeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY format/include/ probe/include/ core/include/ replay/include/
+install(DIRECTORY common/include/ format/include/ probe/include/ core/include/ replay/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT nanscopeTargets NAMESPACE nanscope:: DESTINATION ${NANSCOPE_CMAKE_DIR})
 

@@ -4,9 +4,9 @@
 
 #include <iostream>
 
+#include "nanscope/common/error_text.hpp"
+#include "nanscope/common/exit_codes.hpp"
 #include "nanscope/format/error.hpp"
-#include "nanscope/format/exit_codes.hpp"
-#include "nanscope/probe/error_text.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "replay.hpp"
 #include "report.hpp"
@@ -53,7 +53,7 @@ int replay_main(int argc, char** argv) {
     std::cerr << "nanscope-replay: bad snapshot " << e.what() << "\n";
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "nanscope-replay: replay failed: " << nanscope::probe::one_line_error(e) << "\n";
+    std::cerr << "nanscope-replay: replay failed: " << nanscope::one_line_error(e) << "\n";
     return kExitFailed;
   }
 }

@@ -7,7 +7,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/utils.h>
 
-#include "nanscope/probe/error_text.hpp"
+#include "nanscope/common/error_text.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -114,7 +114,7 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const
     // because the trainer's re-run found a birth before such an exception;
     // the report quotes it.
     finite = false;
-    setup.rerun_error = probe::one_line_error(e);
+    setup.rerun_error = one_line_error(e);
   }
   clear_grads(setup.parameters);
   return finite;

@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "bisect.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 #include "rebuild.hpp"
 
 namespace nanscope::replay {

@@ -1,6 +1,6 @@
 #include "distributed.hpp"
 
-#include "nanscope/probe/error_text.hpp"
+#include "nanscope/common/error_text.hpp"
 
 #include <c10/util/Exception.h>
 
@@ -111,7 +111,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
     throw DistributedError("rank " + std::to_string(d.rank) + " of " + std::to_string(d.world_size) +
                            ": rendezvous at " + d.master_addr + ":" + std::to_string(d.master_port) +
                            " failed (all ranks must start within --dist-timeout " + std::to_string(int(d.timeout_s)) +
-                           " s): " + probe::one_line_error(e));
+                           " s): " + one_line_error(e));
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, backend));
 }
@@ -174,8 +174,8 @@ void ProcessGroup::barrier() {}
 void ProcessGroup::fail(const char* what, const std::exception& e) const {
   throw DistributedError("rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
                          (context_.empty() ? "" : context_ + ": ") + what +
-                         " failed: another rank died or did not answer within --dist-timeout (" +
-                         probe::one_line_error(e) + ")");
+                         " failed: another rank died or did not answer within --dist-timeout (" + one_line_error(e) +
+                         ")");
 }
 
 }  // namespace nanscope

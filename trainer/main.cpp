@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "dist_options.hpp"
+#include "nanscope/common/error_text.hpp"
+#include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
-#include "nanscope/format/exit_codes.hpp"
-#include "nanscope/probe/error_text.hpp"
 #include "options_cli.hpp"
 #include "trainer.hpp"
 
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     std::cerr << "nanscope-train: bad input " << e.what() << "\n";
     return nanscope::kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "nanscope-train: training failed: " << nanscope::probe::one_line_error(e) << "\n";
+    std::cerr << "nanscope-train: training failed: " << nanscope::one_line_error(e) << "\n";
     return nanscope::kExitFailed;
   }
 }

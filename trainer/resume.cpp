@@ -67,7 +67,6 @@ std::string agreed_checkpoint(const std::string& current, const TrainOptions& o,
                               "); resuming several ranks needs a checkpoint per rank (--save with {rank})");
 }
 
-
 // The newest of PATH and the one kept before it whose state is healthy,
 // loaded into `model`. Files this nanscope writes are healthy by
 // construction (a sick state is never saved); one written by an older
@@ -128,6 +127,5 @@ std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& mode
   r.state = std::move(*state);
   return r;
 }
-
 
 }  // namespace nanscope

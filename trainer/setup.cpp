@@ -13,11 +13,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/models/mlp.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 
@@ -149,11 +149,11 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
       throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " needs float inputs; " + data.source +
                                   " holds " + c10::toString(data.inputs.scalar_type()));
     if (!is_loop_fault(f.kind)) {
-      if (!model.plant_fault(f))
+      if (!plant_fault(model, f))
         throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " + o.model +
                                     " (TorchScript models host only nonfinite_input, lr_spike, lr_ramp, "
                                     "input_ramp and sample_burst; masked_row needs the gpt's attention)");
-      model.plant_fault({FaultKind::none});
+      plant_fault(model, {FaultKind::none});
     }
   }
   if (!is_builtin(o.model)) check_loss_is_a_scalar(o.model, model, data);

@@ -18,13 +18,14 @@
 #include "distributed.hpp"
 #include "gradient_buckets.hpp"
 #include "interrupt.hpp"
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/format/stats.hpp"
 #include "progress.hpp"
 #include "resume.hpp"
 #include "schedule.hpp"
@@ -34,35 +35,29 @@ namespace nanscope {
 
 namespace {
 
-std::string fmt(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 std::map<std::string, std::string> run_config(const TrainOptions& o, const std::vector<Fault>& planted,
                                               const Dataset& data, at::Device device, const TrainableModel& model) {
   std::string faults;
   for (const auto& f : planted)
-    faults +=
-        (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" + std::to_string(f.step) + ":" + fmt(f.arg);
+    faults += (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" + std::to_string(f.step) + ":" +
+              number_text(f.arg);
   return {{"model", o.model},
           {"data", data.source},
           {"init", o.init},
           {"steps", std::to_string(o.steps)},
           {"batch_size", std::to_string(o.batch_size)},
-          {"lr", fmt(o.lr)},
+          {"lr", number_text(o.lr)},
           {"optimizer", o.optimizer},
-          {"weight_decay", fmt(o.weight_decay)},
+          {"weight_decay", number_text(o.weight_decay)},
           {"schedule", o.schedule},
           {"warmup", std::to_string(o.warmup)},
-          {"clip", fmt(o.clip)},
+          {"clip", number_text(o.clip)},
           {"amp", amp_name(o.amp)},
-          {"lr_backoff", fmt(o.lr_backoff)},
+          {"lr_backoff", number_text(o.lr_backoff)},
           {"fallback", fallback_mode_name(o.fallback)},
           {"fp32_modules", fp32_modules_flag_value(o.fp32_modules)},
           {"schedule_on_skip", o.schedule_holds_on_skip ? "hold" : "advance"},
-          {"z_loss", fmt(o.z_loss)},
+          {"z_loss", number_text(o.z_loss)},
           {"shuffle", o.shuffle ? "on" : "off"},
           {"probe", o.probe ? "on" : "off"},
           {"seed", std::to_string(o.seed)},
@@ -377,9 +372,9 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
       << " skipped, " << (s.rollbacks > 0 ? std::to_string(s.rollbacks) + " rollback(s), " : std::string())
       << "fallback "
       << (s.fallback_step >= 0 ? "at step " + std::to_string(s.fallback_step) : std::string("not needed")) << ", "
-      << (s.last_finite_step < 0
-              ? std::string("no finite loss")
-              : "last finite loss " + fmt(s.last_finite_loss) + " (step " + std::to_string(s.last_finite_step) + ")")
+      << (s.last_finite_step < 0 ? std::string("no finite loss")
+                                 : "last finite loss " + number_text(s.last_finite_loss) + " (step " +
+                                       std::to_string(s.last_finite_step) + ")")
       << ", lr " << s.final_lr << ", loss scale " << s.final_loss_scale << ", " << s.steps_per_second
       << " steps/s (median step " << s.median_step_time * 1e3 << " ms)\n";
   if (s.world_size > 1)

@@ -65,11 +65,11 @@ StateHealth save_checkpoint(const std::string& path, const TrainableModel& model
 std::optional<CheckpointHealth> checkpoint_health(const std::string& path) {
   format::Archive archive = format::Archive::open(path, format::kCheckpointFileKind);
   format::Group root = archive.root();
-  if (!root.has_attr("finite")) return std::nullopt;
+  if (!archive.version().at_least(1, 1)) return std::nullopt;  // 1.0 recorded no health
   CheckpointHealth h;
   h.finite = root.attr_int("finite") != 0;
   h.step = root.attr_int("step");
-  h.loss = root.has_attr("loss") ? root.attr_double("loss") : std::numeric_limits<double>::quiet_NaN();
+  h.loss = root.attr_double("loss");
   return h;
 }
 
@@ -129,9 +129,15 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   g.loss_scale = t.attr_double("loss_scale");
   g.growth_tracker = t.attr_int("growth_tracker");
   g.last_applied_step = t.attr_int("last_applied_step");
-  // Written since fp32-modules and the held schedule; older files have neither.
-  g.applied_steps = t.has_attr("applied_steps") ? t.attr_int("applied_steps") : g.last_applied_step + 1;
-  if (t.has_attr("fp32_modules")) g.fp32_modules = parse_fp32_modules(t.attr_string("fp32_modules"));
+  if (archive.version().at_least(1, 1)) {
+    g.applied_steps = t.attr_int("applied_steps");
+    if (t.has_attr("fp32_modules")) g.fp32_modules = parse_fp32_modules(t.attr_string("fp32_modules"));  // none: absent
+  } else {
+    // 1.0 counted no updates: every step up to the last applied one is as
+    // good a guess as any (it is exact for a run without skips), and had no
+    // fp32 modules.
+    g.applied_steps = g.last_applied_step + 1;
+  }
   return r;
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope {
 

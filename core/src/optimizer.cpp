@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope {
 

@@ -4,10 +4,10 @@
 
 #include <chrono>
 
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/format/stats.hpp"
 #include "nanscope/probe/birth_category.hpp"
 #include "nanscope/probe/op_capture.hpp"
 

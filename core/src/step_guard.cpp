@@ -9,22 +9,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nanscope/common/error_text.hpp"
+#include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
-#include "nanscope/probe/error_text.hpp"
 #include "nanscope/probe/op_capture.hpp"
 
 namespace nanscope {
 
 namespace {
-
-std::string fmt(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 std::vector<std::string> trainable_names(const TrainableModel& model) {
   std::vector<std::string> out;
@@ -147,7 +142,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   result.lr = context.lr >= 0 ? context.lr : current_lr(optimizer_);
   result.loss_scale = scaler_.scale();
 
-  model_.plant_fault(context.fault);
+  plant_fault(model_, context.fault);
   transaction_.begin(model_);
   StepSettings settings{amp_, options_.clip, options_.probe, {}};
   settings.written_buffers = &transaction_.written_floating();
@@ -180,12 +175,12 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     // non-finite step if the forensic re-run finds a birth before it;
     // otherwise (or with no probe to look, or peers waiting in a collective)
     // it is an error in the model.
-    model_.plant_fault({FaultKind::none});
+    plant_fault(model_, {FaultKind::none});
     if (!options_.probe || context.averager) throw;
-    result.error = probe::one_line_error(e);
+    result.error = one_line_error(e);
     result.outcome = raised_step_outcome(scaler_, parameters_);
   }
-  model_.plant_fault({FaultKind::none});
+  plant_fault(model_, {FaultKind::none});
   if (fp32_not_entered) check_planned_fp32_modules(*fp32_not_entered);
   // A step that does not count leaves the model as it found it.
   std::string undone;
@@ -212,9 +207,9 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   const StepOutcome& outcome = result.outcome;
   if (outcome.skipped_as_spike) {
     writer_->event(step, format::EventKind::skip,
-                   "loss " + fmt(outcome.global_loss) + " above " + fmt(settings.skip_loss_above) +
+                   "loss " + number_text(outcome.global_loss) + " above " + number_text(settings.skip_loss_above) +
                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
-    say(step, "loss " + fmt(outcome.global_loss) + " is a spike after a rollback -> skipped");
+    say(step, "loss " + number_text(outcome.global_loss) + " is a spike after a rollback -> skipped");
     rollback_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.skipped) last_applied_step_ = step;
@@ -315,7 +310,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   }
   if (scaler_.enabled())
     writer_->event(step, format::EventKind::scale_backoff,
-                   "loss scale " + fmt(result.loss_scale) + " -> " + fmt(scaler_.scale()));
+                   "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
@@ -367,7 +362,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   else if (fallback_.should_fire(result.amp, outcome, scaler_))
     fall_back(step, result, what + where);
   else
-    say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + fmt(scaler_.scale()) : ""));
+    say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + number_text(scaler_.scale()) : ""));
   writer_->flush();  // a skip is exactly what a post-mortem wants on disk
   if (nonfinite_in_a_row_++ == 0) nonfinite_since_ = step;
   stop_if_nothing_left_to_try(step);
@@ -467,9 +462,9 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
   scale_lr(optimizer_, options_.lr_backoff);
   result.fell_back = true;
   writer_->event(step, format::EventKind::fallback,
-                 std::string(precision_name(result.amp)) + " -> fp32, LR x " + fmt(options_.lr_backoff));
-  say(step,
-      what + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " + fmt(options_.lr_backoff));
+                 std::string(precision_name(result.amp)) + " -> fp32, LR x " + number_text(options_.lr_backoff));
+  say(step, what + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " +
+                number_text(options_.lr_backoff));
   amp_ = Amp::fp32;
 }
 
@@ -491,7 +486,7 @@ void StepGuard::save_state_if_due(int64_t step) {
   }
   if (!ring_.save(step, model_, optimizer_, scaler_) && ring_.size() == 0 && ring_.max_states() > 0) {
     // One state is over the memory budget: say so once, and stop trying.
-    say(step, "rollback: one saved state is larger than the " + fmt(options_.rollback.memory_mb) +
+    say(step, "rollback: one saved state is larger than the " + number_text(options_.rollback.memory_mb) +
                   " MB budget (--rollback-memory); no rollback possible");
     ring_ = StateRing(0, 0);
   }

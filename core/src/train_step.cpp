@@ -6,12 +6,12 @@
 #include <limits>
 #include <tuple>
 
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/vocabulary.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 namespace nanscope {
 
@@ -51,15 +51,15 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
                                  const at::Tensor& targets) {
   clear_grads(parameters);
   KeepBuffers buffers_as_found(model);
-  model.plant_fault(fault);
+  plant_fault(model, fault);
   StepRecomputation out;
   try {
     out.loss = forward_backward(model, amp, loss_scale, inputs, targets);
   } catch (...) {
-    model.plant_fault({});
+    plant_fault(model, {});
     throw;
   }
-  model.plant_fault({});
+  plant_fault(model, {});
   // Finite gradients whose norm overflows are a non-finite step too (P18).
   probe::PhaseScope phase(format::Phase::grad_norm);
   std::vector<at::Tensor> grads = defined_grads(parameters);

@@ -18,6 +18,7 @@ struct Archive::File {
   bool writable = false;
   std::string part;  // created: written as PATH.part, renamed over PATH by close()
   h5::Handle handle;
+  FileVersion version;  // opened: the file's; created: this nanscope's
   // An archive dropped before close() (an error while writing it) leaves nothing behind.
   ~File() {
     if (part.empty()) return;
@@ -265,9 +266,11 @@ Archive Archive::open(const std::string& path, const std::string& kind, bool wri
   archive.file_->writable = writable;
   if (!writable) h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   archive.file_->handle = writable ? h5::open_file_readwrite(path) : h5::open_file_readonly(path);
-  h5::check_identity(archive.file_->handle.get(), kind, path);
+  archive.file_->version = h5::check_identity(archive.file_->handle.get(), kind, path);
   return archive;
 }
+
+FileVersion Archive::version() const { return file_ ? file_->version : FileVersion{}; }
 
 Group Archive::root() const {
   if (!file_ || !file_->handle.valid()) throw std::logic_error("archive is closed");

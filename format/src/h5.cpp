@@ -185,6 +185,8 @@ std::string read_string_attr(hid_t loc, const std::string& name, const std::stri
     char* value = nullptr;
     Handle mem = type_handle(H5Tcopy(H5T_C_S1), path, "H5Tcopy");
     H5Tset_size(mem.get(), H5T_VARIABLE);
+    // h5py's are UTF-8: HDF5 converts no string between character sets.
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     check(H5Aread(attr.get(), mem.get(), &value), path, "read attribute " + name);
     std::string out = value ? value : "";
     H5free_memory(value);
@@ -293,28 +295,38 @@ void write_identity(hid_t file, const std::string& kind, const std::string& path
   write_string_attr(file, "format_version", std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
 }
 
-void check_identity(hid_t file, const std::string& kind, const std::string& path) {
+FileVersion check_identity(hid_t file, const std::string& kind, const std::string& path) {
   if (!attr_exists(file, "format"))
     throw FormatError(path, "not a nanscope file: the root has no 'format' attribute (expected " + kind + ")");
   std::string found = read_string_attr(file, "format", path);
   if (found != kind) throw FormatError(path, "is a '" + found + "' file, expected " + kind);
   if (!attr_exists(file, "format_version")) throw FormatError(path, "'format_version' attribute missing");
   std::string version = read_string_attr(file, "format_version", path);
-  int major = 0;
-  try {
-    major = std::stoi(version);
-  } catch (const std::exception&) {
-    throw FormatError(path, "unreadable format_version '" + version + "'");
-  }
+  const std::optional<FileVersion> parsed = parse_file_version(version);
+  if (!parsed) throw FormatError(path, "unreadable format_version '" + version + "'");
+  const int major = parsed->major;
   if (major != kFormatMajor)
     throw FormatError(path, "format_version " + version + " is not supported (this nanscope reads " +
                                 std::to_string(kFormatMajor) + ".x; " +
                                 (major > kFormatMajor ? "upgrade nanscope)" : "file too old)"));
+  return *parsed;
 }
 
 }  // namespace nanscope::format::h5
 
 namespace nanscope::format {
+
+std::optional<FileVersion> parse_file_version(const std::string& text) {
+  const size_t dot = text.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 >= text.size()) return std::nullopt;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (i != dot && (text[i] < '0' || text[i] > '9')) return std::nullopt;
+  try {
+    return FileVersion{std::stoi(text.substr(0, dot)), std::stoi(text.substr(dot + 1))};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
 
 std::string file_kind(const std::string& path) {
   h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/version.hpp"
 
 namespace nanscope::format::h5 {
 
@@ -99,8 +100,9 @@ std::vector<std::string> child_names(hid_t loc, const std::string& path);
 
 // Stamps `format` and `format_version` on a new file's root.
 void write_identity(hid_t file, const std::string& kind, const std::string& path);
-// Checks `format` and `format_version`; throws a FormatError saying what is wrong.
-void check_identity(hid_t file, const std::string& kind, const std::string& path);
+// Checks `format` and `format_version`; throws a FormatError saying what is
+// wrong. Returns the file's version, for readers to branch on.
+FileVersion check_identity(hid_t file, const std::string& kind, const std::string& path);
 
 // A fixed-length string type of n bytes, null-padded (h5py reads it as bytes).
 Handle fixed_string_type(size_t n, const std::string& path);

@@ -210,6 +210,9 @@ std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t ke
   m->path = path;
   m->flush_every = std::max<size_t>(1, flush_every);
   m->file = open_clearing_writer_mark(path);
+  // What is appended from here on is this version's schema: the file says so.
+  h5::write_string_attr(m->file.get(), "format_version",
+                        std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
   hid_t file = m->file.get();
   h5::Handle steps = h5::group_handle(H5Gopen2(file, run_schema::kStepsGroup, H5P_DEFAULT), path, "open /steps");
   hid_t g = steps.get();

@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope::probe {
 

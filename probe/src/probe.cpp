@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "nanscope/probe/error_text.hpp"
+#include "nanscope/common/error_text.hpp"
 #include "nanscope/probe/nvtx.hpp"
 #include "tensor_stats.hpp"
 

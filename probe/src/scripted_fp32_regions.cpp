@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "module_path.hpp"
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope::probe {
 

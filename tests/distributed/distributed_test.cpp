@@ -16,9 +16,10 @@
 #include <sstream>
 #include <thread>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
 #include "data.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
@@ -27,7 +28,6 @@
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 #include "setup.hpp"
 
 namespace nanscope {
@@ -143,13 +143,6 @@ size_t wait_for_rows(const std::string& run_dir, int rank, int world, size_t row
   return seen;
 }
 
-std::vector<std::string> event_texts(const format::RunData& run, const std::string& kind) {
-  std::vector<std::string> texts;
-  for (const auto& e : run.events)
-    if (format::to_string(e.kind) == kind) texts.push_back(std::to_string(e.step) + ":" + e.text);
-  return texts;
-}
-
 TEST(DataParallelSampler, RanksTogetherReadExactlyTheGlobalBatchOfOneProcess) {
   for (bool shuffle : {false, true}) {
     const int world = 4, batch = 5;
@@ -260,16 +253,16 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
       // The one-shot fallback fires on every rank at the same step.
       EXPECT_EQ(run.amp[s], s <= fault_step ? 1 : 0) << "rank " << r << " step " << s;
     }
-    EXPECT_EQ(event_texts(run, format::to_string(format::EventKind::first_nonfinite)), std::vector<std::string>{"6:1"})
+    EXPECT_EQ(test::event_lines(run, format::EventKind::first_nonfinite), std::vector<std::string>{"6: 1"})
         << "rank " << r;
-    EXPECT_EQ(event_texts(run, "fallback").size(), 1u) << "rank " << r;
+    EXPECT_EQ(test::event_lines(run, format::EventKind::fallback).size(), 1u) << "rank " << r;
     // Per-layer norms are the rank's own gradients: NaN on rank 1 only.
     const size_t layers = run.layer_names.size();
     ASSERT_GT(layers, 0u);
     bool nan_in_row = false;
     for (size_t l = 0; l < layers; ++l) nan_in_row |= std::isnan(run.layer_grad_norm[fault_step * layers + l]);
     EXPECT_EQ(nan_in_row, r == 1) << "rank " << r;
-    EXPECT_EQ(event_texts(run, "snapshot").size(), r == 1 ? 1u : 0u) << "rank " << r;
+    EXPECT_EQ(test::event_lines(run, format::EventKind::snapshot).size(), r == 1 ? 1u : 0u) << "rank " << r;
   }
 
   const std::string snapshot = (fs::path(run_dir) / "snapshots" / "rank-1" / "step-0000006.h5").string();
@@ -306,7 +299,7 @@ TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
     const format::RunData run = rank_run(run_dir, r, world);
-    const auto skips = event_texts(run, "skip");
+    const auto skips = test::event_lines(run, format::EventKind::skip);
     ASSERT_EQ(skips.size(), 1u) << "rank " << r;
     EXPECT_NE(skips[0].find("buffers restored: bn.running_mean, bn.running_var, bn.num_batches_tracked"),
               std::string::npos)
@@ -315,7 +308,9 @@ TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
     load_checkpoint(dir.file("model-" + std::to_string(r) + ".h5"), *model);
     EXPECT_TRUE(state_health(*model, nullptr).finite()) << "rank " << r;
     for (const auto& [name, t] : model->named_buffers()) {
-      if (name == "bn.num_batches_tracked") EXPECT_EQ(t.item<int64_t>(), steps - 1) << "rank " << r;
+      if (name == "bn.num_batches_tracked") {
+        EXPECT_EQ(t.item<int64_t>(), steps - 1) << "rank " << r;
+      }
     }
   }
 }
@@ -342,7 +337,7 @@ TEST(DataParallel, Fp16LossScaleBacksOffTogetherAndStaysIdentical) {
     EXPECT_EQ(rank1.skipped[s], s == fault_step ? 1 : 0) << "step " << s;
   }
   EXPECT_EQ(rank0.loss_scale[fault_step + 1], rank0.loss_scale[fault_step] / 2);
-  EXPECT_EQ(event_texts(rank0, format::to_string(format::EventKind::first_nonfinite)), std::vector<std::string>{"4:1"});
+  EXPECT_EQ(test::event_lines(rank0, format::EventKind::first_nonfinite), std::vector<std::string>{"4: 1"});
 }
 
 // A rank killed mid-run: the survivors end with a clear error (exit 3) within
@@ -363,12 +358,11 @@ TEST(DataParallel, RanksRollBackTogetherAndWarnAlike) {
   ASSERT_TRUE(job.wait_all(120s));
   for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
   const format::RunData rank0 = rank_run(run_dir, 0, world), rank1 = rank_run(run_dir, 1, world);
-  const std::vector<std::string> rollbacks = event_texts(rank0, format::to_string(format::EventKind::rollback));
+  const std::vector<std::string> rollbacks = test::event_lines(rank0, format::EventKind::rollback);
   ASSERT_EQ(rollbacks.size(), 1u) << job[0].log;
-  EXPECT_EQ(rollbacks[0].rfind("31:to step 29:", 0), 0u) << rollbacks[0];
-  EXPECT_EQ(event_texts(rank1, format::to_string(format::EventKind::rollback)), rollbacks);
-  EXPECT_EQ(event_texts(rank0, format::to_string(format::EventKind::warning)),
-            event_texts(rank1, format::to_string(format::EventKind::warning)));
+  EXPECT_EQ(rollbacks[0].rfind("31: to step 29:", 0), 0u) << rollbacks[0];
+  EXPECT_EQ(test::event_lines(rank1, format::EventKind::rollback), rollbacks);
+  EXPECT_EQ(test::event_lines(rank0, format::EventKind::warning), test::event_lines(rank1, format::EventKind::warning));
   EXPECT_EQ(format::rolled_back_rows(rank0), format::rolled_back_rows(rank1));
   const auto w0 = mlp_weights(dir.file("rank0.h5")), w1 = mlp_weights(dir.file("rank1.h5"));
   for (size_t i = 0; i < w0.size(); ++i) EXPECT_TRUE(at::equal(w0[i].second, w1[i].second)) << w0[i].first;
@@ -393,7 +387,7 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
 
   const format::RunData survivor = rank_run(run_dir, 0, world);
   EXPECT_GE(survivor.rows(), 40u);
-  ASSERT_EQ(event_texts(survivor, format::to_string(format::EventKind::dist_error)).size(), 1u);
+  ASSERT_EQ(test::event_lines(survivor, format::EventKind::dist_error).size(), 1u);
   EXPECT_GE(rank_run(run_dir, 1, world).rows(), 40u);  // the killed rank's file too
 }
 
@@ -444,7 +438,7 @@ TEST(DataParallel, ResumeAfterAKillMidCheckpointRoundMatchesTheWholeRunOnEveryRa
       ASSERT_EQ(b.step[i], int64_t(i));
       ASSERT_EQ(b.loss[i], a.loss[i]) << "rank " << r << ", step " << i;
     }
-    EXPECT_EQ(event_texts(b, format::to_string(format::EventKind::resume)).size(), 1u);
+    EXPECT_EQ(test::event_lines(b, format::EventKind::resume).size(), 1u);
   }
   const auto w = mlp_weights(rank_checkpoint(dir.file("whole"), 0)), k = mlp_weights(rank_checkpoint(run_dir, 0));
   ASSERT_EQ(w.size(), k.size());

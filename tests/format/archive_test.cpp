@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/data_file.hpp"
 #include "nanscope/format/error.hpp"

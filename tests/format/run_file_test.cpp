@@ -6,7 +6,7 @@
 #include <fstream>
 #include <thread>
 
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -66,7 +66,7 @@ TEST(RunFile, RoundTripsEveryColumnEventAndConfig) {
   }
   RunData run = read_run(path);
   ASSERT_EQ(run.rows(), 10u);
-  EXPECT_EQ(run.format_version, "1.0");
+  EXPECT_EQ(run.format_version, std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor));
   EXPECT_EQ(run.layer_names, (std::vector<std::string>{"encoder.fc", "head"}));
   EXPECT_EQ(run.config.at("model"), "gpt");
   EXPECT_EQ(run.config.at("lr"), "0.001");

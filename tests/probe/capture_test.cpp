@@ -6,13 +6,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 using namespace nanscope;
 

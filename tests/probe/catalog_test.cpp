@@ -4,12 +4,12 @@
 
 #include <filesystem>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
-#include "nanscope/format/exit_codes.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/exit_codes.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 using namespace nanscope;
 

@@ -1,12 +1,10 @@
 // Snapshots: read back whole; and a snapshot that cannot be written never
 // stops training.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
-
 #include <fstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -116,11 +114,10 @@ TEST(Snapshot, FullFilesystemLeavesTrainingRunning) {
   const std::string full = dir.file("full");
   std::filesystem::create_directories(full);
   // A tmpfs with room for run.h5 but not for a snapshot of the model.
-  if (::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=384k") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const test::TmpfsMount disk(full, "384k");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   auto r = train_with_faults(full + "/run");
   expect_training_went_on(full + "/run", r);
-  ::umount(full.c_str());
 }
 
 TEST(ActivationAbsmax, RecordedEveryNStepsPerLayerWithHeadroom) {

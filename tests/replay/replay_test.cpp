@@ -7,14 +7,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/exit_codes.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/format/archive.hpp"
-#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 #include "verdict.hpp"
 
 using namespace nanscope;
@@ -56,6 +56,9 @@ std::string scripted_snapshot(const test::TempDir& dir, const std::string& model
   return probe::snapshot_path(dir.file("run"), snapshot_step);
 }
 
+}  // namespace
+
+// Outside the anonymous namespace: gtest derives the test class from it.
 struct Expected {
   const char* scenario;
   const char* verdict;
@@ -84,8 +87,6 @@ const Expected kVerdicts[] = {
 
 class Verdicts : public ::testing::TestWithParam<Expected> {};
 
-}  // namespace
-
 TEST_P(Verdicts, CatalogScenarioGetsItsVerdictAndCategory) {
   const Expected& e = GetParam();
   if (e.needs_fp16 && !compat::autocast_supported(c10::kCPU, at::kHalf))
@@ -96,7 +97,9 @@ TEST_P(Verdicts, CatalogScenarioGetsItsVerdictAndCategory) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "verdict", std::string("\"") + e.verdict + "\"")) << r.output;
   EXPECT_TRUE(has(r.output, "category", std::string("\"") + e.category + "\"")) << r.output;
-  if (e.evidence) EXPECT_NE(r.output.find(e.evidence), std::string::npos) << r.output;
+  if (e.evidence) {
+    EXPECT_NE(r.output.find(e.evidence), std::string::npos) << r.output;
+  }
   EXPECT_TRUE(has(r.output, "reproduced", "true")) << r.output;
   // The result went into the snapshot for the viewer.
   const format::SnapshotSummary summary = format::read_snapshot_summary(snapshot);

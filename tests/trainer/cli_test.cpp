@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -13,14 +12,15 @@
 #include <thread>
 #include <vector>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 using nanscope::test::run_command;
 using nanscope::test::TempDir;
+using nanscope::test::TmpfsMount;
 
 namespace {
 
@@ -233,8 +233,8 @@ TEST(Cli, FullDiskWhileAppendingTheRunFileStopsCleanlyWithTheRowsSoFarReadable) 
   TempDir dir;
   const std::string full = dir.file("full");
   std::filesystem::create_directories(full);
-  if (::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=256k") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const TmpfsMount disk(full, "256k");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   auto r = run_command(kTrain + " --model mlp --steps 1000000 --quiet --threads 1 --run-dir " + full + "/run");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(full + "/run/run.h5"), std::string::npos) << r.output;
@@ -242,7 +242,6 @@ TEST(Cli, FullDiskWhileAppendingTheRunFileStopsCleanlyWithTheRowsSoFarReadable) 
   const auto run = nanscope::format::read_run(full + "/run/run.h5");
   EXPECT_GT(run.rows(), 100u) << "the rows before the disk filled";
   for (size_t i = 0; i < run.rows(); ++i) ASSERT_EQ(run.step[i], int64_t(i));
-  ::umount(full.c_str());
 }
 
 TEST(Cli, RunFileIsReadableWhileWrittenAndAfterSigkill) {

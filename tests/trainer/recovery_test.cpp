@@ -13,16 +13,15 @@
 #include <cmath>
 #include <memory>
 
-#include "../run_events.hpp"
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
-#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/format/run_file.hpp"
 
 using namespace nanscope;
@@ -79,13 +78,6 @@ at::Tensor buffer(const TrainableModel& model, const std::string& name) {
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-// "STEP: TEXT" for each event of `kind`.
-std::vector<std::string> event_lines(const format::RunData& run, format::EventKind kind) {
-  std::vector<std::string> out;
-  for (const auto& e : test::events_of(run, kind)) out.push_back(std::to_string(e.step) + ": " + e.text);
-  return out;
 }
 
 // A NaN sample at step 3 of a bf16 run: the step is skipped, and the model,
@@ -155,47 +147,10 @@ TEST_F(Recovery, AFiniteStepThatLeavesABufferNonFiniteDoesNotCount) {
   EXPECT_TRUE(huge.outcome.skipped);
   expect_same_state(before, copy_of_state(*model, optimizer));
   guard.writer().flush();
-  const auto skips = event_lines(format::read_run(guard.run_file()), format::EventKind::skip);
+  const auto skips = test::event_lines(format::read_run(guard.run_file()), format::EventKind::skip);
   ASSERT_EQ(skips.size(), 1u);
   EXPECT_NE(skips[0].find("non-finite buffers"), std::string::npos) << skips[0];
   EXPECT_NE(skips[0].find("bn.running_var"), std::string::npos) << skips[0];
-}
-
-TEST(BufferTransaction, CopiesOnlyWhatAForwardWritesAndLearnsLateWrites) {
-  // A model with a constant mask and a counter its forward bumps.
-  struct Counting : torch::nn::Module {
-    Counting() {
-      weight = register_parameter("weight", at::ones({4}));
-      mask = register_buffer("mask", at::ones({256, 256}));
-      count = register_buffer("count", at::zeros({1}));
-      late = register_buffer("late", at::zeros({1}));
-    }
-    at::Tensor weight, mask, count, late;
-  };
-  auto net = std::make_shared<Counting>();
-  bool write_late = false;
-  ModuleModel model("counting", net, [&](const at::Tensor& x, const at::Tensor&) {
-    net->count.add_(1);
-    if (write_late) net->late.add_(1);
-    return (x * net->weight).sum() * net->mask[0][0];
-  });
-  BufferTransaction transaction;
-  transaction.begin(model);
-  EXPECT_EQ(transaction.copied_names().size(), 3u) << "before any step counted, every buffer is copied";
-  model.loss(at::ones({4}), {});
-  transaction.commit();
-  EXPECT_EQ(transaction.copied_names(), std::vector<std::string>{"count"});
-  EXPECT_EQ(transaction.copied_bytes(), int64_t(sizeof(float)));
-
-  transaction.begin(model);
-  write_late = true;
-  model.loss(at::ones({4}), {});
-  std::vector<std::string> missed;
-  EXPECT_EQ(transaction.roll_back(&missed), std::vector<std::string>{"count"});
-  EXPECT_EQ(missed, std::vector<std::string>{"late"});
-  EXPECT_EQ(net->count.item<float>(), 1.0f);
-  transaction.begin(model);
-  EXPECT_EQ(transaction.copied_names(), (std::vector<std::string>{"count", "late"}));
 }
 
 TEST_F(Recovery, TheCheckpointOfARunWithASkippedNanSampleHoldsHealthyStatistics) {
@@ -208,7 +163,7 @@ TEST_F(Recovery, TheCheckpointOfARunWithASkippedNanSampleHoldsHealthyStatistics)
   EXPECT_TRUE(state_health(*model, nullptr).finite()) << state_health(*model, nullptr).text();
   EXPECT_EQ(buffer(*model, "bn.num_batches_tracked").item<int64_t>(), 39)
       << "one BatchNorm update per counted step: neither the skipped forward nor its re-run";
-  const auto skips = event_lines(format::read_run(dir.file("run/run.h5")), format::EventKind::skip);
+  const auto skips = test::event_lines(format::read_run(dir.file("run/run.h5")), format::EventKind::skip);
   ASSERT_EQ(skips.size(), 1u);
   EXPECT_NE(skips[0].find("buffers restored: bn.running_mean, bn.running_var, bn.num_batches_tracked"),
             std::string::npos)
@@ -225,10 +180,10 @@ TEST_F(Recovery, ASickStateIsNeverCheckpointedAndResumeStartsFromTheHealthyOne) 
       test::run_command(train(run_dir, "--steps 12 --checkpoint-every 3 --rollback off --fault buffer_nan@5"));
   ASSERT_EQ(r.exit_code, kExitDeadRun) << r.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");
-  const auto refused = event_lines(run, format::EventKind::save_refused);
+  const auto refused = test::event_lines(run, format::EventKind::save_refused);
   ASSERT_EQ(refused.size(), 1u) << r.output;
   EXPECT_EQ(refused[0].rfind("5: checkpoint after step 5 not written: buffer bn.running_mean", 0), 0u) << refused[0];
-  const auto stops = event_lines(run, format::EventKind::stop);
+  const auto stops = test::event_lines(run, format::EventKind::stop);
   ASSERT_EQ(stops.size(), 1u);
   EXPECT_NE(stops[0].find("buffer bn.running_mean"), std::string::npos) << stops[0];
   EXPECT_EQ(checkpoint_step(run_dir + "/checkpoint.h5"), 3) << "the last healthy checkpoint stays";
@@ -248,10 +203,13 @@ TEST_F(Recovery, ResumePassesOverASickCheckpointForTheOneBeforeIt) {
   const std::string run_dir = dir.file("run");
   const auto r = test::run_command(train(run_dir, "--steps 9 --checkpoint-every 3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // A checkpoint from a writer that saved NaN statistics and recorded no health (another tool, an older nanscope).
-  const auto poison = test::run_command(
-      std::string(NANSCOPE_PYTHON) + " -c \"import h5py, numpy; f = h5py.File('" + run_dir +
-      "/checkpoint.h5', 'r+'); f['buffers/bn.running_var'][...] = numpy.nan; del f.attrs['finite']\"");
+  // A checkpoint from a writer that saved NaN statistics and recorded no
+  // health: nanscope before format 1.1 (or another tool writing its schema).
+  const auto poison =
+      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py, numpy; f = h5py.File('" + run_dir +
+                        "/checkpoint.h5', 'r+'); f['buffers/bn.running_var'][...] = numpy.nan; "
+                        "f.attrs['format_version'] = '1.0'; del f.attrs['finite']; del f.attrs['loss']; "
+                        "del f['training'].attrs['applied_steps']\"");
   ASSERT_EQ(poison.exit_code, 0) << poison.output;
   const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 12");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -266,10 +224,33 @@ TEST_F(Recovery, WithRollbackASickStateIsUndoneAndTheRunGoesOn) {
       train(dir.file("run"), "--steps 24 --rollback-every 2 --fault buffer_nan@9 --save " + dir.file("model.h5")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const format::RunData run = format::read_run(dir.file("run/run.h5"));
-  EXPECT_EQ(event_lines(run, format::EventKind::rollback).size(), 1u) << r.output;
+  EXPECT_EQ(test::event_lines(run, format::EventKind::rollback).size(), 1u) << r.output;
   auto model = load_scripted_model(fixture("batchnorm_classifier.pt"));
   load_checkpoint(dir.file("model.h5"), *model);
   EXPECT_TRUE(state_health(*model, nullptr).finite());
   EXPECT_NE(r.output.find("saved: " + dir.file("model.h5") + " (the model after step 23)"), std::string::npos)
       << r.output;
+}
+
+TEST_F(Recovery, AFormatOnePointZeroCheckpointStillResumes) {
+  // The same run's checkpoint as nanscope wrote it before format 1.1: no
+  // health, no count of applied updates. Read by version, not by guessing.
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  const auto r = test::run_command(train(run_dir, "--steps 6 --checkpoint-every 3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string checkpoint = run_dir + "/checkpoint.h5";
+  ASSERT_TRUE(checkpoint_health(checkpoint));
+  const auto downgrade =
+      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py; f = h5py.File('" + checkpoint +
+                        "', 'r+'); f.attrs['format_version'] = '1.0'; del f.attrs['finite']; del f.attrs['loss']; "
+                        "del f['training'].attrs['applied_steps']\"");
+  ASSERT_EQ(downgrade.exit_code, 0) << downgrade.output;
+  EXPECT_FALSE(checkpoint_health(checkpoint)) << "1.0 recorded no health";
+  const std::optional<ResumeState> state = load_resume_state(checkpoint);
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->guard.applied_steps, state->guard.last_applied_step + 1);
+  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 9");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("checkpoint.h5, from step 6 (healthy)"), std::string::npos) << resumed.output;
 }

@@ -9,16 +9,16 @@
 #include <cmath>
 #include <sstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/exit_codes.hpp"
+#include "nanscope/common/stats.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/rollback.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/event_text.hpp"
-#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/format/stats.hpp"
 #include "test_models.hpp"
 #include "trainer.hpp"
 

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
+#include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/step_guard.hpp"
-#include "nanscope/format/exit_codes.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "test_models.hpp"
 #include "trainer.hpp"

@@ -1,17 +1,9 @@
 #pragma once
-// Small models and options shared by the trainer tests.
-#include "nanscope/core/models/mlp.hpp"
+// The options of a quick nanscope-train run the trainer tests share.
+#include "../support/tiny_models.hpp"
 #include "options.hpp"
 
 namespace nanscope::test {
-
-inline std::unique_ptr<TrainableModel> tiny_mlp(uint64_t seed = 0) {
-  MlpConfig c;
-  c.in_features = 8;
-  c.hidden = 16;
-  c.classes = 4;
-  return make_mlp(c, seed);
-}
 
 inline TrainOptions quick_mlp_run(const std::string& run_dir, int64_t steps) {
   TrainOptions o;

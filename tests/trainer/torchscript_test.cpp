@@ -8,8 +8,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"

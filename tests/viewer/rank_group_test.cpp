@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
 #include "nanscope/viewer/rank_group.hpp"
 #include "nanscope/viewer/view_model.hpp"
 #include "synthetic_files.hpp"

@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "../subprocess.hpp"
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
+
 #include "nanscope/viewer/colormap.hpp"
 #include "synthetic_files.hpp"
 

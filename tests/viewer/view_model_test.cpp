@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "../test_paths.hpp"
+#include "../support/test_support.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/snapshot_summary.hpp"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "nanscope/format/exit_codes.hpp"
-#include "nanscope/format/stats.hpp"
+#include "nanscope/common/exit_codes.hpp"
+#include "nanscope/common/stats.hpp"
 #include "panels.hpp"
 #include "screenshot.hpp"
 
@@ -23,7 +23,7 @@ namespace {
 using namespace nanscope::viewer;
 using nanscope::median;
 
-// Exit codes (nanscope/format/exit_codes.hpp): kExitOk shown (or screenshot
+// Exit codes (nanscope/common/exit_codes.hpp): kExitOk shown (or screenshot
 // written); kExitFailed no window, or the screenshot could not be written;
 // kExitBadInput bad usage or an input that could not be opened.
 using nanscope::kExitBadInput;

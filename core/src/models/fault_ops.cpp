@@ -1,6 +1,6 @@
 #include "nanscope/core/models/fault_ops.hpp"
 
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope::fault_ops {
 

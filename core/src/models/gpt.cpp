@@ -173,7 +173,7 @@ struct GptImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-class GptModel : public NativeModel {
+class GptModel : public NativeModel, public FaultHost {
  public:
   explicit GptModel(Gpt gpt) : NativeModel(gpt.ptr()), gpt_(std::move(gpt)) {}
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
@@ -181,6 +181,7 @@ class GptModel : public NativeModel {
       throw std::invalid_argument("gpt expects int64 token inputs of shape [batch, seq]");
     return lm_loss(gpt_->logits(inputs, fault_, fault_arg_), targets);
   }
+  bool plant_fault(const Fault& fault) override { return host_fault(fault); }
   ModelSpec spec() const override {
     const GptConfig& c = gpt_->config;
     return {"gpt",
@@ -210,14 +211,11 @@ std::unique_ptr<TrainableModel> make_gpt(const GptConfig& c, uint64_t seed) {
 
 GptConfig gpt_config_from(const ModelSpec& spec) {
   GptConfig c;
-  auto get = [&](const char* key, int64_t& out) {
-    if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
-  };
-  get("vocab_size", c.vocab_size);
-  get("seq_len", c.seq_len);
-  get("n_layer", c.n_layer);
-  get("n_head", c.n_head);
-  get("n_embd", c.n_embd);
+  read_hparam(spec, "vocab_size", c.vocab_size);
+  read_hparam(spec, "seq_len", c.seq_len);
+  read_hparam(spec, "n_layer", c.n_layer);
+  read_hparam(spec, "n_head", c.n_head);
+  read_hparam(spec, "n_embd", c.n_embd);
   return c;
 }
 

@@ -59,7 +59,7 @@ struct MlpNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(MlpNet);
 
-class MlpModel : public NativeModel {
+class MlpModel : public NativeModel, public FaultHost {
  public:
   explicit MlpModel(MlpNet net) : NativeModel(net.ptr()), net_(std::move(net)) {}
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
@@ -72,7 +72,7 @@ class MlpModel : public NativeModel {
     // No attention here, and the head's input is the growth faults' business in the gpt.
     const bool hosted = fault.kind != FaultKind::masked_row && fault.kind != FaultKind::attention_logit_growth &&
                         fault.kind != FaultKind::logit_drift;
-    return hosted && NativeModel::plant_fault(fault);
+    return hosted && host_fault(fault);
   }
   ModelSpec spec() const override {
     const MlpConfig& c = net_->config;
@@ -94,12 +94,9 @@ std::unique_ptr<TrainableModel> make_mlp(const MlpConfig& c, uint64_t seed) {
 
 MlpConfig mlp_config_from(const ModelSpec& spec) {
   MlpConfig c;
-  auto get = [&](const char* key, int64_t& out) {
-    if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
-  };
-  get("in_features", c.in_features);
-  get("hidden", c.hidden);
-  get("classes", c.classes);
+  read_hparam(spec, "in_features", c.in_features);
+  read_hparam(spec, "hidden", c.hidden);
+  read_hparam(spec, "classes", c.classes);
   return c;
 }
 

@@ -42,6 +42,15 @@ NamedTensors TrainableModel::trainable_parameters() const {
   return out;
 }
 
+void read_hparam(const ModelSpec& spec, const char* key, int64_t& out) {
+  if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
+}
+
+bool plant_fault(TrainableModel& model, const Fault& fault) {
+  if (auto* host = dynamic_cast<FaultHost*>(&model)) return host->plant_fault(fault);
+  return fault.kind == FaultKind::none;
+}
+
 std::vector<at::Tensor> trainable_tensors(const TrainableModel& model) {
   std::vector<at::Tensor> out;
   for (auto& [name, p] : model.trainable_parameters()) out.push_back(p);
@@ -63,7 +72,7 @@ NamedTensors NativeModel::named_buffers() const {
 
 void NativeModel::set_training(bool on) { module_->train(on); }
 
-bool NativeModel::plant_fault(const Fault& fault) {
+bool NativeModel::host_fault(const Fault& fault) {
   // Every built-in hosts every model-side fault; batch and LR faults are the loop's.
   if (fault.kind == FaultKind::nonfinite_input || fault.kind == FaultKind::lr_spike) return false;
   fault_ = fault.kind;

@@ -34,7 +34,6 @@ class ScriptedModel : public TrainableModel {
     return out;
   }
   void set_training(bool on) override { module_.train(on); }
-  bool plant_fault(const Fault& fault) override { return fault.kind == FaultKind::none; }
   ModelSpec spec() const override { return {"torchscript", {}, bytes_}; }
   bool is_torchscript() const override { return true; }
 

@@ -24,6 +24,10 @@ struct ModelSpec {
   std::string script_bytes;                // TorchScript only
 };
 
+// Sets `out` from spec.hparams[key] when the spec has it (a built-in's
+// sizes, read back by replay and --init); leaves the default otherwise.
+void read_hparam(const ModelSpec& spec, const char* key, int64_t& out);
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
@@ -42,9 +46,6 @@ class TrainableModel {
   // buffers (position ids, BatchNorm's num_batches_tracked, masks) keep their type.
   void to(at::Device device, at::ScalarType float_type);
   virtual void set_training(bool on) = 0;
-  // Plants (or, with kind none, clears) a fault for the next forward.
-  // Returns false when this model cannot host that fault kind.
-  virtual bool plant_fault(const Fault& fault) = 0;
   virtual ModelSpec spec() const = 0;
   // A TorchScript model: its modules are interpreter frames, not C++ scopes
   // (what switching a module to fp32 needs to know).
@@ -57,6 +58,21 @@ class TrainableModel {
   // grad norms and the probe's layer table see, in this order.
   NamedTensors trainable_parameters() const;
 };
+
+// A model that hosts nanscope-train's planted faults (--fault): the built-in
+// gpt and mlp. A test and demo facility, not part of the interface a model of
+// yours implements.
+class FaultHost {
+ public:
+  virtual ~FaultHost() = default;
+  // Plants (or, with kind none, clears) a fault for the next forward.
+  // Returns false when this model cannot host that fault kind.
+  virtual bool plant_fault(const Fault& fault) = 0;
+};
+
+// Plants `fault` in `model` when it is a FaultHost; any other model hosts
+// only kind none (nothing planted). False when the model cannot host it.
+bool plant_fault(TrainableModel& model, const Fault& fault);
 
 // The tensors of model.trainable_parameters(); throws std::invalid_argument
 // for a model that has none.

@@ -29,8 +29,6 @@ class ModuleModel : public NativeModel {
               std::map<std::string, int64_t> hparams = {});
 
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override { return loss_(inputs, targets); }
-  // nanscope-train's planted faults live in the built-in models: none here.
-  bool plant_fault(const Fault& fault) override { return fault.kind == FaultKind::none; }
   ModelSpec spec() const override { return {name_, hparams_, ""}; }
 
  private:

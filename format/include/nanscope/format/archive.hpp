@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "nanscope/format/version.hpp"
 #include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope::format {
@@ -85,6 +86,8 @@ class Archive {
 
   Group root() const;
   const std::string& path() const;
+  // The file's format_version (a created archive: this nanscope's).
+  FileVersion version() const;
   // Flushes (and, for a created archive, writes the file); further use of its
   // groups fails. Errors surface here, not silently in a destructor: an
   // archive destroyed without close() writes nothing.

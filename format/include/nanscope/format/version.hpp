@@ -1,11 +1,28 @@
 #pragma once
 // Schema identity shared by every nanscope file (docs/format.md).
+#include <optional>
 #include <string>
 namespace nanscope::format {
 
-// Readers accept any minor version of a major they know and reject a newer major.
+// Readers accept any minor version of a major they know and reject a newer
+// major. The minor version grows with the schema, and readers branch on it
+// (docs/format.md, "Versions"):
+//   1.0  the first schema
+//   1.1  run files: events `remedy` and `save_refused`; checkpoints: @finite,
+//        @loss, /training@applied_steps and @fp32_modules; snapshots: the
+//        config's `fp32_modules`
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 0;
+inline constexpr int kFormatMinor = 1;
+
+// A file's format_version, as its readers branch on it.
+struct FileVersion {
+  int major = kFormatMajor, minor = kFormatMinor;
+  bool at_least(int major_version, int minor_version) const {
+    return major > major_version || (major == major_version && minor >= minor_version);
+  }
+};
+// "1.1" -> {1, 1}; nullopt for anything else.
+std::optional<FileVersion> parse_file_version(const std::string& text);
 
 // The root attribute `format` says which kind of nanscope file this is.
 inline constexpr const char* kRunFileKind = "nanscope-run";

@@ -14,11 +14,13 @@ class NativeModel : public TrainableModel {
   NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
   void set_training(bool on) override;
-  bool plant_fault(const Fault& fault) override;
   void set_z_loss(double coefficient) override { z_loss_ = coefficient; }
 
  protected:
   explicit NativeModel(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
+  // The built-ins' FaultHost::plant_fault: every model-side fault kind (batch
+  // and LR faults are the loop's).
+  bool host_fault(const Fault& fault);
   // The fault to plant in this forward; the step guard clears it after the step.
   FaultKind fault_ = FaultKind::none;
   double fault_arg_ = 0;

@@ -3,10 +3,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "../support/tiny_models.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/probe/torch_compat.hpp"
-#include "test_models.hpp"
 
 using namespace nanscope;
 
@@ -64,9 +64,9 @@ TEST(TrainStep, SkippedStepLeavesWeightsAndOptimizerStateBitIdentical) {
   auto state = f.clone_all(optimizer_state_tensors(*f.optimizer));
   ASSERT_FALSE(state.empty());
 
-  f.model->plant_fault({FaultKind::log_nonpositive});
+  plant_fault(*f.model, {FaultKind::log_nonpositive});
   StepOutcome out = f.step(scaler);
-  f.model->plant_fault({FaultKind::none});
+  plant_fault(*f.model, {FaultKind::none});
 
   EXPECT_FALSE(out.loss_finite);
   EXPECT_TRUE(out.skipped);
@@ -78,7 +78,7 @@ TEST(TrainStep, SkippedStepLeavesWeightsAndOptimizerStateBitIdentical) {
 TEST(TrainStep, BackwardOnlyFaultIsCaughtInTheGradients) {
   Fixture f;
   LossScaler scaler;
-  f.model->plant_fault({FaultKind::sqrt_grad_zero});
+  plant_fault(*f.model, {FaultKind::sqrt_grad_zero});
   StepOutcome out = f.step(scaler);
   EXPECT_TRUE(out.loss_finite) << "sqrt(0) is finite in the forward";
   EXPECT_FALSE(out.grads_finite);

@@ -3,8 +3,8 @@
 
 #include <limits>
 
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/loss_scaler.hpp"
-#include "nanscope/probe/torch_compat.hpp"
 
 using nanscope::LossScaler;
 using nanscope::LossScalerConfig;

@@ -1,8 +1,8 @@
-#include "nanscope/probe/error_text.hpp"
+#include "nanscope/common/error_text.hpp"
 
 #include <c10/util/Exception.h>
 
-namespace nanscope::probe {
+namespace nanscope {
 
 std::string one_line_error(const std::exception& e) {
   const auto* c10 = dynamic_cast<const c10::Error*>(&e);
@@ -16,4 +16,4 @@ std::string one_line_error(const std::exception& e) {
   return end == std::string::npos ? text : text.substr(0, end);
 }
 
-}  // namespace nanscope::probe
+}  // namespace nanscope

@@ -1,4 +1,4 @@
-#include "nanscope/probe/torch_compat.hpp"
+#include "nanscope/common/torch_compat.hpp"
 
 #include <ATen/autocast_mode.h>
 

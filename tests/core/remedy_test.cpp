@@ -1,0 +1,100 @@
+// --fallback auto: the remedy fits the cause. The decision on a scripted set
+// of re-runs, then whole runs with planted faults against --fallback whole.
+#include <gtest/gtest.h>
+
+#include <set>
+
+
+#include "nanscope/core/remedy.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+// Re-runs whose answers the test sets: finite at fp32 or not, finite with
+// which module sets in fp32, finite without which row.
+class ScriptedReruns : public StepReruns {
+ public:
+  bool fp32_finite = false;
+  std::set<std::string> modules_that_fix;  // any of these in fp32 makes it finite
+  std::set<int64_t> rows_that_break;
+  int runs = 0;
+
+  bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override {
+    ++runs;
+    if (amp == Amp::fp32) return fp32_finite;
+    if (without_row >= 0) return rows_that_break.count(without_row) > 0;
+    for (const auto& m : fp32_modules)
+      if (modules_that_fix.count(m)) return true;
+    return false;
+  }
+  std::vector<std::string> modules_seen() override { return {"embed", "blocks.0", "blocks.0.ln1", "head"}; }
+  bool unswitchable() const override { return false; }
+};
+
+FailedStep failed_with_birth(const std::string& phase, const std::string& op, const std::string& module) {
+  FailedStep failed;
+  failed.amp = Amp::bf16;
+  failed.batch_size = 8;
+  failed.capture = format::Capture{};
+  format::Birth birth;
+  birth.kind = format::BirthKind::inf;
+  birth.op.op = op;
+  birth.op.phase = format::from_string_or_unknown<format::Phase>(phase);
+  birth.op.module = module;
+  failed.capture->first_birth = birth;
+  return failed;
+}
+
+}  // namespace
+
+TEST(Remedy, ANonFiniteBatchIsTheDatasWithoutAReRun) {
+  ScriptedReruns reruns;
+  FailedStep failed = failed_with_birth("input", "input", "");
+  failed.batch_finite = false;
+  EXPECT_EQ(choose_remedy(failed, reruns).remedy, Remedy::skip_data);
+  EXPECT_EQ(reruns.runs, 0);
+}
+
+TEST(Remedy, ABirthInTheInputPhaseIsTheDatas) {
+  ScriptedReruns reruns;
+  EXPECT_EQ(choose_remedy(failed_with_birth("input", "input", ""), reruns).remedy, Remedy::skip_data);
+}
+
+TEST(Remedy, AStepWhoseReRunFindsNoBirthIsTransient) {
+  ScriptedReruns reruns;
+  FailedStep failed = failed_with_birth("forward", "aten::exp", "head");
+  failed.capture->first_birth.reset();
+  EXPECT_EQ(choose_remedy(failed, reruns).remedy, Remedy::skip_transient);
+}
+
+TEST(Remedy, FiniteAtFp32PutsTheSmallestModuleSetInFp32) {
+  ScriptedReruns reruns;
+  reruns.fp32_finite = true;
+  reruns.modules_that_fix = {"blocks.0.ln1"};
+  const RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::div", "blocks.0.ln1"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::fp32_modules);
+  EXPECT_EQ(choice.modules, std::vector<std::string>{"blocks.0.ln1"});
+  EXPECT_GT(choice.seconds_before, 0);
+}
+
+TEST(Remedy, FiniteAtFp32ButWithNoModuleSetIsTheWholeFallback) {
+  ScriptedReruns reruns;
+  reruns.fp32_finite = true;  // only the whole step in fp32 helps (the loss, say)
+  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "head"), reruns).remedy, Remedy::whole_fp32);
+}
+
+TEST(Remedy, NonFiniteAtFp32WithoutOneSampleIsTheDatas) {
+  ScriptedReruns reruns;
+  reruns.rows_that_break = {5};
+  const RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_data);
+  EXPECT_NE(choice.why.find("row(s) 5"), std::string::npos) << choice.why;
+}
+
+TEST(Remedy, NonFiniteAtFp32WithEverySampleIsTheWholeFallback) {
+  ScriptedReruns reruns;
+  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
+  reruns.rows_that_break = {0, 1, 2, 3, 4, 5, 6, 7};  // any row: the batch's size, not a sample
+  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
+}
