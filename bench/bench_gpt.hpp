@@ -2,11 +2,13 @@
 // The benchmarks' GPT: 4 blocks x 128 wide, 64 tokens, on the built-in text,
 // with nanscope-train's runtime set-up (threads, OpenBLAS on one thread,
 // seed), so its steps run as nanscope-train's do.
-#include "data.hpp"
 #include "nanscope/core/models/gpt.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 namespace nanscope::bench {
+
+using namespace nanscope::trainer;
 
 inline GptConfig gpt_config(int threads) {
   TrainOptions runtime;

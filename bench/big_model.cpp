@@ -23,9 +23,10 @@
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 namespace {
 
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 3 ? argv[3] : "/tmp";
   auto model = make_gpt(config, 0);
   const std::vector<at::Tensor> params = trainable_tensors(*model);
-  auto optimizer = make_optimizer("adamw", params, 1e-4, 0.01);
+  auto optimizer = make_optimizer(OptimizerKind::adamw, params, 1e-4, 0.01);
   LossScaler scaler;
   const at::Tensor x = at::randint(0, 256, {2, config.seq_len}), y = at::randint(0, 256, {2, config.seq_len});
   train_step(*model, *optimizer, scaler, params, StepSettings{}, x, y);  // the optimizer state exists

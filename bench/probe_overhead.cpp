@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "bench_gpt.hpp"
-#include "data.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/models/gpt.hpp"
@@ -30,9 +29,11 @@
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     params.push_back(p);
     names.push_back(name);
   }
-  auto optimizer = make_optimizer("adamw", params, 3e-4, 0.01);
+  auto optimizer = make_optimizer(OptimizerKind::adamw, params, 3e-4, 0.01);
   LossScaler scaler;
   probe::Probe probe({"/tmp/nanscope-bench-unused", {}}, names);
   BatchSampler sampler(data.size(), 16, false, 0);

@@ -18,16 +18,17 @@
 #include <vector>
 
 #include "bench_gpt.hpp"
-#include "data.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
   Arm arms[2];
   for (int a = 0; a < 2; ++a) {
     arms[a].model = make_gpt(config, 0);
-    arms[a].optimizer = make_optimizer("adamw", trainable_tensors(*arms[a].model), 3e-4, 0.01);
+    arms[a].optimizer = make_optimizer(OptimizerKind::adamw, trainable_tensors(*arms[a].model), 3e-4, 0.01);
     GuardOptions g;
     g.run_dir = (tmp / (a == 0 ? "off" : "on")).string();
     g.warn = a == 1;

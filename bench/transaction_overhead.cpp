@@ -27,9 +27,10 @@
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "data.hpp"
+#include "nanscope/trainer/data.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -13,7 +13,7 @@
 #include "nanscope/format/data_file.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 using probe::tensor_from_data;
 
@@ -86,4 +86,4 @@ at::Tensor BatchSampler::rows(int64_t step) const {
   return out;
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

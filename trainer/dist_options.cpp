@@ -1,8 +1,8 @@
-#include "dist_options.hpp"
+#include "nanscope/trainer/dist_options.hpp"
 
 #include <string>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 bool distributed_available() {
 #ifdef NANSCOPE_HAVE_C10D_GLOO
@@ -21,12 +21,10 @@ void validate(const DistOptions& o) {
     throw std::invalid_argument("--master-port (MASTER_PORT) must be in 1..65535");
   if (o.timeout_s <= 0) throw std::invalid_argument("--dist-timeout must be positive");
   if (o.bucket_mb <= 0) throw std::invalid_argument("--bucket-mb must be positive");
-  if (o.backend != "auto" && o.backend != "gloo" && o.backend != "nccl")
-    throw std::invalid_argument("--dist-backend must be auto, gloo or nccl");
   if (o.enabled() && !distributed_available())
     throw std::invalid_argument(
         "WORLD_SIZE > 1 but this nanscope-train was built without c10d Gloo (install libgloo-dev "
         "and rebuild)");
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

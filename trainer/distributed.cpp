@@ -1,4 +1,4 @@
-#include "distributed.hpp"
+#include "nanscope/trainer/distributed.hpp"
 
 #include "nanscope/common/error_text.hpp"
 
@@ -17,7 +17,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {}  // namespace
 
@@ -84,10 +84,13 @@ struct ProcessGroup::Impl {
 
 std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::Device device) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(d.timeout_s * 1000));
-  std::string backend = d.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : d.backend;
+  DistBackend backend =
+      d.backend == DistBackend::automatic ? (device.is_cuda() ? DistBackend::nccl : DistBackend::gloo) : d.backend;
 #ifndef NANSCOPE_HAVE_C10D_NCCL
-  if (backend == "nccl" && d.backend == "auto") backend = "gloo";  // Gloo reduces CUDA tensors too
-  if (backend == "nccl") throw std::invalid_argument("--dist-backend nccl: this LibTorch was built without CUDA/NCCL");
+  // Gloo reduces CUDA tensors too.
+  if (backend == DistBackend::nccl && d.backend == DistBackend::automatic) backend = DistBackend::gloo;
+  if (backend == DistBackend::nccl)
+    throw std::invalid_argument("--dist-backend nccl: this LibTorch was built without CUDA/NCCL");
 #endif
   // LibTorch 2.x's c10d logs every rendezvous retry (a rank that starts
   // before rank 0's store is up: normal) as a warning with a C++ backtrace.
@@ -96,7 +99,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
   auto impl = std::make_unique<Impl>();
   try {
     impl->store = make_store(d);
-    if (backend == "gloo") {
+    if (backend == DistBackend::gloo) {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device(d.master_addr));
       impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, d.rank, d.world_size, options);
@@ -113,7 +116,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions& d, at::De
                            " failed (all ranks must start within --dist-timeout " + std::to_string(int(d.timeout_s)) +
                            " s): " + one_line_error(e));
   }
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, backend));
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl), d.rank, d.world_size, to_string(backend)));
 }
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, int rank, int world_size, std::string backend)
@@ -178,4 +181,4 @@ void ProcessGroup::fail(const char* what, const std::exception& e) const {
                          ")");
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

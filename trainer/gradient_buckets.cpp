@@ -1,9 +1,9 @@
-#include "gradient_buckets.hpp"
+#include "nanscope/trainer/gradient_buckets.hpp"
 
 #include <c10/core/GradMode.h>
 #include <stdexcept>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 GradientBuckets::GradientBuckets(ProcessGroup& group, const std::vector<at::Tensor>& parameters, double bucket_mb)
     : group_(group), parameters_(parameters) {
@@ -64,4 +64,4 @@ void GradientBuckets::average(const at::Tensor& flags) {
   }
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

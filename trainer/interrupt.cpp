@@ -1,8 +1,8 @@
-#include "interrupt.hpp"
+#include "nanscope/trainer/interrupt.hpp"
 
 #include <atomic>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {
 std::atomic<bool> g_interrupted{false};
@@ -18,4 +18,4 @@ InterruptFlag::~InterruptFlag() { std::signal(SIGINT, previous_); }
 
 bool InterruptFlag::raised() const { return g_interrupted.load(); }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -5,20 +5,20 @@
 #include <string>
 #include <vector>
 
-#include "dist_options.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
-#include "options_cli.hpp"
-#include "trainer.hpp"
+#include "nanscope/trainer/dist_options.hpp"
+#include "nanscope/trainer/options_cli.hpp"
+#include "nanscope/trainer/trainer.hpp"
 
 int main(int argc, char** argv) {
-  nanscope::TrainOptions options;
+  nanscope::trainer::TrainOptions options;
   CLI::App app{"", "nanscope-train"};  // the description is add_train_options's
-  nanscope::add_train_options(app, options);
+  nanscope::trainer::add_train_options(app, options);
   std::vector<std::string> args(argv, argv + argc);
-  args = nanscope::with_resume_config(args);
+  args = nanscope::trainer::with_resume_config(args);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them backwards, no argv[0]
     app.parse(reversed);
@@ -33,11 +33,11 @@ int main(int argc, char** argv) {
     return nanscope::kExitBadInput;
   }
   try {
-    nanscope::apply_defaults(options);
-    nanscope::validate_options(options);
-    if (options.resume.empty() && options.dist.rank == 0) nanscope::write_options_file(app, options.run_dir);
-    nanscope::TrainSummary summary = nanscope::run(options, std::cerr);
-    nanscope::print_summary(summary, std::cout);
+    nanscope::trainer::apply_defaults(options);
+    nanscope::trainer::validate_options(options);
+    if (options.resume.empty() && options.dist.rank == 0) nanscope::trainer::write_options_file(app, options.run_dir);
+    nanscope::trainer::TrainSummary summary = nanscope::trainer::run(options, std::cerr);
+    nanscope::trainer::print_summary(summary, std::cout);
     return summary.interrupted ? nanscope::kExitInterrupted : nanscope::kExitOk;
   } catch (const std::invalid_argument& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   } catch (const nanscope::DeadRunError& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return nanscope::kExitDeadRun;
-  } catch (const nanscope::DistributedError& e) {
+  } catch (const nanscope::trainer::DistributedError& e) {
     std::cerr << "nanscope-train: " << e.what() << "\n";
     return nanscope::kExitPeerLost;
   } catch (const nanscope::format::WriteError& e) {

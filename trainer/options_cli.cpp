@@ -1,4 +1,4 @@
-#include "options_cli.hpp"
+#include "nanscope/trainer/options_cli.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {
 
@@ -53,6 +53,15 @@ CLI::Option* add_word_option(CLI::App& app, const std::string& flag, T& value, c
 }
 const Words<bool> kOnOff{{"on", true}, {"off", false}};
 
+// Every word of a vocabulary list (format/vocabulary.hpp's X-macros), in its order.
+template <typename T>
+Words<T> all_words() {
+  Words<T> out;
+  for (size_t i = 0; i < format::Words<T>::count; ++i)
+    out.emplace_back(format::Words<T>::spellings[i], static_cast<T>(i));
+  return out;
+}
+
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -80,13 +89,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(kPositive);
   app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(kPositive);
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(kPositive);
-  app.add_option("--optimizer", o.optimizer, "adamw or sgd (momentum 0.9)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"adamw", "sgd"}));
+  add_word_option(app, "--optimizer", o.optimizer, all_words<OptimizerKind>(), "adamw, or sgd (momentum 0.9)");
   app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str()->check(kNonNegative);
-  app.add_option("--schedule", o.schedule, "LR schedule: constant, or cosine decay after warmup")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"constant", "cosine"}));
+  add_word_option(app, "--schedule", o.schedule, all_words<Schedule>(),
+                  "LR schedule: constant, or cosine decay after warmup");
   add_word_option(app, "--schedule-on-skip", o.schedule_holds_on_skip, Words<bool>{{"advance", false}, {"hold", true}},
                   "What a skipped step does to the LR schedule (warmup, cosine): advance (the schedule follows "
                   "the step number, as a loop that calls scheduler.step() every iteration does) or hold (it "
@@ -188,9 +194,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
                  "this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")
       ->check(kNonNegative);
-  app.add_option("--device", o.device, "auto, cpu or cuda")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_word_option(app, "--device", o.device, all_words<DeviceChoice>(), "auto (CUDA when there is one), cpu or cuda");
   app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 matmuls and convolutions (P2)");
   app.add_flag("--deterministic", o.deterministic, "Use deterministic algorithms only (P19)");
   app.add_option_function<std::vector<std::string>>(
@@ -236,9 +240,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->envname("MASTER_PORT")
       ->capture_default_str()
       ->group(dist);
-  app.add_option("--dist-backend", o.dist.backend, "auto (nccl for CUDA where built, else gloo), gloo or nccl")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+  add_word_option(app, "--dist-backend", o.dist.backend, all_words<DistBackend>(),
+                  "auto (nccl for CUDA where built, else gloo), gloo or nccl")
       ->group(dist);
   app.add_option("--dist-timeout", o.dist.timeout_s,
                  "Seconds a rendezvous or collective may wait for the other ranks before the run "
@@ -306,7 +309,7 @@ void write_options_file(const CLI::App& app, const std::string& run_dir) {
 
 void validate_options(const TrainOptions& o) {
   if (!(o.lr_backoff > 0 && o.lr_backoff <= 1)) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
-  if (o.warmup >= o.steps && o.schedule == "cosine")
+  if (o.warmup >= o.steps && o.schedule == Schedule::cosine)
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
   if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
@@ -323,4 +326,4 @@ void validate_options(const TrainOptions& o) {
                                   " is past the last step " + std::to_string(o.steps - 1));
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -1,10 +1,10 @@
-#include "progress.hpp"
+#include "nanscope/trainer/progress.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {
 
@@ -49,4 +49,4 @@ void ProgressLine::update(const ProgressState& s) {
   last_step_ = s.step;
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -1,4 +1,4 @@
-#include "resume.hpp"
+#include "nanscope/trainer/resume.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/format/error.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d) {
   const auto at = path.find("{rank}");
@@ -128,4 +128,4 @@ std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& mode
   return r;
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -1,4 +1,4 @@
-#include "setup.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -19,7 +19,7 @@
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/train_step.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {
 
@@ -53,11 +53,12 @@ int intra_op_threads(const TrainOptions& o) {
 
 }  // namespace
 
-at::Device select_device(const std::string& requested) {
+at::Device select_device(DeviceChoice requested) {
   const bool has_cuda = torch::cuda::is_available();
-  if (requested == "cuda" && !has_cuda)
+  if (requested == DeviceChoice::cuda && !has_cuda)
     throw std::invalid_argument("--device cuda: no CUDA device (or this LibTorch has no CUDA)");
-  return (requested == "cuda" || (requested == "auto" && has_cuda)) ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  const bool cuda = requested == DeviceChoice::cuda || (requested == DeviceChoice::automatic && has_cuda);
+  return cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 }
 
 void configure_runtime(const TrainOptions& o, at::Device device) {
@@ -161,4 +162,4 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
     throw std::invalid_argument("--z-loss needs a built-in model: a TorchScript model returns its own loss");
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

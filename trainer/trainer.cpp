@@ -1,4 +1,4 @@
-#include "trainer.hpp"
+#include "nanscope/trainer/trainer.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,9 +15,6 @@
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
-#include "distributed.hpp"
-#include "gradient_buckets.hpp"
-#include "interrupt.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
@@ -26,12 +23,15 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "progress.hpp"
-#include "resume.hpp"
-#include "schedule.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/distributed.hpp"
+#include "nanscope/trainer/gradient_buckets.hpp"
+#include "nanscope/trainer/interrupt.hpp"
+#include "nanscope/trainer/progress.hpp"
+#include "nanscope/trainer/resume.hpp"
+#include "nanscope/trainer/schedule.hpp"
+#include "nanscope/trainer/setup.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 namespace {
 
@@ -47,9 +47,9 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"steps", std::to_string(o.steps)},
           {"batch_size", std::to_string(o.batch_size)},
           {"lr", number_text(o.lr)},
-          {"optimizer", o.optimizer},
+          {"optimizer", to_string(o.optimizer)},
           {"weight_decay", number_text(o.weight_decay)},
-          {"schedule", o.schedule},
+          {"schedule", to_string(o.schedule)},
           {"warmup", std::to_string(o.warmup)},
           {"clip", number_text(o.clip)},
           {"amp", amp_name(o.amp)},
@@ -165,7 +165,7 @@ void write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
                            const std::string& who) {
   GuardOptions g = o;  // the guard's own options, as given
-  g.optimizer_name = o.optimizer;
+  g.optimizer_name = to_string(o.optimizer);
   g.config = std::move(config);
   g.rank = o.dist.rank;
   g.world_size = o.dist.world_size;
@@ -396,4 +396,4 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
   out << "run file: " << s.run_file << "\n";
 }
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

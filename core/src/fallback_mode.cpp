@@ -5,15 +5,6 @@
 
 namespace nanscope {
 
-const char* fallback_mode_name(FallbackMode mode) {
-  switch (mode) {
-    case FallbackMode::off: return "off";
-    case FallbackMode::whole: return "whole";
-    case FallbackMode::automatic: return "auto";
-  }
-  return "?";
-}
-
 std::string fp32_modules_flag_value(const std::vector<std::string>& modules) {
   std::string out;
   for (const auto& m : modules) out += (out.empty() ? "" : ",") + m;

@@ -13,17 +13,6 @@
 
 namespace nanscope {
 
-const char* remedy_name(Remedy remedy) {
-  switch (remedy) {
-    case Remedy::none: return "none";
-    case Remedy::skip_data: return "data";
-    case Remedy::skip_transient: return "transient";
-    case Remedy::fp32_modules: return "fp32-modules";
-    case Remedy::whole_fp32: return "whole";
-  }
-  return "?";
-}
-
 namespace {
 
 // The precision search's trial over the live re-runs, on top of the modules already in fp32.

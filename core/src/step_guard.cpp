@@ -451,6 +451,7 @@ void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::strin
     }
     case Remedy::none:
     case Remedy::whole_fp32:
+    case Remedy::unknown:
       remedy_event(Remedy::whole_fp32, choice.why);
       fall_back(step, result, what);
       return;

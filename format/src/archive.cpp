@@ -149,17 +149,8 @@ TensorData Group::tensor(const std::string& name) const {
   } catch (const std::invalid_argument& e) {
     throw FormatError(path, full + ": " + e.what());
   }
-  h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) throw FormatError(path, full + " has no simple shape");
-  std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  out.shape.assign(dims.begin(), dims.end());
   h5::require_stored_type(ds.get(), h5::file_type(out.dtype), path, full);
-  out.bytes.resize(h5::checked_bytes(ds.get(), dims, dtype_size(out.dtype), path, full));
-  if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
-              "cannot read tensor " + full + " (corrupt or truncated file?)");
+  h5::read_tensor_data(ds.get(), out, path, "tensor " + full);
   return out;
 }
 

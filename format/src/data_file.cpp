@@ -37,16 +37,11 @@ TensorData read_array(hid_t file, const std::string& name, const std::string& pa
   h5::Handle type = h5::type_handle(H5Dget_type(ds.get()), path, "H5Dget_type");
   TensorData out;
   out.dtype = dtype_of(type.get(), path, name);
-  h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 1) throw FormatError(path, name + " must have a sample dimension");
-  std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  out.shape.assign(dims.begin(), dims.end());
-  out.bytes.resize(h5::checked_bytes(ds.get(), dims, dtype_size(out.dtype), path, name));
-  if (!out.bytes.empty())
-    h5::check(H5Dread(ds.get(), h5::memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
-              "cannot read " + name + " (corrupt or truncated file?)");
+  {
+    h5::Handle space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
+    if (H5Sget_simple_extent_ndims(space.get()) < 1) throw FormatError(path, name + " must have a sample dimension");
+  }
+  h5::read_tensor_data(ds.get(), out, path, name);
   return out;
 }
 

@@ -3,6 +3,10 @@
 // the archive and the data-file reader.
 #include <hdf5.h>
 
+#include <string>
+#include <vector>
+
+#include "h5.hpp"
 #include "nanscope/format/archive.hpp"
 
 namespace nanscope::format::h5 {
@@ -39,6 +43,22 @@ inline hid_t memory_type(DType dtype) {
     case DType::boolean: return H5T_NATIVE_UINT8;
   }
   return H5T_NATIVE_UINT8;
+}
+
+// A dataset's whole contents into `out` as out.dtype: its shape, then its
+// bytes, sized from the shape and checked against what the file can hold
+// before anything is allocated. Throws FormatError naming `what`.
+inline void read_tensor_data(hid_t dataset, TensorData& out, const std::string& path, const std::string& what) {
+  Handle space = space_handle(H5Dget_space(dataset), path, "H5Dget_space");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw FormatError(path, what + " has no simple shape");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  out.shape.assign(dims.begin(), dims.end());
+  out.bytes.resize(checked_bytes(dataset, dims, dtype_size(out.dtype), path, what));
+  if (!out.bytes.empty())
+    check(H5Dread(dataset, memory_type(out.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.bytes.data()), path,
+          "cannot read " + what + " (corrupt or truncated file?)");
 }
 
 }  // namespace nanscope::format::h5

@@ -46,4 +46,3 @@ TEST(BufferTransaction, CopiesOnlyWhatAForwardWritesAndLearnsLateWrites) {
   transaction.begin(model);
   EXPECT_EQ(transaction.copied_names(), (std::vector<std::string>{"count", "late"}));
 }
-

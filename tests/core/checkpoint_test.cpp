@@ -39,4 +39,3 @@ TEST(Checkpoint, RejectsAnotherModelsCheckpointByName) {
   auto other = make_mlp(wider, 0);
   EXPECT_THROW(load_checkpoint(path, *other), format::FormatError);
 }
-

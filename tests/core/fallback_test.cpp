@@ -1,11 +1,11 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
+#include "../support/tiny_models.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/common/torch_compat.hpp"
-#include "../support/tiny_models.hpp"
 
 using namespace nanscope;
 
@@ -14,7 +14,7 @@ TEST(Fallback, CastsModelAndOptimizerStateToFp32AndDisablesTheScaler) {
   model->to(at::kCPU, at::kBFloat16);  // as a model trained in low precision would be
   std::vector<at::Tensor> params;
   for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
-  auto optimizer = make_optimizer("adamw", params, 1e-3, 0.0);
+  auto optimizer = make_optimizer(OptimizerKind::adamw, params, 1e-3, 0.0);
   for (auto& p : params) p.mutable_grad() = at::ones_like(p);
   optimizer->step();
   for (const auto& t : optimizer_state_tensors(*optimizer)) ASSERT_EQ(t.scalar_type(), at::kBFloat16);
@@ -49,9 +49,8 @@ TEST(Fallback, FiresOnlyOnceAndLeavesFp16OverflowToTheScaler) {
   auto model = test::tiny_mlp();
   std::vector<at::Tensor> params;
   for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
-  auto optimizer = make_optimizer("sgd", params, 1e-3, 0.0);
+  auto optimizer = make_optimizer(OptimizerKind::sgd, params, 1e-3, 0.0);
   policy.fire(*model, *optimizer, scaler, at::kCPU, 0);
   EXPECT_FALSE(policy.should_fire(Amp::fp32, bad_loss, scaler)) << "one shot only";
   EXPECT_FALSE(FallbackPolicy(FallbackMode::off, 0.5, 1.0).should_fire(Amp::bf16, bad_loss, scaler));
 }
-

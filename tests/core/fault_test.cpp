@@ -20,4 +20,3 @@ TEST(FaultSpec, ParsesKindStepAndArgument) {
   EXPECT_EQ(model_fault_at(plan, 7).kind, FaultKind::exp_overflow);
   EXPECT_EQ(model_fault_at(plan, 5).kind, FaultKind::none);
 }
-

@@ -4,7 +4,6 @@
 
 #include <set>
 
-
 #include "nanscope/core/remedy.hpp"
 
 using namespace nanscope;

@@ -18,7 +18,7 @@ struct Fixture {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   at::Tensor inputs, targets;
 
-  explicit Fixture(const std::string& optimizer_kind = "adamw", double lr = 1e-2) {
+  explicit Fixture(OptimizerKind optimizer_kind = OptimizerKind::adamw, double lr = 1e-2) {
     for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
     optimizer = make_optimizer(optimizer_kind, params, lr, 0.0);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
@@ -88,7 +88,7 @@ TEST(TrainStep, BackwardOnlyFaultIsCaughtInTheGradients) {
 TEST(TrainStep, ClipsTheGlobalNormOfTheUpdate) {
   // SGD's first step with momentum moves the weights by lr * grad exactly, so
   // the update's norm is the clipped gradient norm.
-  Fixture f("sgd", 1.0);
+  Fixture f(OptimizerKind::sgd, 1.0);
   LossScaler scaler;
   auto before = f.clone_all(f.params);
   StepSettings settings;
@@ -114,7 +114,7 @@ TEST(TrainStep, ReturnsOneNormPerParameterOnRequest) {
 
 TEST(TrainStep, Fp16ScalerUnscalesBeforeClipping) {
   if (!compat::autocast_supported(c10::kCPU, at::kHalf)) GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
-  Fixture scaled("sgd", 1.0), plain("sgd", 1.0);
+  Fixture scaled(OptimizerKind::sgd, 1.0), plain(OptimizerKind::sgd, 1.0);
   LossScalerConfig config;
   config.enabled = true;
   LossScaler scaler(config), none;

@@ -18,7 +18,6 @@
 
 #include "../support/test_support.hpp"
 
-#include "data.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/fault.hpp"
@@ -28,7 +27,8 @@
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
-#include "setup.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/setup.hpp"
 
 namespace nanscope {
 namespace {
@@ -36,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using test::TempDir;
+using namespace trainer;
 
 // A port nothing listens on right now (the kernel's pick for port 0).
 int free_port() {

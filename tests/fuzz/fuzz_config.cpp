@@ -3,17 +3,17 @@
 #include <CLI/CLI.hpp>
 
 #include "fuzz_input.hpp"
-#include "options_cli.hpp"
+#include "nanscope/trainer/options_cli.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = nanscope::fuzz::input_file(data, size, ".toml");
-  nanscope::TrainOptions options;
+  nanscope::trainer::TrainOptions options;
   CLI::App app{"nanscope-train"};
-  nanscope::add_train_options(app, options);
+  nanscope::trainer::add_train_options(app, options);
   try {
     app.parse(std::vector<std::string>{path, "--config"});  // CLI11 takes them backwards
-    nanscope::apply_defaults(options);
-    nanscope::validate_options(options);
+    nanscope::trainer::apply_defaults(options);
+    nanscope::trainer::validate_options(options);
   } catch (const CLI::Error&) {
   } catch (const std::invalid_argument&) {  // --fault's parser and validate_options
   } catch (const std::out_of_range&) {}

@@ -3,10 +3,11 @@
 
 #include <set>
 
-#include "data.hpp"
-#include "schedule.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/schedule.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 TEST(BatchSampler, WithoutShuffleBatchIIsRowsIBToIPlus1BWrappingAround) {
   BatchSampler sampler(10, 4, /*shuffle=*/false, 0);
@@ -41,11 +42,10 @@ TEST(BuiltinData, TextTargetsAreInputsShiftedByOne) {
 }
 
 TEST(Schedule, WarmupIsLinearAndCosineEndsAtZero) {
-  EXPECT_DOUBLE_EQ(scheduled_lr("constant", 1.0, 4, 100, 0), 0.25);
-  EXPECT_DOUBLE_EQ(scheduled_lr("constant", 1.0, 4, 100, 3), 1.0);
-  EXPECT_DOUBLE_EQ(scheduled_lr("constant", 1.0, 4, 100, 50), 1.0);
-  EXPECT_DOUBLE_EQ(scheduled_lr("cosine", 1.0, 0, 100, 0), 1.0);
-  EXPECT_NEAR(scheduled_lr("cosine", 1.0, 0, 100, 50), 0.5, 1e-12);
-  EXPECT_NEAR(scheduled_lr("cosine", 1.0, 10, 110, 110), 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(scheduled_lr(Schedule::constant, 1.0, 4, 100, 0), 0.25);
+  EXPECT_DOUBLE_EQ(scheduled_lr(Schedule::constant, 1.0, 4, 100, 3), 1.0);
+  EXPECT_DOUBLE_EQ(scheduled_lr(Schedule::constant, 1.0, 4, 100, 50), 1.0);
+  EXPECT_DOUBLE_EQ(scheduled_lr(Schedule::cosine, 1.0, 0, 100, 0), 1.0);
+  EXPECT_NEAR(scheduled_lr(Schedule::cosine, 1.0, 0, 100, 50), 0.5, 1e-12);
+  EXPECT_NEAR(scheduled_lr(Schedule::cosine, 1.0, 10, 110, 110), 0.0, 1e-12);
 }
-

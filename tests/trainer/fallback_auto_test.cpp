@@ -8,10 +8,11 @@
 #include "../support/test_support.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/trainer/trainer.hpp"
 #include "test_models.hpp"
-#include "trainer.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 namespace {
 
@@ -104,7 +105,7 @@ TEST(Schedule, HoldKeepsASkippedStepFromMovingTheSchedule) {
   std::ostringstream log;
   auto lrs_of = [&](bool hold, const std::string& name) {
     TrainOptions o = test::quick_mlp_run(dir.file(name), 8);
-    o.schedule = "cosine";
+    o.schedule = Schedule::cosine;
     o.warmup = 5;
     o.fallback = FallbackMode::off;
     o.schedule_holds_on_skip = hold;

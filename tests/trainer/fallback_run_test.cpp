@@ -2,13 +2,14 @@
 #include <torch/optim/adamw.h>
 
 #include "../support/test_support.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/run_file.hpp"
-#include "nanscope/common/torch_compat.hpp"
+#include "nanscope/trainer/trainer.hpp"
 #include "test_models.hpp"
-#include "trainer.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
   test::TempDir dir;

@@ -11,10 +11,11 @@
 #include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/trainer/trainer.hpp"
 #include "test_models.hpp"
-#include "trainer.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 namespace {
 

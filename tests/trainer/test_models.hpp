@@ -1,7 +1,7 @@
 #pragma once
 // The options of a quick nanscope-train run the trainer tests share.
 #include "../support/tiny_models.hpp"
-#include "options.hpp"
+#include "nanscope/trainer/options.hpp"
 
 namespace nanscope::test {
 

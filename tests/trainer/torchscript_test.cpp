@@ -15,9 +15,10 @@
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/probe/tensor_io.hpp"
-#include "trainer.hpp"
+#include "nanscope/trainer/trainer.hpp"
 
 using namespace nanscope;
+using namespace nanscope::trainer;
 
 class TorchScript : public ::testing::Test {
  protected:

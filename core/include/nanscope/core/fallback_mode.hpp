@@ -1,16 +1,25 @@
 #pragma once
-// The words of --fallback and --fp32-modules, without LibTorch: the command
-// line parses them beside the LibTorch batches.
+// The words of nanscope-train's and the step guard's options, without
+// LibTorch: the command line parses them beside the LibTorch batches. Each
+// list is an X-macro, as format/vocabulary.hpp's are: the enum, its spellings
+// and to_string come from one line per word.
 #include <string>
 #include <vector>
+
+#include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope {
 
 // What a non-finite step triggers (--fallback): nothing but the skip (off),
 // the stock whole-model fp32 fallback with its LR cut (whole), or the remedy
 // the step's own diagnosis supports (automatic: --fallback auto, remedy.hpp).
-enum class FallbackMode { off, whole, automatic };
-const char* fallback_mode_name(FallbackMode mode);  // "off", "whole", "auto"
+#define NANSCOPE_FALLBACK_MODES(X) X(off, "off") X(whole, "whole") X(automatic, "auto")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, FallbackMode, NANSCOPE_FALLBACK_MODES)
+inline const char* fallback_mode_name(FallbackMode mode) { return to_string(mode); }
+
+// The optimizers nanscope-train builds (--optimizer; core/optimizer.hpp).
+#define NANSCOPE_OPTIMIZERS(X) X(adamw, "adamw") X(sgd, "sgd")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, OptimizerKind, NANSCOPE_OPTIMIZERS)
 
 // "a.b,c": the spelling of --fp32-modules.
 std::string fp32_modules_flag_value(const std::vector<std::string>& modules);

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/model.hpp"
 
 namespace nanscope {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
-                                                        const std::vector<at::Tensor>& parameters, double lr,
-                                                        double weight_decay);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const std::vector<at::Tensor>& parameters,
+                                                        double lr, double weight_decay);
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
 // Every parameter group's LR times `factor` (groups keep their ratios).
 void scale_lr(torch::optim::Optimizer& optimizer, double factor);

@@ -27,8 +27,11 @@
 
 namespace nanscope {
 
-enum class Remedy { none, skip_data, skip_transient, fp32_modules, whole_fp32 };
-const char* remedy_name(Remedy remedy);  // "data", "transient", "fp32-modules", "whole"
+#define NANSCOPE_REMEDIES(X) \
+  X(none, "none")            \
+  X(skip_data, "data") X(skip_transient, "transient") X(fp32_modules, "fp32-modules") X(whole_fp32, "whole")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)
+inline const char* remedy_name(Remedy remedy) { return to_string(remedy); }
 
 struct RemedyChoice {
   Remedy remedy = Remedy::whole_fp32;

@@ -79,14 +79,17 @@ constexpr const char* spelling_of(Word word) {
 // last word is what from_string_or_unknown gives a word it does not know.
 // to_string is a plain function per type (not a template), so it never
 // competes with other libraries' generic to_string (CLI11's) for these enums.
-#define NANSCOPE_DECLARE_WORDS(Type, LIST)                                                     \
+// Other components declare their own lists the same way, from namespace
+// nanscope, with NANSCOPE_DECLARE_WORDS_IN(format::Words, Type, LIST).
+#define NANSCOPE_DECLARE_WORDS_IN(WORDS, Type, LIST)                                           \
   enum class Type : uint8_t { LIST(NANSCOPE_WORD_ENUMERATOR) unknown };                        \
   template <>                                                                                  \
-  struct Words<Type> {                                                                         \
+  struct WORDS<Type> {                                                                         \
     static constexpr size_t count = 0 LIST(NANSCOPE_WORD_COUNT);                               \
     static constexpr std::array<const char*, count> spellings{{LIST(NANSCOPE_WORD_SPELLING)}}; \
   };                                                                                           \
-  constexpr const char* to_string(Type word) { return spelling_of(word); }
+  constexpr const char* to_string(Type word) { return ::nanscope::format::spelling_of(word); }
+#define NANSCOPE_DECLARE_WORDS(Type, LIST) NANSCOPE_DECLARE_WORDS_IN(Words, Type, LIST)
 
 NANSCOPE_DECLARE_WORDS(EventKind, NANSCOPE_EVENT_KINDS)
 NANSCOPE_DECLARE_WORDS(Phase, NANSCOPE_PHASES)

@@ -4,7 +4,7 @@
 // comes back when the run ends, however it ends (an exception included).
 #include <csignal>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 class InterruptFlag {
  public:
@@ -18,4 +18,4 @@ class InterruptFlag {
   void (*previous_)(int);
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

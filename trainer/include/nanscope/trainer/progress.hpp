@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <ostream>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 struct ProgressState {
   int64_t step = 0, total_steps = 0, skipped = 0;
@@ -30,4 +30,4 @@ class ProgressLine {
   int64_t last_step_ = -1;
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -8,11 +8,11 @@
 #include <optional>
 #include <string>
 
-#include "distributed.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "options.hpp"
+#include "nanscope/trainer/distributed.hpp"
+#include "nanscope/trainer/options.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 // --resume: the checkpoint the run directory's run wrote last, with what it
 // needs to go on. Throws std::invalid_argument naming what is missing.
@@ -37,4 +37,4 @@ std::optional<Resumption> resumption(const TrainOptions& options, TrainableModel
 // for a rank that writes none.
 std::string checkpoint_path_for_rank(const std::string& path, const DistOptions& d);
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "options.hpp"
+#include "nanscope/trainer/options.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 struct TrainSummary {
   int64_t steps_run = 0;
@@ -40,4 +40,4 @@ TrainSummary run(const TrainOptions& options, std::ostream& log);
 
 void print_summary(const TrainSummary& summary, std::ostream& out);
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -7,10 +7,10 @@
 
 #include <vector>
 
-#include "distributed.hpp"
 #include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/trainer/distributed.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 class GradientBuckets : public GradientAverager {
  public:
@@ -40,4 +40,4 @@ class GradientBuckets : public GradientAverager {
   std::vector<Bucket> buckets_;
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

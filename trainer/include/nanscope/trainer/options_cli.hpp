@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "options.hpp"
+#include "nanscope/trainer/options.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 // Declares every nanscope-train flag on `app`, bound to `options`. Validation
 // that needs more than one flag happens in validate_options().
@@ -28,4 +28,4 @@ std::vector<std::string> with_resume_config(const std::vector<std::string>& args
 // the rank's own settings; --resume reads it back.
 void write_options_file(const CLI::App& app, const std::string& run_dir);
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

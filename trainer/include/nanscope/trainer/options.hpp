@@ -7,11 +7,22 @@
 #include <string>
 #include <vector>
 
-#include "dist_options.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/guard_options.hpp"
+#include "nanscope/trainer/dist_options.hpp"
 
 namespace nanscope {
+
+// --schedule: the LR after warmup stays (constant) or decays to 0 (cosine).
+#define NANSCOPE_SCHEDULES(X) X(constant, "constant") X(cosine, "cosine")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, Schedule, NANSCOPE_SCHEDULES)
+// --device: CUDA when there is one (auto), or the one named.
+#define NANSCOPE_DEVICE_CHOICES(X) X(automatic, "auto") X(cpu, "cpu") X(cuda, "cuda")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, DeviceChoice, NANSCOPE_DEVICE_CHOICES)
+
+}  // namespace nanscope
+
+namespace nanscope::trainer {
 
 struct TrainOptions : GuardOptions {
   std::string model = "gpt";  // mlp | gpt | PATH.pt
@@ -20,9 +31,9 @@ struct TrainOptions : GuardOptions {
   int64_t steps = 100;
   int64_t batch_size = 16;
   double lr = 3e-4;
-  std::string optimizer = "adamw";  // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double weight_decay = 0.01;
-  std::string schedule = "constant";    // constant | cosine
+  Schedule schedule = Schedule::constant;
   bool schedule_holds_on_skip = false;  // the schedule follows applied updates, not step numbers
   int64_t warmup = 0;
   double z_loss = 0;
@@ -31,8 +42,8 @@ struct TrainOptions : GuardOptions {
   int64_t checkpoint_every = 0;
   std::string resume;  // RUN_DIR to continue from its newest checkpoint
   uint64_t seed = 0;
-  int threads = 0;              // 0: LibTorch's default
-  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;  // 0: LibTorch's default
+  DeviceChoice device = DeviceChoice::automatic;
   bool tf32 = false;
   bool deterministic = false;
   std::vector<Fault> faults;
@@ -46,4 +57,4 @@ struct TrainOptions : GuardOptions {
   DistOptions dist;
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

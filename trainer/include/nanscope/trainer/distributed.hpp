@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "dist_options.hpp"
+#include "nanscope/trainer/dist_options.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 class ProcessGroup {
  public:
@@ -53,4 +53,4 @@ class ProcessGroup {
   std::string context_;
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace nanscope {
+namespace nanscope::trainer {
 
 struct Dataset {
   at::Tensor inputs;   // [samples, ...]
@@ -40,4 +40,4 @@ class BatchSampler {
   uint64_t seed_;
 };
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

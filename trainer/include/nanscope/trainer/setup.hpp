@@ -5,13 +5,13 @@
 
 #include <memory>
 
-#include "data.hpp"
 #include "nanscope/core/model.hpp"
-#include "options.hpp"
+#include "nanscope/trainer/data.hpp"
+#include "nanscope/trainer/options.hpp"
 
-namespace nanscope {
+namespace nanscope::trainer {
 
-at::Device select_device(const std::string& requested);
+at::Device select_device(DeviceChoice requested);
 // Threads, seeds, TF32 and determinism (P2, P19).
 void configure_runtime(const TrainOptions& options, at::Device device);
 Dataset make_dataset(const TrainOptions& options);
@@ -21,4 +21,4 @@ std::unique_ptr<TrainableModel> make_model(const TrainOptions& options, const Da
 // LibTorch/device cannot autocast to.
 void check_compatibility(const TrainOptions& options, TrainableModel& model, const Dataset& data, at::Device device);
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer

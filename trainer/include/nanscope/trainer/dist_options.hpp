@@ -5,7 +5,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "nanscope/format/vocabulary.hpp"
+
 namespace nanscope {
+
+// --dist-backend: auto is NCCL for CUDA where it is built, else Gloo.
+#define NANSCOPE_DIST_BACKENDS(X) X(automatic, "auto") X(gloo, "gloo") X(nccl, "nccl")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, DistBackend, NANSCOPE_DIST_BACKENDS)
+
+}  // namespace nanscope
+
+namespace nanscope::trainer {
 
 struct DistOptions {
   int rank = 0;
@@ -13,9 +23,9 @@ struct DistOptions {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string backend = "auto";  // auto (nccl on CUDA where built, else gloo) | gloo | nccl
-  double timeout_s = 300;        // a collective (or the rendezvous) waiting longer fails the run
-  double bucket_mb = 25;         // gradient all-reduce bucket size, as DDP's bucket_cap_mb
+  DistBackend backend = DistBackend::automatic;
+  double timeout_s = 300;  // a collective (or the rendezvous) waiting longer fails the run
+  double bucket_mb = 25;   // gradient all-reduce bucket size, as DDP's bucket_cap_mb
   bool enabled() const { return world_size > 1; }
 };
 
@@ -31,4 +41,4 @@ bool distributed_available();
 // Checks rank/world/port; throws std::invalid_argument naming the bad value.
 void validate(const DistOptions& options);
 
-}  // namespace nanscope
+}  // namespace nanscope::trainer
