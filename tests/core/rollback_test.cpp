@@ -1,0 +1,122 @@
+// Rollback's pieces: a saved state comes back bit for bit and the ring keeps
+// the newest within its budget; the policy finds where trouble began.
+#include <gtest/gtest.h>
+
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+
+#include "../support/test_support.hpp"
+#include "../support/tiny_models.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/rollback.hpp"
+#include "nanscope/core/state_ring.hpp"
+#include "nanscope/core/step_guard.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.cpu(), b.cpu());
+}
+
+NamedTensors snapshot_of(const TrainableModel& model, const torch::optim::Optimizer& optimizer) {
+  NamedTensors out;
+  for (const auto& [name, t] : model.named_parameters()) out.emplace_back(name, t.detach().clone());
+  for (const auto& [name, t] : model.named_buffers()) out.emplace_back(name, t.clone());
+  for (const auto& [name, t] : optimizer_state_by_name(optimizer, model.named_parameters()))
+    out.emplace_back(name, t.clone());
+  return out;
+}
+
+}  // namespace
+
+TEST(StateRing, RestoresWeightsOptimizerScalerAndRngBitForBit) {
+  test::TempDir dir;
+  auto model = test::tiny_mlp();
+  torch::optim::AdamW optimizer(trainable_tensors(*model), torch::optim::AdamWOptions(1e-2));
+  GuardOptions g;
+  g.run_dir = dir.file("run");
+  g.rollback.enabled = false;  // the ring under test is driven by hand
+  StepGuard guard(*model, optimizer, g);
+  const at::Tensor x = at::randn({16, 8}), y = at::randint(0, 4, {16});
+  for (int64_t s = 0; s < 5; ++s) guard.step(s, x, y);
+
+  StateRing ring(2, size_t(64) << 20);
+  LossScalerConfig fp16;
+  fp16.enabled = true;
+  LossScaler scaler(fp16);
+  scaler.update(true);  // a state the default would not have: scale 32768
+  ASSERT_TRUE(ring.save(4, *model, optimizer, scaler));
+  const NamedTensors saved = snapshot_of(*model, optimizer);
+  const at::Tensor draw = at::rand({8});  // the generator moves on from the saved state
+
+  for (int64_t s = 5; s < 10; ++s) guard.step(s, x * 3, y);
+  LossScaler later(fp16);
+  ASSERT_FALSE(same_bits(saved.front().second, model->named_parameters().front().second));
+
+  const TrainingState* state = ring.newest_before(10);
+  ASSERT_NE(state, nullptr);
+  EXPECT_EQ(state->step, 4);
+  StateRing::restore(*state, *model, optimizer, later);
+  const NamedTensors restored = snapshot_of(*model, optimizer);
+  ASSERT_EQ(restored.size(), saved.size());
+  for (size_t i = 0; i < saved.size(); ++i)
+    EXPECT_TRUE(same_bits(saved[i].second, restored[i].second)) << saved[i].first;
+  EXPECT_EQ(later.scale(), 32768.0);
+  EXPECT_TRUE(same_bits(at::rand({8}), draw)) << "the CPU generator is back where it was";
+  EXPECT_GT(ring.bytes(), size_t(0));
+  EXPECT_EQ(ring.newest_before(4), nullptr);
+}
+
+TEST(StateRing, KeepsTheNewestStatesWithinItsBudget) {
+  test::TempDir dir;
+  auto model = test::tiny_mlp();
+  torch::optim::AdamW optimizer(trainable_tensors(*model), torch::optim::AdamWOptions(1e-2));
+  StateRing ring(3, size_t(64) << 20);
+  for (int64_t s = 0; s < 5; ++s) ASSERT_TRUE(ring.save(s, *model, optimizer, LossScaler()));
+  EXPECT_EQ(ring.size(), 3u);
+  EXPECT_EQ(ring.newest_before(100)->step, 4);
+  EXPECT_EQ(ring.newest_before(3)->step, 2);
+  EXPECT_EQ(ring.newest_before(2), nullptr) << "0 and 1 were dropped";
+  ring.forget_from(3);
+  EXPECT_EQ(ring.size(), 1u);
+  StateRing tiny(3, 100);  // bytes: smaller than one state
+  EXPECT_FALSE(tiny.save(0, *model, optimizer, LossScaler()));
+  EXPECT_EQ(tiny.size(), 0u);
+}
+
+TEST(RollbackPolicy, TroubleTwoStepsRunningCallsForARollbackAndProbationSkipsSpikes) {
+  RollbackOptions o;
+  o.every = 10;
+  RollbackPolicy p(o);
+  for (int64_t s = 0; s < 30; ++s) EXPECT_FALSE(p.observe(s, 2.0 - 0.01 * s, false, false));
+  EXPECT_TRUE(p.wants_state(29));
+  EXPECT_FALSE(p.wants_state(28));
+  EXPECT_DOUBLE_EQ(p.spike_threshold(), 20.0) << "10 x the largest healthy loss";
+  EXPECT_TRUE(std::isinf(p.skip_loss_above(30))) << "no probation before a rollback";
+  EXPECT_TRUE(p.observe(30, std::nan(""), true, false));  // one non-finite step: the stock skip
+  EXPECT_FALSE(p.trouble_persists());
+  EXPECT_TRUE(p.observe(31, 500.0, false, false));  // and a spike right after it
+  EXPECT_TRUE(p.trouble_persists());
+  EXPECT_EQ(p.trouble_began(), 30);
+  p.rolled_back(31);
+  EXPECT_FALSE(p.trouble_persists());
+  EXPECT_DOUBLE_EQ(p.skip_loss_above(32), 20.0);
+  EXPECT_TRUE(std::isinf(p.skip_loss_above(32 + o.probation_steps)));
+  for (int64_t s = 0; s < o.max_probation_skips; ++s) p.observe(32 + s, 900, false, true);
+  EXPECT_TRUE(p.trouble_persists()) << "spikes all through probation: the cause persists";
+}
+
+TEST(RollbackPolicy, AWarningShortlyBeforeTheTroubleIsWhereItBegan) {
+  RollbackPolicy p({});
+  for (int64_t s = 0; s < 100; ++s) p.observe(s, 1.0, false, false);
+  p.warned(70);
+  p.warned(80);  // the same run of warnings
+  EXPECT_FALSE(p.wants_state(99)) << "no state is saved while warnings are fresh";
+  p.observe(100, std::nan(""), true, false);
+  p.observe(101, std::nan(""), true, false);
+  EXPECT_EQ(p.trouble_began(), 70);
+}
+
