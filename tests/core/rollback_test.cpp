@@ -119,4 +119,3 @@ TEST(RollbackPolicy, AWarningShortlyBeforeTheTroubleIsWhereItBegan) {
   p.observe(101, std::nan(""), true, false);
   EXPECT_EQ(p.trouble_began(), 70);
 }
-

@@ -73,4 +73,3 @@ TEST(Sentinel, ALossSpikeIsMeasuredAgainstHealthyLossesOnly) {
   }
   EXPECT_EQ(fired, (std::vector<int64_t>{20, 45}));
 }
-
