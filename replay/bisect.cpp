@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/remedy.hpp"
 #include "nanscope/probe/op_capture.hpp"
 
 namespace nanscope::replay {
@@ -28,12 +29,14 @@ class SnapshotFp32Trial : public Fp32Trial {
   bool unswitchable() const override { return setup_.unswitchable; }
 
  private:
+  // A trial that raised (e.g. a region whose inputs arrive in a dtype its ops
+  // reject) is not finite; its error is not the step's, which the report quotes.
   bool run_step(const std::vector<std::string>& fp32_modules = {}) {
-    try {
-      return step_is_finite(setup_, setup_.amp, setup_.snapshot.inputs, setup_.snapshot.targets, fp32_modules);
-    } catch (const std::exception&) {
-      return false;  // e.g. a region whose inputs arrive in a dtype its ops reject
-    }
+    const std::string step_error = setup_.rerun_error;
+    const bool finite =
+        step_is_finite(setup_, setup_.amp, setup_.snapshot.inputs, setup_.snapshot.targets, fp32_modules);
+    setup_.rerun_error = step_error;
+    return finite;
   }
 
   ReplaySetup& setup_;
@@ -61,11 +64,8 @@ std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup) {
   const int64_t batch = inputs.size(0);
   std::vector<int64_t> found;
   for (int64_t i = 0; i < batch; ++i) {
-    at::Tensor keep = at::cat({at::arange(0, i, at::kLong), at::arange(i + 1, batch, at::kLong)});
-    try {
-      if (step_is_finite(setup, setup.amp, inputs.index_select(0, keep), targets.index_select(0, keep)))
-        found.push_back(i);
-    } catch (const std::exception&) {}
+    const auto [without_inputs, without_targets] = batch_without_row(inputs, targets, i);
+    if (step_is_finite(setup, setup.amp, without_inputs, without_targets)) found.push_back(i);
   }
   // Every row "fixing" it means the batch size, not a sample, is what matters.
   if (int64_t(found.size()) == batch) found.clear();

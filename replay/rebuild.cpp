@@ -1,7 +1,7 @@
 #include "rebuild.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
-#include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/remedy.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
@@ -92,31 +92,15 @@ ReplaySetup rebuild(const std::string& path) {
 bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets,
                     const std::vector<std::string>& more_fp32_modules) {
   const probe::SnapshotContents& s = setup.snapshot;
-  if (s.cpu_rng_state.defined()) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(s.cpu_rng_state);
-  }
-  // The loss scale belongs to fp16; an fp32 re-run has none.
-  const double scale = amp == Amp::fp16 ? s.loss_scale : 1.0;
-  std::vector<std::string> fp32_modules;
-  if (amp != Amp::fp32) {
-    fp32_modules = setup.fp32_modules;
-    fp32_modules.insert(fp32_modules.end(), more_fp32_modules.begin(), more_fp32_modules.end());
-  }
-  bool finite = false;
-  try {
-    Fp32ModuleRegions regions(*setup.model, fp32_modules);
-    finite = recompute_step(*setup.model, setup.parameters, amp, scale, setup.fault, inputs, targets).finite();
-    setup.unswitchable |= !regions.switchable();
-  } catch (const std::exception& e) {
-    // An op that raised on a non-finite value (binary_cross_entropy checks its
-    // input) ended the step: it did not come out finite. The snapshot exists
-    // because the trainer's re-run found a birth before such an exception;
-    // the report quotes it.
-    finite = false;
-    setup.rerun_error = one_line_error(e);
-  }
-  clear_grads(setup.parameters);
+  std::vector<std::string> fp32_modules = setup.fp32_modules;
+  fp32_modules.insert(fp32_modules.end(), more_fp32_modules.begin(), more_fp32_modules.end());
+  // An exception ended the step: it did not come out finite. The snapshot
+  // exists because the trainer's re-run found a birth before it; the report
+  // quotes the error.
+  bool switchable = true;
+  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.fault, inputs, targets,
+                                      s.cpu_rng_state, fp32_modules, &switchable, &setup.rerun_error);
+  setup.unswitchable |= !switchable;
   return finite;
 }
 

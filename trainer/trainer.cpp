@@ -19,7 +19,6 @@
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/optimizer.hpp"
-#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -144,8 +143,7 @@ void write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
   const ResumeState state = resume_state(model, optimizer, guard);
   const double loss = summary.last_finite_step >= 0 ? summary.last_finite_loss : std::nan("");
   // The file now at PATH becomes the one before it only if a new one replaces it.
-  if (keep_previous && state_health(model, &optimizer).finite()) keep_as_previous(path);
-  const StateHealth health = save_checkpoint(path, model, steps_done, &state, &optimizer, loss);
+  const StateHealth health = save_checkpoint(path, model, steps_done, &state, &optimizer, loss, keep_previous);
   if (health.finite()) {
     summary.saved_step = steps_done;
     summary.saved_path = path;

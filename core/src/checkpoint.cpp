@@ -40,9 +40,11 @@ void put_resume_state(format::Group root, const ResumeState& r) {
 }  // namespace
 
 StateHealth save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
-                            const ResumeState* resume, const torch::optim::Optimizer* optimizer, double loss) {
+                            const ResumeState* resume, const torch::optim::Optimizer* optimizer, double loss,
+                            bool keep_previous) {
   StateHealth health = state_health(model, optimizer);
   if (!health.finite()) return health;
+  if (keep_previous) keep_as_previous(path);
   // The archive is written as PATH.part and renamed over PATH on close.
   format::Archive archive = format::Archive::create(path, format::kCheckpointFileKind);
   format::Group root = archive.root();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "nanscope/common/error_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -133,31 +134,45 @@ LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tens
       targets_(targets),
       rng_(std::move(cpu_rng_state)) {}
 
-bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
-  if (rng_.defined()) {
+bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
+                     const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
+                     const at::Tensor& cpu_rng_state, const std::vector<std::string>& fp32_modules, bool* switchable,
+                     std::string* error) {
+  if (cpu_rng_state.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(rng_);
-  }
-  at::Tensor inputs = inputs_, targets = targets_;
-  if (without_row >= 0) {
-    const int64_t batch = inputs_.size(0);
-    at::Tensor keep = at::cat({at::arange(0, without_row, at::kLong), at::arange(without_row + 1, batch, at::kLong)})
-                          .to(inputs_.device());
-    inputs = inputs_.index_select(0, keep);
-    targets = targets_.index_select(0, keep);
+    generator.set_state(cpu_rng_state);
   }
   bool finite = false;
   try {
-    Fp32ModuleRegions regions(model_, amp == Amp::fp32 ? std::vector<std::string>{} : fp32_modules);
+    Fp32ModuleRegions regions(model, amp == Amp::fp32 ? std::vector<std::string>{} : fp32_modules);
     // The loss scale belongs to fp16; an fp32 re-run has none.
-    const double scale = amp == Amp::fp16 ? loss_scale_ : 1.0;
-    finite = recompute_step(model_, parameters_, amp, scale, fault_, inputs, targets).finite();
-    unswitchable_ |= !regions.switchable();
-  } catch (const std::exception&) {
-    finite = false;  // an op that raised on a non-finite value, or a region its inputs' dtype broke
+    const double scale = amp == Amp::fp16 ? loss_scale : 1.0;
+    finite = recompute_step(model, parameters, amp, scale, fault, inputs, targets).finite();
+    if (switchable && !regions.switchable()) *switchable = false;
+  } catch (const std::exception& e) {
+    // An op that raised on a non-finite value (binary_cross_entropy checks
+    // its input), or a region whose inputs' dtype its ops reject.
+    finite = false;
+    if (error) *error = one_line_error(e);
   }
-  clear_grads(parameters_);
+  clear_grads(parameters);
   return finite;
+}
+
+std::pair<at::Tensor, at::Tensor> batch_without_row(const at::Tensor& inputs, const at::Tensor& targets, int64_t row) {
+  const int64_t batch = inputs.size(0);
+  const at::Tensor keep =
+      at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, batch, at::kLong)}).to(inputs.device());
+  return {inputs.index_select(0, keep), targets.index_select(0, keep.to(targets.device()))};
+}
+
+bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
+  if (without_row < 0)
+    return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, inputs_, targets_, rng_, fp32_modules,
+                           &switchable_);
+  const auto [inputs, targets] = batch_without_row(inputs_, targets_, without_row);
+  return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, inputs, targets, rng_, fp32_modules,
+                         &switchable_);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

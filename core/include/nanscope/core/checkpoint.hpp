@@ -38,10 +38,11 @@ struct CheckpointHealth {
 // checkpoint; with `resume`, the checkpoint can also continue the run
 // (/training). Refuses a sick state: writes nothing and returns its health
 // (finite() false, naming the tensors), PATH as it was. `optimizer` (may be
-// null) is checked with the model.
+// null) is checked with the model. With `keep_previous`, a healthy save first
+// keeps the file it replaces (keep_as_previous).
 StateHealth save_checkpoint(const std::string& path, const TrainableModel& model, int64_t step,
                             const ResumeState* resume = nullptr, const torch::optim::Optimizer* optimizer = nullptr,
-                            double loss = std::numeric_limits<double>::quiet_NaN());
+                            double loss = std::numeric_limits<double>::quiet_NaN(), bool keep_previous = false);
 // The health a checkpoint recorded; nullopt for files from before nanscope recorded it.
 std::optional<CheckpointHealth> checkpoint_health(const std::string& path);
 // Copies the checkpoint's tensors into the model; throws std::invalid_argument

@@ -67,6 +67,20 @@ inline constexpr int64_t kMaxRowsSearched = 64;
 
 RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns);
 
+// One re-run of a step, what the guard's diagnosis and nanscope-replay both
+// do: the CPU generator back at `cpu_rng_state` (when defined), the loss scale
+// for fp16 only, `fp32_modules` in fp32 below fp32, recompute_step (buffers
+// kept), gradients cleared. An exception is a non-finite step: its one line
+// goes to `error`. `switchable` turns false when a TorchScript model's
+// modules could not be switched to fp32.
+bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
+                     const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
+                     const at::Tensor& cpu_rng_state, const std::vector<std::string>& fp32_modules,
+                     bool* switchable = nullptr, std::string* error = nullptr);
+
+// The batch without one of its rows.
+std::pair<at::Tensor, at::Tensor> batch_without_row(const at::Tensor& inputs, const at::Tensor& targets, int64_t row);
+
 // StepReruns on the live model: each re-run restores the CPU generator to
 // the step's state and leaves the buffers as found (recompute_step).
 class LiveStepReruns : public StepReruns {
@@ -75,7 +89,7 @@ class LiveStepReruns : public StepReruns {
                  const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets, at::Tensor cpu_rng_state);
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
-  bool unswitchable() const override { return unswitchable_; }
+  bool unswitchable() const override { return !switchable_; }
 
  private:
   TrainableModel& model_;
@@ -83,7 +97,7 @@ class LiveStepReruns : public StepReruns {
   double loss_scale_;
   Fault fault_;
   at::Tensor inputs_, targets_, rng_;
-  bool unswitchable_ = false;
+  bool switchable_ = true;
 };
 
 }  // namespace nanscope
