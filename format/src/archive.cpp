@@ -87,6 +87,37 @@ int64_t TensorData::numel() const {
   return n;
 }
 
+std::vector<int64_t> int_values(const TensorData& t, const std::string& path, const std::string& what) {
+  std::vector<int64_t> out(t.numel());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint8_t* p = t.bytes.data() + i * dtype_size(t.dtype);
+    switch (t.dtype) {
+      case DType::int64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out[i] = v;
+        break;
+      }
+      case DType::int32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out[i] = v;
+        break;
+      }
+      case DType::int16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        out[i] = v;
+        break;
+      }
+      case DType::int8: out[i] = int8_t(*p); break;
+      case DType::uint8: out[i] = *p; break;
+      default: throw FormatError(path, what + " is " + dtype_name(t.dtype) + ", expected integers");
+    }
+  }
+  return out;
+}
+
 Group Group::group(const std::string& name) const {
   const std::string& path = state_->file->path;
   auto child = std::make_shared<State>();

@@ -90,6 +90,7 @@ void write_birth(const Group& parent, const std::string& name, const std::option
   g.set_word("kind", birth->kind);
   g.set_attr("sample", birth->sample);
   g.set_attr("counted_targets", birth->counted_targets);
+  if (!birth->rows.empty()) g.put_tensor("rows", DType::int64, {int64_t(birth->rows.size())}, birth->rows.data());
   g.set_attr("input_count", int64_t(birth->inputs.size()));
   for (size_t i = 0; i < birth->inputs.size(); ++i) write_stats(g, "input" + std::to_string(i) + "_", birth->inputs[i]);
 }
@@ -102,6 +103,7 @@ std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
   b.kind = g.word<BirthKind>("kind");
   b.sample = g.attr_int("sample");
   if (g.has_attr("counted_targets")) b.counted_targets = g.attr_int("counted_targets");
+  if (g.has("rows")) b.rows = int_values(g.tensor("rows"), g.file_path(), g.name() + "/rows");
   const int64_t n = g.attr_int("input_count");
   for (int64_t i = 0; i < n; ++i) b.inputs.push_back(read_stats(g, "input" + std::to_string(i) + "_"));
   return b;

@@ -164,6 +164,8 @@ RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>
   RunData& run = impl_->run;
   run.path = path;
   run.format_version = h5::read_string_attr(f, "format_version", path);
+  if (h5::attr_exists(f, "origin"))
+    run.origin = from_string_or_unknown<Origin>(h5::read_string_attr(f, "origin", path));
   if (h5::link_exists(f, run_schema::kConfigGroup)) {
     h5::Handle config =
         h5::group_handle(H5Gopen2(f, run_schema::kConfigGroup, H5P_DEFAULT), path, "cannot open /config");

@@ -146,6 +146,7 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
                            "cannot create run file (directory missing or not writable?)");
   hid_t file = m.file.get();
   h5::write_identity(file, kRunFileKind, path);
+  h5::write_string_attr(file, "origin", to_string(header.origin), path);
 
   // Everything is created before SWMR writing starts: HDF5 1.10 allows no new
   // objects or attributes afterwards, only appends to existing datasets.

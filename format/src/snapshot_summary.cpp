@@ -8,42 +8,6 @@
 
 namespace nanscope::format {
 
-namespace {
-
-// An integer tensor (any integer dtype) as int64 values.
-std::vector<int64_t> int_values(const TensorData& t, const std::string& path, const std::string& what) {
-  std::vector<int64_t> out(t.numel());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const uint8_t* p = t.bytes.data() + i * dtype_size(t.dtype);
-    switch (t.dtype) {
-      case DType::int64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        out[i] = v;
-        break;
-      }
-      case DType::int32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        out[i] = v;
-        break;
-      }
-      case DType::int16: {
-        int16_t v;
-        std::memcpy(&v, p, 2);
-        out[i] = v;
-        break;
-      }
-      case DType::int8: out[i] = int8_t(*p); break;
-      case DType::uint8: out[i] = *p; break;
-      default: throw FormatError(path, what + " is " + dtype_name(t.dtype) + ", expected integers");
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 void write_replay_record(const Group& root, const ReplayRecord& r) {
   root.remove("replay");
   Group g = root.group("replay");
@@ -82,6 +46,7 @@ void write_snapshot_header(const Group& root, const SnapshotHeader& h) {
   root.set_attr("loss_scale", h.loss_scale);
   root.set_attr("lr", h.lr);
   root.set_attr("clip", h.clip);
+  root.set_word("origin", h.origin);
   Group config = root.group("config");
   for (const auto& [k, v] : h.config) config.set_attr(k, v);
   write_capture(root.group("capture"), h.capture);
@@ -103,6 +68,7 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   s.loss_scale = root.attr_double("loss_scale");
   s.lr = root.attr_double("lr");
   s.clip = root.has_attr("clip") ? root.attr_double("clip") : 0.0;
+  if (root.has_attr("origin")) s.origin = root.word<Origin>("origin");
   if (root.has("model")) s.model_name = root.group("model").attr_string("name");
   if (root.has("config")) {
     Group config = root.group("config");

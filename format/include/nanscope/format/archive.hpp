@@ -28,6 +28,10 @@ struct TensorData {
   int64_t numel() const;
 };
 
+// An integer tensor (any integer dtype) as int64 values; throws FormatError
+// naming `path` and `what` for a floating one.
+std::vector<int64_t> int_values(const TensorData& t, const std::string& path, const std::string& what);
+
 using AttrValue = std::variant<int64_t, double, std::string>;
 
 class Group {

@@ -37,6 +37,10 @@ struct Birth {
   OpRecord op;
   BirthKind kind = BirthKind::nan;
   int64_t sample = -1;  // the batch row, for an input birth; -1 otherwise
+  // For a birth inside the model whose output's first dimension is the batch:
+  // the batch rows (positions in the batch) that went non-finite at this op,
+  // the first 16 of them. Names the sample where batch bisection cannot run.
+  std::vector<int64_t> rows;
   // For a loss with an ignore_index (cross_entropy, nll_loss): the targets it
   // counted. 0 means every target was ignored and its mean was 0 / 0. -1: not
   // such an op, or a file from before this was recorded.

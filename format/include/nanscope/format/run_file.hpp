@@ -44,6 +44,7 @@ struct RunHeader {
   std::vector<std::string> layer_names;  // empty: no per-layer datasets
   bool record_act_absmax = false;
   std::map<std::string, std::string> config;
+  Origin origin = Origin::unknown;  // who runs the loop: nanscope-train, the C++ library, Python
 };
 
 // Appends rows in memory and writes them in batches: every `flush_every` rows,
@@ -84,6 +85,7 @@ bool clear_writer_mark(const std::string& path);
 struct RunData {
   std::string path;
   std::string format_version;
+  Origin origin = Origin::unknown;  // unknown in files from before format 1.2
   std::map<std::string, std::string> config;
   std::vector<std::string> layer_names;
   std::vector<int64_t> step;

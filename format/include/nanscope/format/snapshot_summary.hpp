@@ -40,6 +40,7 @@ struct SnapshotHeader {
   Precision precision = Precision::unknown;
   double loss_scale = 1, lr = 0, clip = 0;
   std::string model_name;  // stored as /model/name, beside the model's tensors
+  Origin origin = Origin::unknown;
   std::map<std::string, std::string> config;
   Capture capture;
   std::vector<std::string> layer_names;

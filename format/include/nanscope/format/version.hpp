@@ -11,8 +11,10 @@ namespace nanscope::format {
 //   1.1  run files: events `remedy` and `save_refused`; checkpoints: @finite,
 //        @loss, /training@applied_steps and @fp32_modules; snapshots: the
 //        config's `fp32_modules`
+//   1.2  run files and snapshots: @origin; births: /rows (the batch rows an
+//        internal birth made non-finite); snapshot /batch/rows may hold -1 (unknown)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 1;
+inline constexpr int kFormatMinor = 2;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

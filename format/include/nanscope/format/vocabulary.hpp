@@ -40,6 +40,10 @@ namespace nanscope::format {
 // computation after backward, or the batch itself (a non-finite input).
 #define NANSCOPE_PHASES(X) X(forward, "forward") X(backward, "backward") X(grad_norm, "grad_norm") X(input, "input")
 
+// Who wrote a run or snapshot: the wording of advice follows it (a flag for
+// nanscope-train, an option and C++ for the library, Python for the module).
+#define NANSCOPE_ORIGINS(X) X(nanscope_train, "nanscope-train") X(cpp, "cpp") X(python, "python")
+
 #define NANSCOPE_BIRTH_KINDS(X) X(nan, "nan") X(inf, "inf")
 
 // The precision a step ran in; the order is /steps/amp's numbers (0, 1, 2).
@@ -97,6 +101,7 @@ NANSCOPE_DECLARE_WORDS(BirthKind, NANSCOPE_BIRTH_KINDS)
 NANSCOPE_DECLARE_WORDS(Precision, NANSCOPE_PRECISIONS)
 NANSCOPE_DECLARE_WORDS(Verdict, NANSCOPE_VERDICTS)
 NANSCOPE_DECLARE_WORDS(Category, NANSCOPE_CATEGORIES)
+NANSCOPE_DECLARE_WORDS(Origin, NANSCOPE_ORIGINS)
 
 // The inverse of to_string: nullopt for anything else (a newer or foreign file, a typo).
 template <typename Word>
