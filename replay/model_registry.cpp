@@ -3,12 +3,18 @@
 #include <map>
 #include <mutex>
 
+#include "nanscope/core/module_model.hpp"
+
 namespace nanscope::replay {
 
 namespace {
 std::mutex g_mutex;
 std::map<std::string, ModelFactory>& factories() {
   static std::map<std::string, ModelFactory> f;
+  return f;
+}
+ModelFactory& default_factory() {
+  static ModelFactory f;
   return f;
 }
 }  // namespace
@@ -18,10 +24,31 @@ void register_model(const std::string& name, ModelFactory factory) {
   factories()[name] = std::move(factory);
 }
 
+void register_default_model(ModelFactory factory) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  default_factory() = std::move(factory);
+}
+
 ModelFactory registered_model(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = factories().find(name);
   return it == factories().end() ? ModelFactory{} : it->second;
+}
+
+ModelFactory default_model() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return default_factory();
+}
+
+int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss) {
+  register_default_model([&module, loss](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
+    // The program's own module, not owned: its weights become the snapshot's.
+    std::shared_ptr<torch::nn::Module> unowned(std::shared_ptr<torch::nn::Module>(), &module);
+    return std::make_unique<ModuleModel>(
+        spec.name, std::move(unowned),
+        [loss](const at::Tensor& inputs, const at::Tensor& targets) { return loss(Batch(inputs, targets)); });
+  });
+  return replay_main(argc, argv);
 }
 
 }  // namespace nanscope::replay

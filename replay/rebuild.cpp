@@ -17,6 +17,7 @@
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/probe/tensor_owners.hpp"
 #include "nanscope/replay/model_registry.hpp"
 
 namespace nanscope::replay {
@@ -33,6 +34,10 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
   if (s.model_name == "gpt") return make_gpt(gpt_config_from(spec), 0);
   if (s.model_name == "mlp") return make_mlp(mlp_config_from(spec), 0);
   if (!s.torchscript_bytes.empty()) return load_scripted_model_bytes(s.torchscript_bytes, path);
+  if (ModelFactory factory = default_model()) {
+    std::unique_ptr<TrainableModel> model = factory(spec);
+    if (model) return model;
+  }
   throw std::invalid_argument("'" + path + "': model '" + s.model_name +
                               "' cannot be rebuilt: not a built-in model, no TorchScript bytes, and no factory "
                               "registered under that name (replay/model_registry.hpp: replay your own model "
@@ -79,12 +84,17 @@ ReplaySetup rebuild(const std::string& path) {
   load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
   load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
   setup.model->set_training(true);
+  if (!setup.model->is_torchscript()) {  // births named as the training run named them (tensor_owners.hpp)
+    NamedTensors owned = setup.model->all_named_parameters();
+    for (auto& named : setup.model->named_buffers()) owned.push_back(std::move(named));
+    probe::register_tensor_owners(owned);
+  }
   setup.parameters = trainable_tensors(*setup.model);
   setup.amp = amp_from(s.precision, path);
   setup.fault = fault_at_step(s.config, s.step);
   if (auto it = s.config.find("fp32_modules"); it != s.config.end())
     setup.fp32_modules = parse_fp32_modules(it->second);
-  if (!s.inputs.defined() || !s.targets.defined())
+  if (!s.inputs.defined())  // a closure step's batch may have no targets
     throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
   return setup;
 }

@@ -112,7 +112,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
 
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
-    probe::OpCapture capture;
+    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.inputs.dim() > 0 ? s.inputs.size(0) : -1});
     report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
     report.fp32_capture = capture.result();
   }

@@ -9,7 +9,14 @@ ModuleModel::ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> mo
     : NativeModel(std::move(module)), name_(std::move(name)), loss_(std::move(loss)), hparams_(std::move(hparams)) {
   if (name_.empty())
     throw std::invalid_argument("ModuleModel: the model needs a name (replay finds its factory by it)");
-  if (!loss_) throw std::invalid_argument("ModuleModel '" + name_ + "': no loss function");
+}
+
+at::Tensor ModuleModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  if (!loss_)
+    throw std::logic_error("model '" + name_ +
+                           "' has no loss function of its own: give ModuleModel one, or replay it with "
+                           "nanscope::replay::replay_main(argc, argv, module, loss)");
+  return loss_(inputs, targets);
 }
 
 }  // namespace nanscope

@@ -163,7 +163,9 @@ std::pair<at::Tensor, at::Tensor> batch_without_row(const at::Tensor& inputs, co
   const int64_t batch = inputs.size(0);
   const at::Tensor keep =
       at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, batch, at::kLong)}).to(inputs.device());
-  return {inputs.index_select(0, keep), targets.index_select(0, keep.to(targets.device()))};
+  // A closure step's batch may have no targets (its closure holds them).
+  return {inputs.index_select(0, keep),
+          targets.defined() ? targets.index_select(0, keep.to(targets.device())) : targets};
 }
 
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {

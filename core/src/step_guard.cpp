@@ -2,6 +2,7 @@
 
 #include "nanscope/core/cpu_kernels.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,7 +16,9 @@
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
+#include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/tensor_owners.hpp"
 
 namespace nanscope {
 
@@ -62,6 +65,28 @@ double current_lr(const torch::optim::Optimizer& optimizer) {
 
 }  // namespace
 
+namespace {
+
+// The guard keeps a reference to the user's module: a shared_ptr that owns nothing.
+std::unique_ptr<ClosureModel> closure_model_of(torch::nn::Module& module, const std::string& name) {
+  std::shared_ptr<torch::nn::Module> unowned(std::shared_ptr<torch::nn::Module>(), &module);
+  return std::make_unique<ClosureModel>(std::make_unique<ModuleModel>(name, std::move(unowned), LossFunction()));
+}
+
+}  // namespace
+
+StepGuard::StepGuard(torch::nn::Module& module, torch::optim::Optimizer& optimizer, GuardOptions options)
+    : StepGuard(closure_model_of(module, options.model_name), optimizer, options) {
+}  // a copy: argument order is unspecified
+
+StepGuard::StepGuard(std::unique_ptr<TrainableModel> body, torch::optim::Optimizer& optimizer, GuardOptions options)
+    : StepGuard(std::make_unique<ClosureModel>(std::move(body)), optimizer, std::move(options)) {}
+
+StepGuard::StepGuard(std::unique_ptr<ClosureModel> model, torch::optim::Optimizer& optimizer, GuardOptions options)
+    : StepGuard(*model, optimizer, std::move(options)) {
+  owned_model_ = std::move(model);
+}
+
 StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options)
     : model_(model),
       optimizer_(optimizer),
@@ -79,8 +104,16 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
+  // Births in a native model are named by the module whose tensors an op reads
+  // where no module scope is open (tensor_owners.hpp); TorchScript names its own.
+  if (!model_.is_torchscript()) {
+    NamedTensors owned = model_.all_named_parameters();
+    for (auto& named : model_.named_buffers()) owned.push_back(std::move(named));
+    probe::register_tensor_owners(owned);
+  }
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
+  header.origin = options_.origin;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
   header.record_act_absmax = options_.act_absmax_every > 0;
   header.config = options_.config;
@@ -150,8 +183,12 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   settings.averaged_parameter_norms = options_.warn;
   settings.stop_requested = context.stop_requested;
   settings.skip_loss_above = rollback_.skip_loss_above(step);
+  next_step_ = step + 1;
   if (options_.probe) {
-    probe_.begin_step(step, context.batch_rows.defined() ? context.batch_rows : at::arange(inputs.size(0), at::kLong));
+    // Without the data set rows, they are unknown (-1), not guessed.
+    probe_.begin_step(step, context.batch_rows.defined()
+                                ? context.batch_rows
+                                : at::full({inputs.dim() > 0 ? inputs.size(0) : 0}, -1, at::kLong));
     settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
   }
   // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
@@ -167,7 +204,10 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
     std::optional<Fp32ModuleRegions> fp32;
     if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    std::optional<probe::ScopeNameRecorder> scope_names;
+    if (!scope_names_checked_ && !model_.is_torchscript()) scope_names.emplace();
     result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, inputs, targets);
+    if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
     if (fp32 && !fp32_modules_checked_) fp32_not_entered = fp32->not_entered();
   } catch (const std::exception& e) {
@@ -191,6 +231,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     ++applied_steps_;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
 
   format::StepRow row;
   row.step = step;
@@ -235,6 +276,34 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
                                   ? "loss spikes through the probation after a rollback"
                                   : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row");
   return result;
+}
+
+ClosureModel& StepGuard::closure_model() {
+  if (!owned_model_)
+    throw std::logic_error(
+        "StepGuard::step(closure, batch): this guard trains a TrainableModel; call step(step, inputs, targets), or "
+        "build the guard from your module");
+  return *owned_model_;
+}
+
+GuardedStep StepGuard::step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context) {
+  ClosureModel::Step closure(closure_model(), loss, batch);
+  return this->step(step, batch.inputs, batch.targets, context);
+}
+
+GuardedStep StepGuard::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
+  ClosureModel::Step closure(closure_model(), loss, batch);
+  return this->step(step, batch.inputs, batch.targets, context);
+}
+
+void StepGuard::check_scope_names(int64_t step, const std::vector<std::string>& opened) {
+  scope_names_checked_ = true;
+  if (opened.empty()) return;
+  const std::vector<std::string> modules = model_.module_paths();
+  for (const std::string& name : opened)
+    if (std::find(modules.begin(), modules.end(), name) == modules.end())
+      say(step, "NANSCOPE_MODULE_SCOPE(\"" + name + "\") names no module of the model (named_modules() has no '" +
+                    name + "'): births inside it will carry that name");
 }
 
 void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
@@ -425,7 +494,9 @@ void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::strin
   failed.amp = result.amp;
   failed.batch_finite = result.outcome.batch_finite;
   failed.capture = capture;
-  failed.batch_size = inputs.dim() > 0 ? inputs.size(0) : 0;
+  // A closure over its own batch cannot run the batch without a sample.
+  const bool rows_searchable = !owned_model_ || owned_model_->runs_any_batch();
+  failed.batch_size = rows_searchable && inputs.dim() > 0 ? inputs.size(0) : 0;
   failed.fp32_modules = fp32_modules_;
   LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, inputs, targets, probe_.cpu_rng_state());
   const RemedyChoice choice = choose_remedy(failed, reruns);
@@ -559,6 +630,7 @@ std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, c
   s.loss_scale = result.loss_scale;
   s.lr = result.lr;
   s.clip = options_.clip;
+  s.origin = options_.origin;
   s.config = options_.config;
   // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
   s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);

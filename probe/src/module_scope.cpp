@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "nanscope/common/torch_compat.hpp"
@@ -21,6 +22,8 @@ using compat::AutocastOff;
 const std::vector<std::string>* g_fp32_modules = nullptr;
 std::vector<char>* g_fp32_entered = nullptr;                            // parallel to *g_fp32_modules
 thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // parallel to t_scopes
+std::mutex g_names_mutex;
+std::vector<std::string>* g_scope_names = nullptr;  // a ScopeNameRecorder's
 }  // namespace
 
 void push_scope(const char* name) {
@@ -28,6 +31,12 @@ void push_scope(const char* name) {
     t_scopes.emplace_back(name);
   else
     t_scopes.push_back(t_scopes.back() + "." + name);
+  if (g_scope_names) {
+    std::lock_guard<std::mutex> lock(g_names_mutex);
+    if (g_scope_names &&
+        std::find(g_scope_names->begin(), g_scope_names->end(), t_scopes.back()) == g_scope_names->end())
+      g_scope_names->push_back(t_scopes.back());
+  }
   bool fp32 = false;
   if (g_fp32_modules) {
     const auto it = std::find(g_fp32_modules->begin(), g_fp32_modules->end(), t_scopes.back());
@@ -66,6 +75,23 @@ std::vector<std::string> Fp32Regions::not_entered() const {
   for (size_t i = 0; i < modules_.size(); ++i)
     if (!entered_[i]) out.push_back(modules_[i]);
   return out;
+}
+
+ScopeNameRecorder::ScopeNameRecorder() : scopes_were_enabled_(detail::g_scopes_enabled.load()) {
+  std::lock_guard<std::mutex> lock(detail::g_names_mutex);
+  detail::g_scope_names = &names_;
+  detail::g_scopes_enabled = true;
+}
+
+ScopeNameRecorder::~ScopeNameRecorder() {
+  std::lock_guard<std::mutex> lock(detail::g_names_mutex);
+  detail::g_scope_names = nullptr;
+  detail::g_scopes_enabled = scopes_were_enabled_;
+}
+
+std::vector<std::string> ScopeNameRecorder::names() const {
+  std::lock_guard<std::mutex> lock(detail::g_names_mutex);
+  return names_;
 }
 
 namespace {

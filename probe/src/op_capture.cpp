@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 
 #include "module_path.hpp"
 #include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/tensor_owners.hpp"
 #include "op_arguments.hpp"
 #include "tensor_stats.hpp"
 
@@ -26,13 +28,15 @@ namespace {
 // state is global; one OpCapture may be alive at a time.
 struct Candidate {
   format::Birth birth;
-  int64_t start_index = 0;  // order of the op's start: nesting = started later, ended earlier
+  int64_t start_index = 0;     // order of the op's start: nesting = started later, ended earlier
+  int64_t forward_index = -1;  // the forward op whose module it is named by (tensor_owners.hpp)
 };
 
 // A trail entry: the record, and its output until its stats are computed.
 struct TrailEntry {
   format::OpRecord record;
   at::Tensor output;  // detached; stats computed when the capture's result is read
+  int64_t forward_index = -1;
 };
 
 struct CaptureState {
@@ -47,9 +51,25 @@ struct CaptureState {
   std::optional<Candidate> first_nan, first_inf;
   struct ForwardOp {
     std::string op, module;
+    int64_t index = -1;
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
-  std::vector<std::string> modules_seen;               // forward modules, first-seen order
+  std::vector<std::string> modules_seen;               // forward modules from scopes, first-seen order
+  // A native model without scopes (tensor_owners.hpp): forward ops that read
+  // a registered tensor, by op index, and the forward ops named by neither.
+  std::map<int64_t, std::string> owner_at;
+  std::vector<int64_t> unscoped;
+  int64_t batch_size = -1;
+
+  // The module of forward op `index`: its scope's, else its tensors' owner,
+  // else the innermost module around it.
+  std::string module_of(int64_t index, const std::string& scoped) const {
+    if (!scoped.empty() || owner_at.empty()) return scoped;
+    auto next = owner_at.lower_bound(index);
+    if (next != owner_at.end() && next->first == index) return next->second;
+    if (next == owner_at.begin() || next == owner_at.end()) return "";
+    return common_module(std::prev(next)->second, next->second);
+  }
 };
 
 CaptureState* g_state = nullptr;
@@ -76,7 +96,8 @@ struct OpContext : at::ObserverContext {
   int64_t start_index = 0;
   std::string module;
   bool input_nan = false, input_inf = false;
-  bool scalar_inf = false;  // an infinite scalar (masked_fill(x, m, -inf)) may put infinities anywhere
+  bool scalar_inf = false;           // an infinite scalar (masked_fill(x, m, -inf)) may put infinities anywhere
+  std::optional<std::string> owner;  // the module whose parameter or buffer it reads (no scope open)
   // The floating inputs (in-place ops: a copy as they were at the start) and
   // scalar inputs; full statistics only if this op turns out to be a birth.
   std::vector<at::Tensor> input_tensors;
@@ -162,6 +183,17 @@ bool holds_new_infinity(const std::string& op, const at::Tensor& output, const s
   return at::logical_and(at::isinf(output), inherited.logical_not()).any().item<bool>();
 }
 
+// The batch rows (positions) of `output` holding a NaN or Inf, when its first
+// dimension is the batch and not every row went: which sample an internal
+// birth came from, even where the batch cannot be bisected. At most 16.
+std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size) {
+  if (batch_size < 2 || output.dim() < 1 || output.size(0) != batch_size) return {};
+  const at::Tensor bad = at::logical_not(at::isfinite(output.reshape({batch_size, -1}))).any(1);
+  if (bad.all().item<bool>()) return {};  // every row: not one sample's doing
+  const at::Tensor rows = bad.nonzero().flatten().slice(0, 0, 16).to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+}
+
 std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
   if (t_in_callback || !g_state) return nullptr;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
@@ -183,9 +215,11 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   const bool in_place = !name.empty() && name.back() == '_';
   bool first = true;
   ctx->arity = op_arity(fn);
+  const bool find_owner = ctx->module.empty() && t_backward_nodes.empty() && any_tensor_owners();
   for (const c10::IValue& input : op_arguments(fn, ctx->arity)) {
     note_input(input, in_place && first, *ctx);
     first = false;
+    if (find_owner && !ctx->owner && input.isTensor()) ctx->owner = tensor_owner(input.toTensor());
   }
   ctx->counted_targets = counted_targets(fn, ctx->arity);
   return ctx;
@@ -203,6 +237,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   bool output_nan = false, output_inf = false;
   format::OpRecord record;
   record.op = fn.name();
+  int64_t forward_index = -1;
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
   for (const c10::IValue& out : op_results(fn, ctx->arity)) {
@@ -227,11 +262,16 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     record.phase = format::Phase::forward;
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();
+    forward_index = record.index;
     if (!record.module.empty() &&
         std::find(st.modules_seen.begin(), st.modules_seen.end(), record.module) == st.modules_seen.end())
       st.modules_seen.push_back(record.module);
+    if (ctx->owner)
+      st.owner_at[record.index] = *ctx->owner;
+    else if (record.module.empty())
+      st.unscoped.push_back(record.index);
     // Outer ops end after the ops inside them, so the op the model called wins.
-    for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module};
+    for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module, record.index};
   } else {
     const BackwardNode& node = t_backward_nodes.back();
     record.phase = format::Phase::backward;
@@ -240,11 +280,12 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (auto it = st.forward_ops.find(node.seq_nr); it != st.forward_ops.end()) {
       record.forward_op = it->second.op;
       record.module = it->second.module;
+      forward_index = it->second.index;
     }
   }
   st.any_nonfinite |= output_nan || output_inf;
   if (!st.trail_frozen) {
-    st.trail.push_back({record, first_output});
+    st.trail.push_back({record, first_output, forward_index});
     while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
   }
   auto consider = [&](std::optional<Candidate>& slot, format::BirthKind kind) {
@@ -254,8 +295,12 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     const bool replaces_trail_end = slot && slot->start_index == st.frozen_birth_start;
     Candidate c;
     c.start_index = ctx->start_index;
+    c.forward_index = forward_index;
     c.birth.op = record;
-    if (first_output.defined()) c.birth.op.output = tensor_stats(first_output);
+    if (first_output.defined()) {
+      c.birth.op.output = tensor_stats(first_output);
+      if (record.phase == format::Phase::forward) c.birth.rows = nonfinite_batch_rows(first_output, st.batch_size);
+    }
     c.birth.kind = kind;
     c.birth.counted_targets = ctx->counted_targets;
     for (const at::Tensor& t : ctx->input_tensors) c.birth.inputs.push_back(tensor_stats(t));
@@ -267,7 +312,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.trail_frozen = true;
       st.frozen_birth_start = c.start_index;
     } else if (replaces_trail_end) {
-      st.trail.push_back({c.birth.op, {}});
+      st.trail.push_back({c.birth.op, {}, forward_index});
       st.frozen_birth_start = c.start_index;
     }
   };
@@ -283,6 +328,7 @@ OpCapture::OpCapture(CaptureOptions options) {
   if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
   g_state = new CaptureState();
   g_state->options = options;
+  g_state->batch_size = options.batch_size;
   g_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(capture_on_op_start, capture_on_op_end)
@@ -302,7 +348,16 @@ OpCapture::~OpCapture() {
 
 std::vector<std::string> OpCapture::modules_seen() const {
   std::lock_guard<std::mutex> lock(g_state->mutex);
-  return g_state->modules_seen;
+  const CaptureState& st = *g_state;
+  std::vector<std::string> seen = st.modules_seen;
+  auto add = [&](const std::string& module) {
+    if (!module.empty() && std::find(seen.begin(), seen.end(), module) == seen.end()) seen.push_back(module);
+  };
+  // Scopes first, then the modules named by their tensors, in op order.
+  std::map<int64_t, std::string> named(st.owner_at.begin(), st.owner_at.end());
+  for (int64_t index : st.unscoped) named.emplace(index, st.module_of(index, ""));
+  for (const auto& [index, module] : named) add(module);
+  return seen;
 }
 
 format::Capture OpCapture::result() const {
@@ -311,8 +366,13 @@ format::Capture OpCapture::result() const {
   format::Capture c;
   c.reproduced = st.any_nonfinite;
   c.ops_seen = st.next_end;
-  if (st.first_nan) c.first_nan_birth = st.first_nan->birth;
-  if (st.first_inf) c.first_inf_birth = st.first_inf->birth;
+  auto named = [&](const Candidate& candidate) {
+    format::Birth birth = candidate.birth;
+    if (candidate.forward_index >= 0) birth.op.module = st.module_of(candidate.forward_index, birth.op.module);
+    return birth;
+  };
+  if (st.first_nan) c.first_nan_birth = named(*st.first_nan);
+  if (st.first_inf) c.first_inf_birth = named(*st.first_inf);
   // One op that gives birth to both is an Inf birth (docs/design.md): the NaN
   // beside an overflow is what the kernel's summation made of the infinity,
   // and whether it makes one differs between CPUs.
@@ -326,6 +386,7 @@ format::Capture OpCapture::result() const {
   at::NoGradGuard no_grad;
   for (const TrailEntry& entry : st.trail) {
     format::OpRecord record = entry.record;
+    if (entry.forward_index >= 0) record.module = st.module_of(entry.forward_index, record.module);
     if (entry.output.defined()) record.output = tensor_stats(entry.output);
     c.trail.push_back(record);
   }

@@ -42,7 +42,9 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
       generator.set_state(cpu_rng_state_);
     }
     {
-      OpCapture op_capture(options_.capture);
+      CaptureOptions capture_options = options_.capture;
+      capture_options.batch_size = inputs.dim() > 0 ? inputs.size(0) : -1;
+      OpCapture op_capture(capture_options);
       // A NaN can make a later op raise (binary_cross_entropy checks its input
       // is in [0, 1]): the births before the exception are the answer.
       std::exception_ptr raised;

@@ -39,7 +39,7 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
 
     format::Group batch = root.group("batch");
     put_tensor(batch, "inputs", s.inputs);
-    put_tensor(batch, "targets", s.targets);
+    if (s.targets.defined()) put_tensor(batch, "targets", s.targets);  // a closure step may have none
     put_tensor(batch, "rows", s.batch_rows);
     format::Group rng = root.group("rng");
     if (s.cpu_rng_state.defined()) put_tensor(rng, "cpu_state", s.cpu_rng_state);
@@ -75,7 +75,7 @@ SnapshotContents read_snapshot(const std::string& path) {
   s.optimizer_state = get_named(optimizer.group("state"));
   format::Group batch = root.group("batch");
   s.inputs = get_tensor(batch, "inputs");
-  s.targets = get_tensor(batch, "targets");
+  if (batch.has("targets")) s.targets = get_tensor(batch, "targets");
   s.batch_rows = get_tensor(batch, "rows");
   format::Group rng = root.group("rng");
   if (rng.has("cpu_state")) s.cpu_rng_state = get_tensor(rng, "cpu_state");

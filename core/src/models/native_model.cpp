@@ -4,6 +4,7 @@
 
 #include <torch/nn/functional/loss.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "nanscope/core/models/fault_ops.hpp"
@@ -27,6 +28,19 @@ void TrainableModel::to(at::Device device, at::ScalarType float_type) {
   };
   for (auto& [name, p] : all_named_parameters()) move(p);
   for (auto& [name, b] : named_buffers()) move(b);
+}
+
+std::vector<std::string> TrainableModel::module_paths() const {
+  std::vector<std::string> paths{""};
+  auto add_owners = [&](const NamedTensors& tensors) {
+    for (const auto& [name, t] : tensors)
+      for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1))
+        if (std::find(paths.begin(), paths.end(), name.substr(0, dot)) == paths.end())
+          paths.push_back(name.substr(0, dot));
+  };
+  add_owners(all_named_parameters());
+  add_owners(named_buffers());
+  return paths;
 }
 
 int64_t TrainableModel::parameter_count() const {
@@ -67,6 +81,13 @@ NamedTensors NativeModel::all_named_parameters() const {
 NamedTensors NativeModel::named_buffers() const {
   NamedTensors out;
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<std::string> NativeModel::module_paths() const {
+  std::vector<std::string> out{""};
+  // Without the module itself: named_modules() would need it held by a shared_ptr.
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) out.push_back(item.key());
   return out;
 }
 

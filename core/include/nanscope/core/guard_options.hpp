@@ -4,7 +4,7 @@
 // harness needs, and its command line parses into both beside the LibTorch
 // batches. A new guard option is a field here and, for nanscope-train, a flag.
 #include <cstdint>
-#include <iosfwd>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,15 +13,18 @@
 #include "nanscope/core/precision.hpp"
 #include "nanscope/core/rollback.hpp"
 #include "nanscope/core/sentinel.hpp"
+#include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope {
 
 // Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
-// and the rest keep their defaults without -Wmissing-field-initializers.
+// and the rest keep their defaults without -Wmissing-field-initializers. The
+// defaults add nothing the loop did not do (no clipping unless asked) and
+// speak on stderr; nanscope-train sets its own documented defaults.
 struct GuardOptions {
   std::string run_dir = "nanscope-run";         // run.h5 and snapshots/ go here (created)
   Amp amp = Amp::fp32;                          // the precision to start in
-  double clip = 1.0;                            // global grad-norm clip after unscaling; <= 0: off
+  double clip = 0;                              // global grad-norm clip after unscaling; <= 0: off
   FallbackMode fallback = FallbackMode::whole;  // what a non-finite step triggers (fallback.hpp)
   double lr_backoff = 0.5;                      // the LR multiplier the whole-model fallback applies
   // Modules (dotted paths, as named_modules() names them) that run with
@@ -41,9 +44,15 @@ struct GuardOptions {
   SentinelOptions sentinel{};
   RollbackOptions rollback{};    // rollback.enabled: go back to a saved good state when skipping cannot save the run
   std::string optimizer_name{};  // recorded in snapshots ("adamw", "sgd", yours)
+  // The name snapshots give a model trained through a closure step
+  // (StepGuard(module, ...)): replay finds its factory by it.
+  std::string model_name = "model";
+  // Who runs the loop, recorded in run.h5 and snapshots: advice is worded for
+  // it (nanscope-train's flags, these options in C++, Python's keywords).
+  format::Origin origin = format::Origin::cpp;
   std::map<std::string, std::string> config{};  // written into run.h5 and every snapshot
   int rank = 0, world_size = 1;                 // data parallel: this rank's run file and snapshots
-  std::ostream* log = nullptr;                  // one line per skip, birth and fallback; nullptr: none
+  std::ostream* log = &std::cerr;               // one line per skip, birth and fallback; nullptr: none
   std::string log_prefix{};                     // e.g. "[rank 1] "
   // Resuming: go on writing the run file, dropping its rows after this step
   // (>= 0), and say where from in a resume event.

@@ -41,6 +41,10 @@ class TrainableModel {
   // Every (dotted name, tensor) pair the model holds, a shared tensor under each of its names.
   virtual NamedTensors all_named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
+  // Every module's dotted path as named_modules() gives it, the root as "":
+  // what a module scope's name is checked against. By default, the owners of
+  // the parameters and buffers and their ancestors.
+  virtual std::vector<std::string> module_paths() const;
   // Moves every parameter and buffer to `device` and casts the floating ones
   // to `float_type`, as PyTorch's Module.to(dtype) does: integer and bool
   // buffers (position ids, BatchNorm's num_batches_tracked, masks) keep their type.

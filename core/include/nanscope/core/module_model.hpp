@@ -7,8 +7,12 @@
 //     return torch::mse_loss(net->forward(x), y);
 //   });
 //
-// The loss function runs the forward and returns a scalar loss. Name modules
-// with NANSCOPE_MODULE_SCOPE inside forward for births to name them.
+// The loss function runs the forward and returns a scalar loss. Births are
+// named by module without changes to forward (an op belongs to the module
+// whose parameters or buffers it reads, or to the innermost module around it);
+// NANSCOPE_MODULE_SCOPE inside forward names them exactly. A loop of your own
+// needs none of this: StepGuard(module, optimizer, options) and
+// guard.step(closure, batch) (step_guard.hpp).
 #include <torch/nn/module.h>
 
 #include <functional>
@@ -28,7 +32,9 @@ class ModuleModel : public NativeModel {
   ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> module, LossFunction loss,
               std::map<std::string, int64_t> hparams = {});
 
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override { return loss_(inputs, targets); }
+  // Throws std::logic_error for a model built without a loss function (the
+  // body of a closure step: StepGuard(module, ...)).
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
   ModelSpec spec() const override { return {name_, hparams_, ""}; }
 
  private:

@@ -1,13 +1,18 @@
 #pragma once
-// The stock mixed-precision loop for a training loop of your own:
+// The stock mixed-precision loop around a training loop of your own:
 //
-//   nanscope::ModuleModel model("my_net", net, loss_fn);   // or any TrainableModel
-//   torch::optim::AdamW optimizer(net->parameters(), 1e-3);
-//   nanscope::StepGuard guard(model, optimizer, {"my-run", nanscope::Amp::bf16});
-//   for (int64_t step = 0; step < steps; ++step) {
-//     nanscope::GuardedStep r = guard.step(step, inputs, targets);
-//     if (r.outcome.skipped) std::cout << r.first_birth << "\n";
+//   Net net;                                        // any torch::nn::Module
+//   torch::optim::SGD optimizer(net.parameters(), 0.01);
+//   nanscope::StepGuard guard(net, optimizer, {"my-run", nanscope::Amp::bf16});
+//   for (auto& batch : *loader) {
+//     auto r = guard.step([&] { return torch::nll_loss(net.forward(batch.data), batch.target); }, batch);
+//     if (!r.counted()) std::cout << r.first_birth << "\n";
 //   }
+//
+// The closure is your forward and loss, as your loop wrote them; the guard
+// does the rest of the step (zero_grad, backward, optimizer.step()). The
+// trainer and replay use the other form: a TrainableModel whose loss(inputs,
+// targets) is the forward, and guard.step(step, inputs, targets).
 //
 // Each step: forward and loss under autocast, backward on the scaled loss
 // (fp16), unscale, one host read for the verdict, clip, and the optimizer step
@@ -31,7 +36,11 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
 #include "nanscope/core/buffer_transaction.hpp"
+#include "nanscope/core/closure_model.hpp"
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/fp32_modules.hpp"
@@ -39,6 +48,7 @@
 #include "nanscope/core/guard_options.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
+#include "nanscope/core/module_model.hpp"
 #include "nanscope/core/precision.hpp"
 #include "nanscope/core/remedy.hpp"
 #include "nanscope/core/rollback.hpp"
@@ -69,7 +79,7 @@ struct GuardState {
 
 // What a step brings besides its batch; the defaults suit one process.
 struct StepContext {
-  at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: 0..B-1
+  at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: unknown
   double lr = -1;                        // the LR the step runs with, for run.h5; < 0: the optimizer's
   Fault fault;                           // planted for this step (nanscope-train's --fault)
   GradientAverager* averager = nullptr;  // data parallel: every rank's gradients averaged
@@ -78,7 +88,9 @@ struct StepContext {
 
 struct GuardedStep {
   StepOutcome outcome;
-  Amp amp = Amp::fp32;  // the precision the step ran in
+  at::Tensor loss;  // the step's loss (a host scalar; NaN for a step whose loss was not finite)
+  bool counted() const { return !outcome.skipped; }  // the update reached the weights
+  Amp amp = Amp::fp32;                               // the precision the step ran in
   double lr = 0;
   double loss_scale = 1;              // the scale it ran with
   double seconds = 0;                 // wall time of the step
@@ -102,6 +114,19 @@ class DeadRunError : public std::runtime_error {
 
 class StepGuard {
  public:
+  // A module of yours, trained by the closure step below. The guard keeps a
+  // reference: the module and the optimizer must outlive it.
+  StepGuard(torch::nn::Module& module, torch::optim::Optimizer& optimizer, GuardOptions options = {});
+  StepGuard(const std::shared_ptr<torch::nn::Module>& module, torch::optim::Optimizer& optimizer,
+            GuardOptions options = {})
+      : StepGuard(*module, optimizer, std::move(options)) {}
+  template <class Impl>
+  StepGuard(const torch::nn::ModuleHolder<Impl>& module, torch::optim::Optimizer& optimizer, GuardOptions options = {})
+      : StepGuard(*module.ptr(), optimizer, std::move(options)) {}
+  // Any model whose parameters and buffers the body gives (the Python module's
+  // model); trained by the closure step.
+  StepGuard(std::unique_ptr<TrainableModel> body, torch::optim::Optimizer& optimizer, GuardOptions options);
+  // A TrainableModel: trained by step(step, inputs, targets) (nanscope-train).
   StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options);
   ~StepGuard();
   StepGuard(const StepGuard&) = delete;
@@ -112,6 +137,22 @@ class StepGuard {
   // at all with an averager (the peers are waiting), and DeadRunError when a
   // non-finite step finds the weights themselves non-finite.
   GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
+
+  // One step whose forward and loss are `loss`, a closure over the step's
+  // batch (which the guard checks, snapshots and replays). Steps are numbered
+  // from 0 unless given. A closure that takes the batch (BatchLoss) also lets
+  // the guard try the batch without one sample. Guards built from a module
+  // (or a body) only; the same exceptions as above.
+  GuardedStep step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context = {});
+  GuardedStep step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context = {});
+  GuardedStep step(const LossClosure& loss, const Batch& batch, const StepContext& context = {}) {
+    return step(next_step_, loss, batch, context);
+  }
+  GuardedStep step(const BatchLoss& loss, const Batch& batch, const StepContext& context = {}) {
+    return step(next_step_, loss, batch, context);
+  }
+  // The step number a step without one gets: one after the last step run.
+  int64_t next_step() const { return next_step_; }
 
   Amp amp() const { return amp_; }
   // 1 until the fallback or a rollback, then lr_backoff for each of them: a
@@ -142,6 +183,10 @@ class StepGuard {
   const std::vector<int>& first_nonfinite_ranks() const { return first_nonfinite_ranks_; }
 
  private:
+  StepGuard(std::unique_ptr<ClosureModel> model, torch::optim::Optimizer& optimizer, GuardOptions options);
+  ClosureModel& closure_model();
+  // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
+  void check_scope_names(int64_t step, const std::vector<std::string>& opened);
   void on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs, const at::Tensor& targets,
                          const StepContext& context, const std::vector<float>& layer_grad_norm,
                          const std::string& undone);
@@ -166,6 +211,7 @@ class StepGuard {
   void stop_if_nothing_left_to_try(int64_t step);
   [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
 
+  std::unique_ptr<ClosureModel> owned_model_;  // a guard built from a module (declared first: model_ refers to it)
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
   GuardOptions options_;
@@ -192,6 +238,8 @@ class StepGuard {
   // at which step: the same birth again needs no new diagnosis.
   std::map<std::string, std::pair<int64_t, RemedyChoice>> remedy_of_birth_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
+  bool scope_names_checked_ = false;
+  int64_t next_step_ = 0;
 };
 
 }  // namespace nanscope

@@ -51,7 +51,8 @@ struct Birth {
 // The one wording of a birth, for logs, events, reports and the viewer:
 // "nan at aten::log (forward) in module 'blocks.0.mlp'",
 // "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'attn'",
-// "nan at input (input) in module '', batch row 5".
+// "nan at input (input) in module '', batch row 5"; an internal birth whose
+// output went non-finite in some batch rows only names them the same way.
 std::string birth_text(const Birth& birth);
 
 struct Capture {

@@ -63,6 +63,22 @@ class Fp32Regions {
   bool scopes_were_enabled_;
 };
 
+// While alive, scopes are active and every path a scope opens is recorded:
+// what a step guard checks once against the model's named_modules(), so a
+// misspelt scope name is a warning, not a silently wrong answer.
+class ScopeNameRecorder {
+ public:
+  ScopeNameRecorder();
+  ~ScopeNameRecorder();
+  ScopeNameRecorder(const ScopeNameRecorder&) = delete;
+  ScopeNameRecorder& operator=(const ScopeNameRecorder&) = delete;
+  std::vector<std::string> names() const;  // first-opened order
+
+ private:
+  std::vector<std::string> names_;
+  bool scopes_were_enabled_;
+};
+
 // Labels the ops run inside it with a phase other than forward/backward, e.g.
 // "grad_norm" for the global-norm computation the re-run repeats after backward.
 class PhaseScope {

@@ -29,6 +29,9 @@ namespace nanscope::probe {
 
 struct CaptureOptions {
   size_t trail_length = 32;  // ops kept before (and including) the first birth
+  // The step's batch size: a forward birth whose output's first dimension is
+  // this records which rows went non-finite (Birth::rows). -1: not recorded.
+  int64_t batch_size = -1;
 };
 
 class OpCapture {

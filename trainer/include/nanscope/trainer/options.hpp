@@ -25,6 +25,11 @@ NANSCOPE_DECLARE_WORDS_IN(format::Words, DeviceChoice, NANSCOPE_DEVICE_CHOICES)
 namespace nanscope::trainer {
 
 struct TrainOptions : GuardOptions {
+  // nanscope-train's documented defaults where they differ from the library's.
+  TrainOptions() {
+    clip = 1.0;
+    origin = format::Origin::nanscope_train;
+  }
   std::string model = "gpt";  // mlp | gpt | PATH.pt
   std::string data;           // HDF5 with /inputs and /targets; empty: built-in data
   std::string init;           // checkpoint to start from

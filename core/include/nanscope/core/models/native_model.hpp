@@ -13,6 +13,7 @@ class NativeModel : public TrainableModel {
  public:
   NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
+  std::vector<std::string> module_paths() const override;  // named_modules(), containers included
   void set_training(bool on) override;
   void set_z_loss(double coefficient) override { z_loss_ = coefficient; }
 

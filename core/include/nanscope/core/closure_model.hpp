@@ -1,0 +1,76 @@
+#pragma once
+// The model behind a closure step (StepGuard::step(closure, batch)): the
+// user's own module, whose forward and loss are the user's code, run by a
+// closure the guard calls where it would call a TrainableModel's loss().
+//
+// The guard runs a step more than once (the forensic re-run, the fallback's
+// diagnosis, replay), always on the step's own batch, so a closure that
+// captures its batch is enough. A closure that takes the batch (BatchLoss) can
+// also run the batch without one of its samples: the search that names the
+// sample a data-caused NaN came from.
+#include <ATen/ATen.h>
+#include <torch/data/example.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/model.hpp"
+
+namespace nanscope {
+
+// A step's batch: inputs (first dimension = samples) and targets (may be
+// undefined when the closure has its own). Converts from a LibTorch data
+// loader's Example.
+struct Batch {
+  at::Tensor inputs, targets;
+  Batch(at::Tensor inputs_, at::Tensor targets_ = {}) : inputs(std::move(inputs_)), targets(std::move(targets_)) {}
+  Batch(const torch::data::Example<>& example) : Batch(example.data, example.target) {}
+};
+
+using LossClosure = std::function<at::Tensor()>;                  // forward + loss on the step's batch
+using BatchLoss = std::function<at::Tensor(const Batch& batch)>;  // forward + loss on any batch
+
+class ClosureModel final : public TrainableModel {
+ public:
+  // `body` gives the parameters, buffers, modules and name; its loss() is
+  // what runs on a batch when no closure is set (a ModuleModel without a
+  // loss function throws, naming the model).
+  explicit ClosureModel(std::unique_ptr<TrainableModel> body);
+
+  // While alive, loss() runs this step's closure.
+  class Step {
+   public:
+    Step(ClosureModel& model, const LossClosure& closure, const Batch& batch);
+    Step(ClosureModel& model, const BatchLoss& loss, const Batch& batch);
+    ~Step();
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+   private:
+    ClosureModel& model_;
+  };
+
+  // The step's closure on its own batch; a BatchLoss on any batch; else the body's loss.
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
+  // Can loss() run on a batch other than the step's (the search for the
+  // sample without which a step is finite)?
+  bool runs_any_batch() const { return batch_loss_ != nullptr || closure_ == nullptr; }
+
+  NamedTensors all_named_parameters() const override { return body_->all_named_parameters(); }
+  NamedTensors named_buffers() const override { return body_->named_buffers(); }
+  std::vector<std::string> module_paths() const override { return body_->module_paths(); }
+  void set_training(bool on) override { body_->set_training(on); }
+  ModelSpec spec() const override { return body_->spec(); }
+  bool is_torchscript() const override { return body_->is_torchscript(); }
+  TrainableModel& body() { return *body_; }
+
+ private:
+  std::unique_ptr<TrainableModel> body_;
+  const LossClosure* closure_ = nullptr;
+  const BatchLoss* batch_loss_ = nullptr;
+  const Batch* batch_ = nullptr;
+};
+
+}  // namespace nanscope

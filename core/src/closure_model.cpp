@@ -1,0 +1,40 @@
+#include "nanscope/core/closure_model.hpp"
+
+#include <stdexcept>
+
+namespace nanscope {
+
+ClosureModel::ClosureModel(std::unique_ptr<TrainableModel> body) : body_(std::move(body)) {
+  if (!body_) throw std::invalid_argument("ClosureModel: no model");
+}
+
+ClosureModel::Step::Step(ClosureModel& model, const LossClosure& closure, const Batch& batch) : model_(model) {
+  if (!closure) throw std::invalid_argument("StepGuard::step: the loss closure is empty");
+  model_.closure_ = &closure;
+  model_.batch_ = &batch;
+}
+
+ClosureModel::Step::Step(ClosureModel& model, const BatchLoss& loss, const Batch& batch) : model_(model) {
+  if (!loss) throw std::invalid_argument("StepGuard::step: the loss closure is empty");
+  model_.batch_loss_ = &loss;
+  model_.batch_ = &batch;
+}
+
+ClosureModel::Step::~Step() {
+  model_.closure_ = nullptr;
+  model_.batch_loss_ = nullptr;
+  model_.batch_ = nullptr;
+}
+
+at::Tensor ClosureModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  if (batch_loss_) return (*batch_loss_)(Batch(inputs, targets));
+  if (closure_) {
+    if (inputs.is_same(batch_->inputs) && targets.is_same(batch_->targets)) return (*closure_)();
+    throw std::logic_error("model '" + spec().name +
+                           "': its loss closure runs on the step's own batch only (give StepGuard::step a "
+                           "closure that takes the batch, nanscope::BatchLoss, to run another)");
+  }
+  return body_->loss(inputs, targets);
+}
+
+}  // namespace nanscope

@@ -1,0 +1,224 @@
+// The closure step: a plain torch::nn::Module and the user's own forward and
+// loss, with modules named from named_modules() and no edit to forward.
+#include <gtest/gtest.h>
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include <sstream>
+
+#include "../support/test_support.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/nanscope.hpp"
+#include "nanscope/probe/snapshot.hpp"
+
+using namespace nanscope;
+using nanscope::test::TempDir;
+
+namespace {
+
+// Two linears in a block: an op between them belongs to the block.
+struct Block : torch::nn::Module {
+  Block() {
+    a = register_module("a", torch::nn::Linear(8, 8));
+    b = register_module("b", torch::nn::Linear(8, 8));
+  }
+  // log of the first linear's output: NaN where it is negative, only when asked.
+  at::Tensor forward(const at::Tensor& x, bool poison) {
+    at::Tensor h = a->forward(x);
+    if (poison) h = torch::log(h);
+    return b->forward(h);
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+
+// Containers of every kind, no module scopes anywhere.
+struct Nested : torch::nn::Module {
+  Nested() {
+    stem = register_module("stem", torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU()));
+    blocks = register_module("blocks", torch::nn::ModuleList(std::make_shared<Block>(), std::make_shared<Block>()));
+    heads = register_module("heads",
+                            torch::nn::ModuleDict(torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>{
+                                {"out", std::make_shared<torch::nn::LinearImpl>(8, 1)}}));
+  }
+  at::Tensor forward(const at::Tensor& x, int64_t poisoned_block = -1) {
+    at::Tensor h = stem->forward(x);
+    for (size_t i = 0; i < blocks->size(); ++i) h = blocks[i]->as<Block>()->forward(h, int64_t(i) == poisoned_block);
+    return heads["out"]->as<torch::nn::Linear>()->forward(h);
+  }
+  torch::nn::Sequential stem{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::ModuleDict heads{nullptr};
+};
+
+GuardOptions quiet(const std::string& run_dir, std::ostream& log) {
+  GuardOptions o{run_dir, Amp::bf16};
+  o.log = &log;
+  return o;
+}
+
+}  // namespace
+
+TEST(ClosureStep, NamesTheModuleFromNamedModulesWithoutScopes) {
+  TempDir dir;
+  torch::manual_seed(0);
+  Nested net;  // on the stack: the guard keeps a reference
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::randn({16, 4}), y = torch::randn({16, 1});
+  for (int64_t step = 0; step < 4; ++step) {
+    const int64_t poisoned = step == 2 ? 1 : -1;  // log of a linear's output inside blocks.1
+    GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, poisoned), y); }, {x, y});
+    EXPECT_EQ(r.counted(), step != 2) << step;
+    if (step == 2) {
+      EXPECT_EQ(r.first_birth, "nan at aten::log (forward) in module 'blocks.1'") << log.str();
+      EXPECT_FALSE(r.snapshot.empty());
+    }
+  }
+  EXPECT_EQ(guard.next_step(), 4);
+}
+
+TEST(ClosureStep, AnOpReadingAModulesParameterBelongsToIt) {
+  TempDir dir;
+  torch::manual_seed(0);
+  Nested net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  // The first linear's weight made huge: its matmul of positive inputs overflows, in module stem.0.
+  {
+    torch::NoGradGuard no_grad;
+    net.stem[0]->as<torch::nn::Linear>()->weight.fill_(3e38f);
+  }
+  const at::Tensor x = torch::rand({8, 4}) + 1, y = torch::randn({8, 1});
+  GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  EXPECT_FALSE(r.counted());
+  EXPECT_NE(r.first_birth.find("in module 'stem.0'"), std::string::npos) << r.first_birth;
+}
+
+TEST(ClosureStep, LibraryDefaultsAddNothingTheLoopDidNotDo) {
+  const GuardOptions defaults;
+  EXPECT_LE(defaults.clip, 0) << "the library does not clip unless asked";
+  EXPECT_EQ(defaults.log, &std::cerr);
+
+  TempDir dir;
+  torch::manual_seed(0);
+  auto guarded = torch::nn::Linear(4, 1), plain = torch::nn::Linear(4, 1);
+  {
+    torch::NoGradGuard no_grad;
+    plain->weight.copy_(guarded->weight);
+    plain->bias.copy_(guarded->bias);
+  }
+  const at::Tensor x = torch::randn({8, 4}) * 100, y = torch::randn({8, 1}) * 100;  // a gradient far above 1
+  torch::optim::SGD a(guarded->parameters(), 0.001), b(plain->parameters(), 0.001);
+  GuardOptions o{dir.file("run")};
+  o.log = nullptr;
+  StepGuard guard(guarded, a, o);
+  guard.step([&] { return torch::mse_loss(guarded->forward(x), y); }, {x, y});
+  b.zero_grad();
+  torch::mse_loss(plain->forward(x), y).backward();
+  EXPECT_GT(plain->weight.grad().norm().item<double>(), 10);
+  b.step();
+  EXPECT_TRUE(torch::allclose(guarded->weight, plain->weight)) << "the step equals the plain loop's, unclipped";
+}
+
+TEST(ClosureStep, AScopeNameThatIsNoModuleIsAWarning) {
+  TempDir dir;
+  struct Scoped : torch::nn::Module {
+    Scoped() { fc = register_module("fc", torch::nn::Linear(4, 1)); }
+    at::Tensor forward(const at::Tensor& x) {
+      NANSCOPE_MODULE_SCOPE("fcc");  // misspelt
+      return fc->forward(x);
+    }
+    torch::nn::Linear fc{nullptr};
+  };
+  Scoped net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 1});
+  for (int i = 0; i < 3; ++i) guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  const std::string text = log.str();
+  EXPECT_NE(text.find("NANSCOPE_MODULE_SCOPE(\"fcc\") names no module"), std::string::npos) << text;
+  EXPECT_EQ(text.find("names no module"), text.rfind("names no module")) << "said once: " << text;
+}
+
+TEST(ClosureStep, RowsAreUnknownWithoutBatchRowsAndTheBirthNamesItsRow) {
+  TempDir dir;
+  torch::manual_seed(0);
+  // Dropout draws random numbers, so the batch cannot be bisected; the birth's
+  // own output says which row went non-finite: a log of a blank row's std.
+  struct Normalizing : torch::nn::Module {
+    Normalizing() {
+      fc = register_module("fc", torch::nn::Linear(6, 1));
+      drop = register_module("drop", torch::nn::Dropout(0.5));
+    }
+    at::Tensor forward(const at::Tensor& x) {
+      at::Tensor scale = torch::log(x.std(1, true, true));
+      return fc->forward(drop->forward(x - scale));
+    }
+    torch::nn::Linear fc{nullptr};
+    torch::nn::Dropout drop{nullptr};
+  };
+  Normalizing net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  at::Tensor x = torch::rand({8, 6});
+  x[5].fill_(0.25);  // a blank sample: std 0, log -inf
+  const at::Tensor y = torch::randn({8, 1});
+  GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  ASSERT_FALSE(r.counted());
+  ASSERT_FALSE(r.snapshot.empty()) << log.str();
+  const probe::SnapshotContents s = probe::read_snapshot(r.snapshot);
+  ASSERT_TRUE(s.capture.first_birth);
+  EXPECT_EQ(s.capture.first_birth->op.op, "aten::log");
+  EXPECT_EQ(s.capture.first_birth->rows, std::vector<int64_t>{5});
+  EXPECT_EQ(s.origin, format::Origin::cpp);
+  EXPECT_TRUE(at::equal(s.batch_rows, at::full({8}, -1, at::kLong))) << "no rows given: unknown, not 0..7";
+
+  // With the data set rows given, the snapshot carries them.
+  StepContext context;
+  context.batch_rows = at::arange(100, 108, at::kLong);
+  GuardedStep again = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y}, context);
+  EXPECT_FALSE(again.counted());
+}
+
+TEST(ClosureStep, AClosureThatTakesTheBatchLetsTheFallbackFindTheSample) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  GuardOptions o = quiet(dir.file("run"), log);
+  o.fallback = FallbackMode::automatic;
+  StepGuard guard(net, optimizer, o);
+  at::Tensor x = torch::rand({8, 4}) + 0.5;
+  x[3][2] = -1;  // log of a negative: NaN in one sample, inside the model's forward
+  const at::Tensor y = torch::randn({8, 1});
+  BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(torch::log(b.inputs)), b.targets); };
+  GuardedStep r = guard.step(loss, {x, y});
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
+  EXPECT_EQ(guard.amp(), Amp::bf16) << "a data NaN keeps the precision";
+}
+
+TEST(ClosureStep, AGuardOfATrainableModelRefusesAClosureStep) {
+  TempDir dir;
+  auto net = std::make_shared<torch::nn::LinearImpl>(4, 1);
+  ModuleModel model("linear", net,
+                    [net](const at::Tensor& x, const at::Tensor& y) { return torch::mse_loss(net->forward(x), y); });
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  GuardOptions o{dir.file("run")};
+  o.log = nullptr;
+  StepGuard guard(model, optimizer, o);
+  const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 1});
+  EXPECT_THROW(guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y}), std::logic_error);
+  EXPECT_TRUE(guard.step(0, x, y).counted());
+}
