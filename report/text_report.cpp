@@ -24,14 +24,27 @@ std::string step_range(int64_t first, int64_t last) {
 void write_summary(const RankReport& r, std::ostream& out) {
   const format::RunData& run = *r.run;
   const RunSummary& s = r.summary;
-  out << "  file        " << run.path << " (format " << run.format_version << ", written by "
+  out << "  file        " << run.path << " (format " << run.format_version << ", origin "
       << format::to_string(run.origin) << ")\n";
   if (r.writer_open) out << "              its writer still has it open: a live run, or one that was killed\n";
-  std::string config;
-  for (const char* key : kConfigOfInterest)
-    if (auto it = run.config.find(key); it != run.config.end() && !it->second.empty())
-      config += (config.empty() ? "" : ", ") + std::string(key) + " " + it->second;
-  if (!config.empty()) out << "  config      " << config << "\n";
+  // The config on lines of at most kWidth characters, as a terminal shows them.
+  constexpr size_t kWidth = 100;
+  const std::string indent = "              ";
+  std::string config_line = "  config      ";
+  bool first = true;
+  for (const char* key : kConfigOfInterest) {
+    const auto it = run.config.find(key);
+    if (it == run.config.end() || it->second.empty()) continue;
+    const std::string entry = std::string(key) + " " + it->second;
+    if (!first && config_line.size() + 2 + entry.size() > kWidth) {
+      out << config_line << ",\n";
+      config_line = indent + entry;
+    } else {
+      config_line += (first ? "" : ", ") + entry;
+    }
+    first = false;
+  }
+  if (!first) out << config_line << "\n";
   if (s.rows == 0) {
     out << "  steps       none recorded yet\n";
     return;

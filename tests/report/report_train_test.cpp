@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "nanscope/format/run_file.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "report_support.hpp"
 
@@ -41,9 +42,15 @@ TEST(ReportTrain, NamesTheSkipTheInputBirthAndTheSnapshotOfARealRun) {
   const auto r = report_tool(run);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string& out = r.output;
-  EXPECT_TRUE(has_line(out, "  file        " + run + "/run.h5 (format 1.2, written by nanscope-train)")) << out;
+  // Who ran the loop is what the file says (@origin, format 1.2; "unknown" where the writer left it unset).
+  const format::Origin origin = format::read_run(run + "/run.h5").origin;
+  EXPECT_TRUE(has_line(out, "  file        " + run + "/run.h5 (format 1.2, origin " + format::to_string(origin) + ")"))
+      << out;
   EXPECT_NE(out.find("\n  config      model mlp, amp bf16, optimizer "), std::string::npos) << out;
   EXPECT_NE(out.find("\n  steps       12 recorded (steps 0-11): 11 counted, 1 skipped\n"), std::string::npos) << out;
+  // The stock loop's one-shot fallback at the skip: fp32 from the next step on.
+  EXPECT_TRUE(has_line(out, "  amp         bf16 (steps 0-5), fp32 (steps 6-11); fp32 from step 6")) << out;
+  EXPECT_TRUE(has_line(out, "fallbacks and remedies (1)")) << out;
   EXPECT_TRUE(has_line(out, "skips (1)")) << out;
   EXPECT_NE(out.find("\n  step 5  skip  non-finite loss at bf16; optimizer step skipped"), std::string::npos) << out;
   EXPECT_TRUE(has_line(out, "first births (1)")) << out;
@@ -61,7 +68,8 @@ TEST(ReportTrain, NamesTheSkipTheInputBirthAndTheSnapshotOfARealRun) {
                               "d[\"runs\"][0][\"event_counts\"][\"first_birth\"], "
                               "d[\"runs\"][0][\"snapshots\"][0][\"first_birth\"][\"phase\"], "
                               "d[\"runs\"][0][\"snapshots\"][0][\"nonfinite_rows\"]"),
-            "nanscope-train 1 1 input [{'batch_row': 2, 'dataset_row': " + std::to_string(dataset_row) + "}]\n");
+            std::string(format::to_string(origin)) +
+                " 1 1 input [{'batch_row': 2, 'dataset_row': " + std::to_string(dataset_row) + "}]\n");
 }
 
 TEST(ReportTrain, FollowsATrainingRunAsItIsWrittenUntilItEnds) {
