@@ -22,7 +22,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/nanscopeConfigVersi
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/nanscopeConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/nanscopeConfigVersion.cmake
         DESTINATION ${NANSCOPE_CMAKE_DIR})
 
-install(TARGETS nanscope-train nanscope-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS nanscope-train nanscope-replay nanscope-report RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET nanscope-view)
   install(TARGETS nanscope-view RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

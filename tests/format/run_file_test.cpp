@@ -273,3 +273,34 @@ TEST(RunFile, NewerMajorVersionIsRejected) {
   }
   expect_format_error([&] { read_run(path); }, path, "format_version 2.0 is not supported");
 }
+
+TEST(RunFile, WriterMarkIsSetWhileTheWriterHoldsTheFileAndAfterItWasKilled) {
+  TempDir dir;
+  const std::string closed = dir.file("closed.h5");
+  {
+    RunWriter writer(closed, two_layer_header(), /*flush_every=*/1);
+    writer.append(row_for(0));
+    EXPECT_TRUE(has_writer_mark(closed));
+    RunFollower reader(closed);  // a reader holding the file open still sees the writer's word
+    EXPECT_TRUE(has_writer_mark(closed));
+  }
+  EXPECT_FALSE(has_writer_mark(closed));
+
+  // A writer that ends without closing (SIGKILL, _exit) leaves the mark until it is cleared.
+  const std::string killed = dir.file("killed.h5");
+  const pid_t child = fork();
+  if (child == 0) {
+    RunWriter writer(killed, two_layer_header(), /*flush_every=*/1);
+    writer.append(row_for(0));
+    _exit(0);
+  }
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(has_writer_mark(killed));
+  EXPECT_TRUE(clear_writer_mark(killed));
+  EXPECT_FALSE(has_writer_mark(killed));
+
+  const std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "not hdf5 at all";
+  expect_format_error([&] { has_writer_mark(text); }, text, "HDF5");
+  expect_format_error([&] { has_writer_mark(dir.file("missing.h5")); }, dir.file("missing.h5"), "cannot open");
+}

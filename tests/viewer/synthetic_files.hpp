@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -112,8 +113,12 @@ inline std::string rank_snapshot_path(const std::string& dir, int rank, int worl
 
 // A snapshot as the probe writes it (the parts the viewer reads): a NaN born
 // in aten::log in blocks.1.fc, a two-op trail, layer norms with a NaN, and,
-// when `replayed`, replay's record.
-inline void write_synthetic_snapshot(const std::string& path, int64_t step, size_t layers, bool replayed) {
+// when `replayed`, replay's record. `birth_rows`: the batch rows the birth
+// made non-finite (Birth::rows); `batch_rows`: each batch row's data-set row
+// (-1: unknown).
+inline void write_synthetic_snapshot(const std::string& path, int64_t step, size_t layers, bool replayed,
+                                     const std::vector<int64_t>& birth_rows = {},
+                                     const std::vector<int64_t>& batch_rows = {7, 3, 11, 5}) {
   format::Archive archive = format::Archive::create(path, format::kSnapshotFileKind);
   format::Group root = archive.root();
   root.set_attr("step", step);
@@ -138,6 +143,7 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
   birth.op.output = {"bfloat16", {16, 64}, -14, 1.1, 14, 37, 0};
   birth.kind = format::BirthKind::nan;
   birth.inputs = {before.output};
+  birth.rows = birth_rows;
   capture.first_birth = capture.first_nan_birth = birth;
   capture.trail = {before, birth.op};
   format::write_capture(root.group("capture"), capture);
@@ -149,8 +155,7 @@ inline void write_synthetic_snapshot(const std::string& path, int64_t step, size
     norms.push_back(l == 1 ? NAN : float(0.1 * (l + 1)));
   }
   layer_group.put_tensor("grad_norm", format::DType::float32, {int64_t(layers)}, norms.data());
-  const std::vector<int64_t> rows = {7, 3, 11, 5};
-  root.group("batch").put_tensor("rows", format::DType::int64, {4}, rows.data());
+  root.group("batch").put_tensor("rows", format::DType::int64, {int64_t(batch_rows.size())}, batch_rows.data());
   if (replayed) {
     format::ReplayRecord record;
     record.verdict = format::Verdict::model_or_data;

@@ -79,6 +79,13 @@ class RunWriter {
 // the mark, as HDF5's `h5clear -s` does. Returns false for a file that had no
 // mark (closed properly); throws FormatError for one that cannot be opened.
 bool clear_writer_mark(const std::string& path);
+// Whether the file carries that mark: true while a writer holds it open, and
+// after one was killed (until the mark is cleared); false once its writer
+// closed it. A follower of a live run asks this to know the run has ended.
+// Read from the superblock's bytes, not through HDF5, so a process that holds
+// the file open for reading (RunFollower) gets the writer's current word.
+// Throws FormatError naming the file when it cannot be read or is not HDF5.
+bool has_writer_mark(const std::string& path);
 
 // A whole run file read into flat arrays (row-major [step x layer] for the
 // per-layer tables), the shape the viewer and the tests want.

@@ -1,0 +1,117 @@
+#include "json_writer.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string_view>
+
+namespace nanscope::report {
+
+std::string json_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+          out += escaped;
+        } else {
+          out += c;  // bytes of UTF-8 pass through as they are
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void JsonWriter::newline() { out_ << '\n' << std::string(2 * has_items_.size(), ' '); }
+
+void JsonWriter::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (has_items_.empty()) return;
+  if (has_items_.back()) out_ << ',';
+  has_items_.back() = true;
+  newline();
+}
+
+JsonWriter& JsonWriter::key(const std::string& name) {
+  before_value();
+  out_ << json_quoted(name) << ": ";
+  after_key_ = true;
+  return *this;
+}
+
+void JsonWriter::begin_object() {
+  before_value();
+  out_ << '{';
+  has_items_.push_back(false);
+}
+
+void JsonWriter::begin_array() {
+  before_value();
+  out_ << '[';
+  has_items_.push_back(false);
+}
+
+void JsonWriter::end_object() {
+  const bool had_items = has_items_.back();
+  has_items_.pop_back();
+  if (had_items) newline();
+  out_ << '}';
+}
+
+void JsonWriter::end_array() {
+  const bool had_items = has_items_.back();
+  has_items_.pop_back();
+  if (had_items) newline();
+  out_ << ']';
+}
+
+void JsonWriter::value(const std::string& text) {
+  before_value();
+  out_ << json_quoted(text);
+}
+
+void JsonWriter::value(int64_t number) {
+  before_value();
+  out_ << number;
+}
+
+void JsonWriter::value(double number) {
+  before_value();
+  if (std::isnan(number)) {
+    out_ << "\"nan\"";
+  } else if (std::isinf(number)) {
+    out_ << (number > 0 ? "\"inf\"" : "\"-inf\"");
+  } else {
+    char text[32];
+    const auto end = std::to_chars(text, text + sizeof text, number).ptr;  // the shortest text that reads back
+    out_ << std::string_view(text, size_t(end - text));
+  }
+}
+
+void JsonWriter::value(bool flag) {
+  before_value();
+  out_ << (flag ? "true" : "false");
+}
+
+void JsonWriter::null() {
+  before_value();
+  out_ << "null";
+}
+
+void JsonWriter::finish() {
+  if (!has_items_.empty()) throw std::logic_error("JsonWriter: an object or array was left open");
+  out_ << '\n';
+}
+
+}  // namespace nanscope::report

@@ -1,0 +1,45 @@
+#include "run_report.hpp"
+
+#include "nanscope/format/error.hpp"
+
+namespace nanscope::report {
+
+namespace {
+
+bool writer_still_open(const std::string& path) {
+  try {
+    return format::has_writer_mark(path);
+  } catch (const format::FormatError&) {
+    return false;  // the run file was read a moment ago; its mark is not worth an error
+  }
+}
+
+}  // namespace
+
+RankReport rank_report(const std::string& run_dir, const format::RankFile& file, format::RunData run) {
+  RankReport r;
+  r.file = file;
+  r.summary = summarize_run(run);
+  r.run = std::move(run);
+  r.writer_open = writer_still_open(file.path);
+  r.snapshots = read_snapshots(run_dir, file.rank);
+  return r;
+}
+
+RunReport read_report(const std::string& input, const RunLocation& location) {
+  RunReport report;
+  report.input = input;
+  for (const format::RankFile& file : location.files) {
+    try {
+      report.ranks.push_back(rank_report(location.run_dir, file, format::read_run(file.path)));
+    } catch (const format::FormatError& e) {
+      RankReport unreadable;
+      unreadable.file = file;
+      unreadable.error = e.what();
+      report.ranks.push_back(std::move(unreadable));
+    }
+  }
+  return report;
+}
+
+}  // namespace nanscope::report

@@ -1,0 +1,167 @@
+#include "text_report.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "event_sections.hpp"
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope::report {
+
+namespace {
+
+// The config keys worth a line, in this order; a run holds many more (--json has them all).
+constexpr const char* kConfigOfInterest[] = {"model", "amp",      "optimizer", "lr",     "schedule",  "batch_size",
+                                             "steps", "fallback", "faults",    "device", "world_size"};
+
+std::string step_range(int64_t first, int64_t last) {
+  return first == last ? "step " + std::to_string(first)
+                       : "steps " + std::to_string(first) + "-" + std::to_string(last);
+}
+
+void write_summary(const RankReport& r, std::ostream& out) {
+  const format::RunData& run = *r.run;
+  const RunSummary& s = r.summary;
+  out << "  file        " << run.path << " (format " << run.format_version << ", origin "
+      << format::to_string(run.origin) << ")\n";
+  if (r.writer_open) out << "              its writer still has it open: a live run, or one that was killed\n";
+  // The config on lines of at most kWidth characters, as a terminal shows them.
+  constexpr size_t kWidth = 100;
+  const std::string indent = "              ";
+  std::string config_line = "  config      ";
+  bool first = true;
+  for (const char* key : kConfigOfInterest) {
+    const auto it = run.config.find(key);
+    if (it == run.config.end() || it->second.empty()) continue;
+    const std::string entry = std::string(key) + " " + it->second;
+    if (!first && config_line.size() + 2 + entry.size() > kWidth) {
+      out << config_line << ",\n";
+      config_line = indent + entry;
+    } else {
+      config_line += (first ? "" : ", ") + entry;
+    }
+    first = false;
+  }
+  if (!first) out << config_line << "\n";
+  if (s.rows == 0) {
+    out << "  steps       none recorded yet\n";
+    return;
+  }
+  out << "  steps       " << s.rows << " recorded (" << step_range(*s.first_step, *s.last_step) << "): " << s.counted
+      << " counted, " << s.skipped << " skipped";
+  if (s.rolled_back > 0) out << ", " << s.rolled_back << " taken back by rollbacks";
+  out << "\n";
+  out << "  loss        final " << value_text(s.final_loss->value) << " (step " << s.final_loss->step << "); ";
+  if (s.last_finite_loss)
+    out << "last finite " << value_text(s.last_finite_loss->value) << " (step " << s.last_finite_loss->step << ")\n";
+  else
+    out << "no finite loss on a step that counted\n";
+  std::string amp;
+  for (const AmpSpan& span : s.amp)
+    amp += (amp.empty() ? "" : ", ") + std::string(format::to_string(span.precision)) + " (" +
+           step_range(span.first_step, span.last_step) + ")";
+  out << "  amp         " << amp;
+  if (s.fp32_from_step) out << "; fp32 from step " << *s.fp32_from_step;
+  out << "\n";
+  if (s.loss_scale_min)
+    out << "  loss scale  " << value_text(*s.loss_scale_min) << " to " << value_text(*s.loss_scale_max)
+        << " over the fp16 steps\n";
+}
+
+// Prints at most `limit` lines of `lines` (0: all), then how many were left out.
+void write_condensed(const std::vector<std::string>& lines, size_t limit, std::ostream& out) {
+  const size_t shown = limit == 0 ? lines.size() : std::min(limit, lines.size());
+  for (size_t i = 0; i < shown; ++i) out << "  " << lines[i] << "\n";
+  if (shown < lines.size()) out << "  ... and " << lines.size() - shown << " more (--json lists every one)\n";
+}
+
+void write_events(const RankReport& r, size_t limit, std::ostream& out) {
+  const format::RunData& run = *r.run;
+  std::vector<std::string> empty;
+  for (const EventSection& section : event_sections()) {
+    const std::vector<format::RunEvent> events = events_in(run, section);
+    if (events.empty()) {
+      empty.push_back(section.title);
+      continue;
+    }
+    std::vector<std::string> lines;
+    for (const format::RunEvent& e : events) {
+      std::string line = event_line(e);
+      if (e.kind == format::EventKind::rollback)
+        if (const auto span = rollback_span(run, e))
+          line += " [" + std::to_string(span->rows_taken_back) + " rows taken back]";
+      lines.push_back(line);
+    }
+    out << section.title << " (" << events.size() << ")\n";
+    write_condensed(lines, limit, out);
+  }
+  if (!empty.empty()) {
+    std::string list;
+    for (const std::string& title : empty) list += (list.empty() ? "" : ", ") + title;
+    out << "none: " << list << "\n";
+  }
+}
+
+std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
+  if (!entry.summary) return {"unreadable: " + entry.error};
+  const format::SnapshotSummary& s = *entry.summary;
+  std::vector<std::string> lines = {"step " + std::to_string(s.step) + " (" + format::to_string(s.precision) +
+                                    "): " + entry.path};
+  lines.push_back("  first birth: " + format::capture_text(s.capture));
+  const std::vector<BirthRow> rows = birth_rows(s);
+  if (!rows.empty()) {
+    std::string text;
+    for (const BirthRow& row : rows) text += (text.empty() ? "" : ", ") + birth_row_text(row);
+    lines.push_back("  non-finite: " + text);
+  }
+  if (s.replay)
+    lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
+                    format::to_string(s.replay->category) + "; " + s.replay->suggestion);
+  else
+    lines.push_back("  replay: not replayed yet (nanscope-replay " + entry.path + ")");
+  return lines;
+}
+
+void write_snapshots(const RankReport& r, size_t limit, std::ostream& out) {
+  if (r.snapshots.empty()) {
+    out << "snapshots: none\n";
+    return;
+  }
+  out << "snapshots (" << r.snapshots.size() << ")\n";
+  const size_t shown = limit == 0 ? r.snapshots.size() : std::min(limit, r.snapshots.size());
+  for (size_t i = 0; i < shown; ++i)
+    for (const std::string& line : snapshot_lines(r.snapshots[i])) out << "  " << line << "\n";
+  if (shown < r.snapshots.size())
+    out << "  ... and " << r.snapshots.size() - shown << " more (--json lists every one)\n";
+}
+
+}  // namespace
+
+std::string value_text(double value) {
+  if (std::isnan(value)) return "nan";
+  return number_text(value);
+}
+
+std::string event_line(const format::RunEvent& event) {
+  return "step " + std::to_string(event.step) + "  " + format::to_string(event.kind) + "  " + event.text;
+}
+
+void write_text(const RunReport& report, size_t limit, std::ostream& out) {
+  const bool ranks = report.ranks.size() > 1 || (!report.ranks.empty() && report.ranks.front().file.rank >= 0);
+  for (size_t i = 0; i < report.ranks.size(); ++i) {
+    const RankReport& r = report.ranks[i];
+    if (i > 0) out << "\n";
+    out << (ranks ? "rank " + std::to_string(r.file.rank) : std::string("run")) << ": " << r.file.path << "\n";
+    if (!r.run) {
+      out << "  unreadable: " << r.error << "\n";
+      continue;
+    }
+    write_summary(r, out);
+    write_events(r, limit, out);
+    write_snapshots(r, limit, out);
+  }
+}
+
+}  // namespace nanscope::report
