@@ -100,7 +100,15 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   ReplayReport report;
   report.step = s.step;
   report.evidence.precision = s.precision;
+  report.evidence.origin = s.origin;
   report.capture = s.capture;
+  if (s.batch_rows.defined()) {
+    const at::Tensor rows = s.batch_rows.to(at::kLong).contiguous();
+    report.evidence.batch_rows.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+  } else {
+    // The batch's size, its data set rows unknown.
+    report.evidence.batch_rows.assign(s.inputs.dim() > 0 ? size_t(s.inputs.size(0)) : 0, -1);
+  }
 
   // 1. At the original precision and loss scale, N times.
   report.evidence.repeats = std::max(1, options.repeats);
@@ -130,12 +138,11 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     if (s.inputs.size(0) > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;
       report.evidence.samples = samples_without_which_finite(setup);
-      for (int64_t row : report.evidence.samples)
-        report.evidence.dataset_rows.push_back(s.batch_rows.defined() ? s.batch_rows[row].item<int64_t>() : row);
     }
   }
 
   report.evidence.birth = s.capture.first_birth;
+  report.evidence.trail = s.capture.trail;
   report.evidence.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
   report.verdict = decide(report.evidence);
   return report;

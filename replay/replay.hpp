@@ -23,7 +23,8 @@ struct ReplayReport {
   format::Capture capture;  // from the snapshot (the trainer's re-run)
   // What the re-runs and bisections established, exactly what decide() reads:
   // reproduced of repeats, fp32_finite, the fp32 search and modules, the
-  // samples (and their data set rows), the precision, the grad-norm trend.
+  // samples, the batch's data set rows, the birth and its trail, the
+  // precision, who ran the loop, the grad-norm trend.
   VerdictInputs evidence;
   format::Capture fp32_capture;
   std::string anomaly;      // DetectAnomalyGuard's message in fp32, if it raised

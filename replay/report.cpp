@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "nanscope/format/archive.hpp"
+#include "nanscope/format/row_text.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 
@@ -34,15 +35,11 @@ std::string quoted(const std::string& s) {
 
 std::string or_null(const std::string& s) { return s.empty() ? "null" : quoted(s); }
 
-std::string birth_json(const std::optional<format::Birth>& b) {
-  if (!b) return "null";
-  std::ostringstream o;
-  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(format::to_string(b->op.phase))
-    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(format::to_string(b->kind))
-    << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
-    << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
-    << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count << " }";
-  return o.str();
+// The batch rows a birth names: those an op inside the model made
+// non-finite, or the sample that arrived non-finite.
+std::vector<int64_t> rows_of(const format::Birth& b) {
+  if (!b.rows.empty() || b.sample < 0) return b.rows;
+  return {b.sample};
 }
 
 template <typename T, typename F>
@@ -50,6 +47,27 @@ std::string list_json(const std::vector<T>& items, F render) {
   std::string out = "[";
   for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + render(items[i]);
   return out + "]";
+}
+
+// Batch rows' rows in the data set; null where unknown.
+std::string dataset_rows_json(const std::vector<int64_t>& batch_rows, const std::vector<int64_t>& rows) {
+  return list_json(rows, [&](int64_t r) {
+    const std::optional<int64_t> row = format::dataset_row(batch_rows, r);
+    return row ? std::to_string(*row) : std::string("null");
+  });
+}
+
+std::string birth_json(const std::optional<format::Birth>& b, const std::vector<int64_t>& batch_rows) {
+  if (!b) return "null";
+  auto num = [](int64_t v) { return std::to_string(v); };
+  std::ostringstream o;
+  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(format::to_string(b->op.phase))
+    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(format::to_string(b->kind))
+    << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
+    << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
+    << ", \"rows\": " << list_json(b->rows, num) << ", \"dataset_rows\": " << dataset_rows_json(batch_rows, rows_of(*b))
+    << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count << " }";
+  return o.str();
 }
 
 std::string birth_text(const std::optional<format::Birth>& b) { return b ? format::birth_text(*b) : "none"; }
@@ -60,14 +78,15 @@ std::string to_json(const ReplayReport& r) {
   std::ostringstream o;
   auto str = [](const std::string& s) { return quoted(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
+  const std::vector<int64_t>& rows = r.evidence.batch_rows;
   o << "{ \"step\": " << r.step << ",\n"
-    << "  \"capture\": { \"first_birth\": " << birth_json(r.capture.first_birth)
-    << ",\n               \"first_nan_birth\": " << birth_json(r.capture.first_nan_birth)
-    << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth) << " },\n"
+    << "  \"capture\": { \"first_birth\": " << birth_json(r.capture.first_birth, rows)
+    << ",\n               \"first_nan_birth\": " << birth_json(r.capture.first_nan_birth, rows)
+    << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth, rows) << " },\n"
     << "  \"replay\":  { \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
     << ", \"reproduced_count\": " << r.evidence.reproduced << ", \"repeats\": " << r.evidence.repeats
     << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false")
-    << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth)
+    << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth, rows)
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
     << ",\n               \"rerun_error\": " << or_null(r.rerun_error) << ",\n               \"precision_bisection\": "
     << (r.evidence.fp32_search != Fp32Search::not_run
@@ -76,7 +95,7 @@ std::string to_json(const ReplayReport& r) {
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
     << (r.batch_bisected ? "{ \"samples\": " + list_json(r.evidence.samples, num) +
-                               ", \"dataset_rows\": " + list_json(r.evidence.dataset_rows, num) + " }"
+                               ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) + " }"
                          : "null")
     << " },\n"
     << "  \"verdict\": " << quoted(format::to_string(r.verdict.verdict)) << ",\n"
@@ -89,6 +108,12 @@ std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
   o << "step " << r.step << " (" << format::to_string(r.evidence.precision) << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
+  if (r.capture.first_birth && !rows_of(*r.capture.first_birth).empty()) {
+    const std::vector<int64_t> at_birth = rows_of(*r.capture.first_birth);
+    o << "  rows at birth:    " << format::batch_rows_text(r.evidence.batch_rows, at_birth)
+      << (at_birth.size() >= format::kBirthRowsKept ? ", ... (the first " + std::to_string(at_birth.size()) + ")" : "")
+      << "\n";
+  }
   if (r.capture.first_nan_birth && r.capture.first_inf_birth)
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
@@ -117,7 +142,8 @@ std::string to_text(const ReplayReport& r) {
   if (r.batch_bisected && !r.evidence.samples.empty()) {
     o << "  finite without batch row(s):";
     for (size_t i = 0; i < r.evidence.samples.size(); ++i)
-      o << " " << r.evidence.samples[i] << " (data row " << r.evidence.dataset_rows[i] << ")";
+      o << " " << r.evidence.samples[i] << " ("
+        << format::dataset_row_text(r.evidence.batch_rows, r.evidence.samples[i]) << ")";
     o << "\n";
   }
   o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"

@@ -1,11 +1,13 @@
 #include "verdict.hpp"
 
-#include "nanscope/core/fallback_mode.hpp"
+#include "input_producer.hpp"
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/format/advice_words.hpp"
+#include "nanscope/format/row_text.hpp"
 #include "nanscope/probe/birth_category.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <set>
+#include <map>
 
 namespace nanscope::replay {
 
@@ -13,26 +15,84 @@ namespace {
 
 std::string module_text(const std::string& module) { return module.empty() ? "the root module" : module; }
 
-std::string join_rows(const std::vector<int64_t>& rows) {
-  std::string out;
-  for (int64_t r : rows) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
+// The bare name of the op that made input `input` of the birth op, "" when the
+// trail does not show it.
+std::string producer_name(const format::Birth& b, const std::vector<format::OpRecord>& trail, size_t input) {
+  const std::optional<format::OpRecord> producer = input_producer(b, trail, input);
+  return producer ? probe::bare_op_name(producer->op) : "";
 }
 
-// The playbook's fix for each origin (docs/playbook.md P8, P10-P18), naming the module.
-std::string fix_for(format::Category category, const format::Birth& b, format::Precision precision) {
+// log(softmax(x)) and log(sigmoid(x)) have fused forms that never round to 0;
+// any other input of a log (a standard deviation, an activation) is clamped.
+std::string log_fix(const format::Birth& b, const std::vector<format::OpRecord>& trail,
+                    const format::AdviceWords& words) {
   const std::string where = module_text(b.op.module);
-  if (category == format::Category::log_nonpositive)
-    return "clamp the input of " + b.op.op + " in " + where +
-           (probe::bare_op_name(b.op.op) == "log1p" ? " above -1 (x.clamp(min=-1 + 1e-7))" : " (x.clamp(min=1e-7))") +
-           " or add eps inside it; never hand-roll log(softmax(x)): use log_softmax / cross_entropy (P8)";
+  const std::string op = probe::bare_op_name(b.op.op);
+  const size_t arg = op == "xlogy" ? 1 : 0;  // xlogy(x, y) = x * log(y)
+  const std::optional<format::OpRecord> producer = input_producer(b, trail, arg);
+  const std::string from = producer ? probe::bare_op_name(producer->op) : "";
+  if (from == "softmax" || from == "_softmax")
+    return b.op.op + " in " + where + " takes the log of a softmax whose output rounded to 0: use " +
+           words.log_softmax + " (or " + words.cross_entropy + " on the logits) instead of log(softmax(x)) (P8)";
+  if (from == "sigmoid")
+    return b.op.op + " in " + where + " takes the log of a sigmoid whose output rounded to 0: use " + words.logsigmoid +
+           " (or " + words.bce_with_logits + " on the logits) instead of log(sigmoid(x)) (P8)";
+  // log1p(x) = log(1 + x): its edge is -1, not 0.
+  const bool log1p = op == "log1p";
+  const double edge = log1p ? -1 : 0;
+  const std::string floor = log1p ? "-1 + 1e-7" : "1e-7";
+  const std::string code = op == "xlogy" ? "y.clamp_min(1e-7)" : "x.clamp_min(" + floor + ")." + op + "()";
+  std::string text = (arg == 1 ? "the second input of " : "the input of ") + b.op.op + " in " + where;
+  if (producer) text += " (the output of " + producer->op + ")";
+  // Below the edge (NaN), only a clamp or a fix upstream helps; at it (-inf), eps does too.
+  const std::optional<double> lowest = b.inputs.size() > arg ? std::optional(b.inputs[arg].min) : std::nullopt;
+  if (lowest && *lowest < edge)
+    return text + " went down to " + number_text(*lowest) + ": clamp it before the log (" + code +
+           "), or fix what makes it " + (log1p ? "fall below -1" : "negative") + " (P8)";
+  return text + (lowest && *lowest == edge ? " reached " + number_text(edge) : std::string()) + ": clamp it (" + code +
+         ") or add eps inside the log (P8)";
+}
+
+// A divisor made by a standard deviation, variance or norm is 0 for a
+// constant (or all-zero) row: the eps belongs inside it, as LayerNorm's and
+// normalize's do. Any other divisor gets its eps where it is used.
+std::string division_fix(const format::Birth& b, const std::vector<format::OpRecord>& trail) {
+  static const std::map<std::string, std::string> eps_inside{{"sqrt", "(var + 1e-5).sqrt()"},
+                                                             {"std", "(var + 1e-5).sqrt()"},
+                                                             {"std_mean", "(var + 1e-5).sqrt()"},
+                                                             {"var", "var + 1e-5"},
+                                                             {"var_mean", "var + 1e-5"},
+                                                             {"norm", "x.norm().clamp_min(1e-12)"},
+                                                             {"linalg_vector_norm", "x.norm().clamp_min(1e-12)"},
+                                                             {"frobenius_norm", "x.norm().clamp_min(1e-12)"}};
+  const std::string where = module_text(b.op.module);
+  const std::string op = probe::bare_op_name(b.op.op);
+  const std::string from = producer_name(b, trail, op == "div" ? 1 : 0);
+  if (const auto fix = eps_inside.find(from); fix != eps_inside.end())
+    return "the divisor of " + b.op.op + " in " + where + " comes from aten::" + from +
+           " and held 0 (a constant or all-zero row): put the eps inside it, " + fix->second +
+           ", as LayerNorm and normalize do (P8)";
+  if (op == "rsqrt") return "add eps inside " + b.op.op + " in " + where + ": (x + 1e-5).rsqrt() (P8)";
+  return "add eps to the divisor of " + b.op.op + " in " + where + " (a / (b + 1e-8)) (P8)";
+}
+
+// The playbook's fix for each category, the birth's arithmetic origin
+// (docs/playbook.md P8, P10-P18), naming the module, in the words of whoever
+// ran the loop.
+std::string fix_for(format::Category category, const format::Birth& b, const VerdictInputs& in,
+                    format::Precision precision) {
+  const format::AdviceWords& words = format::advice_words(in.origin);
+  const std::string where = module_text(b.op.module);
+  if (category == format::Category::log_nonpositive) return log_fix(b, in.trail, words);
   if (category == format::Category::sqrt_grad_zero)
-    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where + " (sqrt(x + 1e-12)) (P8)";
-  if (category == format::Category::div_by_zero)
-    return "add eps to the divisor of " + b.op.op + " in " + where + " (a / (b + 1e-8); variance + eps in a norm) (P8)";
+    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where + " ((x + 1e-12).sqrt()) (P8)";
+  if (category == format::Category::div_by_zero) return division_fix(b, in.trail);
   if (category == format::Category::exp_overflow)
-    return "exp overflows in " + where +
-           ": subtract the max before exp (use softmax / log_softmax / logsumexp), clamp the exponent (P8)";
+    // Whether the exp is a hand-written softmax the trail cannot say (what
+    // follows the birth is not in it): both fixes, each for its case.
+    return "exp overflows in " + where + ": if it is a softmax or log-sum-exp written by hand, use " + words.softmax +
+           " / " + words.logsumexp + ", which subtract the max first; any other exp needs its exponent clamped " +
+           "(x.clamp_max(" + (precision == format::Precision::fp16 ? "11" : "88") + ").exp()) (P8)";
   if (category == format::Category::fully_masked_softmax)
     return "a softmax in " + where +
            " ran over a row with every position masked: guard fully masked rows (mask the output, or "
@@ -52,8 +112,10 @@ std::string fix_for(format::Category category, const format::Birth& b, format::P
            "batches with no counted target (padding-only chunks), or take the loss with reduction sum and "
            "divide by the number of counted targets clamped to at least 1";
   if (category == format::Category::nonfinite_input)
-    return "the batch itself holds a non-finite value: guard the data boundary with "
-           "assert isfinite(x).all() naming the index (P11)";
+    return std::string(
+               "the batch itself holds a non-finite value: guard the data boundary, for each sample x at "
+               "index i: ") +
+           words.check_finite + " (P11)";
   return "inspect " + b.op.op + " in " + where + " with the snapshot's trail of ops (P9)";
 }
 
@@ -62,9 +124,9 @@ std::string fp32_advice(const VerdictInputs& in) {
   switch (in.fp32_search) {
     case Fp32Search::found:
       return "keep " + comma_list(in.fp32_modules) +
-             " in fp32 (autocast off inside; precision bisection: the smallest such set): train with "
-             "--fp32-modules " +
-             fp32_modules_flag_value(in.fp32_modules) + " (or --fallback auto, which finds such a set itself)";
+             " in fp32 (autocast off inside; precision bisection: the smallest such set): " +
+             format::how_to_set(in.origin, format::fp32_modules_setting(in.origin, in.fp32_modules)) + " (or " +
+             format::advice_words(in.origin).fallback_auto + ", which finds such a set itself)";
     case Fp32Search::none_found:
       return "no set of modules in fp32 made the step finite, only the whole step in fp32 (the loss "
              "included): run the loss in fp32, or train in fp32";
@@ -91,15 +153,14 @@ Verdict decide(const VerdictInputs& in) {
   v.category = probe::category_of(b);
   if (b.op.phase == format::Phase::input) {
     v.verdict = format::Verdict::data;
-    v.suggestion = "drop sample " + std::to_string(b.sample) + " of the batch" +
-                   (in.dataset_rows.empty() ? std::string() : " (data set row " + join_rows(in.dataset_rows) + ")") +
-                   ": " + fix_for(v.category, b, in.precision);
+    v.suggestion =
+        "drop " + format::batch_rows_text(in.batch_rows, {b.sample}) + ": " + fix_for(v.category, b, in, in.precision);
     return v;
   }
   if (v.category == format::Category::all_targets_ignored) {
     // Degenerate data: finite inputs, nothing to average. No precision helps.
     v.verdict = format::Verdict::data;
-    v.suggestion = fix_for(v.category, b, in.precision);
+    v.suggestion = fix_for(v.category, b, in, in.precision);
     return v;
   }
   if (in.repeats > 0 && in.reproduced == 0) {
@@ -112,8 +173,11 @@ Verdict decide(const VerdictInputs& in) {
   if (in.fp32_finite) {
     v.verdict = format::Verdict::precision;
     v.suggestion = "finite in fp32: " + fp32_advice(in) +
-                   (in.precision == format::Precision::fp16 ? ", or use bf16 instead of fp16 (P1, P10)" : " (P10)") +
-                   ". " + fix_for(v.category, b, in.precision);
+                   (in.precision == format::Precision::fp16
+                        ? ", or use bf16 instead of fp16: " +
+                              format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + " (P1, P10)"
+                        : std::string(" (P10)")) +
+                   ". " + fix_for(v.category, b, in, in.precision);
   } else {
     v.verdict = format::Verdict::model_or_data;
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
@@ -121,9 +185,17 @@ Verdict decide(const VerdictInputs& in) {
         (v.category == format::Category::overflow || v.category == format::Category::other))
       v.category = format::Category::grad_explosion;
     v.suggestion =
-        "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, format::Precision::fp32);
-    if (!in.samples.empty())
-      v.suggestion += ". Without batch row(s) " + join_rows(in.samples) + " the step is finite: inspect them";
+        "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in, format::Precision::fp32);
+    if (!in.samples.empty()) {
+      v.suggestion += ". Without " + format::batch_rows_text(in.batch_rows, in.samples) +
+                      " the step is finite: inspect " + (in.samples.size() == 1 ? "it" : "them");
+    } else if (!b.rows.empty() && b.rows.size() < std::min(format::kBirthRowsKept, in.batch_rows.size())) {
+      // Some rows, not all: the birth names the samples where batch bisection
+      // could not (a model that draws random numbers) or found no single one.
+      v.suggestion += ". " + b.op.op + " made only " + format::batch_rows_text(in.batch_rows, b.rows) + " of " +
+                      std::to_string(in.batch_rows.size()) + " non-finite: inspect " +
+                      (b.rows.size() == 1 ? "it" : "them");
+    }
   }
   // The rise's advice, unless the category's fix already gave it.
   if (!in.grad_norm_trend.empty())

@@ -21,14 +21,20 @@ enum class Fp32Search {
 };
 
 struct VerdictInputs {
-  std::optional<format::Birth> birth;  // the first birth at the original precision
-  int reproduced = 0, repeats = 0;     // re-runs at the original precision that went non-finite
+  std::optional<format::Birth> birth;   // the first birth at the original precision
+  std::vector<format::OpRecord> trail;  // the ops up to it: what made its inputs (input_producer.hpp)
+  int reproduced = 0, repeats = 0;      // re-runs at the original precision that went non-finite
   bool fp32_finite = false;
   Fp32Search fp32_search = Fp32Search::not_run;
   std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
   std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
-  std::vector<int64_t> dataset_rows;      // the same samples' rows in the data set
+  // Each batch row's row in the data set, the snapshot's /batch/rows: -1 where
+  // unknown (format/row_text.hpp); its length is the batch size.
+  std::vector<int64_t> batch_rows;
   format::Precision precision = format::Precision::unknown;
+  // Who ran the loop: the suggestion names options and code as they write
+  // them (format/advice_words.hpp); unknown reads as nanscope-train.
+  format::Origin origin = format::Origin::unknown;
   std::string grad_norm_trend;  // from run.h5 beside the snapshot, or ""
 };
 

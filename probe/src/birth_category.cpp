@@ -61,8 +61,14 @@ format::Category category_of(const format::Birth& b) {
   if (b.kind == format::BirthKind::nan && b.counted_targets == 0) return format::Category::all_targets_ignored;
   const std::string op = bare_op_name(b.op.op);
   // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).
-  static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "log_softmax", "_log_softmax", "xlogy"};
+  static const std::set<std::string> logs{"log", "log2", "log10", "log1p", "xlogy"};
   if (logs.count(op)) return format::Category::log_nonpositive;
+  // log_softmax takes logits, not probabilities: nothing it is given is "not
+  // positive", and clamping its input is no fix. Its NaN (none came in) is a
+  // row of -inf logits, as softmax's is; its infinity, from finite logits,
+  // is their spread past the type's range.
+  if (op == "log_softmax" || op == "_log_softmax")
+    return b.kind == format::BirthKind::nan ? format::Category::fully_masked_softmax : format::Category::overflow;
   if (b.kind == format::BirthKind::nan && (op == "softmax" || op == "_softmax"))
     return format::Category::fully_masked_softmax;
   if (op == "exp" || op == "exp2" || op == "expm1") return format::Category::exp_overflow;

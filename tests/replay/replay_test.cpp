@@ -221,7 +221,97 @@ TEST(Replay, ReportForPeopleNamesTheBirthAndTheFix) {
                           "'blocks.0.attn'"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("add eps inside the sqrt in blocks.0.attn"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("add eps inside the sqrt in blocks.0.attn ((x + 1e-12).sqrt())"), std::string::npos)
+      << r.output;
+}
+
+namespace {
+
+// Rewrites a snapshot as another loop would have written it: `origin`, the
+// first birth's batch rows, and the batch's data set rows.
+void restamp(const std::string& snapshot, const std::string& origin, const std::vector<int64_t>& birth_rows = {},
+             const std::vector<int64_t>& batch_rows = {}) {
+  auto archive = format::Archive::open(snapshot, format::kSnapshotFileKind, /*writable=*/true);
+  format::Group root = archive.root();
+  root.set_attr("origin", origin);
+  if (!birth_rows.empty()) {
+    format::Capture capture = format::read_capture(root.group("capture"));
+    capture.first_birth->rows = birth_rows;
+    root.remove("capture");
+    format::write_capture(root.group("capture"), capture);
+  }
+  if (!batch_rows.empty()) {
+    format::Group batch = root.group("batch");
+    batch.remove("rows");
+    batch.put_tensor("rows", format::DType::int64, {int64_t(batch_rows.size())}, batch_rows.data());
+  }
+  archive.close();
+}
+
+}  // namespace
+
+TEST(Replay, TheSuggestionIsWordedForWhoeverRanTheLoop) {
+  // The same corrupt sample, reported to a C++ loop and to a Python one: the
+  // check at the data boundary in the user's own language.
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p11-corrupt-sample", dir.file("run"));
+  restamp(snapshot, "cpp");
+  auto cpp = test::run_command(kReplay + " --no-write --no-bisect " + snapshot);
+  ASSERT_EQ(cpp.exit_code, 0) << cpp.output;
+  EXPECT_NE(cpp.output.find("TORCH_CHECK(torch::isfinite(x).all().item<bool>()"), std::string::npos) << cpp.output;
+  restamp(snapshot, "python");
+  auto python = test::run_command(kReplay + " --no-write --no-bisect " + snapshot);
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  EXPECT_NE(python.output.find("assert torch.isfinite(x).all()"), std::string::npos) << python.output;
+  EXPECT_EQ(python.output.find("TORCH_CHECK"), std::string::npos) << python.output;
+}
+
+TEST(Replay, TheFp32ModulesAreNamedAsThePythonModuleTakesThem) {
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p10-bf16-cancellation", dir.file("run"));
+  restamp(snapshot, "python");
+  auto r = test::run_command(kReplay + " --no-write " + snapshot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("use nanscope.StepGuard(..., fp32_modules=[\"blocks.0.ln1\"])"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("nanscope.StepGuard(..., fallback=\"auto\")"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--fp32-modules"), std::string::npos) << r.output;
+  // The divisor is a square root of a variance: the eps goes under the root.
+  EXPECT_NE(r.output.find("comes from aten::sqrt"), std::string::npos) << r.output;
+}
+
+TEST(Replay, ALogOfAnActivationIsToldToClampItNotToUseLogSoftmax) {
+  // log(gelu(x)): the trail shows the log's input came from gelu, not from a
+  // softmax, so log_softmax is no fix for it.
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));
+  auto r = test::run_command(kReplay + " --no-write --no-bisect " + snapshot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the input of aten::log in blocks.0.mlp (the output of aten::gelu) went down to -"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("x.clamp_min(1e-7).log()"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("log_softmax"), std::string::npos) << r.output;
+}
+
+TEST(Replay, TheBirthsRowsAreReportedWithTheirDataSetRowsOrUnknown) {
+  // A loop that gave no data set rows (-1 each) and a birth that made batch
+  // row 3 non-finite: the report names the row and says its data set row is
+  // unknown, in the text and the JSON (null), and never prints -1.
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));
+  restamp(snapshot, "cpp", {3}, std::vector<int64_t>(8, -1));
+  auto text = test::run_command(kReplay + " --no-write --no-bisect " + snapshot);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("rows at birth:    batch row 3 (data set row unknown)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("aten::log made only batch row 3 (data set row unknown) of 8 non-finite"),
+            std::string::npos)
+      << text.output;
+  EXPECT_EQ(text.output.find("row -1"), std::string::npos) << text.output;
+  auto json = test::run_command(kReplay + " --json --no-write --no-bisect " + snapshot);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "rows", "[3]")) << json.output;
+  EXPECT_TRUE(has(json.output, "dataset_rows", "[null]")) << json.output;
 }
 
 namespace {
@@ -297,6 +387,14 @@ TEST(VerdictRules, CategoryFollowsTheBirth) {
   EXPECT_EQ(replay::category_of(b), format::Category::log_nonpositive);
   b.op.op = "aten::_softmax";
   EXPECT_EQ(replay::category_of(b), format::Category::fully_masked_softmax);
+  // log_softmax takes logits: nothing "non-positive" to clamp. Its NaN is a
+  // fully masked row as softmax's is; its infinity, logits past the range.
+  b.op.op = "aten::log_softmax";
+  EXPECT_EQ(replay::category_of(b), format::Category::fully_masked_softmax);
+  b.kind = format::BirthKind::inf;
+  b.op.op = "aten::_log_softmax";
+  EXPECT_EQ(replay::category_of(b), format::Category::overflow);
+  b.kind = format::BirthKind::nan;
   b.op.op = "aten::div";
   EXPECT_EQ(replay::category_of(b), format::Category::div_by_zero);
   b.kind = format::BirthKind::inf;
@@ -449,4 +547,146 @@ TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
   }
   in.fp32_search = replay::Fp32Search::unsupported;
   EXPECT_NE(replay::decide(in).suggestion.find("TorchScript"), std::string::npos);
+}
+
+namespace {
+
+format::OpRecord trail_op(int64_t index, const char* op, format::TensorStats output) {
+  format::OpRecord r;
+  r.index = index;
+  r.op = op;
+  r.module = "attn";
+  r.output = std::move(output);
+  return r;
+}
+
+replay::VerdictInputs log_of(const std::vector<format::OpRecord>& trail, format::Origin origin) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::log", "inf", {stats(0, 0.5)});
+  in.birth->op.index = 10;
+  in.trail = trail;
+  in.trail.push_back(in.birth->op);
+  in.repeats = in.reproduced = 3;
+  in.precision = format::Precision::fp32;
+  in.origin = origin;
+  return in;
+}
+
+}  // namespace
+
+TEST(VerdictRules, OnlyALogOfASoftmaxIsToldToUseLogSoftmax) {
+  // log(std) of a blank image: std is exactly 0, log(0) = -inf. Not a softmax.
+  std::string advice =
+      replay::decide(log_of({trail_op(9, "aten::std", stats(0, 0.5))}, format::Origin::cpp)).suggestion;
+  EXPECT_EQ(advice.find("log_softmax"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("(the output of aten::std) reached 0"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("x.clamp_min(1e-7).log()"), std::string::npos) << advice;
+  // No trail to read: clamp, and no guess at a softmax either.
+  advice = replay::decide(log_of({}, format::Origin::cpp)).suggestion;
+  EXPECT_EQ(advice.find("log_softmax"), std::string::npos) << advice;
+
+  // log(softmax(x)), with autocast's cast between them: the fused form, in the user's language.
+  format::TensorStats probs = stats(0, 0.5);
+  probs.dtype = "BFloat16";
+  const std::vector<format::OpRecord> softmax_then_cast{trail_op(7, "aten::_softmax", probs),
+                                                        trail_op(8, "aten::softmax", probs),
+                                                        trail_op(9, "aten::_to_copy", stats(0, 0.5))};
+  advice = replay::decide(log_of(softmax_then_cast, format::Origin::cpp)).suggestion;
+  EXPECT_NE(advice.find("use torch::log_softmax (or torch::nn::functional::cross_entropy on the logits)"),
+            std::string::npos)
+      << advice;
+  advice = replay::decide(log_of(softmax_then_cast, format::Origin::python)).suggestion;
+  EXPECT_NE(advice.find("use torch.log_softmax (or F.cross_entropy on the logits)"), std::string::npos) << advice;
+  // An op between them that changed the values: the softmax is not the log's input.
+  advice =
+      replay::decide(log_of({trail_op(8, "aten::softmax", stats(0.1, 0.9)), trail_op(9, "aten::mul", stats(0, 0.5))},
+                            format::Origin::cpp))
+          .suggestion;
+  EXPECT_EQ(advice.find("log_softmax"), std::string::npos) << advice;
+}
+
+TEST(VerdictRules, OptionsAndCodeAreNamedAsTheUserSetsThem) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::mul", "inf");
+  in.birth->op.module = "blocks.0.mlp";
+  in.repeats = in.reproduced = 3;
+  in.fp32_finite = true;
+  in.precision = format::Precision::fp16;
+  in.fp32_search = replay::Fp32Search::found;
+  in.fp32_modules = {"blocks.0.mlp", "head"};
+  const std::pair<format::Origin, std::vector<std::string>> expected[] = {
+      {format::Origin::nanscope_train,
+       {"train with --fp32-modules blocks.0.mlp,head", "(or --fallback auto,", "train with --amp bf16"}},
+      {format::Origin::unknown, {"train with --fp32-modules blocks.0.mlp,head", "train with --amp bf16"}},
+      {format::Origin::cpp,
+       {"set GuardOptions::fp32_modules = {\"blocks.0.mlp\", \"head\"}",
+        "(or GuardOptions::fallback = nanscope::FallbackMode::automatic,",
+        "set GuardOptions::amp = nanscope::Amp::bf16"}},
+      {format::Origin::python,
+       {"use nanscope.StepGuard(..., fp32_modules=[\"blocks.0.mlp\", \"head\"])",
+        "(or nanscope.StepGuard(..., fallback=\"auto\"),", "use nanscope.StepGuard(..., amp=\"bf16\")"}},
+  };
+  for (const auto& [origin, fragments] : expected) {
+    in.origin = origin;
+    const std::string advice = replay::decide(in).suggestion;
+    for (const std::string& fragment : fragments)
+      EXPECT_NE(advice.find(fragment), std::string::npos) << format::to_string(origin) << ": " << advice;
+    if (origin == format::Origin::cpp || origin == format::Origin::python) {
+      EXPECT_EQ(advice.find("--"), std::string::npos) << "a flag for a loop with no command line: " << advice;
+    }
+  }
+
+  // The check at the data boundary, for a corrupt sample.
+  replay::VerdictInputs data;
+  data.birth = birth_at("input", "nan");
+  data.birth->op.phase = format::Phase::input;
+  data.birth->sample = 1;
+  data.batch_rows = {40, 41, 42};
+  data.origin = format::Origin::cpp;
+  std::string advice = replay::decide(data).suggestion;
+  EXPECT_NE(advice.find("drop batch row 1 (data set row 41)"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("TORCH_CHECK(torch::isfinite(x).all().item<bool>()"), std::string::npos) << advice;
+  data.origin = format::Origin::python;
+  data.batch_rows = {40, -1, 42};
+  advice = replay::decide(data).suggestion;
+  EXPECT_NE(advice.find("assert torch.isfinite(x).all()"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("drop batch row 1 (data set row unknown)"), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("row -1"), std::string::npos) << advice;
+}
+
+TEST(VerdictRules, TheBirthsRowsNameTheSamplesOnlyWhenNotEveryRowWent) {
+  replay::VerdictInputs in = log_of({}, format::Origin::nanscope_train);
+  in.batch_rows = {10, 11, 12, -1};
+  in.birth->rows = {1, 3};
+  std::string advice = replay::decide(in).suggestion;
+  EXPECT_NE(advice.find("aten::log made only batch rows 1 (data set row 11), 3 (data set row unknown) of 4 "
+                        "non-finite: inspect them"),
+            std::string::npos)
+      << advice;
+  in.birth->rows = {0, 1, 2, 3};  // every row: no one sample's doing
+  advice = replay::decide(in).suggestion;
+  EXPECT_EQ(advice.find("made only"), std::string::npos) << advice;
+  in.birth->rows = {1};
+  in.samples = {2};  // bisection found the sample: its finding is the one given
+  advice = replay::decide(in).suggestion;
+  EXPECT_NE(advice.find("Without batch row 2 (data set row 12) the step is finite: inspect it"), std::string::npos)
+      << advice;
+  EXPECT_EQ(advice.find("made only"), std::string::npos) << advice;
+}
+
+TEST(VerdictRules, TheEpsOfADivisionGoesWhereTheDivisorWasMade) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::div", "inf", {stats(-1, 1), stats(0, 2)});
+  in.birth->op.index = 5;
+  in.repeats = in.reproduced = 3;
+  in.precision = format::Precision::fp32;
+  in.trail = {trail_op(4, "aten::sqrt", stats(0, 2)), in.birth->op};
+  std::string advice = replay::decide(in).suggestion;
+  EXPECT_EQ(replay::decide(in).category, format::Category::div_by_zero);
+  EXPECT_NE(advice.find("comes from aten::sqrt"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("put the eps inside it, (var + 1e-5).sqrt()"), std::string::npos) << advice;
+  in.trail = {trail_op(4, "aten::sub", stats(0, 2)), in.birth->op};
+  advice = replay::decide(in).suggestion;
+  EXPECT_NE(advice.find("add eps to the divisor of aten::div in attn (a / (b + 1e-8))"), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("sqrt"), std::string::npos) << advice;
 }

@@ -146,6 +146,37 @@ TEST_F(ViewerScreenshot, SampleRunShowsLossCurveNaNMarkerAndHeatmap) {
 
   // The activation plot draws the fp16 limit as a headroom line.
   EXPECT_GT(shot.count(shot.region("plot.act_absmax"), rgb_of(viewer::rgba(255, 120, 40)), 30), 100);
+
+  // A bf16 run (then fp32 after its fallback) has no loss scaler: no flat line at 1, a note instead.
+  EXPECT_FALSE(shot.has("plot.loss_scale")) << r.output;
+  EXPECT_TRUE(shot.has("note.loss_scale")) << r.output;
+}
+
+// Only fp16 has a loss scaler (playbook P5, P6). Overlaid with a bf16 run, the
+// loss-scale plot draws the fp16 run alone; a bf16 run by itself gets a note
+// ("no scaler") where a flat line at 1 would read like a scaler stuck at 1.
+TEST_F(ViewerScreenshot, TheLossScalePlotShowsOnlyRunsWithAScaler) {
+  test::TempDir dir;
+  test::write_synthetic_run(dir.file("fp16.h5"), 100, 3, -1, format::Precision::fp16);
+  test::write_synthetic_run(dir.file("bf16.h5"), 100, 3, -1, format::Precision::bf16);
+  const Rgb second_run = rgb_of(viewer::rgba(250, 170, 40));
+  auto both = view(dir.file("fp16.h5") + " " + dir.file("bf16.h5"), dir.file("both.png"));
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  Screenshot shot(dir.file("both.png"), both.output);
+  ASSERT_TRUE(shot.loaded() && shot.has("plot.loss_scale") && shot.has("plot.loss")) << both.output;
+  const Region scale = shot.region("plot.loss_scale"), loss = shot.region("plot.loss");
+  EXPECT_GT(shot.count(scale, kRunColor), scale.w / 2) << "the fp16 run's scale";
+  EXPECT_EQ(shot.count(scale, second_run, 30), 0) << "a line for the bf16 run";
+  EXPECT_GT(shot.count(loss, second_run, 30), loss.w / 2) << "the bf16 run is shown elsewhere";
+
+  auto alone = view(dir.file("bf16.h5"), dir.file("bf16.png"));
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  Screenshot bf16(dir.file("bf16.png"), alone.output);
+  ASSERT_TRUE(bf16.loaded());
+  EXPECT_FALSE(bf16.has("plot.loss_scale")) << alone.output;
+  ASSERT_TRUE(bf16.has("note.loss_scale")) << alone.output;
+  EXPECT_EQ(bf16.count(bf16.region("note.loss_scale"), kRunColor), 0) << "a line drawn under the note";
+  EXPECT_GT(bf16.count(bf16.region("plot.loss"), kRunColor), loss.w / 2);
 }
 
 // A run that warned and rolled back: the markers on the step axis in their

@@ -24,15 +24,17 @@ inline format::RunHeader synthetic_header(size_t layers) {
 }
 
 // Step s: loss falls, layer l's norm is (l+1)/10 growing slowly; step
-// `nan_step` has a NaN loss, grad norm and layer-2 norm.
-inline format::StepRow synthetic_row(int64_t s, size_t layers, int64_t nan_step = -1) {
+// `nan_step` has a NaN loss, grad norm and layer-2 norm. Only an fp16 step has
+// a loss scaler (2^16 here); any other records a scale of 1.
+inline format::StepRow synthetic_row(int64_t s, size_t layers, int64_t nan_step = -1,
+                                     format::Precision amp = format::Precision::bf16) {
   format::StepRow row;
   row.step = s;
   row.loss = 5.0 * std::exp(-0.01 * double(s)) + 0.1;
   row.lr = 1e-3;
-  row.loss_scale = 65536;
+  row.loss_scale = amp == format::Precision::fp16 ? 65536 : 1;
   row.grad_norm = 1.0 + 0.001 * double(s);
-  row.amp = format::Precision::bf16;
+  row.amp = amp;
   row.step_time = 0.01;
   for (size_t l = 0; l < layers; ++l) {
     row.layer_grad_norm.push_back(float((l + 1) * 0.1 * (1.0 + 0.002 * double(s))));
@@ -47,10 +49,11 @@ inline format::StepRow synthetic_row(int64_t s, size_t layers, int64_t nan_step 
   return row;
 }
 
-inline void write_synthetic_run(const std::string& path, int64_t steps, size_t layers, int64_t nan_step) {
+inline void write_synthetic_run(const std::string& path, int64_t steps, size_t layers, int64_t nan_step,
+                                format::Precision amp = format::Precision::bf16) {
   format::RunWriter writer(path, synthetic_header(layers), 64);
   for (int64_t s = 0; s < steps; ++s) {
-    writer.append(synthetic_row(s, layers, nan_step));
+    writer.append(synthetic_row(s, layers, nan_step, amp));
     if (s == nan_step) writer.event(s, format::EventKind::skip, "non-finite loss; step skipped");
   }
 }
@@ -112,12 +115,12 @@ inline std::string rank_snapshot_path(const std::string& dir, int rank, int worl
 }
 
 // A snapshot as the probe writes it (the parts the viewer reads): a NaN born
-// in aten::log in blocks.1.fc, a two-op trail, layer norms with a NaN, and,
+// in aten::log in blocks.1.fc (in batch row 2 unless told), a two-op trail, layer norms with a NaN, and,
 // when `replayed`, replay's record. `birth_rows`: the batch rows the birth
 // made non-finite (Birth::rows); `batch_rows`: each batch row's data-set row
 // (-1: unknown).
 inline void write_synthetic_snapshot(const std::string& path, int64_t step, size_t layers, bool replayed,
-                                     const std::vector<int64_t>& birth_rows = {},
+                                     const std::vector<int64_t>& birth_rows = {2},
                                      const std::vector<int64_t>& batch_rows = {7, 3, 11, 5}) {
   format::Archive archive = format::Archive::create(path, format::kSnapshotFileKind);
   format::Group root = archive.root();

@@ -16,6 +16,7 @@
 #include "nanscope/format/version.hpp"
 #include "nanscope/viewer/decimate.hpp"
 #include "nanscope/viewer/layer_table.hpp"
+#include "nanscope/viewer/snapshot_text.hpp"
 #include "nanscope/viewer/view_model.hpp"
 #include "synthetic_files.hpp"
 
@@ -57,6 +58,79 @@ TEST(ViewModel, OpensARunDirectoryWithItsSnapshots) {
   ASSERT_TRUE(s.replay);
   EXPECT_EQ(s.replay->verdict, format::Verdict::model_or_data);
   EXPECT_EQ(s.replay->samples, "2");
+  // What the snapshot panel says of the sample: the birth's row and replay's, with its data set row.
+  EXPECT_EQ(viewer::offending_sample_lines(s),
+            (std::vector<std::string>{"aten::log made batch row 2 (data set row 11) of 4 non-finite",
+                                      "replay: the step is finite without batch row 2 (data set row 11)"}));
+}
+
+// Only fp16 has a loss scaler (playbook P5, P6): a bf16 or fp32 run records a
+// flat scale of 1, which the loss-scale plot leaves out (and, with no other
+// run, says "no scaler" instead). A run with fp16 steps has one, also after
+// its fallback to fp32.
+TEST(ViewModel, OnlyARunWithFp16StepsHasALossScaler) {
+  test::TempDir dir;
+  test::write_synthetic_run(dir.file("bf16.h5"), 30, 2, -1, format::Precision::bf16);
+  test::write_synthetic_run(dir.file("fp32.h5"), 30, 2, -1, format::Precision::fp32);
+  {
+    format::RunWriter writer(dir.file("fp16-then-fp32.h5"), test::synthetic_header(2), 64);
+    for (int64_t s = 0; s < 30; ++s)
+      writer.append(test::synthetic_row(s, 2, -1, s < 10 ? format::Precision::fp16 : format::Precision::fp32));
+  }
+  ViewModel model;
+  ASSERT_TRUE(model.open({dir.file("bf16.h5"), dir.file("fp32.h5"), dir.file("fp16-then-fp32.h5")}));
+  ASSERT_EQ(model.runs.size(), 3u);
+  EXPECT_FALSE(model.runs[0].has_loss_scaler());
+  EXPECT_FALSE(model.runs[1].has_loss_scaler());
+  EXPECT_TRUE(model.runs[2].has_loss_scaler());
+}
+
+namespace {
+
+format::SnapshotSummary summary_with(std::optional<format::Birth> birth, std::vector<int64_t> batch_rows,
+                                     const std::string& replay_samples = "") {
+  format::SnapshotSummary s;
+  s.capture.first_birth = std::move(birth);
+  s.batch_rows = std::move(batch_rows);
+  if (!replay_samples.empty()) {
+    s.replay.emplace();
+    s.replay->samples = replay_samples;
+  }
+  return s;
+}
+
+format::Birth internal_birth(std::vector<int64_t> rows) {
+  format::Birth b;
+  b.op.op = "aten::log";
+  b.op.module = "enc";
+  b.rows = std::move(rows);
+  return b;
+}
+
+}  // namespace
+
+// A user's own loop that gives no data set rows leaves -1 in /batch/rows:
+// the panel says "data set row unknown", never -1 and never the batch
+// position in its place; and the birth's own rows name the sample where
+// replay could not bisect the batch (a model with dropout).
+TEST(SnapshotText, NamesTheSampleWithItsDataSetRowOrSaysItIsUnknown) {
+  format::Birth input;
+  input.op.op = "input";
+  input.op.phase = format::Phase::input;
+  input.sample = 1;
+  EXPECT_EQ(viewer::offending_sample_lines(summary_with(input, {40, -1, 42})),
+            std::vector<std::string>{"batch row 1 (data set row unknown) arrived non-finite"});
+  EXPECT_EQ(viewer::offending_sample_lines(summary_with(input, {40, 41, 42})),
+            std::vector<std::string>{"batch row 1 (data set row 41) arrived non-finite"});
+
+  EXPECT_EQ(viewer::offending_sample_lines(summary_with(internal_birth({0, 2}), {-1, -1, -1, -1})),
+            std::vector<std::string>{
+                "aten::log made batch rows 0 (data set row unknown), 2 (data set row unknown) of 4 non-finite"});
+  EXPECT_EQ(viewer::offending_sample_lines(summary_with(internal_birth({0, 1, 2, 3}), {5, 6, 7, 8})),
+            std::vector<std::string>{"aten::log made every row of the batch (4) non-finite: not one sample's doing"});
+  EXPECT_EQ(viewer::offending_sample_lines(summary_with(std::nullopt, {-1, -1}, "1")),
+            std::vector<std::string>{"replay: the step is finite without batch row 1 (data set row unknown)"});
+  EXPECT_TRUE(viewer::offending_sample_lines(summary_with(internal_birth({}), {5, 6})).empty());
 }
 
 TEST(ViewModel, BadInputsBecomeErrorsAndTheRestStillOpen) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/advice_words.hpp"
 #include "nanscope/viewer/colormap.hpp"
 #include "panels.hpp"
 
@@ -98,7 +99,8 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
     shown.push_back(size_t(ui.active_run));
   }
   if (shown.empty()) {
-    ImGui::TextDisabled("%s has no per-layer grad norms (trained with --probe off?)", active.label().c_str());
+    ImGui::TextDisabled("%s has no per-layer grad norms (the probe was off: %s?)", active.label().c_str(),
+                        format::advice_words(active.data().origin).probe_off);
     return;
   }
   // The ranks run one model: the layer names are the same on every rank.

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "nanscope/format/advice_words.hpp"
 #include "nanscope/viewer/colormap.hpp"
 #include "panels.hpp"
 #include "plot_widget.hpp"
@@ -48,7 +49,10 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
   ImGui::BeginGroup();
   if (data.layer_act_absmax.empty()) {
     ImGui::TextUnformatted(spec.title);
-    ImGui::TextDisabled("not recorded: train with --act-absmax-every N");
+    // Worded for whoever ran the loop: a flag, a GuardOptions field, a keyword argument.
+    static std::string hint;
+    hint = "not recorded: " + format::how_to_set(data.origin, format::advice_words(data.origin).act_absmax_every);
+    ImGui::TextDisabled("%s", hint.c_str());
   } else {
     spec.lines.push_back({name.c_str(), data.step.data(), layer_series(data.layer_act_absmax, layers, layer),
                           run_color(size_t(ui.active_run)), /*nan_is_missing=*/true, run.off_curve().data()});

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nanscope/viewer/colormap.hpp"
+#include "nanscope/viewer/snapshot_text.hpp"
 #include "panels.hpp"
 
 namespace nanscope::viewer {
@@ -111,23 +112,20 @@ void trail_table(const format::Capture& capture) {
   ImGui::EndTable();
 }
 
-// The sample the fault came from: an input birth names it; otherwise replay's
-// batch bisection may have found rows without which the step is finite.
+// The sample the fault came from (snapshot_text.hpp): the input birth's row,
+// the rows the birth op made non-finite, replay's batch bisection.
 void offending_sample(const format::SnapshotSummary& s) {
-  auto data_row = [&](int64_t batch_row) {
-    return batch_row >= 0 && size_t(batch_row) < s.batch_rows.size() ? s.batch_rows[batch_row] : -1;
-  };
   ImGui::TextColored(ImColor(kHeading), "Offending sample");
-  ImGui::SameLine();
-  if (s.capture.first_birth && s.capture.first_birth->sample >= 0) {
-    const int64_t row = s.capture.first_birth->sample;
-    ImGui::Text("batch row %lld (data set row %lld) arrived non-finite", static_cast<long long>(row),
-                static_cast<long long>(data_row(row)));
-  } else if (s.replay && !s.replay->samples.empty()) {
-    ImGui::Text("replay: the step is finite without batch row(s) %s", s.replay->samples.c_str());
-  } else {
+  const std::vector<std::string> lines = offending_sample_lines(s);
+  if (lines.empty()) {
+    ImGui::SameLine();
     ImGui::TextDisabled("not traced to one sample (batch of %zu rows, inputs %s %s)", s.batch_rows.size(),
                         s.input_dtype.c_str(), shape_text(s.input_shape).c_str());
+    return;
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i == 0) ImGui::SameLine();
+    ImGui::TextWrapped("%s", lines[i].c_str());
   }
 }
 

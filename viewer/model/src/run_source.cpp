@@ -65,6 +65,8 @@ void RunSource::absorb_new_rows(size_t from) {
   act_absmax_.update(run.layer_act_absmax, run.rows(), run.layer_act_absmax.empty() ? 0 : layers);
   for (size_t i = from; i < run.rows() && first_nonfinite_step_ < 0; ++i)
     if (!std::isfinite(run.loss[i]) || !std::isfinite(run.grad_norm[i])) first_nonfinite_step_ = run.step[i];
+  for (size_t i = from; i < run.rows() && !has_loss_scaler_; ++i)
+    has_loss_scaler_ = run.amp[i] == static_cast<uint8_t>(format::Precision::fp16);
 }
 
 // Events and the per-row masks that follow from them (and from new rows).

@@ -43,6 +43,10 @@ class RunSource {
   AxisRange step_extent() const;
   // The first step whose loss or global grad norm is not finite; -1 if none.
   int64_t first_nonfinite_step() const { return first_nonfinite_step_; }
+  // Some step ran in fp16: only fp16 has a loss scaler (playbook P5, P6). A
+  // bf16 or fp32 run records a loss scale of 1 on every row, a flat line that
+  // says nothing, so the loss-scale plot leaves it out.
+  bool has_loss_scaler() const { return has_loss_scaler_; }
   // Per row, 1 where a rollback took the step back (format::rolled_back_rows).
   const std::vector<uint8_t>& rolled_back() const { return rolled_back_; }
   // Per row, 1 for the rows that are no point of the run's curves: rolled
@@ -64,6 +68,7 @@ class RunSource {
   LayerPyramid grad_norms_{false};
   LayerPyramid act_absmax_{true};
   int64_t first_nonfinite_step_ = -1;
+  bool has_loss_scaler_ = false;
   std::vector<uint8_t> rolled_back_, off_curve_;
   std::vector<format::RunEvent> sentinel_events_;
   size_t events_seen_ = 0;
