@@ -108,13 +108,15 @@ TEST(Report, TextHasTheSummaryEverySectionAndTheSnapshots) {
 
   EXPECT_TRUE(has_line(out, "snapshots (2)")) << out;
   EXPECT_TRUE(has_line(out, "  step 30 (bf16): " + run + "/snapshots/step-0000030.h5")) << out;
-  EXPECT_TRUE(has_line(out, "    first birth: nan at aten::log (forward) in module 'blocks.1.fc'")) << out;
+  EXPECT_TRUE(has_line(out, "    first birth: nan at aten::log (forward) in module 'blocks.1.fc', batch rows 1, 2"))
+      << out;
   EXPECT_TRUE(has_line(out, "    non-finite: batch row 1 (data set row 3), batch row 2 (data set row unknown)")) << out;
   EXPECT_TRUE(has_line(out,
                        "    replay: verdict model_or_data, category log_nonpositive; clamp the input of aten::log "
                        "in blocks.1.fc"))
       << out;
   EXPECT_TRUE(has_line(out, "  step 70 (bf16): " + run + "/snapshots/step-0000070.h5")) << out;
+  EXPECT_TRUE(has_line(out, "    non-finite: batch row 2 (data set row 11)")) << out;
   EXPECT_TRUE(has_line(out, "    replay: not replayed yet (nanscope-replay " + run + "/snapshots/step-0000070.h5)"))
       << out;
   // Sections come in the order a failed run is read: what was skipped before what was done about it.
@@ -160,7 +162,7 @@ TEST(Report, JsonHasEveryCountEventAndSnapshot) {
                               "[(s[\"step\"], s[\"readable\"], s[\"first_birth\"][\"op\"], s[\"nonfinite_rows\"], "
                               "s[\"replay\"] and s[\"replay\"][\"verdict\"]) for s in d[\"runs\"][0][\"snapshots\"]]"),
             "[(30, True, 'aten::log', [{'batch_row': 1, 'dataset_row': 3}, {'batch_row': 2, 'dataset_row': None}], "
-            "'model_or_data'), (70, True, 'aten::log', [], None)]\n");
+            "'model_or_data'), (70, True, 'aten::log', [{'batch_row': 2, 'dataset_row': 11}], None)]\n");
 }
 
 TEST(Report, LongSectionsShowTheirFirstEntriesAndACount) {
