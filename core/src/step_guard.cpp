@@ -170,6 +170,7 @@ void StepGuard::say(int64_t step, const std::string& text) {
 GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
                             const StepContext& context) {
   const auto start = std::chrono::steady_clock::now();
+  model_exception_ = nullptr;
   GuardedStep result;
   result.amp = amp_;
   result.lr = context.lr >= 0 ? context.lr : current_lr(optimizer_);
@@ -218,6 +219,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     plant_fault(model_, {FaultKind::none});
     if (!options_.probe || context.averager) throw;
     result.error = one_line_error(e);
+    model_exception_ = std::current_exception();
     result.outcome = raised_step_outcome(scaler_, parameters_);
   }
   plant_fault(model_, {FaultKind::none});
@@ -396,7 +398,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     clear_grads(parameters_);
     if (!result.error.empty() && !capture->first_birth) {
       writer_->flush();
-      throw std::runtime_error("step " + std::to_string(step) + ": " + result.error);
+      throw ModelError("step " + std::to_string(step) + ": " + result.error, model_exception_);
     }
     result.first_birth = format::capture_text(*capture);
     say(step, "first birth: " + result.first_birth);

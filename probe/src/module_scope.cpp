@@ -27,10 +27,11 @@ std::vector<std::string>* g_scope_names = nullptr;  // a ScopeNameRecorder's
 }  // namespace
 
 void push_scope(const char* name) {
-  if (t_scopes.empty() || t_scopes.back().empty())
-    t_scopes.emplace_back(name);
-  else
-    t_scopes.push_back(t_scopes.back() + "." + name);
+  push_scope_path(t_scopes.empty() || t_scopes.back().empty() ? std::string(name) : t_scopes.back() + "." + name);
+}
+
+void push_scope_path(const std::string& path) {
+  t_scopes.push_back(path);
   if (g_scope_names) {
     std::lock_guard<std::mutex> lock(g_names_mutex);
     if (g_scope_names &&

@@ -28,6 +28,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,6 +111,16 @@ struct GuardedStep {
 class DeadRunError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The model raised in a step and no NaN/Inf birth before it explains it: an
+// error in the model (or the closure). `what()` says which step; `original`
+// is the exception as the model threw it (the Python module rethrows that).
+class ModelError : public std::runtime_error {
+ public:
+  ModelError(const std::string& what, std::exception_ptr original)
+      : std::runtime_error(what), original(std::move(original)) {}
+  std::exception_ptr original;
 };
 
 class StepGuard {
@@ -239,6 +250,7 @@ class StepGuard {
   std::map<std::string, std::pair<int64_t, RemedyChoice>> remedy_of_birth_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
+  std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
 };
 

@@ -21,7 +21,10 @@ namespace nanscope::probe {
 
 namespace detail {
 extern std::atomic<bool> g_scopes_enabled;
-void push_scope(const char* name);
+void push_scope(const char* name);  // relative to the enclosing scope
+// A scope by its full dotted path: module hooks that know each module's path
+// (the Python module's forward hooks) push these.
+void push_scope_path(const std::string& path);
 void pop_scope();
 }  // namespace detail
 

@@ -1,0 +1,97 @@
+"""nanscope for PyTorch: your own training loop, optimizer and scheduler, with
+nanscope's C++ step guard around each step.
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir="runs/ft", amp="bf16", clip=1.0)
+    for x, y in loader:
+        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        if result.stop:
+            break
+
+The closure runs your forward and loss; the guard does autocast, loss scaling
+(fp16), backward, unscale, clipping, the one finiteness read per step, the
+skip (a transaction: weights, optimizer state and buffers as before), the
+forensic re-run that names where the first NaN/Inf was born, snapshots, the
+fallback, early warnings and rollback, and writes RUN_DIR/run.h5: the same C++
+code and the same files as nanscope-train. Don't call backward(), step() or
+zero_grad() yourself for a guarded step.
+"""
+from . import _scopes
+from ._nanscope import StepResult
+from ._nanscope import _StepGuard
+from ._nanscope import replay as _replay
+
+__all__ = ["StepGuard", "StepResult", "replay"]
+
+
+class StepGuard:
+    """The guarded step around a loop of yours.
+
+    model: a torch.nn.Module (a DistributedDataParallel's .module works too);
+    optimizer: any torch.optim optimizer over its parameters; scheduler: an LR
+    scheduler of yours, whose base LRs follow the guard's LR cuts (fallback,
+    rollback) so its next step() keeps them. amp: 'fp32', 'bf16' or 'fp16';
+    clip: the global grad-norm clip after unscaling (0: none); fallback:
+    'whole' (the stock one-shot switch to fp32 with the LR x lr_backoff),
+    'auto' (the remedy the step's diagnosis supports) or 'off'; fp32_modules:
+    module paths that run with autocast off from the start. log=False silences
+    the guard's lines on stderr.
+    """
+
+    def __init__(self, model, optimizer, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="whole",
+                 lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
+                 act_absmax_every=0, model_name="", scheduler=None, log=True):
+        self._guard = _StepGuard(model, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
+                                 list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
+                                 int(act_absmax_every), model_name, bool(log))
+        self._model = model
+        self._paths = _scopes.module_paths(model)
+        self._scheduler = scheduler
+        self._lr_multiplier = 1.0
+
+    def step(self, closure, batch, step=None):
+        """One guarded step: closure() returns the loss of `batch` (a tensor, or
+        (inputs, targets)), which the guard checks, snapshots and replays.
+        Steps are numbered from 0 unless given. Returns a StepResult."""
+        if not callable(closure):
+            raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
+        result = self._guard.step(lambda: _scopes.call(closure, self._paths), batch, step)
+        self._follow_lr_cuts()
+        return result
+
+    def _follow_lr_cuts(self):
+        multiplier = self._guard.lr_multiplier
+        if self._scheduler is not None and multiplier != self._lr_multiplier:
+            factor = multiplier / self._lr_multiplier
+            self._scheduler.base_lrs = [lr * factor for lr in self._scheduler.base_lrs]
+        self._lr_multiplier = multiplier
+
+    run_file = property(lambda self: self._guard.run_file, doc="RUN_DIR/run.h5")
+    amp = property(lambda self: self._guard.amp, doc="the precision steps run in now")
+    snapshots = property(lambda self: self._guard.snapshots, doc="the snapshots written so far")
+    fp32_modules = property(lambda self: self._guard.fp32_modules)
+    applied_steps = property(lambda self: self._guard.applied_steps, doc="updates that reached the weights")
+
+    def flush(self):
+        """Writes run.h5's buffered rows to disk (they are written every 16 rows and at the end)."""
+        self._guard.flush()
+
+
+def replay(snapshot, model, loss, json=False, write=True, repeats=3, bisect=True):
+    """Replays a snapshot written from Python with nanscope-replay's engine:
+    model() builds the model (any weights: the snapshot's are loaded), and
+    loss(model, batch) returns the loss of `batch` as it was given to
+    guard.step. Prints the report (JSON with json=True) and returns
+    nanscope-replay's exit code (0 a verdict, 1 the replay failed, 2 bad input)."""
+    args = []
+    if json:
+        args.append("--json")
+    if not write:
+        args.append("--no-write")
+    if not bisect:
+        args.append("--no-bisect")
+    args += ["--repeats", str(int(repeats))]
+
+    def scoped_loss(m, batch):
+        return _scopes.call(loss, _scopes.module_paths(m), m, batch)
+
+    return _replay(str(snapshot), model, scoped_loss, args)

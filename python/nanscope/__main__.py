@@ -1,0 +1,43 @@
+"""python3 -m nanscope replay SNAPSHOT --model pkg.mod:factory --loss pkg.mod:fn [--json] [--no-write]
+
+Replays a snapshot written from Python: imports the factory that builds the
+model and the loss function fn(model, batch), then runs nanscope-replay's
+engine (the same report, JSON and exit codes)."""
+import argparse
+import importlib
+import sys
+
+from . import replay
+
+
+def _load(spec, what):
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"nanscope replay: --{what} must be MODULE:NAME, not '{spec}'")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        print(f"nanscope replay: cannot load --{what} {spec}: {e}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m nanscope", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    r = commands.add_parser("replay", help="replay a snapshot of an eager model")
+    r.add_argument("snapshot")
+    r.add_argument("--model", required=True, help="MODULE:FACTORY, a function that builds the model")
+    r.add_argument("--loss", required=True, help="MODULE:FN, fn(model, batch) returns the loss")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--no-write", action="store_true", help="do not append the result to the snapshot")
+    r.add_argument("--no-bisect", action="store_true")
+    r.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, "")
+    return replay(args.snapshot, _load(args.model, "model"), _load(args.loss, "loss"), json=args.json,
+                  write=not args.no_write, repeats=args.repeats, bisect=not args.no_bisect)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Module paths for births in an eager model: while the core's op-level capture
+(or an fp32 region, or the first step's scope check) is on, forward hooks on
+every module open a scope named by the module's named_modules() path, so an op
+belongs to the innermost module running it and a functional call to the module
+that called it. Off, nothing is hooked: a clean step pays one flag read."""
+import contextlib
+
+import torch
+
+from . import _nanscope
+
+
+def module_paths(model):
+    """id(module) -> its dotted path; the root is ''."""
+    return {id(module): name for name, module in model.named_modules()}
+
+
+@contextlib.contextmanager
+def _hooked(paths):
+    depth = [0]
+
+    def enter(module, _inputs):
+        path = paths.get(id(module))
+        if path is not None and path != "":
+            _nanscope.push_scope_path(path)
+            depth[0] += 1
+
+    def leave(module, _inputs, _output):
+        path = paths.get(id(module))
+        if path is not None and path != "" and depth[0] > 0:
+            _nanscope.pop_scope()
+            depth[0] -= 1
+
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
+    post = torch.nn.modules.module.register_module_forward_hook(leave)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        while depth[0] > 0:  # a forward that raised left its scopes open
+            _nanscope.pop_scope()
+            depth[0] -= 1
+
+
+def call(function, paths, *args):
+    """function(*args), with module scopes when the core listens for them."""
+    if not _nanscope.scopes_active():
+        return function(*args)
+    with _hooked(paths):
+        return function(*args)

@@ -1,0 +1,202 @@
+// _nanscope: the C++ core's StepGuard and replay for Python (import nanscope;
+// the Python half in python/nanscope/ gives them their keyword arguments).
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/step_guard.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "nanscope/replay/model_registry.hpp"
+#include "python_model.hpp"
+#include "python_optimizer.hpp"
+
+namespace nanscope::python {
+
+namespace {
+
+// What guard.step returns: the step's GuardedStep, and whether the run is over.
+struct StepResult {
+  GuardedStep step;
+  bool stop = false;        // the run is dead (nothing could save it): stop training
+  std::string stop_reason;  // why
+};
+
+Batch batch_of(const py::object& batch) {
+  if (THPVariable_Check(batch.ptr())) return Batch(batch.cast<at::Tensor>());
+  if (py::isinstance<py::tuple>(batch) || py::isinstance<py::list>(batch)) {
+    const py::sequence items = batch.cast<py::sequence>();
+    const size_t n = items.size();
+    if ((n == 1 || n == 2) && THPVariable_Check(items[0].ptr()) && (n == 1 || THPVariable_Check(items[1].ptr())))
+      return n == 1 ? Batch(items[0].cast<at::Tensor>())
+                    : Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
+  }
+  throw py::type_error(
+      "nanscope: batch must be a tensor or (inputs, targets), tensors whose first dimension is the "
+      "samples; got " +
+      py::repr(batch).cast<std::string>());
+}
+
+Amp amp_of(const std::string& amp) {
+  const Amp parsed = format::from_string_or_unknown<Amp>(amp);
+  if (parsed == Amp::unknown)
+    throw py::value_error("nanscope: amp must be 'fp32', 'bf16' or 'fp16', not '" + amp + "'");
+  return parsed;
+}
+
+FallbackMode fallback_of(const std::string& mode) {
+  const FallbackMode parsed = format::from_string_or_unknown<FallbackMode>(mode);
+  if (parsed == FallbackMode::unknown)
+    throw py::value_error("nanscope: fallback must be 'whole', 'auto' or 'off', not '" + mode + "'");
+  return parsed;
+}
+
+class Guard {
+ public:
+  Guard(py::object model, py::object optimizer, std::string run_dir, std::string amp, double clip, std::string fallback,
+        double lr_backoff, std::vector<std::string> fp32_modules, bool probe, bool warn, bool rollback,
+        int64_t max_snapshots, int64_t act_absmax_every, std::string model_name, bool log)
+      : optimizer_(std::make_unique<PythonOptimizer>(optimizer)) {
+    if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
+      throw py::type_error("nanscope.StepGuard: model must be a torch.nn.Module (got " +
+                           py::repr(model).cast<std::string>() + ")");
+    GuardOptions o;
+    o.run_dir = std::move(run_dir);
+    o.amp = amp_of(amp);
+    o.clip = clip;
+    o.fallback = fallback_of(fallback);
+    o.lr_backoff = lr_backoff;
+    o.fp32_modules = std::move(fp32_modules);
+    o.probe = probe;
+    o.warn = warn;
+    o.rollback.enabled = rollback;
+    o.max_snapshots = max_snapshots;
+    o.act_absmax_every = act_absmax_every;
+    o.model_name = model_name.empty() ? py::type::of(model).attr("__name__").cast<std::string>() : model_name;
+    o.optimizer_name = py::type::of(optimizer).attr("__name__").cast<std::string>();
+    o.origin = format::Origin::python;
+    o.log = log ? &std::cerr : nullptr;
+    auto body = std::make_unique<PythonModel>(model, o.model_name, py::none());
+    guard_ = std::make_unique<StepGuard>(std::move(body), *optimizer_, o);
+  }
+
+  StepResult step(const py::function& closure, const py::object& batch, std::optional<int64_t> step) {
+    const Batch b = batch_of(batch);
+    // Made while the GIL is held: copying the function object needs it.
+    LossClosure loss = [closure]() -> at::Tensor {
+      py::gil_scoped_acquire gil;
+      py::object value = closure();
+      if (!THPVariable_Check(value.ptr()))
+        throw py::type_error("nanscope: the closure must return the loss as a tensor, got " +
+                             py::repr(value).cast<std::string>());
+      return value.cast<at::Tensor>();
+    };
+    StepResult result;
+    {
+      // The step runs backward and may re-run the closure: no GIL held across it.
+      py::gil_scoped_release release;
+      try {
+        result.step = step ? guard_->step(*step, loss, b) : guard_->step(loss, b);
+      } catch (const ModelError& e) {
+        // The closure's own exception, as Python raised it (a ZeroDivisionError stays one).
+        if (e.original) std::rethrow_exception(e.original);
+        throw;
+      } catch (const DeadRunError& e) {
+        result.stop = true;
+        result.stop_reason = e.what();
+        result.step.outcome.skipped = true;
+      }
+    }
+    return result;
+  }
+
+  StepGuard& guard() { return *guard_; }
+
+ private:
+  std::unique_ptr<PythonOptimizer> optimizer_;
+  std::unique_ptr<StepGuard> guard_;
+};
+
+int replay_snapshot(const std::string& snapshot, py::object factory, py::object loss,
+                    const std::vector<std::string>& args) {
+  SharedObject make = share(std::move(factory)), loss_fn = share(std::move(loss));
+  replay::register_default_model([make, loss_fn](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
+    py::gil_scoped_acquire gil;
+    py::object model = (*make)();
+    if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
+      throw std::invalid_argument("nanscope.replay: model() must build a torch.nn.Module");
+    return std::make_unique<PythonModel>(model, spec.name, *loss_fn);
+  });
+  std::vector<std::string> argv_strings{"nanscope.replay", snapshot};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  int code = 0;
+  {
+    py::gil_scoped_release release;
+    code = replay::replay_main(int(argv.size()), argv.data());
+  }
+  replay::register_default_model(nullptr);  // drops the Python objects while the GIL is held
+  return code;
+}
+
+}  // namespace
+
+}  // namespace nanscope::python
+
+PYBIND11_MODULE(_nanscope, m) {
+  using namespace nanscope;
+  using namespace nanscope::python;
+  m.doc() = "nanscope's C++ core: the step guard and replay (use the nanscope package, not this module)";
+
+  py::class_<StepResult>(m, "StepResult", "What one guarded step did")
+      .def_property_readonly(
+          "counted", [](const StepResult& r) { return r.step.counted(); }, "the update reached the weights")
+      .def_property_readonly("skipped", [](const StepResult& r) { return r.step.outcome.skipped; })
+      .def_property_readonly(
+          "stop", [](const StepResult& r) { return r.stop; },
+          "the run is dead and nothing can save it: stop training (stop_reason says why)")
+      .def_readonly("stop_reason", &StepResult::stop_reason)
+      .def_property_readonly("loss", [](const StepResult& r) { return r.step.outcome.loss; })
+      .def_property_readonly("grad_norm", [](const StepResult& r) { return r.step.outcome.grad_norm; })
+      .def_property_readonly("amp", [](const StepResult& r) { return std::string(format::to_string(r.step.amp)); })
+      .def_property_readonly("lr", [](const StepResult& r) { return r.step.lr; })
+      .def_property_readonly("loss_scale", [](const StepResult& r) { return r.step.loss_scale; })
+      .def_property_readonly("seconds", [](const StepResult& r) { return r.step.seconds; })
+      .def_property_readonly(
+          "first_birth", [](const StepResult& r) { return r.step.first_birth; },
+          "where the first NaN/Inf was born, '' when the step was not investigated")
+      .def_property_readonly("snapshot", [](const StepResult& r) { return r.step.snapshot; })
+      .def_property_readonly("fell_back", [](const StepResult& r) { return r.step.fell_back; })
+      .def_property_readonly("remedy", [](const StepResult& r) { return std::string(remedy_name(r.step.remedy)); })
+      .def_property_readonly("restored", [](const StepResult& r) { return r.step.restored; })
+      .def_property_readonly("error", [](const StepResult& r) { return r.step.error; })
+      .def_property_readonly("warnings", [](const StepResult& r) { return r.step.warnings; })
+      .def_property_readonly("rolled_back_to", [](const StepResult& r) { return r.step.rolled_back_to; })
+      .def("__repr__", [](const StepResult& r) {
+        return "<nanscope.StepResult counted=" + std::string(r.step.counted() ? "True" : "False") +
+               " loss=" + std::to_string(r.step.outcome.loss) +
+               (r.step.first_birth.empty() ? "" : " first_birth='" + r.step.first_birth + "'") +
+               (r.stop ? " stop=True" : "") + ">";
+      });
+
+  py::class_<Guard>(m, "_StepGuard")
+      .def(py::init<py::object, py::object, std::string, std::string, double, std::string, double,
+                    std::vector<std::string>, bool, bool, bool, int64_t, int64_t, std::string, bool>())
+      .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
+      .def_property_readonly("run_file", [](Guard& g) { return g.guard().run_file(); })
+      .def_property_readonly("amp", [](Guard& g) { return std::string(format::to_string(g.guard().amp())); })
+      .def_property_readonly("lr_multiplier", [](Guard& g) { return g.guard().lr_multiplier(); })
+      .def_property_readonly("applied_steps", [](Guard& g) { return g.guard().applied_steps(); })
+      .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
+      .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
+      .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
+      .def("flush", [](Guard& g) { g.guard().writer().flush(); });
+
+  m.def("replay", &replay_snapshot, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("args"));
+  m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });
+  m.def("push_scope_path", [](const std::string& path) { probe::detail::push_scope_path(path); });
+  m.def("pop_scope", [] { probe::detail::pop_scope(); });
+}

@@ -1,0 +1,67 @@
+#include "python_model.hpp"
+
+#include <stdexcept>
+
+namespace nanscope::python {
+
+SharedObject share(py::object object) {
+  return SharedObject(new py::object(std::move(object)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets) {
+  if (!targets.defined()) return py::cast(inputs);
+  return py::make_tuple(inputs, targets);
+}
+
+PythonModel::PythonModel(py::object module, std::string name, py::object loss)
+    : module_(share(std::move(module))), loss_(share(std::move(loss))), name_(std::move(name)) {}
+
+at::Tensor PythonModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  py::gil_scoped_acquire gil;
+  if (loss_->is_none())
+    throw std::logic_error("model '" + name_ +
+                           "': its loss is the step's closure, which runs on the step's own batch only (pass "
+                           "loss=fn(model, batch) to run another batch)");
+  return (*loss_)(*module_, batch_object(inputs, targets)).cast<at::Tensor>();
+}
+
+namespace {
+
+NamedTensors named_tensors(const py::object& items) {
+  NamedTensors out;
+  for (const py::handle item : items) {
+    const py::tuple pair = item.cast<py::tuple>();
+    out.emplace_back(pair[0].cast<std::string>(), pair[1].cast<at::Tensor>());
+  }
+  return out;
+}
+
+}  // namespace
+
+NamedTensors PythonModel::all_named_parameters() const {
+  py::gil_scoped_acquire gil;
+  return named_tensors(module_->attr("named_parameters")());
+}
+
+NamedTensors PythonModel::named_buffers() const {
+  py::gil_scoped_acquire gil;
+  return named_tensors(module_->attr("named_buffers")());
+}
+
+std::vector<std::string> PythonModel::module_paths() const {
+  py::gil_scoped_acquire gil;
+  std::vector<std::string> out;
+  for (const py::handle item : module_->attr("named_modules")())
+    out.push_back(item.cast<py::tuple>()[0].cast<std::string>());
+  return out;
+}
+
+void PythonModel::set_training(bool on) {
+  py::gil_scoped_acquire gil;
+  module_->attr("train")(on);
+}
+
+}  // namespace nanscope::python

@@ -1,0 +1,45 @@
+#pragma once
+// A Python torch.nn.Module as the core sees a model: its parameters, buffers
+// and modules come from the module's own named_parameters(), named_buffers()
+// and named_modules() (the dotted paths PyTorch gives: ModuleList, ModuleDict,
+// nested Sequential; a tied parameter once). Its forward and loss are the
+// step's closure (the guard's ClosureModel); on any other batch, replay's
+// loss function `loss(model, batch)`.
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/model.hpp"
+
+namespace nanscope::python {
+
+namespace py = pybind11;
+
+// A Python object the core may copy or drop without the GIL: the last owner
+// takes the GIL to release it.
+using SharedObject = std::shared_ptr<py::object>;
+SharedObject share(py::object object);
+
+// A batch as Python code sees it: (inputs, targets), or inputs alone.
+py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets);
+
+class PythonModel : public TrainableModel {
+ public:
+  // `loss`: None, or fn(model, batch) -> loss; `name` goes into snapshots.
+  PythonModel(py::object module, std::string name, py::object loss);
+
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
+  NamedTensors all_named_parameters() const override;
+  NamedTensors named_buffers() const override;
+  std::vector<std::string> module_paths() const override;
+  void set_training(bool on) override;
+  ModelSpec spec() const override { return {name_, {}, ""}; }
+
+ private:
+  SharedObject module_, loss_;
+  std::string name_;
+};
+
+}  // namespace nanscope::python

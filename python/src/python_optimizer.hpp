@@ -1,0 +1,26 @@
+#pragma once
+// A torch.optim optimizer (any of them) as the core's torch::optim::Optimizer:
+// the parameter groups are the Python groups' tensors, each group's LR is read
+// and written in the Python group (the fallback's and a rollback's LR cut),
+// step() is the Python optimizer's step(), and save()/load() carry its
+// state_dict(), so rollback states, checkpoints of the guard and snapshots'
+// restores keep the user's optimizer state whatever it holds.
+#include <torch/csrc/utils/pybind.h>
+#include <torch/optim/optimizer.h>
+
+#include "python_model.hpp"
+
+namespace nanscope::python {
+
+class PythonOptimizer : public torch::optim::Optimizer {
+ public:
+  explicit PythonOptimizer(py::object optimizer);
+  at::Tensor step(LossClosure closure = nullptr) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  SharedObject optimizer_;
+};
+
+}  // namespace nanscope::python

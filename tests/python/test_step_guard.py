@@ -1,0 +1,214 @@
+"""nanscope.StepGuard around a Python loop: births named by named_modules()
+paths on eager models, the skip as a transaction, the user's optimizer and
+scheduler, the same files as the C++ side, and clear errors."""
+import json
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+
+class LogAct(nn.Module):
+    """A parameter-free module: only a forward hook can name it."""
+
+    def forward(self, x):
+        return torch.log(x)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.GELU()
+        self.log_act = LogAct()
+        self.poison = None  # None, "functional" or "module"
+
+    def forward(self, x):
+        h = self.act(self.fc(x))
+        if self.poison == "functional":
+            h = torch.log(h)  # a functional call: belongs to the block
+        elif self.poison == "module":
+            h = self.log_act(h)
+        return h
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.heads = nn.ModuleDict({"out": nn.Linear(8, 3)})
+
+    def forward(self, x):
+        h = self.stem(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.heads["out"](h)
+
+
+def data(rows=16):
+    torch.manual_seed(1)
+    return torch.randn(rows, 4), torch.randint(0, 3, (rows,))
+
+
+@pytest.mark.parametrize("poison, module", [("functional", "blocks.1"), ("module", "blocks.1.log_act")])
+def test_the_birth_is_named_by_its_named_modules_path(tmp_path, poison, module):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", log=False)
+    x, y = data()
+    for step in range(5):
+        model.blocks[1].poison = poison if step == 3 else None
+        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        assert result.counted == (step != 3)
+    assert result.amp == "fp32", "the stock fallback switched to fp32"
+    assert guard.snapshots == [str(tmp_path / "run" / "snapshots" / "step-0000003.h5")]
+
+
+def test_birth_text(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               amp="bf16", log=False)
+    x, y = data()
+    model.blocks[1].poison = "module"
+    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    assert result.first_birth.startswith("nan at aten::log (forward) in module 'blocks.1.log_act'"), result
+    assert not result.counted and not result.stop
+
+
+def test_a_skip_is_a_transaction_for_weights_buffers_and_the_optimizer(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False, fallback="off")
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer_before = optimizer.state_dict()["state"][0]["exp_avg"].clone()
+    bad = x.clone()
+    bad[2, 1] = float("nan")
+    result = guard.step(lambda: F.mse_loss(model(bad), y), batch=(bad, y))
+    assert not result.counted
+    assert "1.running_mean" in result.restored
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert torch.equal(optimizer.state_dict()["state"][0]["exp_avg"], optimizer_before)
+    assert result.first_birth == "nan at input (input) in module '', batch row 2"
+
+
+def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", scheduler=scheduler,
+                               lr_backoff=0.5, log=False)
+    x, y = data()
+    for step in range(4):
+        model.blocks[0].poison = "functional" if step == 1 else None
+        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_tied_parameters_count_once(tmp_path):
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 6)
+            self.head = nn.Linear(6, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, tokens):
+            return self.head(self.embed(tokens))
+
+    torch.manual_seed(0)
+    model = Tied()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False)
+    tokens = torch.randint(0, 10, (8, 5))
+    targets = torch.randint(0, 10, (8, 5))
+    before = model.embed.weight.detach().clone()
+    result = guard.step(lambda: F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()),
+                        batch=(tokens, targets))
+    assert result.counted
+    reference = Tied()
+    reference.embed.weight.data.copy_(before)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    F.cross_entropy(reference(tokens).flatten(0, 1), targets.flatten()).backward()
+    ref_opt.step()
+    assert torch.allclose(model.embed.weight, reference.embed.weight), "one tensor, stepped once"
+
+
+def test_files_are_the_c_plus_plus_sides_and_the_snapshot_replays(tmp_path, tool, capfd):
+    torch.manual_seed(0)
+    model = Net()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               amp="bf16", log=False)
+    x, y = data()
+    for step in range(3):
+        model.blocks[1].poison = "module" if step == 1 else None
+        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    guard.flush()
+    report = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run"), "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    run = report["runs"][0]
+    assert run["origin"] == "python"
+    assert run["summary"]["skipped"] == 1
+
+    def factory():
+        net = Net()
+        net.blocks[1].poison = "module"
+        return net
+
+    def loss(net, batch):
+        inputs, targets = batch
+        return F.cross_entropy(net(inputs), targets)
+
+    capfd.readouterr()
+    code = nanscope.replay(tmp_path / "run" / "snapshots" / "step-0000001.h5", model=factory, loss=loss, json=True,
+                           write=False)
+    out = capfd.readouterr().out
+    assert code == 0, out
+    replayed = json.loads(out)
+    assert replayed["capture"]["first_birth"]["module"] == "blocks.1.log_act"
+    assert replayed["verdict"] == "model_or_data"
+    assert replayed["category"] == "log_nonpositive"
+
+
+def test_bad_arguments_raise_python_errors(tmp_path):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="amp must be"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", amp="fp8")
+    with pytest.raises(ValueError, match="fallback must be"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "b", fallback="sometimes")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        nanscope.StepGuard("not a model", optimizer, run_dir=tmp_path / "c")
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        nanscope.StepGuard(model, object(), run_dir=tmp_path / "d")
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "e", log=False)
+    x, y = data()
+    with pytest.raises(TypeError, match="batch must be"):
+        guard.step(lambda: F.cross_entropy(model(x), y), batch={"x": x})
+    with pytest.raises(TypeError, match="closure must be callable"):
+        guard.step(3, batch=(x, y))
+    with pytest.raises(Exception, match="must return the loss as a tensor"):
+        guard.step(lambda: 1.0, batch=(x, y))
+    with pytest.raises(ZeroDivisionError):
+        guard.step(lambda: 1 / 0, batch=(x, y))
+    # The interpreter and the guard are fine after all that.
+    assert guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
+
+
+def test_python_m_nanscope_replay_names_a_bad_factory(tmp_path):
+    result = subprocess.run(["/usr/bin/python3", "-m", "nanscope", "replay", str(tmp_path / "x.h5"), "--model",
+                             "no_such_module:f", "--loss", "no_such_module:g"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "cannot load --model no_such_module:f" in result.stderr
