@@ -15,6 +15,7 @@ fallback, early warnings and rollback, and writes RUN_DIR/run.h5: the same C++
 code and the same files as nanscope-train. Don't call backward(), step() or
 zero_grad() yourself for a guarded step.
 """
+from . import _distributed
 from . import _scopes
 from ._nanscope import StepResult
 from ._nanscope import _StepGuard
@@ -35,14 +36,26 @@ class StepGuard:
     'auto' (the remedy the step's diagnosis supports) or 'off'; fp32_modules:
     module paths that run with autocast off from the start. log=False silences
     the guard's lines on stderr.
+
+    Under torch.distributed (initialised by you; Gloo, or process_group=),
+    every rank builds a guard: ranks agree on each skip, fallback, rollback and
+    stop, each writes run-rank-R.h5, and only a rank whose own step went
+    non-finite writes a snapshot. The guard averages the gradients in one
+    all-reduce per step (a DistributedDataParallel model's own sync is held off
+    with no_sync(), so each rank's gradients are checked before they mix); a
+    plain model starts from rank 0's weights. A DistributedDataParallel model
+    with buffers needs broadcast_buffers=False (its forward would otherwise wait
+    for the other ranks during one rank's forensic re-run).
     """
 
     def __init__(self, model, optimizer, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="whole",
                  lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
-                 act_absmax_every=0, model_name="", scheduler=None, log=True):
+                 act_absmax_every=0, model_name="", scheduler=None, log=True, process_group=None):
+        average, rank, world_size = _distributed.averager(model, process_group)
         self._guard = _StepGuard(model, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
                                  list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
-                                 int(act_absmax_every), model_name, bool(log))
+                                 int(act_absmax_every), model_name, bool(log), average, rank, world_size)
+        self._ddp = model if _distributed.is_ddp(model) else None
         self._model = model
         self._paths = _scopes.module_paths(model)
         self._scheduler = scheduler
@@ -54,7 +67,7 @@ class StepGuard:
         Steps are numbered from 0 unless given. Returns a StepResult."""
         if not callable(closure):
             raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
-        result = self._guard.step(lambda: _scopes.call(closure, self._paths), batch, step)
+        result = self._guard.step(lambda: _distributed.call(self._ddp, _scopes.call, closure, self._paths), batch, step)
         self._follow_lr_cuts()
         return result
 

@@ -10,6 +10,7 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/replay/model_registry.hpp"
+#include "python_averager.hpp"
 #include "python_model.hpp"
 #include "python_optimizer.hpp"
 
@@ -57,8 +58,10 @@ class Guard {
  public:
   Guard(py::object model, py::object optimizer, std::string run_dir, std::string amp, double clip, std::string fallback,
         double lr_backoff, std::vector<std::string> fp32_modules, bool probe, bool warn, bool rollback,
-        int64_t max_snapshots, int64_t act_absmax_every, std::string model_name, bool log)
+        int64_t max_snapshots, int64_t act_absmax_every, std::string model_name, bool log, py::object average, int rank,
+        int world_size)
       : optimizer_(std::make_unique<PythonOptimizer>(optimizer)) {
+    if (!average.is_none() && world_size > 1) averager_ = std::make_unique<PythonAverager>(average, rank, world_size);
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
       throw py::type_error("nanscope.StepGuard: model must be a torch.nn.Module (got " +
                            py::repr(model).cast<std::string>() + ")");
@@ -78,6 +81,8 @@ class Guard {
     o.optimizer_name = py::type::of(optimizer).attr("__name__").cast<std::string>();
     o.origin = format::Origin::python;
     o.log = log ? &std::cerr : nullptr;
+    o.rank = averager_ ? rank : 0;
+    o.world_size = averager_ ? world_size : 1;
     auto body = std::make_unique<PythonModel>(model, o.model_name, py::none());
     guard_ = std::make_unique<StepGuard>(std::move(body), *optimizer_, o);
   }
@@ -98,7 +103,9 @@ class Guard {
       // The step runs backward and may re-run the closure: no GIL held across it.
       py::gil_scoped_release release;
       try {
-        result.step = step ? guard_->step(*step, loss, b) : guard_->step(loss, b);
+        StepContext context;
+        context.averager = averager_.get();
+        result.step = step ? guard_->step(*step, loss, b, context) : guard_->step(loss, b, context);
       } catch (const ModelError& e) {
         // The closure's own exception, as Python raised it (a ZeroDivisionError stays one).
         if (e.original) std::rethrow_exception(e.original);
@@ -116,6 +123,7 @@ class Guard {
 
  private:
   std::unique_ptr<PythonOptimizer> optimizer_;
+  std::unique_ptr<PythonAverager> averager_;
   std::unique_ptr<StepGuard> guard_;
 };
 
@@ -184,7 +192,8 @@ PYBIND11_MODULE(_nanscope, m) {
 
   py::class_<Guard>(m, "_StepGuard")
       .def(py::init<py::object, py::object, std::string, std::string, double, std::string, double,
-                    std::vector<std::string>, bool, bool, bool, int64_t, int64_t, std::string, bool>())
+                    std::vector<std::string>, bool, bool, bool, int64_t, int64_t, std::string, bool, py::object, int,
+                    int>())
       .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def_property_readonly("run_file", [](Guard& g) { return g.guard().run_file(); })
       .def_property_readonly("amp", [](Guard& g) { return std::string(format::to_string(g.guard().amp())); })

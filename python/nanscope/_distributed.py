@@ -1,0 +1,62 @@
+"""The guard's one collective per step for a torch.distributed process group:
+each parameter's gradient averaged and the guard's flags reduced with MAX, so
+every rank knows which rank went non-finite and all decide alike. A
+DistributedDataParallel model's own gradient sync is held off (no_sync): the
+guard checks each rank's own gradients before they are averaged, which names
+the rank a NaN came from, and a forensic re-run on that rank alone must not
+wait for the others."""
+import torch
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def is_ddp(model):
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+def averager(model, group):
+    """(average(flags) or None, rank, world size) for the current process group."""
+    dist = _dist()
+    if dist is None:
+        if group is not None:
+            raise ValueError("nanscope.StepGuard: process_group given but torch.distributed is not initialised")
+        return None, 0, 1
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if world < 2:
+        return None, rank, world
+    ddp = is_ddp(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not ddp:  # every rank starts from rank 0's weights, as DistributedDataParallel does
+        with torch.no_grad():
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                dist.broadcast(tensor, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+
+    def average(flags):
+        grads = []
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        if grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=group)
+            flat /= world
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+
+    return average, rank, world
+
+
+def call(ddp, function, *args):
+    """function(*args), a DistributedDataParallel model's forward under no_sync()."""
+    if ddp is not None:
+        with ddp.no_sync():
+            return function(*args)
+    return function(*args)

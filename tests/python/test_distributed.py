@@ -1,0 +1,69 @@
+"""Two processes under torch.distributed (Gloo): a NaN sample on rank 1 only.
+Both ranks skip the same step, keep identical weights, write their own run
+file, and only rank 1 writes a snapshot, which names the birth. For a plain
+model (the guard averages) and a DistributedDataParallel one."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+WORKER = r'''
+import os, sys, json
+import torch, torch.nn as nn, torch.nn.functional as F
+import torch.distributed as dist
+import nanscope
+
+rank, world, run_dir, ddp = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3] == "ddp"
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=rank, world_size=world)
+torch.manual_seed(rank)  # different initial weights: the guard (or DDP) starts every rank from rank 0's
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+if ddp:
+    model = nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False)
+counted = []
+for step in range(6):
+    torch.manual_seed(100 * step + rank)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    if step == 3 and rank == 1:
+        x[6, 0] = float("nan")
+    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    counted.append(result.counted)
+guard.flush()
+weights = [p.detach().flatten().tolist() for p in model.parameters()]
+print(json.dumps({"counted": counted, "weights": weights, "snapshots": guard.snapshots}))
+dist.destroy_process_group()
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["plain", "ddp"])
+def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool, kind):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    env = dict(os.environ, PORT=str(free_port()), USE_LIBUV="0", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(tmp_path / "run"), kind], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    for out in outs:
+        assert out["counted"] == [True, True, True, False, True, True]
+    assert outs[0]["weights"] == outs[1]["weights"], "every rank holds the same weights"
+    assert outs[0]["snapshots"] == []
+    assert outs[1]["snapshots"] == [str(tmp_path / "run" / "snapshots" / "rank-1" / "step-0000003.h5")]
+    report = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run"), "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    assert len(report["runs"]) == 2
+    births = {run["rank"]: [e["text"] for e in run["events"] if e["kind"] == "first_birth"] for run in report["runs"]}
+    assert births[1] == ["nan at input (input) in module '', batch row 6"], births
