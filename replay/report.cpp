@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "nanscope/common/json_text.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/row_text.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
@@ -12,28 +13,7 @@ namespace nanscope::replay {
 
 namespace {
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string or_null(const std::string& s) { return s.empty() ? "null" : quoted(s); }
+std::string or_null(const std::string& s) { return s.empty() ? "null" : json_quoted(s); }
 
 // The batch rows a birth names: those an op inside the model made
 // non-finite, or the sample that arrived non-finite.
@@ -61,8 +41,8 @@ std::string birth_json(const std::optional<format::Birth>& b, const std::vector<
   if (!b) return "null";
   auto num = [](int64_t v) { return std::to_string(v); };
   std::ostringstream o;
-  o << "{ \"op\": " << quoted(b->op.op) << ", \"phase\": " << quoted(format::to_string(b->op.phase))
-    << ", \"module\": " << quoted(b->op.module) << ", \"kind\": " << quoted(format::to_string(b->kind))
+  o << "{ \"op\": " << json_quoted(b->op.op) << ", \"phase\": " << json_quoted(format::to_string(b->op.phase))
+    << ", \"module\": " << json_quoted(b->op.module) << ", \"kind\": " << json_quoted(format::to_string(b->kind))
     << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
     << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
     << ", \"rows\": " << list_json(b->rows, num) << ", \"dataset_rows\": " << dataset_rows_json(batch_rows, rows_of(*b))
@@ -76,7 +56,7 @@ std::string birth_text(const std::optional<format::Birth>& b) { return b ? forma
 
 std::string to_json(const ReplayReport& r) {
   std::ostringstream o;
-  auto str = [](const std::string& s) { return quoted(s); };
+  auto str = [](const std::string& s) { return json_quoted(s); };
   auto num = [](int64_t v) { return std::to_string(v); };
   const std::vector<int64_t>& rows = r.evidence.batch_rows;
   o << "{ \"step\": " << r.step << ",\n"
@@ -98,9 +78,9 @@ std::string to_json(const ReplayReport& r) {
                                ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) + " }"
                          : "null")
     << " },\n"
-    << "  \"verdict\": " << quoted(format::to_string(r.verdict.verdict)) << ",\n"
-    << "  \"category\": " << quoted(format::to_string(r.verdict.category)) << ",\n"
-    << "  \"suggestion\": " << quoted(r.verdict.suggestion) << " }\n";
+    << "  \"verdict\": " << json_quoted(format::to_string(r.verdict.verdict)) << ",\n"
+    << "  \"category\": " << json_quoted(format::to_string(r.verdict.category)) << ",\n"
+    << "  \"suggestion\": " << json_quoted(r.verdict.suggestion) << " }\n";
   return o.str();
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/json_text.hpp"
+
 namespace nanscope::report {
 
 class JsonWriter {
@@ -49,7 +51,6 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-// A string as a JSON string literal, quotes included.
-std::string json_quoted(const std::string& text);
+using nanscope::json_quoted;
 
 }  // namespace nanscope::report

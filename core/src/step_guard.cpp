@@ -13,6 +13,7 @@
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
@@ -351,12 +352,15 @@ void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missi
   fp32_modules_checked_ = true;
   if (missing.empty()) return;
   writer_->flush();
-  throw std::invalid_argument("--fp32-modules: no module " + fp32_modules_flag_value(missing) +
-                              " ran in the step (names are dotted paths as named_modules() gives them" +
-                              (model_.is_torchscript()
-                                   ? "; a TorchScript model's modules must be run unoptimised, as nanscope runs them"
-                                   : "; a native model's modules are named by NANSCOPE_MODULE_SCOPE") +
-                              ")");
+  // Worded as the user set it: a flag, a GuardOptions field, a Python keyword.
+  const char* where = model_.is_torchscript() ? "; a TorchScript model's modules must be run unoptimised, as nanscope "
+                                                "runs them"
+                      : options_.origin == format::Origin::python
+                          ? ""
+                          : "; a native C++ module runs in fp32 alone inside its NANSCOPE_MODULE_SCOPE only";
+  throw std::invalid_argument(format::fp32_modules_setting(options_.origin, missing) + ": no module " +
+                              fp32_modules_flag_value(missing) +
+                              " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
 }
 
 void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs,

@@ -30,7 +30,7 @@ void push_scope(const char* name) {
   push_scope_path(t_scopes.empty() || t_scopes.back().empty() ? std::string(name) : t_scopes.back() + "." + name);
 }
 
-void push_scope_path(const std::string& path) {
+bool push_scope_path(const std::string& path) {
   t_scopes.push_back(path);
   if (g_scope_names) {
     std::lock_guard<std::mutex> lock(g_names_mutex);
@@ -47,6 +47,7 @@ void push_scope_path(const std::string& path) {
     }
   }
   t_fp32_regions.push_back(fp32 ? std::make_unique<AutocastOff>() : nullptr);
+  return fp32;
 }
 
 void pop_scope() {

@@ -19,11 +19,14 @@ def module_paths(model):
 def _hooked(paths):
     depth = [0]
 
-    def enter(module, _inputs):
+    def enter(module, inputs):
         path = paths.get(id(module))
         if path is not None and path != "":
-            _nanscope.push_scope_path(path)
+            fp32 = _nanscope.push_scope_path(path)
             depth[0] += 1
+            if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
+                return tuple(x.float() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+        return None
 
     def leave(module, _inputs, _output):
         path = paths.get(id(module))

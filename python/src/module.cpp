@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstdio>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -145,6 +147,9 @@ int replay_snapshot(const std::string& snapshot, py::object factory, py::object 
   {
     py::gil_scoped_release release;
     code = replay::replay_main(int(argv.size()), argv.data());
+    // The report is C++'s stdout: out before Python writes (or reads) its own.
+    std::cout.flush();
+    std::fflush(stdout);
   }
   replay::register_default_model(nullptr);  // drops the Python objects while the GIL is held
   return code;
@@ -206,6 +211,6 @@ PYBIND11_MODULE(_nanscope, m) {
 
   m.def("replay", &replay_snapshot, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("args"));
   m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });
-  m.def("push_scope_path", [](const std::string& path) { probe::detail::push_scope_path(path); });
+  m.def("push_scope_path", [](const std::string& path) { return probe::detail::push_scope_path(path); });
   m.def("pop_scope", [] { probe::detail::pop_scope(); });
 }

@@ -39,7 +39,8 @@ struct Net : torch::nn::Module {
 
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(torch::max_pool2d(conv1->forward(x), 2));
-    x = torch::relu(torch::max_pool2d(conv2_drop->forward(conv2->forward(x)), 2));
+    x = torch::relu(
+        torch::max_pool2d(conv2_drop->forward(conv2->forward(x)), 2));
     x = x.view({-1, 320});
     x = torch::relu(fc1->forward(x));
     x = torch::dropout(x, /*p=*/0.5, /*training=*/is_training());
@@ -55,8 +56,13 @@ struct Net : torch::nn::Module {
 };
 
 template <typename DataLoader>
-void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_loader, nanscope::StepGuard& guard,
-           size_t dataset_size) {
+void train(
+    size_t epoch,
+    Net& model,
+    torch::Device device,
+    DataLoader& data_loader,
+    nanscope::StepGuard& guard,
+    size_t dataset_size) {
   model.train();
   size_t batch_idx = 0;
   for (auto& batch : data_loader) {
@@ -64,14 +70,22 @@ void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_load
     auto loss = guard.step([&] { return torch::nll_loss(model.forward(data), targets); }, {data, targets}).loss;
 
     if (batch_idx++ % kLogInterval == 0) {
-      std::printf("\rTrain Epoch: %ld [%5ld/%5ld] Loss: %.4f", epoch, batch_idx * batch.data.size(0), dataset_size,
-                  loss.template item<float>());
+      std::printf(
+          "\rTrain Epoch: %ld [%5ld/%5ld] Loss: %.4f",
+          epoch,
+          batch_idx * batch.data.size(0),
+          dataset_size,
+          loss.template item<float>());
     }
   }
 }
 
 template <typename DataLoader>
-void test(Net& model, torch::Device device, DataLoader& data_loader, size_t dataset_size) {
+void test(
+    Net& model,
+    torch::Device device,
+    DataLoader& data_loader,
+    size_t dataset_size) {
   torch::NoGradGuard no_grad;
   model.eval();
   double test_loss = 0;
@@ -79,16 +93,21 @@ void test(Net& model, torch::Device device, DataLoader& data_loader, size_t data
   for (const auto& batch : data_loader) {
     auto data = batch.data.to(device), targets = batch.target.to(device);
     auto output = model.forward(data);
-    test_loss += torch::nll_loss(output, targets,
-                                 /*weight=*/{}, torch::Reduction::Sum)
+    test_loss += torch::nll_loss(
+                     output,
+                     targets,
+                     /*weight=*/{},
+                     torch::Reduction::Sum)
                      .template item<float>();
     auto pred = output.argmax(1);
     correct += pred.eq(targets).sum().template item<int64_t>();
   }
 
   test_loss /= dataset_size;
-  std::printf("\nTest set: Average loss: %.4f | Accuracy: %.3f\n", test_loss,
-              static_cast<double>(correct) / dataset_size);
+  std::printf(
+      "\nTest set: Average loss: %.4f | Accuracy: %.3f\n",
+      test_loss,
+      static_cast<double>(correct) / dataset_size);
 }
 
 auto main(int argc, char** argv) -> int {
@@ -106,26 +125,27 @@ auto main(int argc, char** argv) -> int {
 
   Net model;
   model.to(device);
-  if (argc > 1)
-    return nanscope::replay::replay_main(argc, argv, model, [&](const nanscope::Batch& b) {
-      return torch::nll_loss(model.forward(b.inputs), b.targets);
-    });
+  if (argc > 1) return nanscope::replay::replay_main(argc, argv, model, [&](const nanscope::Batch& b) { return torch::nll_loss(model.forward(b.inputs), b.targets); });
 
   auto train_dataset = torch::data::datasets::MNIST(kDataRoot)
                            .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
                            .map(PlantFaults())
                            .map(torch::data::transforms::Stack<>());
   const size_t train_dataset_size = train_dataset.size().value();
-  auto train_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(train_dataset),
-                                                                                              kTrainBatchSize);
+  auto train_loader =
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+          std::move(train_dataset), kTrainBatchSize);
 
-  auto test_dataset = torch::data::datasets::MNIST(kDataRoot, torch::data::datasets::MNIST::Mode::kTest)
+  auto test_dataset = torch::data::datasets::MNIST(
+                          kDataRoot, torch::data::datasets::MNIST::Mode::kTest)
                           .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
                           .map(torch::data::transforms::Stack<>());
   const size_t test_dataset_size = test_dataset.size().value();
-  auto test_loader = torch::data::make_data_loader(std::move(test_dataset), kTestBatchSize);
+  auto test_loader =
+      torch::data::make_data_loader(std::move(test_dataset), kTestBatchSize);
 
-  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
+  torch::optim::SGD optimizer(
+      model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
   nanscope::StepGuard guard(model, optimizer, {"mnist-run", nanscope::Amp::bf16});
 
   for (size_t epoch = 1; epoch <= kNumberOfEpochs; ++epoch) {

@@ -14,23 +14,40 @@ import torch.nn.functional as F
 import nanscope
 
 
-class Root(nn.Module):  # parameter-free: named only by where it sits
+class Pre(nn.Module):  # parameter-free: named only by where it sits
+    def __init__(self, fault: str):
+        super().__init__()
+        self.fault = fault
+
     def forward(self, x):
+        if self.fault == "div_zero_std":
+            return x / x.std(1, keepdim=True)
         return torch.sqrt(x)
 
 
+class Cancel(nn.Module):  # bf16 has 8 bits of mantissa: (h + 256) - 256 is 0 for |h| < 1
+    def forward(self, h):
+        return torch.log(((h + 256.0) - 256.0).abs())
+
+
 class Net(nn.Module):
-    def __init__(self, log_of_activation: bool):
+    def __init__(self, fault: str):
         super().__init__()
-        self.pre = Root()
+        self.pre = Pre(fault)
+        self.cancel = Cancel()
         self.fc1 = nn.Linear(6, 16)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(16, 3)
-        self.log_of_activation = log_of_activation
+        self.fault = fault
 
     def forward(self, x):
-        h = self.act(self.fc1(self.pre(x)))
-        if self.log_of_activation:
+        h = self.fc1(self.pre(x))
+        if self.fault == "exp_overflow":
+            h = torch.exp(h * 300.0)
+        if self.fault == "bf16_cancellation":
+            h = self.cancel(h)
+        h = self.act(h)
+        if self.fault == "log_activation":
             h = torch.log(h)
         return self.fc2(h)
 
@@ -38,9 +55,9 @@ class Net(nn.Module):
 class WithLoss(nn.Module):
     """nanscope-train's TorchScript contract: forward(inputs, targets) is the loss."""
 
-    def __init__(self, log_of_activation: bool):
+    def __init__(self, fault: str):
         super().__init__()
-        self.net = Net(log_of_activation)
+        self.net = Net(fault)
 
     def forward(self, inputs, targets):
         return F.cross_entropy(self.net(inputs), targets)
@@ -49,11 +66,13 @@ class WithLoss(nn.Module):
 BATCH, STEPS = 8, 5
 
 
-def make_data(path, bad_row):
+def make_data(path, fault, bad_row):
     torch.manual_seed(3)
     inputs = torch.rand(64, 6) + 0.1
-    if bad_row is not None:
+    if fault == "sqrt_input":
         inputs[bad_row, 2] = -1.0  # sqrt of a negative: NaN, inside the model
+    elif fault == "div_zero_std":
+        inputs[bad_row] = 0.5  # a constant sample: its std is 0
     targets = torch.randint(0, 3, (64,))
     with h5py.File(path, "w") as f:
         f["inputs"] = inputs.numpy()
@@ -62,18 +81,21 @@ def make_data(path, bad_row):
 
 
 SCENARIOS = {
-    # name: (log of the activation, the row with a negative input)
-    "sqrt_of_a_negative_input": (False, 21),
-    "log_of_an_activation": (True, None),
+    # fault: (the row that carries it or None, what the first birth must say)
+    "sqrt_input": (21, "nan at aten::sqrt (forward) in module 'net.pre', batch row 5"),
+    "div_zero_std": (30, "inf at aten::div (forward) in module 'net.pre', batch row 6"),
+    "log_activation": (None, "nan at aten::log (forward) in module 'net'"),
+    "exp_overflow": (None, "inf at aten::exp (forward) in module 'net'"),
+    "bf16_cancellation": (None, "inf at aten::log (forward) in module 'net.cancel'"),
 }
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_python_and_nanscope_train_find_the_same_birth(tmp_path, tool, capfd, scenario):
-    log_of_activation, bad_row = SCENARIOS[scenario]
-    inputs, targets = make_data(tmp_path / "data.h5", bad_row)
+    bad_row, expected = SCENARIOS[scenario]
+    inputs, targets = make_data(tmp_path / "data.h5", scenario, bad_row)
     torch.manual_seed(0)
-    model = WithLoss(log_of_activation)
+    model = WithLoss(scenario)
     torch.jit.script(model).save(str(tmp_path / "model.pt"))
     initial = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -99,9 +121,7 @@ def test_python_and_nanscope_train_find_the_same_birth(tmp_path, tool, capfd, sc
 
     cpp_births = [(e["step"], e["text"]) for e in cpp["events"] if e["kind"] == "first_birth"]
     assert births and births[0] == cpp_births[0], (births, cpp_births)
-    expected = "nan at aten::sqrt (forward) in module 'net.pre', batch row 5" if bad_row else \
-        "at aten::log (forward) in module 'net'"
-    assert expected in births[0][1]
+    assert births[0][1] == expected, births
 
     # Replay: nanscope-replay on the C++ snapshot, nanscope.replay on the Python one.
     step = births[0][0]
@@ -110,10 +130,13 @@ def test_python_and_nanscope_train_find_the_same_birth(tmp_path, tool, capfd, sc
                                             "--no-write"], check=True, capture_output=True, text=True).stdout)
     capfd.readouterr()
     code = nanscope.replay(tmp_path / "py" / "snapshots" / f"step-{step:07d}.h5",
-                           model=lambda: WithLoss(log_of_activation), loss=lambda m, batch: m(*batch), json=True,
+                           model=lambda: WithLoss(scenario), loss=lambda m, batch: m(*batch), json=True,
                            write=False)
     py_replay = json.loads(capfd.readouterr().out)
     assert code == 0
     for key in ("verdict", "category"):
         assert py_replay[key] == cpp_replay[key], key
+    print(f"{scenario}: step {step}: {births[0][1]}; verdict {py_replay['verdict']}, category "
+          f"{py_replay['category']}, fp32 modules {py_replay['replay']['precision_bisection']}")
     assert py_replay["capture"]["first_birth"]["module"] == cpp_replay["capture"]["first_birth"]["module"]
+    assert py_replay["replay"]["precision_bisection"] == cpp_replay["replay"]["precision_bisection"]

@@ -212,3 +212,31 @@ def test_python_m_nanscope_replay_names_a_bad_factory(tmp_path):
                              "no_such_module:f", "--loss", "no_such_module:g"], capture_output=True, text=True)
     assert result.returncode == 2
     assert "cannot load --model no_such_module:f" in result.stderr
+
+
+def test_fallback_auto_puts_only_the_module_that_needs_it_in_fp32(tmp_path):
+    class Cancel(nn.Module):  # bf16 keeps 8 bits: (h + 256) - 256 is 0 for |h| < 1, and its log -inf
+        def forward(self, h):
+            return torch.log(((h + 256.0) - 256.0).abs())
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(6, 16)
+            self.cancel = Cancel()
+            self.fc2 = nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.fc2(self.cancel(self.fc1(x)))
+
+    torch.manual_seed(0)
+    model = Model()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
+                               amp="bf16", fallback="auto", log=False)
+    x, y = torch.rand(8, 6), torch.randint(0, 3, (8,))
+    first = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    assert not first.counted
+    assert first.remedy == "fp32-modules", first
+    assert guard.fp32_modules == ["cancel"]
+    second = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    assert second.counted and second.amp == "bf16", "the rest of the model stays in bf16"

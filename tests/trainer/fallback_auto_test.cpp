@@ -95,7 +95,8 @@ TEST(FallbackAuto, AnFp32ModuleTheModelDoesNotHaveIsABadInput) {
                                    "blocks.0.ln1,blocks.0.lnX --run-dir " +
                                    dir.file("run"));
   EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
-  EXPECT_NE(r.output.find("--fp32-modules: no module blocks.0.lnX ran in the step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--fp32-modules blocks.0.lnX: no module blocks.0.lnX ran in the step"), std::string::npos)
+      << r.output;
 }
 
 TEST(Schedule, HoldKeepsASkippedStepFromMovingTheSchedule) {

@@ -23,8 +23,10 @@ namespace detail {
 extern std::atomic<bool> g_scopes_enabled;
 void push_scope(const char* name);  // relative to the enclosing scope
 // A scope by its full dotted path: module hooks that know each module's path
-// (the Python module's forward hooks) push these.
-void push_scope_path(const std::string& path);
+// (the Python module's forward hooks) push these. True when the path is a
+// listed fp32 module (Fp32Regions): autocast is off from here, and the hook
+// hands the module its floating inputs in fp32, as `module(x.float())` would.
+bool push_scope_path(const std::string& path);
 void pop_scope();
 }  // namespace detail
 
