@@ -48,7 +48,9 @@ int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss
         spec.name, std::move(unowned),
         [loss](const at::Tensor& inputs, const at::Tensor& targets) { return loss(Batch(inputs, targets)); });
   });
-  return replay_main(argc, argv);
+  const int code = replay_main(argc, argv);
+  register_default_model(nullptr);  // it refers to `module`
+  return code;
 }
 
 }  // namespace nanscope::replay

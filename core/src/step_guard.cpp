@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
@@ -278,6 +279,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
                               outcome.skipped_as_spike
                                   ? "loss spikes through the probation after a rollback"
                                   : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row");
+  model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
   return result;
 }
 
@@ -402,7 +404,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     clear_grads(parameters_);
     if (!result.error.empty() && !capture->first_birth) {
       writer_->flush();
-      throw ModelError("step " + std::to_string(step) + ": " + result.error, model_exception_);
+      throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
     }
     result.first_birth = format::capture_text(*capture);
     say(step, "first birth: " + result.first_birth);

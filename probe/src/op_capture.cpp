@@ -56,9 +56,8 @@ struct CaptureState {
   std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
   std::vector<std::string> modules_seen;               // forward modules from scopes, first-seen order
   // A native model without scopes (tensor_owners.hpp): forward ops that read
-  // a registered tensor, by op index, and the forward ops named by neither.
+  // a registered tensor, by op index.
   std::map<int64_t, std::string> owner_at;
-  std::vector<int64_t> unscoped;
   int64_t batch_size = -1;
 
   // The module of forward op `index`: its scope's, else its tensors' owner,
@@ -183,15 +182,17 @@ bool holds_new_infinity(const std::string& op, const at::Tensor& output, const s
   return at::logical_and(at::isinf(output), inherited.logical_not()).any().item<bool>();
 }
 
-// The batch rows (positions) of `output` holding a NaN or Inf, when its first
-// dimension is the batch and not every row went: which sample an internal
-// birth came from, even where the batch cannot be bisected. At most 16.
-std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size) {
+// The batch rows (positions) of `output` holding the birth's kind (NaN or
+// Inf), when its first dimension is the batch and not every row went: which
+// sample an internal birth came from, even where the batch cannot be
+// bisected. At most 16.
+std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size, format::BirthKind kind) {
   if (batch_size < 2 || output.dim() < 1 || output.size(0) != batch_size) return {};
-  const at::Tensor bad = at::logical_not(at::isfinite(output.reshape({batch_size, -1}))).any(1);
+  const at::Tensor rows = output.reshape({batch_size, -1});
+  const at::Tensor bad = (kind == format::BirthKind::nan ? at::isnan(rows) : at::isinf(rows)).any(1);
   if (bad.all().item<bool>()) return {};  // every row: not one sample's doing
-  const at::Tensor rows = bad.nonzero().flatten().slice(0, 0, 16).to(at::kCPU, at::kLong).contiguous();
-  return std::vector<int64_t>(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+  const at::Tensor found = bad.nonzero().flatten().slice(0, 0, 16).to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(found.data_ptr<int64_t>(), found.data_ptr<int64_t>() + found.numel());
 }
 
 std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
@@ -266,10 +267,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (!record.module.empty() &&
         std::find(st.modules_seen.begin(), st.modules_seen.end(), record.module) == st.modules_seen.end())
       st.modules_seen.push_back(record.module);
-    if (ctx->owner)
-      st.owner_at[record.index] = *ctx->owner;
-    else if (record.module.empty())
-      st.unscoped.push_back(record.index);
+    if (ctx->owner) st.owner_at[record.index] = *ctx->owner;
     // Outer ops end after the ops inside them, so the op the model called wins.
     for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module, record.index};
   } else {
@@ -299,7 +297,8 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     c.birth.op = record;
     if (first_output.defined()) {
       c.birth.op.output = tensor_stats(first_output);
-      if (record.phase == format::Phase::forward) c.birth.rows = nonfinite_batch_rows(first_output, st.batch_size);
+      if (record.phase == format::Phase::forward)
+        c.birth.rows = nonfinite_batch_rows(first_output, st.batch_size, kind);
     }
     c.birth.kind = kind;
     c.birth.counted_targets = ctx->counted_targets;
@@ -347,17 +346,10 @@ OpCapture::~OpCapture() {
 }
 
 std::vector<std::string> OpCapture::modules_seen() const {
+  // Scoped modules only: the ones an fp32 region can switch (a module named
+  // through its tensors has no scope to switch autocast off in).
   std::lock_guard<std::mutex> lock(g_state->mutex);
-  const CaptureState& st = *g_state;
-  std::vector<std::string> seen = st.modules_seen;
-  auto add = [&](const std::string& module) {
-    if (!module.empty() && std::find(seen.begin(), seen.end(), module) == seen.end()) seen.push_back(module);
-  };
-  // Scopes first, then the modules named by their tensors, in op order.
-  std::map<int64_t, std::string> named(st.owner_at.begin(), st.owner_at.end());
-  for (int64_t index : st.unscoped) named.emplace(index, st.module_of(index, ""));
-  for (const auto& [index, module] : named) add(module);
-  return seen;
+  return g_state->modules_seen;
 }
 
 format::Capture OpCapture::result() const {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace nanscope::probe {
 
@@ -25,8 +26,10 @@ void register_tensor_owners(const std::vector<std::pair<std::string, at::Tensor>
   std::lock_guard<std::mutex> lock(g_mutex);
   for (auto it = g_owners.begin(); it != g_owners.end();)
     it = it->second.tensor.expired() ? g_owners.erase(it) : std::next(it);
+  std::unordered_set<const c10::TensorImpl*>
+      named_now;  // a tied tensor keeps its first name, as PyTorch's listing does
   for (const auto& [name, tensor] : named_tensors) {
-    if (!tensor.defined()) continue;
+    if (!tensor.defined() || !named_now.insert(tensor.unsafeGetTensorImpl()).second) continue;
     const size_t dot = name.find_last_of('.');
     const std::string module = dot == std::string::npos ? "" : name.substr(0, dot);
     g_owners.insert_or_assign(

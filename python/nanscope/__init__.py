@@ -15,6 +15,8 @@ fallback, early warnings and rollback, and writes RUN_DIR/run.h5: the same C++
 code and the same files as nanscope-train. Don't call backward(), step() or
 zero_grad() yourself for a guarded step.
 """
+import sys
+
 from . import _distributed
 from . import _scopes
 from ._nanscope import StepResult
@@ -75,7 +77,11 @@ class StepGuard:
         multiplier = self._guard.lr_multiplier
         if self._scheduler is not None and multiplier != self._lr_multiplier:
             factor = multiplier / self._lr_multiplier
-            self._scheduler.base_lrs = [lr * factor for lr in self._scheduler.base_lrs]
+            # Schedulers that derive the LR from base_lrs (LambdaLR, StepLR,
+            # CosineAnnealingLR, ...); OneCycleLR and others set it from
+            # their own bounds, and the cut lasts until their next step().
+            if hasattr(self._scheduler, "base_lrs"):
+                self._scheduler.base_lrs = [lr * factor for lr in self._scheduler.base_lrs]
         self._lr_multiplier = multiplier
 
     run_file = property(lambda self: self._guard.run_file, doc="RUN_DIR/run.h5")
@@ -107,4 +113,6 @@ def replay(snapshot, model, loss, json=False, write=True, repeats=3, bisect=True
     def scoped_loss(m, batch):
         return _scopes.call(loss, _scopes.module_paths(m), m, batch)
 
+    sys.stdout.flush()  # what Python printed before goes before the report (C++'s stdout)
+    sys.stderr.flush()
     return _replay(str(snapshot), model, scoped_loss, args)

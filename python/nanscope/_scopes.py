@@ -17,22 +17,26 @@ def module_paths(model):
 
 @contextlib.contextmanager
 def _hooked(paths):
-    depth = [0]
+    open_modules = []  # ids of the modules whose scope is open, innermost last
 
     def enter(module, inputs):
         path = paths.get(id(module))
-        if path is not None and path != "":
-            fp32 = _nanscope.push_scope_path(path)
-            depth[0] += 1
-            if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
-                return tuple(x.float() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+        if not path:
+            return None
+        fp32 = _nanscope.push_scope_path(path)
+        open_modules.append(id(module))
+        if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
+            return tuple(x.float() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
         return None
 
     def leave(module, _inputs, _output):
-        path = paths.get(id(module))
-        if path is not None and path != "" and depth[0] > 0:
+        if id(module) not in open_modules:
+            return
+        # A child that raised inside a forward that caught it left its scope open: close it too.
+        while open_modules:
             _nanscope.pop_scope()
-            depth[0] -= 1
+            if open_modules.pop() == id(module):
+                break
 
     pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
     post = torch.nn.modules.module.register_module_forward_hook(leave)
@@ -41,9 +45,9 @@ def _hooked(paths):
     finally:
         pre.remove()
         post.remove()
-        while depth[0] > 0:  # a forward that raised left its scopes open
+        while open_modules:  # a forward that raised left its scopes open
             _nanscope.pop_scope()
-            depth[0] -= 1
+            open_modules.pop()
 
 
 def call(function, paths, *args):

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@
 namespace nanscope::python {
 
 namespace {
+
+// Ctrl-C or sys.exit() inside the closure: not an error of the model for the
+// guard to diagnose (it is no std::exception, so the guard lets it pass), but
+// the user's wish, handed back to Python as it was raised.
+struct PythonInterrupt {
+  py::error_already_set error;
+};
 
 // What guard.step returns: the step's GuardedStep, and whether the run is over.
 struct StepResult {
@@ -94,7 +102,13 @@ class Guard {
     // Made while the GIL is held: copying the function object needs it.
     LossClosure loss = [closure]() -> at::Tensor {
       py::gil_scoped_acquire gil;
-      py::object value = closure();
+      py::object value;
+      try {
+        value = closure();
+      } catch (py::error_already_set& e) {
+        if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw PythonInterrupt{std::move(e)};
+        throw;
+      }
       if (!THPVariable_Check(value.ptr()))
         throw py::type_error("nanscope: the closure must return the loss as a tensor, got " +
                              py::repr(value).cast<std::string>());
@@ -108,6 +122,8 @@ class Guard {
         StepContext context;
         context.averager = averager_.get();
         result.step = step ? guard_->step(*step, loss, b, context) : guard_->step(loss, b, context);
+      } catch (PythonInterrupt& interrupt) {
+        throw std::move(interrupt.error);
       } catch (const ModelError& e) {
         // The closure's own exception, as Python raised it (a ZeroDivisionError stays one).
         if (e.original) std::rethrow_exception(e.original);
@@ -116,6 +132,7 @@ class Guard {
         result.stop = true;
         result.stop_reason = e.what();
         result.step.outcome.skipped = true;
+        result.step.outcome.loss = result.step.outcome.grad_norm = std::numeric_limits<double>::quiet_NaN();
       }
     }
     return result;

@@ -10,42 +10,51 @@ namespace nanscope::python {
 
 namespace {
 
-// One Python parameter group's options: its LR lives in the Python dict.
+// One Python parameter group's options: its LR lives in the Python dict,
+// looked up by index each time (load_state_dict replaces the group dicts).
 class PythonGroupOptions : public torch::optim::OptimizerCloneableOptions<PythonGroupOptions> {
  public:
-  explicit PythonGroupOptions(SharedObject group) : group_(std::move(group)) {}
+  PythonGroupOptions(SharedObject optimizer, size_t index) : optimizer_(std::move(optimizer)), index_(index) {}
   double get_lr() const override {
     py::gil_scoped_acquire gil;
-    return (*group_)["lr"].cast<double>();
+    return group()["lr"].cast<double>();
   }
   void set_lr(const double lr) override {
     py::gil_scoped_acquire gil;
-    (*group_)["lr"] = lr;
+    group()["lr"] = lr;
   }
 
  private:
-  SharedObject group_;
+  py::object group() const { return optimizer_->attr("param_groups")[py::int_(index_)]; }
+  SharedObject optimizer_;
+  size_t index_;
 };
 
-std::vector<torch::optim::OptimizerParamGroup> groups_of(const py::object& optimizer) {
+const py::object& checked(const py::object& optimizer) {
   if (!py::hasattr(optimizer, "param_groups") || !py::hasattr(optimizer, "state_dict"))
     throw py::type_error("nanscope.StepGuard: optimizer must be a torch.optim.Optimizer (got " +
                          py::repr(optimizer).cast<std::string>() + ")");
+  return optimizer;
+}
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(const SharedObject& optimizer) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (const py::handle group : optimizer.attr("param_groups")) {
+  size_t index = 0;
+  for (const py::handle group : optimizer->attr("param_groups")) {
     std::vector<at::Tensor> params;
     for (const py::handle p : group["params"]) params.push_back(p.cast<at::Tensor>());
-    groups.emplace_back(std::move(params),
-                        std::make_unique<PythonGroupOptions>(share(py::reinterpret_borrow<py::object>(group))));
+    groups.emplace_back(std::move(params), std::make_unique<PythonGroupOptions>(optimizer, index++));
   }
   return groups;
 }
 
 }  // namespace
 
-PythonOptimizer::PythonOptimizer(py::object optimizer)
-    : torch::optim::Optimizer(groups_of(optimizer), std::make_unique<PythonGroupOptions>(share(py::dict()))),
-      optimizer_(share(std::move(optimizer))) {}
+PythonOptimizer::PythonOptimizer(py::object optimizer) : PythonOptimizer(share(checked(optimizer))) {}
+
+PythonOptimizer::PythonOptimizer(SharedObject optimizer)
+    : torch::optim::Optimizer(groups_of(optimizer), std::make_unique<PythonGroupOptions>(optimizer, 0)),
+      optimizer_(std::move(optimizer)) {}
 
 at::Tensor PythonOptimizer::step(LossClosure /*closure*/) {
   py::gil_scoped_acquire gil;

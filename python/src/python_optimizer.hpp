@@ -14,12 +14,13 @@ namespace nanscope::python {
 
 class PythonOptimizer : public torch::optim::Optimizer {
  public:
-  explicit PythonOptimizer(py::object optimizer);
+  explicit PythonOptimizer(py::object optimizer);  // throws TypeError for anything else
   at::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
  private:
+  explicit PythonOptimizer(SharedObject optimizer);
   SharedObject optimizer_;
 };
 

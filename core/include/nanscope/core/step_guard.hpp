@@ -143,10 +143,10 @@ class StepGuard {
   StepGuard(const StepGuard&) = delete;
   StepGuard& operator=(const StepGuard&) = delete;
 
-  // One step on this batch (already on the model's device). Throws what the
-  // model throws when no birth explains it (an error in the model), anything
-  // at all with an averager (the peers are waiting), and DeadRunError when a
-  // non-finite step finds the weights themselves non-finite.
+  // One step on this batch (already on the model's device). Throws
+  // ModelError (the model's own exception inside) when the model raised and
+  // no birth explains it, anything at all with an averager (the peers are
+  // waiting), and DeadRunError when nothing can save the run.
   GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
 
   // One step whose forward and loss are `loss`, a closure over the step's

@@ -43,7 +43,8 @@ class OpCapture {
 
   // What was seen so far; `reproduced` is true when any op output was non-finite.
   format::Capture result() const;
-  // The module paths forward ops ran in, in first-seen order ("" excluded).
+  // The module paths whose scopes forward ops ran in, in first-seen order
+  // ("" excluded): what an fp32 region can switch.
   std::vector<std::string> modules_seen() const;
 };
 
