@@ -42,11 +42,10 @@ ModelFactory default_model() {
 
 int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss) {
   register_default_model([&module, loss](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
-    // The program's own module, not owned: its weights become the snapshot's.
-    std::shared_ptr<torch::nn::Module> unowned(std::shared_ptr<torch::nn::Module>(), &module);
-    return std::make_unique<ModuleModel>(
-        spec.name, std::move(unowned),
-        [loss](const at::Tensor& inputs, const at::Tensor& targets) { return loss(Batch(inputs, targets)); });
+    // The program's own module: its weights become the snapshot's.
+    return ModuleModel::borrowing(spec.name, module, [loss](const at::Tensor& inputs, const at::Tensor& targets) {
+      return loss(Batch(inputs, targets));
+    });
   });
   const int code = replay_main(argc, argv);
   register_default_model(nullptr);  // it refers to `module`

@@ -17,7 +17,6 @@
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/probe/tensor_owners.hpp"
 #include "nanscope/replay/model_registry.hpp"
 
 namespace nanscope::replay {
@@ -84,11 +83,7 @@ ReplaySetup rebuild(const std::string& path) {
   load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
   load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
   setup.model->set_training(true);
-  if (!setup.model->is_torchscript()) {  // births named as the training run named them (tensor_owners.hpp)
-    NamedTensors owned = setup.model->all_named_parameters();
-    for (auto& named : setup.model->named_buffers()) owned.push_back(std::move(named));
-    probe::register_tensor_owners(owned);
-  }
+  register_tensor_owners(*setup.model);  // births named as the training run named them
   setup.parameters = trainable_tensors(*setup.model);
   setup.amp = amp_from(s.precision, path);
   setup.fault = fault_at_step(s.config, s.step);

@@ -11,6 +11,11 @@ ModuleModel::ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> mo
     throw std::invalid_argument("ModuleModel: the model needs a name (replay finds its factory by it)");
 }
 
+std::unique_ptr<ModuleModel> ModuleModel::borrowing(std::string name, torch::nn::Module& module, LossFunction loss) {
+  std::shared_ptr<torch::nn::Module> unowned(std::shared_ptr<torch::nn::Module>(), &module);  // owns nothing
+  return std::make_unique<ModuleModel>(std::move(name), std::move(unowned), std::move(loss));
+}
+
 at::Tensor ModuleModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
   if (!loss_)
     throw std::logic_error("model '" + name_ +

@@ -20,7 +20,6 @@
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "nanscope/probe/tensor_owners.hpp"
 
 namespace nanscope {
 
@@ -71,8 +70,7 @@ namespace {
 
 // The guard keeps a reference to the user's module: a shared_ptr that owns nothing.
 std::unique_ptr<ClosureModel> closure_model_of(torch::nn::Module& module, const std::string& name) {
-  std::shared_ptr<torch::nn::Module> unowned(std::shared_ptr<torch::nn::Module>(), &module);
-  return std::make_unique<ClosureModel>(std::make_unique<ModuleModel>(name, std::move(unowned), LossFunction()));
+  return std::make_unique<ClosureModel>(ModuleModel::borrowing(name, module));
 }
 
 }  // namespace
@@ -106,13 +104,9 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
-  // Births in a native model are named by the module whose tensors an op reads
-  // where no module scope is open (tensor_owners.hpp); TorchScript names its own.
-  if (!model_.is_torchscript()) {
-    NamedTensors owned = model_.all_named_parameters();
-    for (auto& named : model_.named_buffers()) owned.push_back(std::move(named));
-    probe::register_tensor_owners(owned);
-  }
+  // Births in a native model are named by the module whose tensors an op
+  // reads where no module scope is open.
+  register_tensor_owners(model_);
   std::filesystem::create_directories(options_.run_dir);
   format::RunHeader header;
   header.origin = options_.origin;

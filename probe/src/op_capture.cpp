@@ -58,7 +58,6 @@ struct CaptureState {
   // A native model without scopes (tensor_owners.hpp): forward ops that read
   // a registered tensor, by op index.
   std::map<int64_t, std::string> owner_at;
-  int64_t batch_size = -1;
 
   // The module of forward op `index`: its scope's, else its tensors' owner,
   // else the innermost module around it.
@@ -298,7 +297,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (first_output.defined()) {
       c.birth.op.output = tensor_stats(first_output);
       if (record.phase == format::Phase::forward)
-        c.birth.rows = nonfinite_batch_rows(first_output, st.batch_size, kind);
+        c.birth.rows = nonfinite_batch_rows(first_output, st.options.batch_size, kind);
     }
     c.birth.kind = kind;
     c.birth.counted_targets = ctx->counted_targets;
@@ -327,7 +326,6 @@ OpCapture::OpCapture(CaptureOptions options) {
   if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
   g_state = new CaptureState();
   g_state->options = options;
-  g_state->batch_size = options.batch_size;
   g_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(capture_on_op_start, capture_on_op_end)

@@ -77,7 +77,8 @@ TEST(ClosureStep, NamesTheModuleFromNamedModulesWithoutScopes) {
     GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, poisoned), y); }, {x, y});
     EXPECT_EQ(r.counted(), step != 2) << step;
     if (step == 2) {
-      EXPECT_EQ(r.first_birth, "nan at aten::log (forward) in module 'blocks.1'") << log.str();
+      // The batch rows it names, if not all of them, follow from the signs the linear gives.
+      EXPECT_EQ(r.first_birth.rfind("nan at aten::log (forward) in module 'blocks.1'", 0), 0u) << log.str();
       EXPECT_FALSE(r.snapshot.empty());
     }
   }

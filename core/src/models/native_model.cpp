@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "nanscope/core/models/fault_ops.hpp"
+#include "nanscope/probe/tensor_owners.hpp"
 
 namespace nanscope {
 
@@ -58,6 +59,13 @@ NamedTensors TrainableModel::trainable_parameters() const {
 
 void read_hparam(const ModelSpec& spec, const char* key, int64_t& out) {
   if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
+}
+
+void register_tensor_owners(const TrainableModel& model) {
+  if (model.is_torchscript()) return;
+  NamedTensors owned = model.all_named_parameters();
+  for (auto& named : model.named_buffers()) owned.push_back(std::move(named));
+  probe::register_tensor_owners(owned);
 }
 
 bool plant_fault(TrainableModel& model, const Fault& fault) {

@@ -64,7 +64,6 @@ class ClosureModel final : public TrainableModel {
   void set_training(bool on) override { body_->set_training(on); }
   ModelSpec spec() const override { return body_->spec(); }
   bool is_torchscript() const override { return body_->is_torchscript(); }
-  TrainableModel& body() { return *body_; }
 
  private:
   std::unique_ptr<TrainableModel> body_;

@@ -78,6 +78,11 @@ class FaultHost {
 // only kind none (nothing planted). False when the model cannot host it.
 bool plant_fault(TrainableModel& model, const Fault& fault);
 
+// Lets op-level capture name the module of an op by the parameters and
+// buffers it reads (probe/tensor_owners.hpp), for a model without module
+// scopes; a TorchScript model names its own modules and is left alone.
+void register_tensor_owners(const TrainableModel& model);
+
 // The tensors of model.trainable_parameters(); throws std::invalid_argument
 // for a model that has none.
 std::vector<at::Tensor> trainable_tensors(const TrainableModel& model);

@@ -31,6 +31,9 @@ class ModuleModel : public NativeModel {
   // `hparams` travel in snapshots to the factory that rebuilds the model.
   ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> module, LossFunction loss,
               std::map<std::string, int64_t> hparams = {});
+  // A module the caller owns (on the stack, in its own program): the model
+  // refers to it and must not outlive it.
+  static std::unique_ptr<ModuleModel> borrowing(std::string name, torch::nn::Module& module, LossFunction loss = {});
 
   // Throws std::logic_error for a model built without a loss function (the
   // body of a closure step: StepGuard(module, ...)).
