@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/format/advice_words.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -37,10 +38,16 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
     std::unique_ptr<TrainableModel> model = factory(spec);
     if (model) return model;
   }
+  // Only the program that trained a model of its own can build it again: say how.
+  const std::string how = s.origin == format::Origin::python
+                              ? "it was trained from Python: replay it with " + format::replay_command(s.origin, path) +
+                                    ", where FACTORY builds the model and LOSS_FN(model, batch) returns the loss"
+                              : "replay it from a program that builds the model: your training program given the "
+                                "snapshot's path (nanscope::replay::replay_main(argc, argv, model, loss)), or one that "
+                                "registers a factory for '" +
+                                    s.model_name + "' (nanscope::replay::register_model)";
   throw std::invalid_argument("'" + path + "': model '" + s.model_name +
-                              "' cannot be rebuilt: not a built-in model, no TorchScript bytes, and no factory "
-                              "registered under that name (replay/model_registry.hpp: replay your own model "
-                              "with a program that registers one)");
+                              "' is not a built-in model and the snapshot holds no TorchScript: " + how);
 }
 
 void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets, const std::string& path,

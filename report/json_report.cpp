@@ -3,6 +3,7 @@
 #include <map>
 
 #include "json_writer.hpp"
+#include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
 
 namespace nanscope::report {
@@ -115,6 +116,7 @@ void write_snapshot(JsonWriter& json, const SnapshotEntry& entry) {
   json.key("lr").value(s.lr);
   json.key("model").value(s.model_name);
   json.key("origin").value(format::to_string(s.origin));
+  json.key("replay_command").value(format::replay_command(s.origin, entry.path));
   json.key("reproduced").value(s.capture.reproduced);
   json.key("capture").value(format::capture_text(s.capture));
   json.key("first_birth");

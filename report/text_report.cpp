@@ -6,6 +6,7 @@
 
 #include "event_sections.hpp"
 #include "nanscope/common/number_text.hpp"
+#include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
 
 namespace nanscope::report {
@@ -120,7 +121,7 @@ std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
     lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
                     format::to_string(s.replay->category) + "; " + s.replay->suggestion);
   else
-    lines.push_back("  replay: not replayed yet (nanscope-replay " + entry.path + ")");
+    lines.push_back("  replay: not replayed yet (" + format::replay_command(s.origin, entry.path) + ")");
   return lines;
 }
 

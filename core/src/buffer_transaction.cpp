@@ -2,6 +2,8 @@
 
 #include <c10/core/GradMode.h>
 
+#include "nanscope/probe/module_scope.hpp"
+
 namespace nanscope {
 
 namespace {
@@ -24,18 +26,22 @@ void BufferTransaction::rebind(const TrainableModel& model) {
   if (!same) {
     // New model, or buffers added or removed: learn again.
     slots_.clear();
-    for (auto& [name, tensor] : buffers) slots_.push_back({name, tensor, {}, 0, Role::unknown});
+    for (auto& [name, tensor] : buffers) {
+      // One host read per buffer, once: whether it holds infinities of its own.
+      const bool own_infinities = tensor.defined() && at::isFloatingType(tensor.scalar_type()) && tensor.numel() > 0 &&
+                                  !at::isfinite(tensor).all().item<bool>();
+      slots_.push_back({name, tensor, {}, 0, Role::unknown, own_infinities});
+    }
   } else {
     for (size_t i = 0; i < buffers.size(); ++i) slots_[i].buffer = buffers[i].second;
   }
-  refresh_written_floating();
 }
 
 void BufferTransaction::refresh_written_floating() {
   written_floating_.clear();
   for (const Slot& s : slots_)
     if (copies(s) && s.buffer.defined() && at::isFloatingType(s.buffer.scalar_type()))
-      written_floating_.push_back(s.buffer);
+      written_floating_.push_back({s.buffer, s.own_infinities ? s.copy : at::Tensor()});
 }
 
 void BufferTransaction::begin(const TrainableModel& model) {
@@ -50,6 +56,7 @@ void BufferTransaction::begin(const TrainableModel& model) {
     else
       s.copy = s.buffer.detach().clone();
   }
+  refresh_written_floating();  // after the copies: a buffer with its own infinities is checked against its copy
 }
 
 void BufferTransaction::commit() {
@@ -109,12 +116,16 @@ int64_t BufferTransaction::copied_bytes() const {
   return n;
 }
 
+// Inside a capture (the forensic re-run) these copies are nanscope's, not the
+// model's: they must not name a module by the buffers they read.
 KeepBuffers::KeepBuffers(const TrainableModel& model) {
+  probe::BookkeepingOps bookkeeping;
   for (auto& [name, tensor] : model.named_buffers())
     if (tensor.defined()) kept_.emplace_back(tensor, tensor.detach().clone());
 }
 
 KeepBuffers::~KeepBuffers() {
+  probe::BookkeepingOps bookkeeping;
   c10::NoGradGuard no_grad;
   for (auto& [buffer, value] : kept_) {
     at::Tensor target = buffer;

@@ -52,27 +52,47 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
   std::vector<Warning> out;
   const bool warm = finite_steps_ >= options_.warmup;
 
+  // An absurd jump needs no baseline: a thousandfold loss or grad norm after
+  // one healthy step is as telling as after a thousand.
+  // A jump is not reported a second time as a spike of the same number.
+  const bool loss_jumped =
+      std::isfinite(s.loss) && jump_loss_bar_ > 0 && s.loss >= options_.jump_ratio * jump_loss_bar_;
+  const bool grad_jumped =
+      std::isfinite(s.grad_norm) && jump_grad_norm_bar_ > 0 && s.grad_norm >= options_.jump_ratio * jump_grad_norm_bar_;
+  if (loss_jumped) fire(out, step, {"loss_jump", "", s.loss, jump_loss_bar_, {}, ""});
+  if (grad_jumped) fire(out, step, {"grad_norm_jump", "", s.grad_norm, jump_grad_norm_bar_, {}, ""});
+  // Neither raises the bar for the next: a second jump is measured against healthy steps too.
+  if (std::isfinite(s.loss) && !loss_jumped) jump_loss_bar_ = std::max(jump_loss_bar_, s.loss);
+  if (std::isfinite(s.grad_norm) && !grad_jumped) jump_grad_norm_bar_ = std::max(jump_grad_norm_bar_, s.grad_norm);
+
   // The global grad norm: a spike against the running baseline, and growth
   // of the short average over the long one.
   if (s.grad_norm > 0 && std::isfinite(s.grad_norm)) {
     const double g = std::log(s.grad_norm);
-    if (warm && grad_.z(g) > options_.spike_z && g - grad_.mean > std::log(options_.spike_ratio))
-      fire(out, step, {"grad_norm_spike", "", s.grad_norm, std::exp(grad_.mean), {}, ""});
+    // Like a layer's, a spike must last: a clean GPT fed its text in order
+    // spikes 5-13x for a few steps at a surprising window and recovers. The
+    // first spiking step is held out of the baseline, the second warns.
+    const bool spike =
+        warm && !grad_jumped && grad_.z(g) > options_.spike_z && g - grad_.mean > std::log(options_.spike_ratio);
+    const bool spike_lasts = spike && grad_spike_pending_;
+    grad_spike_pending_ = spike && !grad_spike_pending_;
+    if (spike_lasts) fire(out, step, {"grad_norm_spike", "", s.grad_norm, std::exp(grad_.mean), {}, ""});
     if (warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio) && grad_short_ > grad_long_peak_)
       fire(out, step, {"grad_norm_growth", "", std::exp(grad_short_), std::exp(grad_long_), {}, ""});
-    grad_.add(g, kBaselineAlpha);
+    if (!grad_spike_pending_) grad_.add(g, kBaselineAlpha);
     grad_short_ = finite_steps_ == 0 ? g : grad_short_ + kShortAlpha * (g - grad_short_);
     grad_long_ = finite_steps_ == 0 ? g : grad_long_ + kLongAlpha * (g - grad_long_);
     if (warm) grad_long_peak_ = std::max(grad_long_peak_, grad_long_);
   }
 
-  // Per layer: the same spike test, naming the layer, on two steps in a row.
-  // One layer's norm is far noisier than the sum of all: on clean GPT runs a
-  // LayerNorm gain's or an attention head's norm jumps 5-8x for one batch now
-  // and then (0.88 of the way to the bar, at worst, in 10,800 clean steps),
-  // and a tenfold blip is only a rarer draw of the same. Trouble persists. The
-  // first spike is held out of the baseline, so the second is measured
-  // against the layer as it was.
+  // Per layer: the same spike test, naming the layer, on two steps in a row,
+  // for a layer that carries a real share of the step's gradient. One layer's
+  // norm is far noisier than the sum of all: on clean GPT runs a LayerNorm
+  // gain's norm, about 1% of the global norm, jumps 10-17x for a batch or two
+  // now and then; a layer that small cannot push a step out of range however
+  // it moves against its own past. A layer going wrong becomes most of the
+  // step's norm. Trouble persists. The first spike is held out of the
+  // baseline, so the second is measured against the layer as it was.
   if (s.layer_names && s.layer_grad_norm && s.layer_grad_norm->size() == s.layer_names->size()) {
     for (size_t i = 0; i < s.layer_names->size(); ++i) {
       const double v = (*s.layer_grad_norm)[i];
@@ -80,7 +100,9 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
       LayerBaseline& layer = layer_grad_[(*s.layer_names)[i]];
       Baseline& b = layer.norm;
       const double x = std::log(v);
-      const bool spike = warm && b.z(x) > options_.spike_z && x - b.mean > std::log(options_.layer_spike_ratio);
+      const bool carries_the_step = v >= options_.layer_share * s.grad_norm;
+      const bool spike =
+          warm && carries_the_step && b.z(x) > options_.spike_z && x - b.mean > std::log(options_.layer_spike_ratio);
       if (spike && !layer.spike_pending) {
         layer.spike_pending = true;
         continue;
@@ -95,10 +117,11 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
   if (std::isfinite(s.loss)) {
     // A spike does not raise the bar: after a burst (and its rollback) the
     // next spike must still be measured against the healthy losses.
-    if (warm && max_loss_ > 0 && s.loss >= options_.loss_spike_ratio * max_loss_)
-      fire(out, step, {"loss_spike", "", s.loss, max_loss_, {}, ""});
-    else
+    if (warm && max_loss_ > 0 && s.loss >= options_.loss_spike_ratio * max_loss_) {
+      if (!loss_jumped) fire(out, step, {"loss_spike", "", s.loss, max_loss_, {}, ""});
+    } else if (!loss_jumped) {
       max_loss_ = std::max(max_loss_, s.loss);
+    }
   }
 
   // fp16's loss scale collapsing: overflow after overflow.

@@ -18,17 +18,19 @@ StateHealth state_health(const TrainableModel& model, const torch::optim::Optimi
   c10::NoGradGuard no_grad;
   std::vector<std::string> names;
   std::vector<at::Tensor> flags;
-  auto check = [&](const char* what, const NamedTensors& tensors) {
+  // healthy(t): every value finite, or (a buffer) no NaN.
+  auto check = [&](const char* what, const NamedTensors& tensors, bool infinities_allowed) {
     for (const auto& [name, t] : tensors) {
       if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
       names.push_back(std::string(what) + " " + name);
-      flags.push_back(at::isfinite(t).all().reshape({1}).to(at::kCPU));
+      const at::Tensor healthy = infinities_allowed ? at::logical_not(at::isnan(t).any()) : at::isfinite(t).all();
+      flags.push_back(healthy.reshape({1}).to(at::kCPU));
     }
   };
   const NamedTensors parameters = model.named_parameters();
-  check("parameter", parameters);
-  check("buffer", model.named_buffers());
-  if (optimizer) check("optimizer state", optimizer_state_by_name(*optimizer, model.trainable_parameters()));
+  check("parameter", parameters, false);
+  check("buffer", model.named_buffers(), true);
+  if (optimizer) check("optimizer state", optimizer_state_by_name(*optimizer, model.trainable_parameters()), false);
   StateHealth health;
   if (flags.empty()) return health;
   const at::Tensor all = at::cat(flags);

@@ -60,6 +60,30 @@ StepOutcome raised_step_outcome(LossScaler& scaler, const std::vector<at::Tensor
   return out;
 }
 
+// The line a guard starts with: where it writes, and what a failed step will
+// trigger, so nobody learns the fallback's policy from its first firing.
+std::string start_text(const GuardOptions& o, const std::string& run_file) {
+  std::string fallback = std::string("fallback ") + fallback_mode_name(o.fallback) + " (";
+  switch (o.fallback) {
+    case FallbackMode::automatic:
+      fallback +=
+          "a non-finite step gets the remedy its diagnosis supports: a data fault or a transient is "
+          "skipped, modules that need fp32 go to fp32, else the whole model";
+      break;
+    case FallbackMode::whole:
+      fallback += o.amp == Amp::fp32 ? "the first non-finite step cuts the LR x " + number_text(o.lr_backoff)
+                                     : "the first non-finite step switches the whole model to fp32 for the rest of "
+                                       "the run, LR x " +
+                                           number_text(o.lr_backoff);
+      break;
+    case FallbackMode::off:
+    case FallbackMode::unknown: fallback += "a non-finite step is skipped, nothing more"; break;
+  }
+  return "nanscope: writing " + run_file + "; amp " + precision_name(o.amp) + ", " + fallback + "), clip " +
+         (o.clip > 0 ? number_text(o.clip) : std::string("off")) + ", rollback " + (o.rollback.enabled ? "on" : "off") +
+         ", warnings " + (o.warn ? "on" : "off");
+}
+
 double current_lr(const torch::optim::Optimizer& optimizer) {
   return optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
 }
@@ -122,6 +146,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
   } else {
     writer_ = std::make_unique<format::RunWriter>(path, header);
   }
+  if (options_.log) *options_.log << options_.log_prefix << start_text(options_, path) << "\n";
 }
 
 GuardState StepGuard::state() const {
@@ -535,10 +560,14 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
   fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
   scale_lr(optimizer_, options_.lr_backoff);
   result.fell_back = true;
-  writer_->event(step, format::EventKind::fallback,
-                 std::string(precision_name(result.amp)) + " -> fp32, LR x " + number_text(options_.lr_backoff));
-  say(step, what + " at " + precision_name(result.amp) + " -> skipped; fallback to fp32, LR x " +
-                number_text(options_.lr_backoff));
+  // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
+  const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
+  const std::string done = result.amp == Amp::fp32 ? lr_cut + " (already fp32: no wider precision to fall back to)"
+                                                   : "fallback to fp32, " + lr_cut;
+  writer_->event(
+      step, format::EventKind::fallback,
+      result.amp == Amp::fp32 ? "fp32: " + lr_cut : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut);
+  say(step, what + " at " + precision_name(result.amp) + " -> skipped; " + done);
   amp_ = Amp::fp32;
 }
 

@@ -121,14 +121,26 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   return out;
 }
 
-// 1 when a buffer the forward wrote holds a non-finite value: the largest
-// magnitude of each (NaN propagates through it), one foreach call.
+// 1 when the forward left a value of a buffer it wrote non-finite: the
+// largest magnitude of each (NaN propagates through it), one foreach call; a
+// buffer with infinities of its own (a mask) against its value before the step.
 // Undefined when there are none (no work, nothing added to the host read).
-at::Tensor buffers_nonfinite(const std::vector<at::Tensor>* buffers, const at::Tensor& like) {
+at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at::Tensor& like) {
   if (!buffers || buffers->empty()) return {};
-  std::vector<at::Tensor> largest = at::_foreach_norm(*buffers, std::numeric_limits<double>::infinity());
-  for (at::Tensor& m : largest) m = m.to(like.device(), at::kFloat).reshape({1});
-  return (~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1});
+  std::vector<at::Tensor> plain, flags;
+  for (const WrittenBuffer& b : *buffers) {
+    if (!b.before.defined())
+      plain.push_back(b.buffer);
+    else  // NaN != anything: a NaN anywhere counts, an unchanged -inf does not
+      flags.push_back(
+          (~at::isfinite(b.buffer) & (b.buffer != b.before)).any().to(like.device(), at::kFloat).reshape({1}));
+  }
+  if (!plain.empty()) {
+    std::vector<at::Tensor> largest = at::_foreach_norm(plain, std::numeric_limits<double>::infinity());
+    for (at::Tensor& m : largest) m = m.to(like.device(), at::kFloat).reshape({1});
+    flags.push_back((~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1}));
+  }
+  return at::cat(flags).max().reshape({1});
 }
 
 // Device values gathered into one float tensor and copied to the host once;

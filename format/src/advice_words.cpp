@@ -24,6 +24,8 @@ constexpr AdviceWords kTrainWords{
     "torch::softmax",
     "torch::logsumexp",
     "TORCH_CHECK(torch::isfinite(x).all().item<bool>(), \"non-finite sample \", i)",
+    "nanscope-replay ",
+    "",
 };
 
 constexpr AdviceWords kCppWords{
@@ -43,6 +45,8 @@ constexpr AdviceWords kCppWords{
     kTrainWords.softmax,
     kTrainWords.logsumexp,
     kTrainWords.check_finite,
+    "YOUR_TRAINING_PROGRAM ",
+    " (a program that calls nanscope::replay::replay_main with your model and loss)",
 };
 
 constexpr AdviceWords kPythonWords{
@@ -62,6 +66,8 @@ constexpr AdviceWords kPythonWords{
     "torch.softmax",
     "torch.logsumexp",
     "assert torch.isfinite(x).all(), f\"non-finite sample {i}\"",
+    "python3 -m nanscope replay ",
+    " --model MODULE:FACTORY --loss MODULE:LOSS_FN",
 };
 
 }  // namespace
@@ -87,6 +93,11 @@ std::string fp32_modules_setting(Origin origin, const std::vector<std::string>& 
 
 std::string how_to_set(Origin origin, const std::string& setting) {
   return std::string(advice_words(origin).set) + " " + setting;
+}
+
+std::string replay_command(Origin origin, const std::string& snapshot) {
+  const AdviceWords& w = advice_words(origin);
+  return w.replay_before + snapshot + w.replay_after;
 }
 
 }  // namespace nanscope::format

@@ -98,7 +98,12 @@ std::vector<std::string> ScopeNameRecorder::names() const {
 
 namespace {
 thread_local std::optional<format::Phase> t_phase;
+thread_local int t_bookkeeping = 0;
 }  // namespace
+
+BookkeepingOps::BookkeepingOps() { ++t_bookkeeping; }
+BookkeepingOps::~BookkeepingOps() { --t_bookkeeping; }
+bool inside_bookkeeping_ops() { return t_bookkeeping > 0; }
 
 PhaseScope::PhaseScope(format::Phase phase) : previous_(t_phase) { t_phase = phase; }
 PhaseScope::~PhaseScope() { t_phase = previous_; }
@@ -108,5 +113,7 @@ const std::string& current_module_scope() {
   static const std::string root;
   return detail::t_scopes.empty() ? root : detail::t_scopes.back();
 }
+
+bool inside_module_scope() { return !detail::t_scopes.empty(); }
 
 }  // namespace nanscope::probe

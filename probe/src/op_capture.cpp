@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "module_path.hpp"
 #include "nanscope/probe/module_scope.hpp"
@@ -195,7 +196,7 @@ std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batc
 }
 
 std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
-  if (t_in_callback || !g_state) return nullptr;
+  if (t_in_callback || !g_state || inside_bookkeeping_ops()) return nullptr;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     t_backward_nodes.push_back({fn.name(), fn.seqNr()});
     auto ctx = std::make_unique<OpContext>();
@@ -221,6 +222,10 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
     first = false;
     if (find_owner && !ctx->owner && input.isTensor()) ctx->owner = tensor_owner(input.toTensor());
   }
+  // In the root's own scope (hooks that scope every module) an op that reads a
+  // child's tensor itself, F.linear(x, self.emb.weight), is that child's; the
+  // ops around it are the root's, so nothing is inferred between such reads.
+  if (ctx->owner && inside_module_scope()) ctx->module = *std::exchange(ctx->owner, std::nullopt);
   ctx->counted_targets = counted_targets(fn, ctx->arity);
   return ctx;
 }

@@ -21,9 +21,10 @@ from . import _distributed
 from . import _scopes
 from ._nanscope import StepResult
 from ._nanscope import _StepGuard
-from ._nanscope import replay as _replay
+from ._nanscope import replay_report as _replay_report
+from ._report import Birth, ReplayReport
 
-__all__ = ["StepGuard", "StepResult", "replay"]
+__all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth"]
 
 
 class StepGuard:
@@ -50,7 +51,7 @@ class StepGuard:
     for the other ranks during one rank's forensic re-run).
     """
 
-    def __init__(self, model, optimizer, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="whole",
+    def __init__(self, model, optimizer, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
                  lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
                  act_absmax_every=0, model_name="", scheduler=None, log=True, process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
@@ -90,29 +91,47 @@ class StepGuard:
     fp32_modules = property(lambda self: self._guard.fp32_modules)
     applied_steps = property(lambda self: self._guard.applied_steps, doc="updates that reached the weights")
 
+    def health(self):
+        """The tensors of the training state that are sick: a NaN anywhere, or
+        an infinity in a parameter or the optimizer's state (a buffer may keep
+        infinities on purpose, as an additive -inf attention mask does), as
+        "parameter NAME" / "buffer NAME" / "optimizer state NAME"; [] when
+        healthy. Slow (one reduction per tensor): not for every step."""
+        return self._guard.health()
+
     def flush(self):
         """Writes run.h5's buffered rows to disk (they are written every 16 rows and at the end)."""
         self._guard.flush()
 
 
-def replay(snapshot, model, loss, json=False, write=True, repeats=3, bisect=True):
-    """Replays a snapshot written from Python with nanscope-replay's engine:
+def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_report=False, json=False):
+    """Replays a snapshot written from Python with nanscope-replay's engine and
+    returns a ReplayReport (verdict, category, suggestion, the births, the
+    rows without which the step is finite, the fp32 modules found; print()
+    gives nanscope-replay's report, to_dict() its JSON).
+
     model() builds the model (any weights: the snapshot's are loaded), and
     loss(model, batch) returns the loss of `batch` as it was given to
-    guard.step. Prints the report (JSON with json=True) and returns
-    nanscope-replay's exit code (0 a verdict, 1 the replay failed, 2 bad input)."""
-    args = []
-    if json:
-        args.append("--json")
-    if not write:
-        args.append("--no-write")
-    if not bisect:
-        args.append("--no-bisect")
-    args += ["--repeats", str(int(repeats))]
+    guard.step. write=False leaves the snapshot as it is (else the result is
+    appended to it, for nanscope-view and nanscope-report); print_report=True
+    also prints the report (as JSON with json=True). A missing, corrupt or
+    foreign snapshot, or one whose model the factory cannot hold, raises
+    ValueError; a replay that failed RuntimeError; an exception model() raises
+    comes back as itself."""
+    import torch
+    if not callable(model) or isinstance(model, torch.nn.Module):
+        raise TypeError("nanscope.replay: model must be a function that builds the model (a class or a factory), "
+                        f"got {model!r}")
+    if not callable(loss):
+        raise TypeError(f"nanscope.replay: loss must be a function loss(model, batch), got {loss!r}")
+    if int(repeats) < 1:
+        raise ValueError(f"nanscope.replay: repeats must be 1 or more, not {repeats}")
 
     def scoped_loss(m, batch):
         return _scopes.call(loss, _scopes.module_paths(m), m, batch)
 
-    sys.stdout.flush()  # what Python printed before goes before the report (C++'s stdout)
-    sys.stderr.flush()
-    return _replay(str(snapshot), model, scoped_loss, args)
+    json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
+    report = ReplayReport(json_text, text)
+    if print_report:
+        print(report.to_json() if json else report, end="" if not json else "\n")
+    return report

@@ -2,7 +2,8 @@
 
 Replays a snapshot written from Python: imports the factory that builds the
 model and the loss function fn(model, batch), then runs nanscope-replay's
-engine (the same report, JSON and exit codes)."""
+engine (the same report, JSON and exit codes: 0 a verdict, 1 the replay
+failed, 2 bad input)."""
 import argparse
 import importlib
 import sys
@@ -35,8 +36,17 @@ def main(argv=None):
     r.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     sys.path.insert(0, "")
-    return replay(args.snapshot, _load(args.model, "model"), _load(args.loss, "loss"), json=args.json,
-                  write=not args.no_write, repeats=args.repeats, bisect=not args.no_bisect)
+    model, loss = _load(args.model, "model"), _load(args.loss, "loss")
+    try:
+        replay(args.snapshot, model, loss, json=args.json, write=not args.no_write, repeats=args.repeats,
+               bisect=not args.no_bisect, print_report=True)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Module paths for births in an eager model: while the core's op-level capture
 (or an fp32 region, or the first step's scope check) is on, forward hooks on
-every module open a scope named by the module's named_modules() path, so an op
-belongs to the innermost module running it and a functional call to the module
-that called it. Off, nothing is hooked: a clean step pays one flag read."""
+every module, the root included, open a scope named by the module's
+named_modules() path, so an op belongs to the innermost module running it and a
+functional call to the module that called it (a loss in the root's own forward
+is the root's, ''). Off, nothing is hooked: a clean step pays one flag read."""
 import contextlib
 
 import torch
@@ -21,7 +22,7 @@ def _hooked(paths):
 
     def enter(module, inputs):
         path = paths.get(id(module))
-        if not path:
+        if path is None:  # not a module of this model
             return None
         fp32 = _nanscope.push_scope_path(path)
         open_modules.append(id(module))

@@ -10,12 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/error_text.hpp"
 #include "nanscope/core/step_guard.hpp"
+#include "nanscope/format/error.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "python_averager.hpp"
 #include "python_model.hpp"
 #include "python_optimizer.hpp"
+#include "replay.hpp"  // nanscope-replay's engine (replay/)
+#include "report.hpp"
 
 namespace nanscope::python {
 
@@ -146,30 +150,58 @@ class Guard {
   std::unique_ptr<StepGuard> guard_;
 };
 
-int replay_snapshot(const std::string& snapshot, py::object factory, py::object loss,
-                    const std::vector<std::string>& args) {
+// nanscope.replay: nanscope-replay's engine on a snapshot written from Python,
+// with the user's factory and loss. Returns the report as JSON (the object the
+// Python half builds) and as text; a bad snapshot raises ValueError, a replay
+// that failed RuntimeError, each with nanscope-replay's one line.
+std::pair<std::string, std::string> replay_report(const std::string& snapshot, py::object factory, py::object loss,
+                                                  int repeats, bool bisect, bool write) {
   SharedObject make = share(std::move(factory)), loss_fn = share(std::move(loss));
   replay::register_default_model([make, loss_fn](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     py::gil_scoped_acquire gil;
     py::object model = (*make)();
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
-      throw std::invalid_argument("nanscope.replay: model() must build a torch.nn.Module");
+      throw std::invalid_argument("nanscope.replay: model() must build a torch.nn.Module, not " +
+                                  py::repr(model).cast<std::string>());
     return std::make_unique<PythonModel>(model, spec.name, *loss_fn);
   });
-  std::vector<std::string> argv_strings{"nanscope.replay", snapshot};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  int code = 0;
+  replay::ReplayOptions options;
+  options.snapshot = snapshot;
+  options.repeats = repeats;
+  options.bisect = bisect;
+  std::pair<std::string, std::string> out;
+  std::string bad_input, failed, not_appended;
+  std::exception_ptr python_error;  // the factory or the loss raised: Python's own exception goes back as it was
   {
     py::gil_scoped_release release;
-    code = replay::replay_main(int(argv.size()), argv.data());
-    // The report is C++'s stdout: out before Python writes (or reads) its own.
-    std::cout.flush();
-    std::fflush(stdout);
+    try {
+      const replay::ReplayReport report = replay::replay_snapshot(options);
+      out = {replay::to_json(report), replay::to_text(report)};
+      if (write) {
+        try {
+          replay::append_to_snapshot(snapshot, report);
+        } catch (const format::FormatError& e) {
+          not_appended = e.what();
+        }
+      }
+    } catch (const format::FormatError& e) {
+      bad_input = e.what();
+    } catch (const std::invalid_argument& e) {
+      bad_input = e.what();
+    } catch (const py::error_already_set&) {
+      python_error = std::current_exception();
+    } catch (const std::exception& e) {
+      failed = one_line_error(e);
+    }
   }
   replay::register_default_model(nullptr);  // drops the Python objects while the GIL is held
-  return code;
+  if (python_error) std::rethrow_exception(python_error);
+  if (!bad_input.empty()) throw py::value_error("nanscope.replay: bad snapshot " + bad_input);
+  if (!failed.empty()) throw std::runtime_error("nanscope.replay: the replay failed: " + failed);
+  if (!not_appended.empty())
+    PyErr_WarnEx(PyExc_RuntimeWarning,
+                 ("nanscope.replay: result not appended to the snapshot: " + not_appended).c_str(), 1);
+  return out;
 }
 
 }  // namespace
@@ -224,9 +256,11 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
       .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
       .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
-      .def("flush", [](Guard& g) { g.guard().writer().flush(); });
+      .def("flush", [](Guard& g) { g.guard().writer().flush(); })
+      .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 
-  m.def("replay", &replay_snapshot, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("args"));
+  m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
+        py::arg("bisect"), py::arg("write"));
   m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });
   m.def("push_scope_path", [](const std::string& path) { return probe::detail::push_scope_path(path); });
   m.def("pop_scope", [] { probe::detail::pop_scope(); });

@@ -48,4 +48,5 @@ for step in range(20):
     if result.stop:
         break
 
-nanscope.replay(guard.snapshots[0], model=Net, loss=loss_of, write=False)
+report = nanscope.replay(guard.snapshots[0], model=Net, loss=loss_of, write=False)
+print(report)  # report.verdict, report.category, report.rows, report.to_dict(), ...

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "../support/test_support.hpp"
@@ -54,6 +55,36 @@ struct Nested : torch::nn::Module {
   torch::nn::Sequential stem{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::ModuleDict heads{nullptr};
+};
+
+// nanoGPT's shape in C++: blocks that read a causal-mask buffer on every
+// forward, then the loss in the root's own forward.
+struct MaskedBlock : torch::nn::Module {
+  MaskedBlock() {
+    proj = register_module("proj", torch::nn::Linear(8, 8));
+    mask = register_buffer("mask", torch::ones({8, 8}).tril());
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor scores = torch::matmul(x.unsqueeze(2), x.unsqueeze(1)).masked_fill(mask == 0, -INFINITY);
+    return x + proj->forward(torch::softmax(scores, -1).matmul(x.unsqueeze(2)).squeeze(2));
+  }
+  torch::nn::Linear proj{nullptr};
+  at::Tensor mask;
+};
+
+struct MaskedNet : torch::nn::Module {
+  MaskedNet() {
+    blocks = register_module("blocks",
+                             torch::nn::ModuleList(std::make_shared<MaskedBlock>(), std::make_shared<MaskedBlock>()));
+  }
+  // The loss, with ignore_index, in the root's own forward right after the
+  // last block (its 8 outputs are the logits): all targets ignored is 0 / 0.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) {
+    at::Tensor h = x;
+    for (size_t i = 0; i < blocks->size(); ++i) h = blocks[i]->as<MaskedBlock>()->forward(h);
+    return at::cross_entropy_loss(h, targets, {}, at::Reduction::Mean, /*ignore_index=*/-1);
+  }
+  torch::nn::ModuleList blocks{nullptr};
 };
 
 GuardOptions quiet(const std::string& run_dir, std::ostream& log) {
@@ -222,4 +253,75 @@ TEST(ClosureStep, AGuardOfATrainableModelRefusesAClosureStep) {
   const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 1});
   EXPECT_THROW(guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y}), std::logic_error);
   EXPECT_TRUE(guard.step(0, x, y).counted());
+}
+
+// The forensic re-run keeps and restores the model's buffers around itself;
+// those copies are nanscope's, not the model's, and must not name a module
+// (they did: the root's loss became 'blocks', the common parent of the first
+// and last buffer copied).
+TEST(ClosureStep, ALossInTheRootsForwardAfterBlocksThatReadBuffersIsTheRoots) {
+  TempDir dir;
+  torch::manual_seed(0);
+  MaskedNet net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::randn({16, 8});
+  for (int64_t step = 0; step < 3; ++step) {
+    const at::Tensor targets = step == 1 ? torch::full({16}, -1, at::kLong) : torch::randint(0, 8, {16});
+    GuardedStep r = guard.step([&] { return net.forward(x, targets); }, {x, targets});
+    EXPECT_EQ(r.counted(), step != 1) << step;
+    if (step == 1) {
+      EXPECT_EQ(r.first_birth.rfind("nan at aten::", 0), 0u) << r.first_birth;
+      EXPECT_NE(r.first_birth.find("in module ''"), std::string::npos) << r.first_birth;
+    }
+  }
+  EXPECT_EQ(guard.amp(), Amp::bf16) << "a data fault is skipped, not punished with fp32 (FallbackMode::automatic)\n"
+                                    << log.str();
+}
+
+// A buffer may hold infinities on purpose: an additive -inf mask, a running
+// maximum that starts at -inf and is only partly filled. Neither is a
+// non-finite step nor a sick state; a step that writes a new infinity into a
+// buffer still does not count, and the buffer is put back.
+TEST(ClosureStep, ABuffersOwnInfinitiesAreNoNonFiniteStepButANewOneIs) {
+  struct WithInfinities : torch::nn::Module {
+    WithInfinities() {
+      fc = register_module("fc", torch::nn::Linear(4, 1));
+      mask = register_buffer("mask", torch::full({4, 4}, -INFINITY).triu(1));
+      running_max = register_buffer("running_max", torch::full({4}, -INFINITY));
+      stat = register_buffer("stat", torch::zeros({1}));
+    }
+    at::Tensor forward(const at::Tensor& x, bool poison) {
+      {
+        torch::NoGradGuard no_grad;
+        at::Tensor seen = running_max.slice(0, 0, 2);  // the last two stay -inf
+        seen.copy_(torch::maximum(seen, std::get<0>(x.max(0)).slice(0, 0, 2)));
+        stat.add_(poison ? INFINITY : 1.0);  // not read by the loss: only the buffer check sees it
+      }
+      return fc->forward(torch::softmax(x.unsqueeze(1) + mask, -1).sum(1));
+    }
+    torch::nn::Linear fc{nullptr};
+    at::Tensor mask, running_max, stat;
+  };
+  TempDir dir;
+  torch::manual_seed(0);
+  WithInfinities net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  EXPECT_TRUE(guard.health().finite()) << guard.health().text();
+  const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
+  for (int64_t step = 0; step < 4; ++step) {
+    GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, step == 2), y); }, {x, y});
+    EXPECT_EQ(r.counted(), step != 2) << step << "\n" << log.str();
+    if (step == 2) EXPECT_NE(std::find(r.restored.begin(), r.restored.end(), "stat"), r.restored.end());
+  }
+  EXPECT_TRUE(guard.health().finite()) << guard.health().text();
+  EXPECT_EQ(net.stat.item<float>(), 3.0f) << "the skipped step's infinity was put back";
+  {
+    torch::NoGradGuard no_grad;
+    net.running_max[3] = NAN;
+  }
+  EXPECT_EQ(guard.health().nonfinite, std::vector<std::string>{"buffer running_max"});
 }

@@ -60,7 +60,7 @@ def test_the_birth_is_named_by_its_named_modules_path(tmp_path, poison, module):
     torch.manual_seed(0)
     model = Net()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", fallback="whole", log=False)
     x, y = data()
     for step in range(5):
         model.blocks[1].poison = poison if step == 3 else None
@@ -108,7 +108,7 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", scheduler=scheduler,
-                               lr_backoff=0.5, log=False)
+                               fallback="whole", lr_backoff=0.5, log=False)
     x, y = data()
     for step in range(4):
         model.blocks[0].poison = "functional" if step == 1 else None
@@ -171,15 +171,12 @@ def test_files_are_the_c_plus_plus_sides_and_the_snapshot_replays(tmp_path, tool
         inputs, targets = batch
         return F.cross_entropy(net(inputs), targets)
 
-    capfd.readouterr()
-    code = nanscope.replay(tmp_path / "run" / "snapshots" / "step-0000001.h5", model=factory, loss=loss, json=True,
-                           write=False)
-    out = capfd.readouterr().out
-    assert code == 0, out
-    replayed = json.loads(out)
-    assert replayed["capture"]["first_birth"]["module"] == "blocks.1.log_act"
-    assert replayed["verdict"] == "model_or_data"
-    assert replayed["category"] == "log_nonpositive"
+    report = nanscope.replay(tmp_path / "run" / "snapshots" / "step-0000001.h5", model=factory, loss=loss,
+                             write=False)
+    assert report.first_birth.module == "blocks.1.log_act"
+    assert report.verdict == "model_or_data"
+    assert report.category == "log_nonpositive"
+    assert report.to_dict()["capture"]["first_birth"]["module"] == "blocks.1.log_act"
 
 
 def test_bad_arguments_raise_python_errors(tmp_path):

@@ -10,6 +10,7 @@
 
 #include "../support/test_support.hpp"
 
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
@@ -65,6 +66,41 @@ TEST_F(TorchScript, NonFiniteSampleIsSkippedAndTheRunGoesOn) {
   auto r = format::read_run(summary.run_file);
   EXPECT_FALSE(std::isfinite(r.loss[10]));
   EXPECT_TRUE(std::isfinite(r.loss[59]));
+}
+
+// llama2.c's attention on torch 1.x: an additive causal mask registered as a
+// buffer, -inf above the diagonal. The model's own infinities are no sick
+// state: the run trains, a planted NaN sample is still found and skipped,
+// rollback states and checkpoints are kept, and --resume takes them.
+TEST_F(TorchScript, AnAdditiveMinusInfMaskBufferIsTheModelsOwnNotASickState) {
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  const std::string args = " --model " + dir_->file("masked_attention_regressor.pt") + " --data " +
+                           dir_->file("regressor_data.h5") +
+                           " --batch-size 16 --amp bf16 --quiet --threads 1 --checkpoint-every 10 --rollback-every 5";
+  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + args + " --steps 30 --fault nonfinite_input@12:3" +
+                             " --run-dir " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 12: first birth: nan at input (input) in module '', batch row 3"), std::string::npos)
+      << r.output;
+  auto run_file = format::read_run(run_dir + "/run.h5");
+  ASSERT_EQ(run_file.rows(), 30u);
+  for (size_t i = 0; i < run_file.rows(); ++i)
+    EXPECT_EQ(bool(run_file.skipped[i]), run_file.step[i] == 12) << "step " << run_file.step[i];
+  for (const auto& e : run_file.events) {
+    EXPECT_NE(e.kind, format::EventKind::stop) << e.text;
+    EXPECT_NE(e.kind, format::EventKind::save_refused) << e.text;
+    EXPECT_NE(e.kind, format::EventKind::rollback) << e.text;
+  }
+  auto health = checkpoint_health(run_dir + "/checkpoint.h5");
+  ASSERT_TRUE(health.has_value());
+  EXPECT_TRUE(health->finite);
+  EXPECT_EQ(health->step, 30);
+
+  auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 40");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(healthy)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(format::read_run(run_dir + "/run.h5").rows(), 40u);
 }
 
 TEST_F(TorchScript, ModelFaultsNeedABuiltInModel) {

@@ -17,6 +17,11 @@
 // bumps it) is copied from then on; a write the version counter does not see
 // (a kernel that updates its argument in place, as BatchNorm's does) is caught
 // by the first step's value comparison. docs/recovery.md has the cost.
+//
+// A buffer may hold infinities on purpose: LLaMA-style attention registers an
+// additive causal mask of -inf, a running maximum starts at -inf. The step's
+// check counts only values the step made non-finite, so such a buffer is
+// checked against its value before the step (WrittenBuffer::before).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -26,6 +31,15 @@
 #include "nanscope/core/model.hpp"
 
 namespace nanscope {
+
+// A floating buffer the forward may write, as the step checks it. `before` is
+// its value before the step, set only for a buffer that held infinities of its
+// own when the guard first saw it: there a value counts as non-finite only
+// where the step changed it (any NaN, or a new infinity).
+struct WrittenBuffer {
+  at::Tensor buffer;
+  at::Tensor before;
+};
 
 class BufferTransaction {
  public:
@@ -40,7 +54,7 @@ class BufferTransaction {
 
   // The floating buffers a forward writes (or may, before the first commit):
   // the step checks them for non-finite values with its one host read.
-  const std::vector<at::Tensor>& written_floating() const { return written_floating_; }
+  const std::vector<WrittenBuffer>& written_floating() const { return written_floating_; }
   // Names of the buffers copied before each step.
   std::vector<std::string> copied_names() const;
   // Bytes copied before each step.
@@ -54,13 +68,14 @@ class BufferTransaction {
     at::Tensor copy;    // its value before the step (unknown and written slots)
     int64_t version = 0;
     Role role = Role::unknown;
+    bool own_infinities = false;  // held non-finite values when first seen (a mask)
   };
   bool copies(const Slot& s) const { return s.role != Role::constant; }
   void rebind(const TrainableModel& model);
   void refresh_written_floating();
 
   std::vector<Slot> slots_;
-  std::vector<at::Tensor> written_floating_;
+  std::vector<WrittenBuffer> written_floating_;
 };
 
 // Keeps every buffer of a model as it is now and puts them back when it goes

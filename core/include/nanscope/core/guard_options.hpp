@@ -19,14 +19,16 @@ namespace nanscope {
 
 // Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
 // and the rest keep their defaults without -Wmissing-field-initializers. The
-// defaults add nothing the loop did not do (no clipping unless asked) and
-// speak on stderr; nanscope-train sets its own documented defaults.
+// defaults add nothing the loop did not do (no clipping unless asked), act on
+// what a failed step's diagnosis found (a data fault is skipped, not punished
+// with fp32 and a halved LR for the rest of the run) and speak on stderr;
+// nanscope-train sets its own documented defaults (the stock loop's).
 struct GuardOptions {
-  std::string run_dir = "nanscope-run";         // run.h5 and snapshots/ go here (created)
-  Amp amp = Amp::fp32;                          // the precision to start in
-  double clip = 0;                              // global grad-norm clip after unscaling; <= 0: off
-  FallbackMode fallback = FallbackMode::whole;  // what a non-finite step triggers (fallback.hpp)
-  double lr_backoff = 0.5;                      // the LR multiplier the whole-model fallback applies
+  std::string run_dir = "nanscope-run";             // run.h5 and snapshots/ go here (created)
+  Amp amp = Amp::fp32;                              // the precision to start in
+  double clip = 0;                                  // global grad-norm clip after unscaling; <= 0: off
+  FallbackMode fallback = FallbackMode::automatic;  // what a non-finite step triggers (fallback.hpp)
+  double lr_backoff = 0.5;                          // the LR multiplier the whole-model fallback applies
   // Modules (dotted paths, as named_modules() names them) that run with
   // autocast off from the first step: a planned remedy (--fp32-modules).
   std::vector<std::string> fp32_modules{};

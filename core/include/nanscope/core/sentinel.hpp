@@ -8,15 +8,23 @@
 // Signals, each against a baseline that needs `warmup` finite steps first:
 // - grad_norm_spike: log(grad norm) more than `spike_z` deviations above its
 //   running mean (ZClip's test), and at least `spike_ratio` times it (a
-//   steady baseline's small deviation turns a 2x jump into z > 6);
+//   steady baseline's small deviation turns a 2x jump into z > 6), on two
+//   steps in a row (a clean run's norm jumps 5-13x for a step or two);
 // - grad_norm_growth: the grad norm's short average more than `growth_ratio`
 //   times its long one (slow growth a z-score adapts to), and above the
 //   highest the long average has been since warm-up (a converged run's
 //   norms wander up and down far below where training started);
-// - layer_grad_norm: the same spike test per layer, and at least
-//   `layer_spike_ratio` times its baseline (a layer's norm, one rank's own in
-//   a data-parallel run, jumps 2-5x on clean steps), naming the layer;
+// - layer_grad_norm: the same spike test per layer, at least
+//   `layer_spike_ratio` times its baseline, on two steps in a row, and the
+//   layer carrying at least `layer_share` of the step's global grad norm,
+//   naming the layer. A layer's own norm is noisy (a LayerNorm gain's jumps
+//   tenfold for a batch on clean runs); what can push a step out of range is a
+//   layer whose gradient is most of the step's;
 // - loss_spike: a loss `loss_spike_ratio` times the largest seen (Megatron's test);
+// - loss_jump, grad_norm_jump: a finite loss or global grad norm `jump_ratio`
+//   times the largest before it, from the second finite step on (no warm-up):
+//   an update that multiplies the loss a thousandfold is trouble on any step,
+//   and the next step is often already non-finite;
 // - loss_scale_collapse: fp16's scale `scale_collapse` times below its peak;
 // - activation_headroom: a layer's abs-max (or the inputs') growing towards
 //   the square root of the largest value of the precision it runs in (norms
@@ -36,8 +44,10 @@ namespace nanscope {
 struct SentinelOptions {
   int64_t warmup = 20;
   double spike_z = 6.0;
-  double spike_ratio = 3.0;
+  double spike_ratio = 10.0;
   double layer_spike_ratio = 10.0;
+  double layer_share = 0.5;  // of the step's global grad norm
+  double jump_ratio = 1000.0;
   double growth_ratio = 3.0;
   double loss_spike_ratio = 10.0;
   double scale_collapse = 1024.0;
@@ -87,6 +97,7 @@ class Sentinel {
   SentinelOptions options_;
   int64_t finite_steps_ = 0;
   Baseline grad_;
+  bool grad_spike_pending_ = false;        // the last step was a spike, held out of the baseline
   double grad_short_ = 0, grad_long_ = 0;  // exponential averages of log grad norm
   double grad_long_peak_ = -1e300;         // the highest grad_long_ since warm-up
   struct LayerBaseline {
@@ -95,6 +106,8 @@ class Sentinel {
   };
   std::map<std::string, LayerBaseline> layer_grad_;
   double max_loss_ = 0;
+  // The largest loss and global grad norm before this step, jumps left out.
+  double jump_loss_bar_ = 0, jump_grad_norm_bar_ = 0;
   double peak_scale_ = 0;
   struct Headroom {
     int64_t step = -1, count = 0;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
@@ -34,8 +35,9 @@ struct StepSettings {
   // non-finite one: the rollback policy's probation (rollback.hpp).
   double skip_loss_above = std::numeric_limits<double>::infinity();
   // The floating buffers the forward writes (BufferTransaction): a step that
-  // leaves one non-finite does not count, checked with the one host read.
-  const std::vector<at::Tensor>* written_buffers = nullptr;
+  // leaves a value in one non-finite does not count, checked with the one host
+  // read (a mask's own infinities are no such value).
+  const std::vector<WrittenBuffer>* written_buffers = nullptr;
 };
 
 // With several ranks, loss_finite/grads_finite are every rank's verdict (the

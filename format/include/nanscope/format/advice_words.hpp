@@ -37,6 +37,11 @@ struct AdviceWords {
   const char* softmax;
   const char* logsumexp;
   const char* check_finite;
+  // How a snapshot of this origin is replayed: the command before and after
+  // its path (a Python model is rebuilt by the user's factory, a C++ model by
+  // the user's own program).
+  const char* replay_before;
+  const char* replay_after;
 };
 
 // The row of `origin`; unknown (a file from before format 1.2) reads as
@@ -49,5 +54,9 @@ std::string fp32_modules_setting(Origin origin, const std::vector<std::string>& 
 
 // "train with --act-absmax-every N", "set GuardOptions::act_absmax_every = N", ...
 std::string how_to_set(Origin origin, const std::string& setting);
+
+// The command that replays `snapshot`: "nanscope-replay PATH", "python3 -m
+// nanscope replay PATH --model MODULE:FACTORY --loss MODULE:LOSS_FN", ...
+std::string replay_command(Origin origin, const std::string& snapshot);
 
 }  // namespace nanscope::format

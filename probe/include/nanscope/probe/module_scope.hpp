@@ -47,6 +47,23 @@ class ModuleScope {
 
 // The dotted path of the innermost open scope on this thread ("" at the root).
 const std::string& current_module_scope();
+// Whether any scope is open on this thread. Forward hooks that open one for
+// every module, the root's included (the Python module's), leave nothing to
+// infer: an op in the root's own forward is the root's.
+bool inside_module_scope();
+
+// Ops nanscope runs for itself while op-level capture is on (keeping a model's
+// buffers before a re-run and putting them back after it): the capture does
+// not see them, so they are never a birth and never name a module (an op that
+// reads a module's buffer names that module; tensor_owners.hpp).
+class BookkeepingOps {
+ public:
+  BookkeepingOps();
+  ~BookkeepingOps();
+  BookkeepingOps(const BookkeepingOps&) = delete;
+  BookkeepingOps& operator=(const BookkeepingOps&) = delete;
+};
+bool inside_bookkeeping_ops();
 
 // While alive, the listed modules (dotted paths) run with autocast off: an
 // fp32 region around each, as replay's precision bisection needs. Scopes are

@@ -28,6 +28,7 @@ struct TrainOptions : GuardOptions {
   // nanscope-train's documented defaults where they differ from the library's.
   TrainOptions() {
     clip = 1.0;
+    fallback = FallbackMode::whole;  // the stock loop's one-shot fallback
     origin = format::Origin::nanscope_train;
   }
   std::string model = "gpt";  // mlp | gpt | PATH.pt

@@ -1,0 +1,87 @@
+"""What nanscope.replay returns: the replay of one snapshot as an object.
+
+The fields are those of `nanscope-replay --json` (the README lists them), read
+from the one JSON the C++ engine writes, so the object, its to_dict() and the
+command line never disagree; str() is nanscope-replay's text report."""
+import json
+
+
+class Birth:
+    """Where a NaN or Inf was first made: the op, its phase ('forward',
+    'backward', 'input', ...), the module path ('' is the root), the kind ('nan'
+    or 'inf'), and the batch rows it made non-finite (rows) with their rows in
+    the data set (dataset_rows, None where unknown)."""
+
+    def __init__(self, fields):
+        self._fields = fields
+        self.op = fields["op"]
+        self.phase = fields["phase"]
+        self.module = fields["module"]
+        self.kind = fields["kind"]
+        self.backward_node = fields.get("backward_node")
+        self.forward_op = fields.get("forward_op")
+        self.sample = fields.get("sample")
+        self.rows = list(fields.get("rows") or [])
+        self.dataset_rows = list(fields.get("dataset_rows") or [])
+
+    def to_dict(self):
+        return dict(self._fields)
+
+    def __str__(self):
+        return f"{self.kind} at {self.op} ({self.phase}) in module '{self.module}'"
+
+    def __repr__(self):
+        return f"Birth({self})"
+
+
+def _birth(fields):
+    return Birth(fields) if fields else None
+
+
+class ReplayReport:
+    """The replay of a snapshot: step, reproduced (non-finite again at its own
+    precision) with reproduced_count of repeats, fp32_finite, verdict
+    ('precision', 'model_or_data', 'data', 'transient'), category, suggestion,
+    first_birth / first_nan_birth / first_inf_birth (Birth or None),
+    fp32_first_birth, fp32_modules (the smallest set that makes the step
+    finite in fp32, or None when not searched), rows (the batch rows without
+    which the step is finite, or None when the batch was not bisected) and
+    their dataset_rows, draws_random_numbers, anomaly and rerun_error."""
+
+    def __init__(self, json_text, text):
+        self._dict = json.loads(json_text)
+        self._text = text
+        capture, replay = self._dict["capture"], self._dict["replay"]
+        self.step = self._dict["step"]
+        self.verdict = self._dict["verdict"]
+        self.category = self._dict["category"]
+        self.suggestion = self._dict["suggestion"]
+        self.first_birth = _birth(capture["first_birth"])
+        self.first_nan_birth = _birth(capture["first_nan_birth"])
+        self.first_inf_birth = _birth(capture["first_inf_birth"])
+        self.reproduced = replay["reproduced"]
+        self.reproduced_count = replay["reproduced_count"]
+        self.repeats = replay["repeats"]
+        self.fp32_finite = replay["fp32_finite"]
+        self.fp32_first_birth = _birth(replay["fp32_first_birth"])
+        self.anomaly = replay["anomaly"]
+        self.rerun_error = replay["rerun_error"]
+        self.draws_random_numbers = replay["draws_random_numbers"]
+        bisection = replay["precision_bisection"]
+        self.fp32_modules = list(bisection["fp32_modules"]) if bisection else None
+        rows = replay["batch_bisection"]
+        self.rows = list(rows["samples"]) if rows else None
+        self.dataset_rows = list(rows["dataset_rows"]) if rows else None
+
+    def to_dict(self):
+        """The report as nanscope-replay --json prints it (a fresh copy)."""
+        return json.loads(json.dumps(self._dict))
+
+    def to_json(self):
+        return json.dumps(self._dict, indent=2)
+
+    def __str__(self):
+        return self._text
+
+    def __repr__(self):
+        return f"ReplayReport(step={self.step}, verdict={self.verdict!r}, category={self.category!r})"

@@ -1,0 +1,219 @@
+"""Right answers on the shapes of models people train: an additive -inf mask
+buffer (LLaMA-style attention on torch 1.x), a loss in the root's own forward
+after blocks that read buffers (nanoGPT), a finite loss that jumps a
+thousandfold, the way to the replay of a Python snapshot, the replay as an
+object, and defaults that do not punish a data fault."""
+import json
+import math
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+
+class MaskedAttention(nn.Module):
+    """llama2.c's attention on torch 1.x: the causal mask is a buffer holding -inf above the diagonal."""
+
+    def __init__(self, dim=16, seq=8):
+        super().__init__()
+        self.wq, self.wk, self.wv = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.register_buffer("mask", torch.triu(torch.full((1, seq, seq), float("-inf")), diagonal=1))
+
+    def forward(self, x):
+        scores = self.wq(x) @ self.wk(x).transpose(1, 2) / 4.0 + self.mask
+        return F.softmax(scores.float(), dim=-1).type_as(x) @ self.wv(x)
+
+
+class MaskedNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([MaskedAttention(), MaskedAttention()])
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(x).mean(1)
+
+
+def test_a_minus_inf_mask_buffer_trains_and_its_nan_sample_is_still_found(tmp_path):
+    torch.manual_seed(0)
+    model = MaskedNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", log=False)
+    assert guard.health() == []
+    for step in range(30):
+        x, y = torch.randn(8, 8, 16), torch.randint(0, 4, (8,))
+        if step == 12:
+            x[3, 2, 5] = float("nan")
+        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        assert not result.stop, result.stop_reason
+        assert result.counted == (step != 12), (step, result.first_birth)
+    assert guard.applied_steps == 29
+    assert guard.health() == []
+    with torch.no_grad():
+        model.layers[1].mask[0, 0, 0] = float("nan")  # a state gone sick outside any step
+    assert guard.health() == ["buffer layers.1.mask"]
+
+
+class Attention(nn.Module):
+    """nanoGPT's attention before flash: a causal-mask buffer read on every forward."""
+
+    def __init__(self, dim, seq):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        T, C = x.size(1), x.size(2)
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C)
+        att = att.masked_fill(self.bias[:, :, :T, :T].squeeze(0) == 0, float("-inf"))
+        return self.c_proj(F.softmax(att, dim=-1) @ v)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, seq):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(dim), Attention(dim, seq)
+
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x))
+
+
+class GPT(nn.Module):
+    """nanoGPT's layout: model(idx, targets) -> (logits, loss), the loss in the root's own forward."""
+
+    def __init__(self, vocab=32, dim=16, seq=8, layers=2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(vocab, dim), wpe=nn.Embedding(seq, dim),
+                                              h=nn.ModuleList([Block(dim, seq) for _ in range(layers)]),
+                                              ln_f=nn.LayerNorm(dim)))
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+
+    def forward(self, idx, targets):
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(idx.size(1)))
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+
+def gpt_loss(model, batch):
+    return model(*batch)[1]
+
+
+def test_a_loss_in_the_roots_forward_after_blocks_that_read_buffers_is_the_roots(tmp_path):
+    torch.manual_seed(0)
+    model = GPT()
+    guard = nanscope.StepGuard(model, torch.optim.AdamW(model.parameters(), lr=1e-3), run_dir=tmp_path / "run",
+                               amp="bf16", log=False)
+    for step in range(4):
+        idx, targets = torch.randint(0, 32, (4, 8)), torch.randint(0, 32, (4, 8))
+        if step == 2:
+            targets[:] = -1  # a padding-only batch: every target ignored, 0 / 0
+        result = guard.step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets))
+        assert result.counted == (step != 2)
+    assert result.amp == "bf16", "a data fault is skipped, not punished with fp32 (fallback='auto' by default)"
+    births = [line for line in open_events(guard, "first_birth")]
+    assert births == ["nan at aten::cross_entropy_loss (forward) in module ''"], births
+    report = nanscope.replay(guard.snapshots[0], model=GPT, loss=gpt_loss, write=False)
+    assert report.first_birth.module == ""
+    assert report.verdict == "data" and report.category == "all_targets_ignored"
+
+
+def open_events(guard, kind):
+    import h5py
+    guard.flush()
+    with h5py.File(guard.run_file, "r", libver="latest", swmr=True) as f:
+        kinds = [k.decode() for k in f["/events/kind"][:]]
+        texts = [t.decode() for t in f["/events/text"][:]]
+    return [t for k, t in zip(kinds, texts) if k == kind]
+
+
+def test_a_thousandfold_finite_loss_jump_warns_at_once(tmp_path):
+    """word_language_model with clipping off: loss 7.8, then 6.7e11 (finite, applied), then NaN."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=1e-3), run_dir=tmp_path / "run",
+                               log=False)
+    warned = {}
+    for step in range(4):
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        if step == 2:
+            x = x * 1e5  # finite, and a loss some 1e10 times the first ones
+        result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+        warned[step] = [w.split(":")[0] for w in result.warnings]
+    assert warned[0] == warned[1] == [], warned
+    assert "loss_jump" in warned[2], warned
+    assert any(text.startswith("loss_jump") for text in open_events(guard, "warning"))
+
+
+def test_the_report_of_a_python_run_says_how_to_replay_it(tmp_path, tool):
+    torch.manual_seed(0)
+    model = GPT()
+    guard = nanscope.StepGuard(model, torch.optim.AdamW(model.parameters(), lr=1e-3), run_dir=tmp_path / "run",
+                               log=False)
+    idx, targets = torch.randint(0, 32, (4, 8)), torch.full((4, 8), -1)
+    assert not guard.step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets)).counted
+    guard.flush()
+    snapshot = guard.snapshots[0]
+    text = subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run")], capture_output=True, text=True).stdout
+    assert f"python3 -m nanscope replay {snapshot} --model MODULE:FACTORY --loss MODULE:LOSS_FN" in text, text
+    as_json = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run"), "--json"],
+                                        capture_output=True, text=True).stdout)
+    assert as_json["runs"][0]["snapshots"][0]["replay_command"].startswith("python3 -m nanscope replay ")
+    # nanscope-replay cannot rebuild a Python model, and says what can.
+    stock = subprocess.run([tool("NANSCOPE_REPLAY"), snapshot, "--no-write"], capture_output=True, text=True)
+    assert stock.returncode == 2
+    assert "python3 -m nanscope replay" in stock.stderr and ".hpp" not in stock.stderr, stock.stderr
+
+
+def test_replay_returns_a_report_object_and_raises_on_bad_input(tmp_path):
+    torch.manual_seed(0)
+    model = MaskedNet()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
+                               amp="bf16", log=False)
+    x, y = torch.randn(8, 8, 16), torch.randint(0, 4, (8,))
+    x[5] = float("inf")
+
+    def loss(m, batch):
+        return F.cross_entropy(m(batch[0]), batch[1])
+
+    assert not guard.step(lambda: loss(model, (x, y)), batch=(x, y)).counted
+    report = nanscope.replay(guard.snapshots[0], model=MaskedNet, loss=loss, write=False)
+    assert isinstance(report, nanscope.ReplayReport)
+    assert (report.step, report.verdict, report.category) == (0, "data", "nonfinite_input")
+    assert report.first_birth.phase == "input" and report.first_birth.sample == 5
+    assert report.reproduced and report.repeats == 3
+    assert report.to_dict()["verdict"] == "data"
+    assert "verdict:    data" in str(report)
+
+    (tmp_path / "garbage.h5").write_bytes(b"not an hdf5 file")
+    with pytest.raises(ValueError, match="bad snapshot"):
+        nanscope.replay(tmp_path / "garbage.h5", model=MaskedNet, loss=loss)
+    with pytest.raises(ValueError, match="no such file"):
+        nanscope.replay(tmp_path / "missing.h5", model=MaskedNet, loss=loss)
+    with pytest.raises(TypeError, match="model must be a function"):
+        nanscope.replay(guard.snapshots[0], model=MaskedNet(), loss=loss)
+
+
+def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_to_fp32(tmp_path, capfd):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "auto")
+    assert "fallback auto" in capfd.readouterr().err
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "whole",
+                               fallback="whole")
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    x[2, 0] = float("nan")  # the stock fallback fires on any non-finite step
+    guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    err = capfd.readouterr().err
+    assert "fallback whole" in err
+    assert "fallback to fp32" not in err and "LR x 0.5 (already fp32" in err, err
