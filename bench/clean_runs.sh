@@ -46,6 +46,15 @@ for seed in 0 1 2; do one_run "mlp-seed$seed" 3000 --model mlp --amp bf16 --seed
 for lr in 0.0003 0.001 0.003; do
   for seed in 0 1 2; do one_run "gpt-lr$lr-seed$seed" 1000 --model gpt --amp bf16 --lr "$lr" --seed "$seed"; done
 done
+# The shape of an outside fine-tune that raised a false layer warning: 2 x 128,
+# batch 8 x 64, its text in order (--no-shuffle), where a surprising window
+# makes the grad norm jump 5-13x for a few steps.
+for lr in 0.0003 0.001 0.003; do
+  for seed in 0 1; do
+    one_run "gpt-inorder-lr$lr-seed$seed" 1000 --model gpt --n-embd 128 --batch-size 8 --seq-len 64 --no-shuffle \
+      --amp bf16 --lr "$lr" --seed "$seed"
+  done
+done
 corpus="$build/corpus/corpus.json"
 if [[ -f $corpus ]]; then
   while read -r name model data batch lr amp; do

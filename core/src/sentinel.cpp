@@ -77,7 +77,12 @@ std::vector<Warning> Sentinel::observe(int64_t step, const StepSignals& s) {
     const bool spike_lasts = spike && grad_spike_pending_;
     grad_spike_pending_ = spike && !grad_spike_pending_;
     if (spike_lasts) fire(out, step, {"grad_norm_spike", "", s.grad_norm, std::exp(grad_.mean), {}, ""});
-    if (warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio) && grad_short_ > grad_long_peak_)
+    // Growth is trouble when it goes on: a burst of a few spiking steps lifts
+    // the short average as much for a while, then falls back.
+    const bool growing =
+        warm && grad_short_ - grad_long_ > std::log(options_.growth_ratio) && grad_short_ > grad_long_peak_;
+    growing_steps_ = growing ? growing_steps_ + 1 : 0;
+    if (growing_steps_ >= options_.growth_steps)
       fire(out, step, {"grad_norm_growth", "", std::exp(grad_short_), std::exp(grad_long_), {}, ""});
     if (!grad_spike_pending_) grad_.add(g, kBaselineAlpha);
     grad_short_ = finite_steps_ == 0 ? g : grad_short_ + kShortAlpha * (g - grad_short_);

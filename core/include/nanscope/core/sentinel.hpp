@@ -13,7 +13,9 @@
 // - grad_norm_growth: the grad norm's short average more than `growth_ratio`
 //   times its long one (slow growth a z-score adapts to), and above the
 //   highest the long average has been since warm-up (a converged run's
-//   norms wander up and down far below where training started);
+//   norms wander up and down far below where training started), for
+//   `growth_steps` steps in a row (a clean run's burst of spikes lifts the
+//   short average as much for a few steps, then falls back);
 // - layer_grad_norm: the same spike test per layer, at least
 //   `layer_spike_ratio` times its baseline, on two steps in a row, and the
 //   layer carrying at least `layer_share` of the step's global grad norm,
@@ -49,6 +51,7 @@ struct SentinelOptions {
   double layer_share = 0.5;  // of the step's global grad norm
   double jump_ratio = 1000.0;
   double growth_ratio = 3.0;
+  int64_t growth_steps = 4;  // steps in a row the growth must hold
   double loss_spike_ratio = 10.0;
   double scale_collapse = 1024.0;
   double headroom_steps = 100.0;  // warn when the activation limit is this few steps away
@@ -100,6 +103,7 @@ class Sentinel {
   bool grad_spike_pending_ = false;        // the last step was a spike, held out of the baseline
   double grad_short_ = 0, grad_long_ = 0;  // exponential averages of log grad norm
   double grad_long_peak_ = -1e300;         // the highest grad_long_ since warm-up
+  int64_t growing_steps_ = 0;              // steps in a row the growth test held
   struct LayerBaseline {
     Baseline norm;
     bool spike_pending = false;  // the last step was a spike, held out of the baseline
