@@ -4,6 +4,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$repo/build}
+cmake --build "$build" --target benchmarks  # not in the default build
 echo "== probe overhead and capture cost (C++, one process)"
 "$build/bench/probe_overhead" 7 20 "${THREADS:-2}"
 echo "== early warnings and rollback: on vs off, the state ring, a restart"

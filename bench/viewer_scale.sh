@@ -4,6 +4,7 @@
 # time in a real window under Xvfb. Usage: bench/viewer_scale.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}
+cmake --build "$build" --target viewer_scale  # not in the default build
 run=$(mktemp -d)/run.h5
 "$build/bench/viewer_scale" "$run"
 start=$(date +%s.%N)

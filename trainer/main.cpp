@@ -7,7 +7,7 @@
 
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
-#include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/guard_errors.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/trainer/dist_options.hpp"
 #include "nanscope/trainer/options_cli.hpp"

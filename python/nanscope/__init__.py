@@ -51,10 +51,11 @@ class StepGuard:
     for the other ranks during one rank's forensic re-run).
     """
 
-    def __init__(self, model, optimizer, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
+    def __init__(self, model, optimizer, *, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
                  lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
                  act_absmax_every=0, model_name="", scheduler=None, log=True, process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
+        amp = _amp_name(amp)
         self._guard = _StepGuard(model, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
                                  list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
                                  int(act_absmax_every), model_name, bool(log), average, rank, world_size)
@@ -68,6 +69,8 @@ class StepGuard:
         """One guarded step: closure() returns the loss of `batch` (a tensor, or
         (inputs, targets)), which the guard checks, snapshots and replays.
         Steps are numbered from 0 unless given. Returns a StepResult."""
+        if self._guard is None:
+            raise ValueError("nanscope.StepGuard: the guard is closed")
         if not callable(closure):
             raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
         result = self._guard.step(lambda: _distributed.call(self._ddp, _scopes.call, closure, self._paths), batch, step)
@@ -84,6 +87,43 @@ class StepGuard:
             if hasattr(self._scheduler, "base_lrs"):
                 self._scheduler.base_lrs = [lr * factor for lr in self._scheduler.base_lrs]
         self._lr_multiplier = multiplier
+
+    def state_dict(self):
+        """What the guard has learnt that a resumed run needs besides the model's
+        and the optimizer's state dicts, as torch.amp.GradScaler keeps its scale:
+        the precision (and whether the fp32 fallback fired), the fp16 loss scale
+        and its growth tracker, the LR cuts of the fallback and rollbacks, the
+        modules in fp32, the updates applied and the next step's number. Save it
+        beside model.state_dict() and optimizer.state_dict(); the early warnings'
+        baselines and the rollback ring are not in it (they start afresh)."""
+        return dict(self._open().state_dict())
+
+    def load_state_dict(self, state):
+        """Puts back a state_dict() after the model and the optimizer got theirs:
+        a fallback that had fired fires again (the model to fp32), and step
+        numbers go on where they were."""
+        self._open().load_state_dict(dict(state))
+        # The scheduler's own state_dict holds its base LRs with the cuts in them.
+        self._lr_multiplier = self._guard.lr_multiplier
+
+    def close(self):
+        """Writes what run.h5 buffers and closes it; the guard steps no more.
+        Called by `with nanscope.StepGuard(...) as guard:` on the way out."""
+        if self._guard is not None:
+            self._guard.flush()
+            self._guard = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _open(self):
+        if self._guard is None:
+            raise ValueError("nanscope.StepGuard: the guard is closed")
+        return self._guard
 
     run_file = property(lambda self: self._guard.run_file, doc="RUN_DIR/run.h5")
     amp = property(lambda self: self._guard.amp, doc="the precision steps run in now")
@@ -102,6 +142,18 @@ class StepGuard:
     def flush(self):
         """Writes run.h5's buffered rows to disk (they are written every 16 rows and at the end)."""
         self._guard.flush()
+
+
+def _amp_name(amp):
+    """'bf16', 'fp16', 'fp32' ('off'), or the torch dtype: torch.bfloat16, torch.float16, torch.float32."""
+    import torch
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", "off": "fp32"}
+    if isinstance(amp, str):
+        return names.get(amp, amp)
+    if amp in names:
+        return names[amp]
+    raise ValueError(f"nanscope: amp must be 'fp32', 'bf16', 'fp16' or torch.bfloat16, torch.float16, "
+                     f"torch.float32, not {amp!r}")
 
 
 def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_report=False, json=False):

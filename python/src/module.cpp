@@ -256,6 +256,39 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
       .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
       .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
+      .def("state_dict",
+           [](Guard& g) {
+             const GuardState s = g.guard().state();
+             py::dict d;
+             d["amp"] = std::string(format::to_string(s.amp));
+             d["fallback_step"] = s.fallback_step;
+             d["rollback_lr_multiplier"] = s.rollback_lr_multiplier;
+             d["rollbacks"] = s.rollbacks;
+             d["scaling"] = s.scaling;
+             d["loss_scale"] = s.loss_scale;
+             d["growth_tracker"] = s.growth_tracker;
+             d["last_applied_step"] = s.last_applied_step;
+             d["applied_steps"] = s.applied_steps;
+             d["fp32_modules"] = s.fp32_modules;
+             d["next_step"] = g.guard().next_step();
+             return d;
+           })
+      .def("load_state_dict",
+           [](Guard& g, const py::dict& d) {
+             GuardState s;
+             s.amp = amp_of(d["amp"].cast<std::string>());
+             s.fallback_step = d["fallback_step"].cast<int64_t>();
+             s.rollback_lr_multiplier = d["rollback_lr_multiplier"].cast<double>();
+             s.rollbacks = d["rollbacks"].cast<int64_t>();
+             s.scaling = d["scaling"].cast<bool>();
+             s.loss_scale = d["loss_scale"].cast<double>();
+             s.growth_tracker = d["growth_tracker"].cast<int64_t>();
+             s.last_applied_step = d["last_applied_step"].cast<int64_t>();
+             s.applied_steps = d["applied_steps"].cast<int64_t>();
+             s.fp32_modules = d["fp32_modules"].cast<std::vector<std::string>>();
+             g.guard().restore(s);
+             g.guard().number_steps_from(d["next_step"].cast<int64_t>());
+           })
       .def("flush", [](Guard& g) { g.guard().writer().flush(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 

@@ -315,7 +315,9 @@ TEST(ClosureStep, ABuffersOwnInfinitiesAreNoNonFiniteStepButANewOneIs) {
   for (int64_t step = 0; step < 4; ++step) {
     GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, step == 2), y); }, {x, y});
     EXPECT_EQ(r.counted(), step != 2) << step << "\n" << log.str();
-    if (step == 2) EXPECT_NE(std::find(r.restored.begin(), r.restored.end(), "stat"), r.restored.end());
+    if (step == 2) {
+      EXPECT_NE(std::find(r.restored.begin(), r.restored.end(), "stat"), r.restored.end());
+    }
   }
   EXPECT_TRUE(guard.health().finite()) << guard.health().text();
   EXPECT_EQ(net.stat.item<float>(), 3.0f) << "the skipped step's infinity was put back";

@@ -77,7 +77,9 @@ TEST(Sentinel, AThousandfoldJumpOfLossOrGradNormWarnsWithoutWarmup) {
     s.grad_norm = norms[step];
     for (const Warning& w : sentinel.observe(int64_t(step), s)) {
       fired.push_back(std::to_string(step) + " " + w.signal);
-      if (w.signal == "loss_jump") EXPECT_EQ(w.baseline, 7.8) << w.text;
+      if (w.signal == "loss_jump") {
+        EXPECT_EQ(w.baseline, 7.8) << w.text;
+      }
     }
   }
   EXPECT_EQ(fired, (std::vector<std::string>{"2 loss_jump", "2 grad_norm_jump"}))

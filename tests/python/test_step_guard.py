@@ -305,3 +305,47 @@ def test_a_child_that_raised_inside_a_caught_forward_does_not_shift_the_names(tm
     x, y = torch.randn(8, 4), torch.randn(8, 4)
     result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
     assert result.first_birth.startswith("nan at aten::log (forward) in module 'out'"), result
+
+
+def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = data()
+    with nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", amp=torch.bfloat16, fallback="whole",
+                            log=False) as guard:
+        assert guard.amp == "bf16"
+        for step in range(4):
+            model.blocks[0].poison = "functional" if step == 2 else None
+            guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        state = guard.state_dict()
+    assert state["amp"] == "fp32" and state["fallback_step"] == 2 and state["applied_steps"] == 3
+    assert state["next_step"] == 4
+    with pytest.raises(ValueError, match="closed"):
+        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+
+    # A new process: the model, the optimizer and the guard each from their state dicts.
+    resumed_model = Net()
+    resumed_model.load_state_dict(model.state_dict())
+    resumed_optimizer = torch.optim.SGD(resumed_model.parameters(), lr=0.1)
+    resumed_optimizer.load_state_dict(optimizer.state_dict())
+    guard = nanscope.StepGuard(resumed_model, resumed_optimizer, run_dir=tmp_path / "b", amp="bf16", log=False)
+    guard.load_state_dict(state)
+    assert guard.amp == "fp32", "the fallback that had fired is in force again"
+    assert guard.applied_steps == 3
+    result = guard.step(lambda: F.cross_entropy(resumed_model(x), y), batch=(x, y))
+    assert result.counted and result.amp == "fp32"
+    assert guard.state_dict()["next_step"] == 5
+    guard.close()
+    guard.close()  # twice is fine
+
+
+def test_options_are_keywords_and_amp_takes_a_dtype(tmp_path):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError):
+        nanscope.StepGuard(model, optimizer, str(tmp_path / "run"))  # run_dir is keyword-only
+    with pytest.raises(ValueError, match="amp must be"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.int8)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.float16, log=False)
+    assert guard.amp == "fp16"

@@ -46,6 +46,7 @@
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/guard_options.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
@@ -105,24 +106,6 @@ struct GuardedStep {
   int64_t rolled_back_to = -1;        // the run went back to the state after this step (-1: no rollback)
 };
 
-// The weights went non-finite and nothing can bring them back (no rollback
-// left), or trouble outlasted every rollback and the fp32 fallback: the run
-// is dead. Its message says which; run.h5 is whole.
-class DeadRunError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The model raised in a step and no NaN/Inf birth before it explains it: an
-// error in the model (or the closure). `what()` says which step; `original`
-// is the exception as the model threw it (the Python module rethrows that).
-class ModelError : public std::runtime_error {
- public:
-  ModelError(const std::string& what, std::exception_ptr original)
-      : std::runtime_error(what), original(std::move(original)) {}
-  std::exception_ptr original;
-};
-
 class StepGuard {
  public:
   // A module of yours, trained by the closure step below. The guard keeps a
@@ -164,6 +147,8 @@ class StepGuard {
   }
   // The step number a step without one gets: one after the last step run.
   int64_t next_step() const { return next_step_; }
+  // Steps without a number go on from `step` (a guard restored from a state_dict).
+  void number_steps_from(int64_t step) { next_step_ = step; }
 
   Amp amp() const { return amp_; }
   // 1 until the fallback or a rollback, then lr_backoff for each of them: a
