@@ -144,6 +144,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   report.evidence.birth = s.capture.first_birth;
   report.evidence.trail = s.capture.trail;
   report.evidence.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
+  report.evidence.rerun_error = report.rerun_error;
   report.verdict = decide(report.evidence);
   return report;
 }

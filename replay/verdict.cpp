@@ -143,10 +143,27 @@ std::string fp32_advice(const VerdictInputs& in) {
 
 Verdict decide(const VerdictInputs& in) {
   Verdict v;
+  if (!in.birth && in.reproduced > 0) {
+    // The re-runs are the evidence: a step non-finite every time is no fluke,
+    // whether or not the capture saw the op that did it.
+    v.verdict = in.fp32_finite ? format::Verdict::precision : format::Verdict::model_or_data;
+    v.category = format::Category::other;
+    v.suggestion = "non-finite in " + std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) + " re-runs" +
+                   (in.fp32_finite ? " and finite in fp32" : " and in fp32 too") +
+                   ", yet no op was seen turning finite values into NaN/Inf: " +
+                   (!in.rerun_error.empty()
+                        ? "the re-run raised before one did (" + in.rerun_error + ")"
+                        : "the values were made where op-level capture cannot see (a fused or compiled kernel, "
+                          "a custom extension's op), or were non-finite before the step (the weights, buffers "
+                          "or batch)");
+    return v;
+  }
   if (!in.birth) {
     v.verdict = format::Verdict::transient;
     v.category = format::Category::other;
-    v.suggestion = "no birth was captured for this step";
+    v.suggestion =
+        "no re-run from the same state went non-finite and no birth was captured: suspect "
+        "non-determinism or the hardware; set the determinism knobs (P19) and watch for a recurrence";
     return v;
   }
   const format::Birth& b = *in.birth;

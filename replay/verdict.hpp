@@ -36,6 +36,7 @@ struct VerdictInputs {
   // them (format/advice_words.hpp); unknown reads as nanscope-train.
   format::Origin origin = format::Origin::unknown;
   std::string grad_norm_trend;  // from run.h5 beside the snapshot, or ""
+  std::string rerun_error;      // an op raised during a re-run (one line), or ""
 };
 
 struct Verdict {

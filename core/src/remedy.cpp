@@ -93,12 +93,18 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = std::string("the birth is the data's (") + format::to_string(probe::category_of(*birth)) + ")";
     return choice;
   }
-  if (!birth) {
+  if (!birth && !failed.capture->reproduced) {
     choice.remedy = Remedy::skip_transient;
     choice.why = "the re-run of the same step was finite";
     return choice;
   }
   if (failed.amp != Amp::fp32 && reruns.finite(Amp::fp32, {})) {
+    // Non-finite again with no op seen making it (a compiled kernel): no
+    // module to start a search from, so the whole model goes to fp32.
+    if (!birth) {
+      choice.why = "finite with autocast off; no birth was seen to search the modules from";
+      return choice;
+    }
     LiveFp32Trial trial(reruns, failed.amp, failed.fp32_modules);
     const std::vector<std::string> found = minimal_fp32_modules(trial, birth->op.module);
     if (found.empty()) {

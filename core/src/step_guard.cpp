@@ -416,16 +416,22 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe), precision, loss scale, batch and planted fault.
+    bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
     auto rerun = [&] {
-      recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, inputs, targets);
+      rerun_nonfinite =
+          !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, inputs, targets).finite();
     };
     capture = probe_.investigate(rerun, inputs);
+    // Non-finite again though no op was seen making it (a fused or compiled
+    // kernel): reproduced, never "transient".
+    if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
     clear_grads(parameters_);
     if (!result.error.empty() && !capture->first_birth) {
       writer_->flush();
       throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
     }
-    result.first_birth = format::capture_text(*capture);
+    // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
+    result.first_birth = capture->ops_seen < 0 ? "the " + probe_.last_error() : format::capture_text(*capture);
     say(step, "first birth: " + result.first_birth);
     writer_->event(step, format::EventKind::first_birth, result.first_birth);
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);

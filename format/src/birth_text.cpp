@@ -17,7 +17,10 @@ std::string birth_text(const Birth& b) {
 
 std::string capture_text(const Capture& c) {
   if (c.ops_seen < 0) return "the forensic re-run failed";
-  if (!c.first_birth) return "not reproduced on re-run (transient)";
+  if (!c.first_birth)
+    return c.reproduced ? "non-finite again on re-run, but no op was seen making it (a fused or compiled kernel, "
+                          "or values non-finite before the step)"
+                        : "not reproduced on re-run (transient)";
   return birth_text(*c.first_birth);
 }
 

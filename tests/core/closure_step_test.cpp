@@ -2,6 +2,7 @@
 // loss, with modules named from named_modules() and no edit to forward.
 #include <gtest/gtest.h>
 
+#include <ATen/record_function.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -326,4 +327,32 @@ TEST(ClosureStep, ABuffersOwnInfinitiesAreNoNonFiniteStepButANewOneIs) {
     net.running_max[3] = NAN;
   }
   EXPECT_EQ(guard.health().nonfinite, std::vector<std::string>{"buffer running_max"});
+}
+
+// A NaN made where op-level capture cannot see (here an op run with
+// RecordFunction off, as a fused or compiled kernel is unseen): every re-run is
+// non-finite, so the step is reproduced, never called transient, and the
+// remedy is not the transient skip.
+TEST(ClosureStep, ANanNoCapturedOpMadeIsReproducedNotTransient) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
+  GuardedStep r = guard.step(
+      [&] {
+        at::Tensor h = net->forward(x);
+        at::Tensor unseen;
+        {
+          at::RecordFunctionGuard invisible(false);
+          unseen = torch::log(h.detach() * 0 - 1);  // NaN everywhere, from no op the capture sees
+        }
+        return torch::mse_loss(h + unseen, y);
+      },
+      {x, y});
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.first_birth.rfind("non-finite again on re-run, but no op was seen making it", 0), 0u) << r.first_birth;
+  EXPECT_NE(r.remedy, Remedy::skip_transient) << log.str();
 }

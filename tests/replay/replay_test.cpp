@@ -417,6 +417,26 @@ TEST(VerdictRules, CategoryFollowsTheBirth) {
   EXPECT_EQ(replay::category_of(b), format::Category::other);
 }
 
+// The re-runs are evidence of their own: a step non-finite every time is never
+// "transient", even when the capture saw no op make the values (a compiled or
+// fused kernel) or the snapshot holds no birth.
+TEST(VerdictRules, AStepNonFiniteOnEveryReRunIsNeverTransientWithOrWithoutABirth) {
+  replay::VerdictInputs in;
+  in.repeats = 3;
+  in.reproduced = 3;
+  in.fp32_finite = false;
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::model_or_data);
+  EXPECT_NE(v.suggestion.find("non-finite in 3 of 3 re-runs"), std::string::npos) << v.suggestion;
+  EXPECT_NE(v.suggestion.find("where op-level capture cannot see"), std::string::npos) << v.suggestion;
+  in.fp32_finite = true;
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::precision);
+  in.rerun_error = "RuntimeError: all elements of input should be between 0 and 1";
+  EXPECT_NE(replay::decide(in).suggestion.find("the re-run raised before one did"), std::string::npos);
+  in.reproduced = 0;
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
+}
+
 TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   replay::VerdictInputs in;
   format::Birth b;

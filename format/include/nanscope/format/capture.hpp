@@ -63,7 +63,8 @@ struct Capture {
 };
 
 // birth_text of the first birth, or why there is none: "not reproduced on
-// re-run (transient)", "the forensic re-run failed".
+// re-run (transient)", "non-finite again on re-run, but no op was seen making
+// it (...)", "the forensic re-run failed".
 std::string capture_text(const Capture& capture);
 
 void write_capture(const Group& group, const Capture& capture);
