@@ -140,7 +140,7 @@ at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at
     for (at::Tensor& m : largest) m = m.to(like.device(), at::kFloat).reshape({1});
     flags.push_back((~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1}));
   }
-  return at::cat(flags).max().reshape({1});
+  return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
 }
 
 // Device values gathered into one float tensor and copied to the host once;
