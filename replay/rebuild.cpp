@@ -50,11 +50,29 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
                               "' is not a built-in model and the snapshot holds no TorchScript: " + how);
 }
 
+// The wrappers that put their model under a name of their own: a
+// DistributedDataParallel's `module.`, torch.compile's `_orig_mod.`. A snapshot
+// of the wrapped model replays into a factory of the plain one, and back.
+const char* const kWrapperPrefixes[] = {"module.", "_orig_mod."};
+
+probe::NamedTensorList::const_iterator saved_tensor(const probe::NamedTensorList& saved, const std::string& name) {
+  auto named = [&](const std::string& wanted) {
+    return std::find_if(saved.begin(), saved.end(), [&](const auto& p) { return p.first == wanted; });
+  };
+  if (auto it = named(name); it != saved.end()) return it;
+  for (const std::string prefix : kWrapperPrefixes) {
+    if (auto it = named(prefix + name); it != saved.end()) return it;
+    if (name.rfind(prefix, 0) == 0)
+      if (auto it = named(name.substr(prefix.size())); it != saved.end()) return it;
+  }
+  return saved.end();
+}
+
 void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets, const std::string& path,
                 const char* what) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, target] : targets) {
-    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& p) { return p.first == name; });
+    auto it = saved_tensor(saved, name);
     if (it == saved.end())
       throw std::invalid_argument("'" + path + "': " + what + " '" + name + "' missing from the snapshot");
     if (it->second.sizes() != target.sizes())

@@ -349,3 +349,29 @@ def test_options_are_keywords_and_amp_takes_a_dtype(tmp_path):
         nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.int8)
     guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.float16, log=False)
     assert guard.amp == "fp16"
+
+
+def test_a_snapshot_of_a_wrapped_model_replays_into_the_plain_models_factory(tmp_path):
+    """DistributedDataParallel (and torch.compile) put the model under `module.` (`_orig_mod.`):
+    the replay's factory may build the plain model all the same."""
+    class Wrapper(nn.Module):  # names its parameters as DistributedDataParallel does
+        def __init__(self, net):
+            super().__init__()
+            self.module = net
+
+        def forward(self, x):
+            return self.module(x)
+
+    torch.manual_seed(0)
+    wrapped = Wrapper(Net())
+    guard = nanscope.StepGuard(wrapped, torch.optim.SGD(wrapped.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               log=False)
+    x, y = data()
+    x[4, 2] = float("nan")
+    assert not guard.step(lambda: F.cross_entropy(wrapped(x), y), batch=(x, y)).counted
+
+    def loss(net, batch):
+        return F.cross_entropy(net(batch[0]), batch[1])
+
+    report = nanscope.replay(guard.snapshots[0], model=Net, loss=loss, write=False)
+    assert report.verdict == "data" and report.first_birth.sample == 4
