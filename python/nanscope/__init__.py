@@ -60,6 +60,7 @@ class StepGuard:
                                  list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
                                  int(act_absmax_every), model_name, bool(log), average, rank, world_size)
         self._ddp = model if _distributed.is_ddp(model) else None
+        self._wrapper_unchecked = self._ddp is None
         self._model = model
         self._paths = _scopes.module_paths(model)
         self._scheduler = scheduler
@@ -73,7 +74,12 @@ class StepGuard:
             raise ValueError("nanscope.StepGuard: the guard is closed")
         if not callable(closure):
             raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
-        result = self._guard.step(lambda: _distributed.call(self._ddp, _scopes.call, closure, self._paths), batch, step)
+        def closure_call():
+            return _distributed.call(self._ddp, _scopes.call, closure, self._paths)
+        if self._wrapper_unchecked:  # the first step only: no cost after it
+            self._wrapper_unchecked = False
+            closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
+        result = self._guard.step(closure_call, batch, step)
         self._follow_lr_cuts()
         return result
 

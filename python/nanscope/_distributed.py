@@ -60,3 +60,26 @@ def call(ddp, function, *args):
         with ddp.no_sync():
             return function(*args)
     return function(*args)
+
+
+def refusing_a_wrapper_of(model, function):
+    """function, run with a check for the first step: the loop must not call a
+    DistributedDataParallel that wraps the guard's model. Given model.module
+    while the loop calls the wrapper, the wrapper and the guard would each
+    synchronise the gradients, in different orders on different ranks, and the
+    ranks would wait for each other for ever. The check raises before the
+    wrapper's forward runs any collective."""
+    def refuse(module, _inputs):
+        if is_ddp(module) and module.module is model:
+            raise TypeError("nanscope.StepGuard was given the model inside a DistributedDataParallel "
+                            "(model.module), but the closure calls the DistributedDataParallel itself: give "
+                            "the guard the wrapper, nanscope.StepGuard(ddp_model, optimizer, ...), so the "
+                            "gradients are synchronised once")
+
+    def run():
+        hook = torch.nn.modules.module.register_module_forward_pre_hook(refuse)
+        try:
+            return function()
+        finally:
+            hook.remove()
+    return run

@@ -67,3 +67,27 @@ def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool
     assert len(report["runs"]) == 2
     births = {run["rank"]: [e["text"] for e in run["events"] if e["kind"] == "first_birth"] for run in report["runs"]}
     assert births[1] == ["nan at input (input) in module '', batch row 6"], births
+
+
+def test_a_guard_given_model_module_while_the_loop_calls_the_wrapper_is_refused(tmp_path):
+    """Given the model inside a DistributedDataParallel while the closure calls the
+    wrapper, the ranks would hang in mismatched collectives: a TypeError on the first
+    step instead, before the wrapper's forward syncs anything (one rank suffices)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import nanscope
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+        guard = nanscope.StepGuard(model.module, torch.optim.SGD(model.parameters(), lr=0.1),
+                                   run_dir=tmp_path / "run", log=False)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        with pytest.raises(TypeError, match="give the guard the wrapper"):
+            guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        fine = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "ok",
+                                  log=False)
+        assert fine.step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
+    finally:
+        dist.destroy_process_group()
