@@ -161,6 +161,7 @@ GuardState StepGuard::state() const {
   s.last_applied_step = last_applied_step_;
   s.applied_steps = applied_steps_;
   s.fp32_modules = fp32_modules_;
+  s.sentinel = sentinel_.state();
   return s;
 }
 
@@ -176,6 +177,7 @@ void StepGuard::restore(const GuardState& s) {
   applied_steps_ = s.applied_steps;
   fp32_modules_ = s.fp32_modules;
   fp32_modules_checked_ = true;  // checked by the run that chose them
+  if (!s.sentinel.empty()) sentinel_.restore(s.sentinel);
 }
 
 StateHealth StepGuard::health() const { return state_health(model_, &optimizer_); }

@@ -271,6 +271,7 @@ PYBIND11_MODULE(_nanscope, m) {
              d["applied_steps"] = s.applied_steps;
              d["fp32_modules"] = s.fp32_modules;
              d["next_step"] = g.guard().next_step();
+             d["sentinel"] = s.sentinel;
              return d;
            })
       .def("load_state_dict",
@@ -286,6 +287,7 @@ PYBIND11_MODULE(_nanscope, m) {
              s.last_applied_step = d["last_applied_step"].cast<int64_t>();
              s.applied_steps = d["applied_steps"].cast<int64_t>();
              s.fp32_modules = d["fp32_modules"].cast<std::vector<std::string>>();
+             if (d.contains("sentinel")) s.sentinel = d["sentinel"].cast<Sentinel::State>();
              g.guard().restore(s);
              g.guard().number_steps_from(d["next_step"].cast<int64_t>());
            })

@@ -115,3 +115,41 @@ TEST(Sentinel, ALossSpikeIsMeasuredAgainstHealthyLossesOnly) {
   }
   EXPECT_EQ(fired, (std::vector<int64_t>{20, 45}));
 }
+
+// A resumed run warns against the run it continues: a sentinel restored from
+// another's state fires exactly as the original does on the steps after it,
+// where a fresh one would still be warming up.
+TEST(Sentinel, ARestoredSentinelWarnsAsTheOneItContinues) {
+  const std::vector<std::string> names{"blocks.0.ln1", "head"};
+  auto signals = [&](int64_t step, std::vector<float>& layers) {
+    const double burst = step >= 70 && step < 73 ? 50.0 : 1.0;  // two steps and more: a spike that lasts
+    layers = {float(0.01 * (1 + 0.05 * double(step % 3))), float(burst * (1 + 0.03 * double(step % 5)))};
+    StepSignals s;
+    s.loss = 2.0 - 0.001 * double(step);
+    s.grad_norm = std::sqrt(double(layers[0]) * layers[0] + double(layers[1]) * layers[1]);
+    s.layer_names = &names;
+    s.input_absmax = 1.0 + 0.01 * double(step);
+    return s;
+  };
+  Sentinel original;
+  std::vector<float> layers;
+  for (int64_t step = 0; step < 60; ++step) {
+    StepSignals s = signals(step, layers);
+    s.layer_grad_norm = &layers;
+    original.observe(step, s);
+  }
+  Sentinel resumed, fresh;
+  resumed.restore(original.state());
+  EXPECT_EQ(resumed.state(), original.state());
+  std::vector<std::string> from_original, from_resumed, from_fresh;
+  for (int64_t step = 60; step < 100; ++step) {
+    StepSignals s = signals(step, layers);
+    s.layer_grad_norm = &layers;
+    for (const Warning& w : original.observe(step, s)) from_original.push_back(std::to_string(step) + " " + w.text);
+    for (const Warning& w : resumed.observe(step, s)) from_resumed.push_back(std::to_string(step) + " " + w.text);
+    for (const Warning& w : fresh.observe(step, s)) from_fresh.push_back(std::to_string(step) + " " + w.text);
+  }
+  ASSERT_FALSE(from_original.empty()) << "the burst at step 70 must warn";
+  EXPECT_EQ(from_resumed, from_original);
+  EXPECT_NE(from_fresh, from_original) << "a fresh sentinel is still warming up at step 70";
+}

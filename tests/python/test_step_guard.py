@@ -321,6 +321,7 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
         state = guard.state_dict()
     assert state["amp"] == "fp32" and state["fallback_step"] == 2 and state["applied_steps"] == 3
     assert state["next_step"] == 4
+    assert state["sentinel"]["finite_steps"] == 3 and "grad/mean" in state["sentinel"]
     with pytest.raises(ValueError, match="closed"):
         guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
 
@@ -333,6 +334,7 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
     guard.load_state_dict(state)
     assert guard.amp == "fp32", "the fallback that had fired is in force again"
     assert guard.applied_steps == 3
+    assert guard.state_dict()["sentinel"] == state["sentinel"], "the early warnings go on from their baselines"
     result = guard.step(lambda: F.cross_entropy(resumed_model(x), y), batch=(x, y))
     assert result.counted and result.amp == "fp32"
     assert guard.state_dict()["next_step"] == 5

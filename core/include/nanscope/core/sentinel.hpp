@@ -86,6 +86,13 @@ class Sentinel {
   // Feeds a finite step; returns the warnings that fire at it.
   std::vector<Warning> observe(int64_t step, const StepSignals& signals);
 
+  // What it has learnt (baselines, averages, peaks, when each signal last
+  // fired), as numbers by name, for a resumed run to go on from
+  // (sentinel_state.cpp): "grad/mean", "layer/blocks.0.ln1/mean", ...
+  using State = std::map<std::string, double>;
+  State state() const;
+  void restore(const State& state);
+
  private:
   // A running mean and variance (exponential) of log values.
   struct Baseline {

@@ -77,6 +77,7 @@ struct GuardState {
   int64_t last_applied_step = -1;
   int64_t applied_steps = 0;              // updates that reached the weights
   std::vector<std::string> fp32_modules;  // in fp32 (planned, or --fallback auto's remedy)
+  Sentinel::State sentinel;               // the early warnings' baselines (not in checkpoints); empty: start afresh
 };
 
 // What a step brings besides its batch; the defaults suit one process.
