@@ -99,9 +99,9 @@ class StepGuard:
         and the optimizer's state dicts, as torch.amp.GradScaler keeps its scale:
         the precision (and whether the fp32 fallback fired), the fp16 loss scale
         and its growth tracker, the LR cuts of the fallback and rollbacks, the
-        modules in fp32, the updates applied and the next step's number. Save it
-        beside model.state_dict() and optimizer.state_dict(); the early warnings'
-        baselines and the rollback ring are not in it (they start afresh)."""
+        modules in fp32, the updates applied, the next step's number and the
+        early warnings' baselines. Save it beside model.state_dict() and
+        optimizer.state_dict(); the rollback ring is not in it (it starts afresh)."""
         return dict(self._open().state_dict())
 
     def load_state_dict(self, state):
