@@ -53,32 +53,54 @@ void Sentinel::restore(const State& s) {
   };
   for (const auto& [key, value] : s) {
     std::string name;
-    if (key == "finite_steps") finite_steps_ = int64_t(value);
-    else if (key == "grad/mean") grad_.mean = value;
-    else if (key == "grad/var") grad_.var = value;
-    else if (key == "grad/count") grad_.count = int64_t(value);
-    else if (key == "grad/spike_pending") grad_spike_pending_ = value != 0;
-    else if (key == "grad/short") grad_short_ = value;
-    else if (key == "grad/long") grad_long_ = value;
-    else if (key == "grad/long_peak") grad_long_peak_ = value;
-    else if (key == "grad/growing_steps") growing_steps_ = int64_t(value);
-    else if (key == "loss/max") max_loss_ = value;
-    else if (key == "jump/loss") jump_loss_bar_ = value;
-    else if (key == "jump/grad_norm") jump_grad_norm_bar_ = value;
-    else if (key == "scale/peak") peak_scale_ = value;
-    else if (key.rfind("fired/", 0) == 0) last_fired_[key.substr(6)] = int64_t(value);
+    if (key == "finite_steps")
+      finite_steps_ = int64_t(value);
+    else if (key == "grad/mean")
+      grad_.mean = value;
+    else if (key == "grad/var")
+      grad_.var = value;
+    else if (key == "grad/count")
+      grad_.count = int64_t(value);
+    else if (key == "grad/spike_pending")
+      grad_spike_pending_ = value != 0;
+    else if (key == "grad/short")
+      grad_short_ = value;
+    else if (key == "grad/long")
+      grad_long_ = value;
+    else if (key == "grad/long_peak")
+      grad_long_peak_ = value;
+    else if (key == "grad/growing_steps")
+      growing_steps_ = int64_t(value);
+    else if (key == "loss/max")
+      max_loss_ = value;
+    else if (key == "jump/loss")
+      jump_loss_bar_ = value;
+    else if (key == "jump/grad_norm")
+      jump_grad_norm_bar_ = value;
+    else if (key == "scale/peak")
+      peak_scale_ = value;
+    else if (key.rfind("fired/", 0) == 0)
+      last_fired_[key.substr(6)] = int64_t(value);
     else if (const std::string f = field(key, "layer/", name); !f.empty()) {
       LayerBaseline& layer = layer_grad_[name];
-      if (f == "mean") layer.norm.mean = value;
-      else if (f == "var") layer.norm.var = value;
-      else if (f == "count") layer.norm.count = int64_t(value);
-      else if (f == "spike_pending") layer.spike_pending = value != 0;
+      if (f == "mean")
+        layer.norm.mean = value;
+      else if (f == "var")
+        layer.norm.var = value;
+      else if (f == "count")
+        layer.norm.count = int64_t(value);
+      else if (f == "spike_pending")
+        layer.spike_pending = value != 0;
     } else if (const std::string g = field(key, "headroom/", name); !g.empty()) {
       Headroom& h = headroom_[name];
-      if (g == "step") h.step = int64_t(value);
-      else if (g == "count") h.count = int64_t(value);
-      else if (g == "short") h.short_avg = value;
-      else if (g == "long") h.long_avg = value;
+      if (g == "step")
+        h.step = int64_t(value);
+      else if (g == "count")
+        h.count = int64_t(value);
+      else if (g == "short")
+        h.short_avg = value;
+      else if (g == "long")
+        h.long_avg = value;
     }
   }
 }

@@ -229,7 +229,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     std::optional<Fp32ModuleRegions> fp32;
     if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     std::optional<probe::ScopeNameRecorder> scope_names;
-    if (!scope_names_checked_ && !model_.is_torchscript()) scope_names.emplace();
+    if (!scope_names_checked_ && !model_.is_torchscript() && !model_.scopes_named_by_hooks()) scope_names.emplace();
     result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, inputs, targets);
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();

@@ -56,13 +56,20 @@ class StepGuard:
                  act_absmax_every=0, model_name="", scheduler=None, log=True, process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
         amp = _amp_name(amp)
-        self._guard = _StepGuard(model, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
+        # A torch.compile'd model is named as the user wrote it ('mid', not
+        # '_orig_mod.mid'): the guard sees the module inside, the loop calls the
+        # compiled one, and both hold the same parameters.
+        named = _scopes.uncompiled(model)
+        self._guard = _StepGuard(named, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
                                  list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
                                  int(act_absmax_every), model_name, bool(log), average, rank, world_size)
         self._ddp = model if _distributed.is_ddp(model) else None
-        self._wrapper_unchecked = self._ddp is None
+        # Only a plain model under torch.distributed can be the inside of a
+        # DistributedDataParallel; the check is a global hook that Dynamo must
+        # not trace, so a compiled model goes without it.
+        self._wrapper_unchecked = self._ddp is None and _distributed.initialized() and named is model
         self._model = model
-        self._paths = _scopes.module_paths(model)
+        self._paths = _scopes.module_paths(named)
         self._scheduler = scheduler
         self._lr_multiplier = 1.0
 
@@ -186,7 +193,7 @@ def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_r
         raise ValueError(f"nanscope.replay: repeats must be 1 or more, not {repeats}")
 
     def scoped_loss(m, batch):
-        return _scopes.call(loss, _scopes.module_paths(m), m, batch)
+        return _scopes.call(loss, _scopes.module_paths(_scopes.uncompiled(m)), m, batch)
 
     json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
     report = ReplayReport(json_text, text)

@@ -13,6 +13,10 @@ def _dist():
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def initialized():
+    return _dist() is not None
+
+
 def is_ddp(model):
     return isinstance(model, torch.nn.parallel.DistributedDataParallel)
 

@@ -11,6 +11,12 @@ import torch
 from . import _nanscope
 
 
+def uncompiled(model):
+    """The module torch.compile wrapped (its _orig_mod), else the model itself."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) else model
+
+
 def module_paths(model):
     """id(module) -> its dotted path; the root is ''."""
     return {id(module): name for name, module in model.named_modules()}
@@ -51,9 +57,19 @@ def _hooked(paths):
             open_modules.pop()
 
 
+def _eager():
+    """While nanscope listens (the forensic re-run, an fp32 region, the first
+    step's scope check), code compiled with torch.compile runs eagerly: op-level
+    capture sees every op there, not a fused kernel, and Dynamo never traces
+    nanscope's hooks (a graph break, and a compiled frame it may then give up
+    on for good). A torch without compiler stances (1.x) has nothing to undo."""
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
 def call(function, paths, *args):
     """function(*args), with module scopes when the core listens for them."""
     if not _nanscope.scopes_active():
         return function(*args)
-    with _hooked(paths):
+    with _eager(), _hooked(paths):
         return function(*args)

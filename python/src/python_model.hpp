@@ -34,6 +34,7 @@ class PythonModel : public TrainableModel {
   NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
   std::vector<std::string> module_paths() const override;
+  bool scopes_named_by_hooks() const override { return true; }  // nanscope/_scopes.py
   void set_training(bool on) override;
   ModelSpec spec() const override { return {name_, {}, ""}; }
 

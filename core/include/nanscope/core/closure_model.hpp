@@ -64,6 +64,7 @@ class ClosureModel final : public TrainableModel {
   void set_training(bool on) override { body_->set_training(on); }
   ModelSpec spec() const override { return body_->spec(); }
   bool is_torchscript() const override { return body_->is_torchscript(); }
+  bool scopes_named_by_hooks() const override { return body_->scopes_named_by_hooks(); }
 
  private:
   std::unique_ptr<TrainableModel> body_;

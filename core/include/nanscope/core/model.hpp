@@ -54,6 +54,11 @@ class TrainableModel {
   // A TorchScript model: its modules are interpreter frames, not C++ scopes
   // (what switching a module to fp32 needs to know).
   virtual bool is_torchscript() const { return false; }
+  // Its module scopes are opened by hooks that take each name from
+  // named_modules() (the Python module's): no scope name can be misspelt, so
+  // the first step's check of them is skipped (it would make the step listen,
+  // and a compiled model run eagerly).
+  virtual bool scopes_named_by_hooks() const { return false; }
   // Auxiliary z-loss coefficient (P15); models without logits ignore it.
   virtual void set_z_loss(double /*coefficient*/) {}
 
