@@ -101,6 +101,10 @@ class Sentinel {
     void add(double x, double alpha);
     double z(double x) const;
   };
+  // Calls visit(name, field) for every number state() and restore() carry,
+  // const or not: the one list of them (sentinel_state.cpp).
+  template <class Self, class Visit>
+  static void visit_scalars(Self& self, Visit&& visit);
   bool quiet(const std::string& key, int64_t step);
   void fire(std::vector<Warning>& out, int64_t step, Warning w);
 
