@@ -13,7 +13,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_gpt_loop import Gpt  # noqa: E402  the same model as the speed baseline
+from python_gpt_loop import GplBatches, Gpt  # noqa: E402  the speed baseline's model and data
 
 import nanscope  # noqa: E402
 
@@ -26,12 +26,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read()
-    data = torch.tensor(list(text), dtype=torch.long)
-    seq, batch = 64, 8
-    windows = (len(text) - 1) // seq
-    index = (torch.arange(windows) * seq)[:, None] + torch.arange(seq)[None, :]
-    inputs, targets = data[index], data[index + 1]
+    seq = 64
+    batches = GplBatches(seq, 8)
     total_steps = total_warnings = 0
     print("python_clean_runs: nothing planted; every warning is a false alarm")
     for lr in (float(x) for x in a.lrs.split(",")):
@@ -43,8 +39,7 @@ def main():
                 guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", clip=1.0, log=False)
                 warnings, skipped = [], 0
                 for step in range(a.steps):
-                    rows = (torch.arange(batch) + step * batch) % windows
-                    x, y = inputs[rows], targets[rows]
+                    x, y = batches(step)
                     result = guard.step(lambda: model(x, y), batch=(x, y))
                     warnings += [f"step {step}: {w}" for w in result.warnings]
                     skipped += not result.counted

@@ -16,7 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_gpt_loop import Gpt  # noqa: E402
+from python_gpt_loop import GplBatches, Gpt  # noqa: E402
 
 import nanscope  # noqa: E402
 
@@ -29,20 +29,12 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read()
-    data = torch.tensor(list(text), dtype=torch.long)
-    seq, batch = 64, 8
-    windows = (len(text) - 1) // seq
-    index = (torch.arange(windows) * seq)[:, None] + torch.arange(seq)[None, :]
-    inputs, targets = data[index], data[index + 1]
+    seq = 64
+    batch_of = GplBatches(seq, 8)
     model = Gpt(2, 4, 128, seq)
     compiled = torch.compile(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     step = 0
-
-    def batch_of(i):
-        rows = (torch.arange(batch) + i * batch) % windows
-        return inputs[rows], targets[rows]
 
     def plain():
         nonlocal step

@@ -67,6 +67,23 @@ class Gpt(torch.nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+class GplBatches:
+    """The built-in gpt's data: byte windows of /usr/share/common-licenses/GPL-3,
+    batch i the rows [i*B, (i+1)*B) wrapping around (nanscope-train --no-shuffle)."""
+
+    def __init__(self, seq_len, batch_size):
+        text = open("/usr/share/common-licenses/GPL-3", "rb").read()
+        data = torch.tensor(list(text), dtype=torch.long)
+        self.windows = (len(text) - 1) // seq_len
+        index = (torch.arange(self.windows) * seq_len)[:, None] + torch.arange(seq_len)[None, :]
+        self.inputs, self.targets = data[index], data[index + 1]
+        self.batch_size = batch_size
+
+    def __call__(self, step):
+        rows = (torch.arange(self.batch_size) + step * self.batch_size) % self.windows
+        return self.inputs[rows], self.targets[rows]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
@@ -83,12 +100,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read()
-    data = torch.tensor(list(text), dtype=torch.long)
-    windows = (len(text) - 1) // a.seq_len
-    starts = torch.arange(windows) * a.seq_len
-    index = starts[:, None] + torch.arange(a.seq_len)[None, :]
-    inputs, targets = data[index], data[index + 1]
+    batches = GplBatches(a.seq_len, a.batch_size)
     model = Gpt(a.n_layer, a.n_head, a.n_embd, a.seq_len)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     if a.nan_hooks:
@@ -100,10 +112,10 @@ def main():
     times = []
     for step in range(a.steps):
         t0 = time.perf_counter()
-        rows = (torch.arange(a.batch_size) + step * a.batch_size) % windows
+        x, y = batches(step)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
-            loss = model(inputs[rows], targets[rows])
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
