@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   auto optimizer = make_optimizer(OptimizerKind::adamw, params, 1e-4, 0.01);
   LossScaler scaler;
   const at::Tensor x = at::randint(0, 256, {2, config.seq_len}), y = at::randint(0, 256, {2, config.seq_len});
-  train_step(*model, *optimizer, scaler, params, StepSettings{}, x, y);  // the optimizer state exists
+  train_step(*model, *optimizer, scaler, params, StepSettings{}, Batch(x, y));  // the optimizer state exists
   double model_mb = 0;
   for (const auto& p : params) model_mb += p.numel() * p.element_size() / 1048576.0;
 

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     if (capture) op_capture.emplace();
     std::optional<torch::autograd::DetectAnomalyGuard> anomaly_guard;
     if (anomaly) anomaly_guard.emplace();
-    StepOutcome out = train_step(*model, *optimizer, scaler, params, settings, inputs, targets);
+    StepOutcome out = train_step(*model, *optimizer, scaler, params, settings, Batch(inputs, targets));
     if (with_probe) probe.layer_grad_norms(out.parameter_norms);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };

@@ -94,7 +94,7 @@ struct Arm {
       transaction.begin(*model);
       settings.written_buffers = &transaction.written_floating();
     }
-    const StepOutcome out = train_step(*model, *optimizer, scaler, parameters, settings, inputs, targets);
+    const StepOutcome out = train_step(*model, *optimizer, scaler, parameters, settings, Batch(inputs, targets));
     if (with_transaction) {
       if (out.skipped)
         transaction.roll_back();

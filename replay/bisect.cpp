@@ -33,8 +33,7 @@ class SnapshotFp32Trial : public Fp32Trial {
   // reject) is not finite; its error is not the step's, which the report quotes.
   bool run_step(const std::vector<std::string>& fp32_modules = {}) {
     const std::string step_error = setup_.rerun_error;
-    const bool finite =
-        step_is_finite(setup_, setup_.amp, setup_.snapshot.inputs, setup_.snapshot.targets, fp32_modules);
+    const bool finite = step_is_finite(setup_, setup_.amp, setup_.snapshot.batch, fp32_modules);
     setup_.rerun_error = step_error;
     return finite;
   }
@@ -59,14 +58,11 @@ Fp32RegionSearch smallest_fp32_region(ReplaySetup& setup) {
 }
 
 std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup) {
-  const at::Tensor& inputs = setup.snapshot.inputs;
-  const at::Tensor& targets = setup.snapshot.targets;
-  const int64_t batch = inputs.size(0);
+  const Batch& whole = setup.snapshot.batch;
+  const int64_t batch = whole.rows();
   std::vector<int64_t> found;
-  for (int64_t i = 0; i < batch; ++i) {
-    const auto [without_inputs, without_targets] = batch_without_row(inputs, targets, i);
-    if (step_is_finite(setup, setup.amp, without_inputs, without_targets)) found.push_back(i);
-  }
+  for (int64_t i = 0; i < batch; ++i)
+    if (step_is_finite(setup, setup.amp, whole.without_row(i))) found.push_back(i);
   // Every row "fixing" it means the batch size, not a sample, is what matters.
   if (int64_t(found.size()) == batch) found.clear();
   return found;

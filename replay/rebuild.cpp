@@ -114,12 +114,11 @@ ReplaySetup rebuild(const std::string& path) {
   setup.fault = fault_at_step(s.config, s.step);
   if (auto it = s.config.find("fp32_modules"); it != s.config.end())
     setup.fp32_modules = parse_fp32_modules(it->second);
-  if (!s.inputs.defined())  // a closure step's batch may have no targets
-    throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
+  if (s.batch.empty()) throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
   return setup;
 }
 
-bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets,
+bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
                     const std::vector<std::string>& more_fp32_modules) {
   const probe::SnapshotContents& s = setup.snapshot;
   std::vector<std::string> fp32_modules = setup.fp32_modules;
@@ -128,8 +127,11 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const
   // exists because the trainer's re-run found a birth before it; the report
   // quotes the error.
   bool switchable = true;
-  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.fault, inputs, targets,
-                                      s.cpu_rng_state, fp32_modules, &switchable, &setup.rerun_error);
+  MicroBatch micro{batch, s.cpu_rng_state, 1.0};
+  // A watched step's micro-batch, weighted as the loop weighted its loss.
+  if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
+  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.fault, micro,
+                                      fp32_modules, &switchable, &setup.rerun_error);
   setup.unswitchable |= !switchable;
   return finite;
 }

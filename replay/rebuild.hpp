@@ -33,10 +33,10 @@ struct ReplaySetup {
 ReplaySetup rebuild(const std::string& path);
 
 // Runs forward + backward + unscale + the global grad norm of the step at
-// `amp` on `inputs`/`targets`, from the snapshot's RNG state. True when loss,
+// `amp` on `batch` (the snapshot's, or it without a row), from the snapshot's RNG state. True when loss,
 // gradients and norm are all finite. Never changes the weights or buffers.
 // Below fp32, setup.fp32_modules and `more_fp32_modules` run in fp32.
-bool step_is_finite(ReplaySetup& setup, Amp amp, const at::Tensor& inputs, const at::Tensor& targets,
+bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
                     const std::vector<std::string>& more_fp32_modules = {});
 
 }  // namespace nanscope::replay

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
+#include <string>
 
 #include "bisect.hpp"
 #include "nanscope/common/torch_compat.hpp"
@@ -23,6 +25,13 @@ namespace nanscope::replay {
 
 namespace {
 
+// A watched step of several micro-batches snapshots one of them: births in
+// its re-runs carry that micro-batch's number, as the training run's did.
+int64_t micro_batch_of(const std::map<std::string, std::string>& config) {
+  auto it = config.find("micro_batch");
+  return it == config.end() ? -1 : std::stoll(it->second);
+}
+
 // fp32 with LibTorch's own anomaly detection: its message names the first
 // backward function that returned NaN.
 std::string anomaly_message(ReplaySetup& setup) {
@@ -30,7 +39,7 @@ std::string anomaly_message(ReplaySetup& setup) {
   std::string message;
   try {
     torch::autograd::DetectAnomalyGuard anomaly;
-    step_is_finite(setup, Amp::fp32, setup.snapshot.inputs, setup.snapshot.targets);
+    step_is_finite(setup, Amp::fp32, setup.snapshot.batch);
   } catch (const c10::Error& e) {
     message = e.what_without_backtrace();
   } catch (const std::exception& e) {
@@ -107,21 +116,22 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     report.evidence.batch_rows.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
   } else {
     // The batch's size, its data set rows unknown.
-    report.evidence.batch_rows.assign(s.inputs.dim() > 0 ? size_t(s.inputs.size(0)) : 0, -1);
+    report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);
   }
 
   // 1. At the original precision and loss scale, N times.
   report.evidence.repeats = std::max(1, options.repeats);
   for (int i = 0; i < report.evidence.repeats; ++i) {
-    if (!step_is_finite(setup, setup.amp, s.inputs, s.targets)) ++report.evidence.reproduced;
+    if (!step_is_finite(setup, setup.amp, s.batch)) ++report.evidence.reproduced;
     if (i == 0 && s.cpu_rng_state.defined())  // step_is_finite started the generator from this state
       report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
   }
 
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
-    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.inputs.dim() > 0 ? s.inputs.size(0) : -1});
-    report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.inputs, s.targets);
+    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
+                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
+    report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.batch);
     report.fp32_capture = capture.result();
   }
   if (!report.evidence.fp32_finite) report.anomaly = with_forward_origin(anomaly_message(setup), report.fp32_capture);
@@ -135,7 +145,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.evidence.fp32_search = search.outcome;
       report.evidence.fp32_modules = search.modules;
     }
-    if (s.inputs.size(0) > 1 && !report.draws_random_numbers) {
+    if (s.batch.rows() > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;
       report.evidence.samples = samples_without_which_finite(setup);
     }

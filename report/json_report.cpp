@@ -95,6 +95,7 @@ void write_birth(JsonWriter& json, const std::optional<format::Birth>& birth) {
   json.key("phase").value(format::to_string(birth->op.phase));
   json.key("module").value(birth->op.module);
   json.key("sample").value(birth->sample >= 0 ? std::optional<int64_t>(birth->sample) : std::nullopt);
+  json.key("micro_batch").value(birth->micro_batch >= 0 ? std::optional<int64_t>(birth->micro_batch) : std::nullopt);
   json.key("rows").begin_array();
   for (int64_t row : birth->rows) json.value(row);
   json.end_array();

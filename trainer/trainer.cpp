@@ -255,8 +255,8 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   StepContext context;
   // --schedule-on-skip hold: skipped steps do not move the schedule on.
   const int64_t schedule_position = o.schedule_holds_on_skip ? s.guard->applied_steps() : step;
-  context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * s.guard->lr_multiplier() *
-               lr_multiplier_at(s.faults, step);
+  // The schedule's LR; the guard applies its own cuts (fallback, rollback) to the update.
+  context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * lr_multiplier_at(s.faults, step);
   set_lr(*s.optimizer, context.lr);
   context.batch_rows = s.sampler->rows(step);
   const auto [inputs, targets] = batch_at(s, step, context.batch_rows);

@@ -26,15 +26,27 @@ ClosureModel::Step::~Step() {
   model_.batch_ = nullptr;
 }
 
-at::Tensor ClosureModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
-  if (batch_loss_) return (*batch_loss_)(Batch(inputs, targets));
+namespace {
+
+bool same_batch(const Batch& a, const Batch& b) {
+  const std::vector<at::Tensor> x = a.tensors(), y = b.tensors();
+  if (x.size() != y.size() || a.structure != b.structure) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!x[i].is_same(y[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+at::Tensor ClosureModel::loss(const Batch& batch) {
+  if (batch_loss_) return (*batch_loss_)(batch);
   if (closure_) {
-    if (inputs.is_same(batch_->inputs) && targets.is_same(batch_->targets)) return (*closure_)();
+    if (same_batch(batch, *batch_)) return (*closure_)();
     throw std::logic_error("model '" + spec().name +
                            "': its loss closure runs on the step's own batch only (give StepGuard::step a "
                            "closure that takes the batch, nanscope::BatchLoss, to run another)");
   }
-  return body_->loss(inputs, targets);
+  return body_->loss(batch);
 }
 
 }  // namespace nanscope

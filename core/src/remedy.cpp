@@ -129,31 +129,15 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
   return choice;
 }
 
-LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
-                               const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
-                               at::Tensor cpu_rng_state)
-    : model_(model),
-      parameters_(parameters),
-      loss_scale_(loss_scale),
-      fault_(fault),
-      inputs_(inputs),
-      targets_(targets),
-      rng_(std::move(cpu_rng_state)) {}
-
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
-                     const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
-                     const at::Tensor& cpu_rng_state, const std::vector<std::string>& fp32_modules, bool* switchable,
-                     std::string* error) {
-  if (cpu_rng_state.defined()) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(cpu_rng_state);
-  }
+                     const Fault& fault, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
+                     bool* switchable, std::string* error) {
   bool finite = false;
   try {
     Fp32ModuleRegions regions(model, amp == Amp::fp32 ? std::vector<std::string>{} : fp32_modules);
     // The loss scale belongs to fp16; an fp32 re-run has none.
     const double scale = amp == Amp::fp16 ? loss_scale : 1.0;
-    finite = recompute_step(model, parameters, amp, scale, fault, inputs, targets).finite();
+    finite = recompute_step(model, parameters, amp, scale, fault, std::vector<MicroBatch>{micro}).finite();
     if (switchable && !regions.switchable()) *switchable = false;
   } catch (const std::exception& e) {
     // An op that raised on a non-finite value (binary_cross_entropy checks
@@ -165,22 +149,16 @@ bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& param
   return finite;
 }
 
-std::pair<at::Tensor, at::Tensor> batch_without_row(const at::Tensor& inputs, const at::Tensor& targets, int64_t row) {
-  const int64_t batch = inputs.size(0);
-  const at::Tensor keep =
-      at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, batch, at::kLong)}).to(inputs.device());
-  // A closure step's batch may have no targets (its closure holds them).
-  return {inputs.index_select(0, keep),
-          targets.defined() ? targets.index_select(0, keep.to(targets.device())) : targets};
-}
+LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
+                               const Fault& fault, MicroBatch micro)
+    : model_(model), parameters_(parameters), loss_scale_(loss_scale), fault_(fault), micro_(std::move(micro)) {}
 
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
   if (without_row < 0)
-    return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, inputs_, targets_, rng_, fp32_modules,
-                           &switchable_);
-  const auto [inputs, targets] = batch_without_row(inputs_, targets_, without_row);
-  return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, inputs, targets, rng_, fp32_modules,
-                         &switchable_);
+    return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, micro_, fp32_modules, &switchable_);
+  MicroBatch without = micro_;
+  without.batch = micro_.batch.without_row(without_row);
+  return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, without, fp32_modules, &switchable_);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

@@ -2,6 +2,8 @@
 
 #include "nanscope/core/cpu_kernels.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,8 +13,10 @@
 #include <stdexcept>
 #include <utility>
 
+#include <torch/optim/sgd.h>
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -106,6 +110,23 @@ StepGuard::StepGuard(torch::nn::Module& module, torch::optim::Optimizer& optimiz
 StepGuard::StepGuard(std::unique_ptr<TrainableModel> body, torch::optim::Optimizer& optimizer, GuardOptions options)
     : StepGuard(std::make_unique<ClosureModel>(std::move(body)), optimizer, std::move(options)) {}
 
+StepGuard::WithoutOptimizer StepGuard::stand_in_for(std::unique_ptr<TrainableModel> body) {
+  auto model = std::make_unique<ClosureModel>(std::move(body));
+  // Holds the parameters for rollback states and checkpoints; never stepped.
+  auto stand_in = std::make_unique<torch::optim::SGD>(trainable_tensors(*model), torch::optim::SGDOptions(0.0));
+  return {std::move(model), std::move(stand_in)};
+}
+
+StepGuard::StepGuard(std::unique_ptr<TrainableModel> body, GuardOptions options)
+    : StepGuard(stand_in_for(std::move(body)), std::move(options)) {}
+
+StepGuard::StepGuard(WithoutOptimizer parts, GuardOptions options)
+    : StepGuard(*parts.model, *parts.stand_in, std::move(options)) {
+  owned_model_ = std::move(parts.model);
+  no_optimizer_ = std::move(parts.stand_in);
+  applies_update_ = false;
+}
+
 StepGuard::StepGuard(std::unique_ptr<ClosureModel> model, torch::optim::Optimizer& optimizer, GuardOptions options)
     : StepGuard(*model, optimizer, std::move(options)) {
   owned_model_ = std::move(model);
@@ -190,35 +211,75 @@ void StepGuard::say(int64_t step, const std::string& text) {
   if (options_.log) *options_.log << options_.log_prefix << "step " << step << ": " << text << "\n";
 }
 
-GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
-                            const StepContext& context) {
-  const auto start = std::chrono::steady_clock::now();
-  model_exception_ = nullptr;
+// A step between its begin and end phases, whichever form runs it.
+struct StepGuard::Running {
+  int64_t step = 0;
+  StepContext context;
+  StepSettings settings;
   GuardedStep result;
-  result.amp = amp_;
-  result.lr = context.lr >= 0 ? context.lr : current_lr(optimizer_);
-  result.loss_scale = scaler_.scale();
+  std::chrono::steady_clock::time_point start;
+  std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
+  bool watched = false;                   // the loop ran forward and backward: re-runs go through loss_fn_
+  std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
+};
 
+// The watched step in progress: its begin phase done, micro-batches coming in.
+struct StepGuard::Watched {
+  Running run;
+  std::vector<at::Tensor> losses;  // each micro-batch's loss as the loop gave it (detached)
+  at::Tensor next_rng;             // the RNG state where the next micro-batch's forward began
+  std::optional<UnscaledGradients> unscaled;
+  std::optional<Fp32ModuleRegions> fp32;
+};
+
+StepGuard::Running StepGuard::begin_step(int64_t step, const StepContext& context) {
+  Running run;
+  run.step = step;
+  run.context = context;
+  run.start = std::chrono::steady_clock::now();
+  model_exception_ = nullptr;
+  run.result.amp = amp_;
+  // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
+  run.result.lr = (context.lr >= 0 ? context.lr : current_lr(optimizer_)) * lr_multiplier();
+  run.result.loss_scale = scaler_.scale();
   plant_fault(model_, context.fault);
   transaction_.begin(model_);
-  StepSettings settings{amp_, options_.clip, options_.probe, {}};
-  settings.written_buffers = &transaction_.written_floating();
-  settings.buckets = context.averager;
-  settings.averaged_parameter_norms = options_.warn;
-  settings.stop_requested = context.stop_requested;
-  settings.skip_loss_above = rollback_.skip_loss_above(step);
+  run.settings = StepSettings{amp_, options_.clip, options_.probe, {}};
+  run.settings.written_buffers = &transaction_.written_floating();
+  run.settings.buckets = context.averager;
+  run.settings.averaged_parameter_norms = options_.warn;
+  run.settings.stop_requested = context.stop_requested;
+  run.settings.skip_loss_above = rollback_.skip_loss_above(step);
   next_step_ = step + 1;
+  return run;
+}
+
+GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
+                            const StepContext& context) {
+  return run_closure_step(step, Batch(inputs, targets), context);
+}
+
+GuardedStep StepGuard::run_closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+  if (watched_ && watched_->run.micro_batches.empty()) {
+    // A forward outside the closure (an evaluation with gradients on) opened
+    // no step of the loop's: forgotten, its number given back.
+    next_step_ = watched_->run.step;
+    watched_.reset();
+  }
+  if (watched_) throw std::logic_error("StepGuard::step(closure, batch): a watched step is open (call step() first)");
+  Running run = begin_step(step, context);
+  StepSettings& settings = run.settings;
   if (options_.probe) {
     // Without the data set rows, they are unknown (-1), not guessed.
-    probe_.begin_step(step, context.batch_rows.defined()
-                                ? context.batch_rows
-                                : at::full({inputs.dim() > 0 ? inputs.size(0) : 0}, -1, at::kLong));
-    settings.batch_nonfinite = probe_.batch_nonfinite(inputs);
+    probe_.begin_step(step,
+                      context.batch_rows.defined() ? context.batch_rows : at::full({batch.rows()}, -1, at::kLong));
+    settings.batch_nonfinite = probe_.batch_nonfinite(batch);
   }
+  run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
   // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
-  if (options_.warn && inputs.is_floating_point()) settings.batch_absmax = inputs.detach().abs().max();
+  if (options_.warn && batch.inputs.defined() && batch.inputs.is_floating_point())
+    settings.batch_absmax = batch.inputs.detach().abs().max();
   std::vector<float> act_absmax;
-  std::optional<std::vector<std::string>> fp32_not_entered;  // planned --fp32-modules, checked on the first step
   try {
     std::optional<probe::OpCapture> live_capture;
     if (options_.capture_every_step) live_capture.emplace();
@@ -230,10 +291,15 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !model_.is_torchscript() && !model_.scopes_named_by_hooks()) scope_names.emplace();
-    result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, inputs, targets);
+    clear_grads(parameters_);
+    const at::Tensor loss = forward_backward(model_, settings.amp, scaler_.scale(), batch);
+    StepFinish finish;
+    finish.optimizer = &optimizer_;
+    finish.lr_multiplier = lr_multiplier();
+    run.result.outcome = finish_step(scaler_, parameters_, settings, loss, finish);
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
-    if (fp32 && !fp32_modules_checked_) fp32_not_entered = fp32->not_entered();
+    if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
   } catch (const std::exception& e) {
     // An op that raised on a NaN (binary_cross_entropy checks its input) is a
     // non-finite step if the forensic re-run finds a birth before it;
@@ -241,12 +307,18 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     // it is an error in the model.
     plant_fault(model_, {FaultKind::none});
     if (!options_.probe || context.averager) throw;
-    result.error = one_line_error(e);
+    run.result.error = one_line_error(e);
     model_exception_ = std::current_exception();
-    result.outcome = raised_step_outcome(scaler_, parameters_);
+    run.result.outcome = raised_step_outcome(scaler_, parameters_);
   }
+  return end_step(run, act_absmax);
+}
+
+GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absmax_in) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
   plant_fault(model_, {FaultKind::none});
-  if (fp32_not_entered) check_planned_fp32_modules(*fp32_not_entered);
+  if (run.fp32_not_entered) check_planned_fp32_modules(*run.fp32_not_entered);
   // A step that does not count leaves the model as it found it.
   std::string undone;
   if (result.outcome.skipped) {
@@ -255,7 +327,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
     transaction_.commit();
     ++applied_steps_;
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
 
   format::StepRow row;
@@ -268,12 +340,12 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   row.amp = result.amp;
   row.step_time = result.seconds;
   if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
-  row.layer_act_absmax = std::move(act_absmax);
+  row.layer_act_absmax = act_absmax_in;
   writer_->append(row);
   const StepOutcome& outcome = result.outcome;
   if (outcome.skipped_as_spike) {
     writer_->event(step, format::EventKind::skip,
-                   "loss " + number_text(outcome.global_loss) + " above " + number_text(settings.skip_loss_above) +
+                   "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
     say(step, "loss " + number_text(outcome.global_loss) + " is a spike after a rollback -> skipped");
     rollback_.observe(step, outcome.global_loss, false, true);
@@ -293,7 +365,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
     rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
-    on_nonfinite_step(step, result, inputs, targets, context, row.layer_grad_norm, undone);
+    on_nonfinite_step(run, row.layer_grad_norm, undone);
   }
   if (rollback_.trouble_persists() && result.rolled_back_to < 0)
     act_on_persisting_trouble(step, result,
@@ -314,13 +386,120 @@ ClosureModel& StepGuard::closure_model() {
 
 GuardedStep StepGuard::step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context) {
   ClosureModel::Step closure(closure_model(), loss, batch);
-  return this->step(step, batch.inputs, batch.targets, context);
+  return run_closure_step(step, batch, context);
 }
 
 GuardedStep StepGuard::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
   ClosureModel::Step closure(closure_model(), loss, batch);
-  return this->step(step, batch.inputs, batch.targets, context);
+  return run_closure_step(step, batch, context);
 }
+
+// --- The watched form.
+
+ScopedAutocast StepGuard::autocast() {
+  begin_micro_batch();
+  return ScopedAutocast(parameters_.front().device().type(), amp_);
+}
+
+void StepGuard::begin_micro_batch() {
+  if (!watched_) {
+    watched_ = std::make_unique<Watched>();
+    watched_->run = begin_step(next_step_, {});
+    watched_->run.watched = true;
+    if (options_.probe) probe_.begin_step(watched_->run.step, at::full({0}, -1, at::kLong));
+    // Planned fp32 modules run in fp32 inside the loop's forward too.
+    if (!fp32_modules_.empty() && amp_ != Amp::fp32) watched_->fp32.emplace(model_, fp32_modules_);
+  }
+  // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
+  if (options_.probe) watched_->next_rng = at::detail::getDefaultCPUGenerator().get_state();
+}
+
+at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch) {
+  if (!watched_ || !watched_->next_rng.defined()) begin_micro_batch();
+  Watched& w = *watched_;
+  if (w.unscaled)
+    throw std::logic_error(
+        "StepGuard: a backward after unscale() in the same step (unscale once, after the last micro-batch)");
+  w.run.micro_batches.push_back(MicroBatch{micro_batch, std::exchange(w.next_rng, {}), 1.0});
+  w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
+  if (options_.probe) {
+    const at::Tensor bad = probe_.batch_nonfinite(micro_batch);
+    at::Tensor& flag = w.run.settings.batch_nonfinite;
+    flag = flag.defined() ? at::maximum(flag, bad) : bad;
+  }
+  return scaler_.enabled() ? loss * scaler_.scale() : loss;
+}
+
+void StepGuard::backward(const at::Tensor& loss, const Batch& micro_batch) { scale(loss, micro_batch).backward(); }
+
+void StepGuard::unscale() {
+  if (!watched_) throw std::logic_error("StepGuard::unscale(): no backward since the last step()");
+  if (!watched_->unscaled)
+    watched_->unscaled =
+        unscale_gradients(scaler_, parameters_, watched_->losses.empty() ? at::zeros({}) : watched_->losses.front());
+}
+
+GuardedStep StepGuard::step(const StepContext& context) {
+  if (!watched_ || watched_->run.micro_batches.empty())
+    throw std::logic_error(
+        "StepGuard::step(): no backward through the guard since the last step (call "
+        "guard.backward(loss, micro_batch) for each micro-batch first)");
+  std::unique_ptr<Watched> w = std::move(watched_);
+  Running& run = w->run;
+  w->fp32.reset();
+  // What the loop says at the end of the step (rows, LR, peers) joins what the begin phase knew.
+  if (context.batch_rows.defined() && options_.probe) probe_.begin_step(run.step, context.batch_rows);
+  if (context.lr >= 0) run.result.lr = context.lr * lr_multiplier();
+  run.context.batch_rows = context.batch_rows;
+  run.context.averager = context.averager;
+  run.settings.buckets = context.averager;
+  const at::Tensor losses = at::stack(w->losses);
+  if (w->losses.size() > 1) run.settings.micro_losses = losses;
+  StepFinish finish;
+  finish.optimizer = applies_update_ ? &optimizer_ : nullptr;
+  finish.zero_grads_in_place = !applies_update_;
+  finish.lr_multiplier = lr_multiplier();
+  if (w->unscaled) finish.unscaled = &*w->unscaled;
+  run.result.outcome = finish_step(scaler_, parameters_, run.settings, losses.sum(), finish);
+  // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
+  const std::vector<float>& recorded = run.result.outcome.micro_losses;
+  for (size_t k = 0; k < run.micro_batches.size(); ++k)
+    run.micro_batches[k].recorded_loss = k < recorded.size() ? recorded[k] : run.result.outcome.loss;
+  GuardedStep result = end_step(run, {});
+  if (result.outcome.skipped && !applies_update_) {
+    // The loop applies its own update next: zero gradients make it add nothing.
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& p : parameters_) {
+      if (p.grad().defined())
+        p.mutable_grad().zero_();
+      else
+        p.mutable_grad() = at::zeros_like(p);
+    }
+  }
+  return result;
+}
+
+bool StepGuard::watched_rerun(const Running& run) { return run.watched; }
+
+bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }
+
+size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {
+  if (capture && capture->first_birth && capture->first_birth->micro_batch >= 0)
+    return size_t(capture->first_birth->micro_batch);
+  const std::vector<float>& losses = run.result.outcome.micro_losses;
+  for (size_t k = 0; k < losses.size(); ++k)
+    if (!std::isfinite(losses[k])) return k;
+  return 0;
+}
+
+struct ScopedAutocast::State {
+  compat::AutocastGuard guard;
+};
+
+ScopedAutocast::ScopedAutocast(at::DeviceType device, Amp amp)
+    : state_(amp == Amp::fp32 ? nullptr : new State{compat::AutocastGuard(device, autocast_dtype(amp), true)}) {}
+ScopedAutocast::~ScopedAutocast() = default;
+ScopedAutocast::ScopedAutocast(ScopedAutocast&& other) noexcept = default;
 
 void StepGuard::check_scope_names(int64_t step, const std::vector<std::string>& opened) {
   scope_names_checked_ = true;
@@ -386,9 +565,10 @@ void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missi
                               " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
 }
 
-void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs,
-                                  const at::Tensor& targets, const StepContext& context,
-                                  const std::vector<float>& layer_grad_norm, const std::string& undone) {
+void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  const StepContext& context = run.context;
   const StepOutcome& outcome = result.outcome;
   const std::string what = !outcome.loss_finite     ? "non-finite loss"
                            : outcome.buffers_finite ? "non-finite gradients"
@@ -412,18 +592,37 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
 
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
-  const bool investigate = options_.probe && (!outcome.locally_finite() || !outcome.buffers_finite ||
-                                              (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  // A watched step's micro-batches can be run again only through the loop's loss function.
+  const bool rerunnable = !watched_rerun_impossible(run);
+  const bool investigate =
+      options_.probe && rerunnable &&
+      (!outcome.locally_finite() || !outcome.buffers_finite || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  if (options_.probe && !rerunnable) {
+    result.first_birth =
+        "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
+        "Python: loss_fn=)";
+    say(step, "first birth: " + result.first_birth);
+  }
   std::optional<format::Capture> capture;
   if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
-    // by the probe), precision, loss scale, batch and planted fault.
+    // by the probe, and per micro-batch), precision, loss scale, micro-batches
+    // and planted fault.
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
-    auto rerun = [&] {
-      rerun_nonfinite =
-          !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, inputs, targets).finite();
+    std::optional<Fp32ModuleRegions> fp32;
+    if (watched_rerun(run) && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    auto rerun = [&](probe::OpCapture& op_capture) {
+      rerun_nonfinite = !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault,
+                                        run.micro_batches, &op_capture)
+                             .finite();
     };
-    capture = probe_.investigate(rerun, inputs);
+    std::vector<Batch> batches;
+    for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
+    {
+      std::optional<ClosureModel::Step> with_loss_fn;
+      if (watched_rerun(run)) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
+      capture = probe_.investigate(rerun, batches);
+    }
     // Non-finite again though no op was seen making it (a fused or compiled
     // kernel): reproduced, never "transient".
     if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
@@ -439,7 +638,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
     if (!decision.write) {
       writer_->event(step, format::EventKind::snapshot_skipped, decision.why_not);
-    } else if (std::string path = write_snapshot(step, result, inputs, targets, layer_grad_norm, *capture);
+    } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture);
                !path.empty()) {
       writer_->event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
@@ -462,7 +661,7 @@ void StepGuard::on_nonfinite_step(int64_t step, GuardedStep& result, const at::T
   }
 
   if (fallback_.should_fire(result.amp, outcome, scaler_) && fallback_.mode() == FallbackMode::automatic)
-    apply_remedy(step, result, what + where, inputs, targets, context, capture);
+    apply_remedy(run, what + where, capture);
   else if (fallback_.should_fire(result.amp, outcome, scaler_))
     fall_back(step, result, what + where);
   else
@@ -491,9 +690,10 @@ void StepGuard::stop_if_nothing_left_to_try(int64_t step) {
                           tried + "): the run stops");
 }
 
-void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::string& what, const at::Tensor& inputs,
-                             const at::Tensor& targets, const StepContext& context,
-                             const std::optional<format::Capture>& capture) {
+void StepGuard::apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  const StepContext& context = run.context;
   auto remedy_event = [&](Remedy remedy, const std::string& text) {
     result.remedy = remedy;
     writer_->event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
@@ -529,11 +729,21 @@ void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::strin
   failed.amp = result.amp;
   failed.batch_finite = result.outcome.batch_finite;
   failed.capture = capture;
+  // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
+  // are searched within it, never across micro-batches).
+  const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   // A closure over its own batch cannot run the batch without a sample.
-  const bool rows_searchable = !owned_model_ || owned_model_->runs_any_batch();
-  failed.batch_size = rows_searchable && inputs.dim() > 0 ? inputs.size(0) : 0;
+  const bool rows_searchable = watched_rerun(run) || !owned_model_ || owned_model_->runs_any_batch();
+  failed.batch_size = rows_searchable ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules_;
-  LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, inputs, targets, probe_.cpu_rng_state());
+  if (watched_rerun_impossible(run)) {
+    remedy_event(Remedy::whole_fp32, "no loss function to diagnose the step with");
+    fall_back(step, result, what);
+    return;
+  }
+  LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, micro);
+  std::optional<ClosureModel::Step> with_loss_fn;
+  if (watched_rerun(run)) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
   const RemedyChoice choice = choose_remedy(failed, reruns);
   if (!key.empty() && (choice.remedy == Remedy::skip_data || choice.remedy == Remedy::fp32_modules))
     remedy_of_birth_.emplace(key, std::make_pair(step, choice));
@@ -566,7 +776,6 @@ void StepGuard::apply_remedy(int64_t step, GuardedStep& result, const std::strin
 
 void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
   fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
-  scale_lr(optimizer_, options_.lr_backoff);
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
@@ -625,20 +834,21 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
   const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
   if (!state) return false;
   const int64_t to = state->step;
+  // The groups' LR is the loop's: restored as it was, the cut is the guard's multiplier.
   std::vector<double> lrs;
   for (const auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
   const bool scaling = scaler_.enabled();
   StateRing::restore(*state, model_, optimizer_, scaler_);
   if (!scaling) scaler_.disable();  // the fp32 fallback stays
-  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i] * options_.lr_backoff);
+  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
   rollback_lr_multiplier_ *= options_.lr_backoff;
   clear_grads(parameters_);
   ring_.forget_from(to + 1);
   rollback_.rolled_back(step);
   last_applied_step_ = to;
   result.rolled_back_to = to;
-  const std::string text = format::rollback_text(
-      {to, step, options_.lr_backoff, lrs.empty() ? 0.0 : lrs.front() * options_.lr_backoff, why});
+  const std::string text =
+      format::rollback_text({to, step, options_.lr_backoff, lrs.empty() ? 0.0 : lrs.front() * lr_multiplier(), why});
   writer_->event(step, format::EventKind::rollback, text);
   writer_->flush();
   say(step, "rollback " + text);
@@ -648,9 +858,11 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
 
 // Everything needed to replay the step elsewhere (nanscope-replay), written
 // before the fallback changes weights, optimizer state or precision.
-std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, const at::Tensor& inputs,
-                                      const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
+std::string StepGuard::write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
                                       const format::Capture& capture) {
+  const int64_t step = run.step;
+  const GuardedStep& result = run.result;
+  const MicroBatch& kept = run.micro_batches.at(micro);
   probe::SnapshotContents s;
   s.step = step;
   const ModelSpec spec = model_.spec();
@@ -661,10 +873,13 @@ std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, c
   s.buffers = model_.named_buffers();
   s.optimizer = options_.optimizer_name;
   s.optimizer_state = optimizer_state_by_name(optimizer_, s.parameters);
-  s.inputs = inputs;
-  s.targets = targets;
-  s.batch_rows = probe_.batch_rows();
-  s.cpu_rng_state = probe_.cpu_rng_state();
+  // A step of several micro-batches keeps the one its first birth was in, as
+  // it was, with its RNG state and loss weight: what replay and the row
+  // search re-run (never a regrouping of the step's rows).
+  s.batch = kept.batch;
+  s.batch_rows = kept.batch.rows() == probe_.batch_rows().numel() ? probe_.batch_rows()
+                                                                  : at::full({kept.batch.rows()}, -1, at::kLong);
+  s.cpu_rng_state = kept.cpu_rng_state.defined() ? kept.cpu_rng_state : probe_.cpu_rng_state();
   s.precision = result.amp;
   s.loss_scale = result.loss_scale;
   s.lr = result.lr;
@@ -673,6 +888,11 @@ std::string StepGuard::write_snapshot(int64_t step, const GuardedStep& result, c
   s.config = options_.config;
   // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
   s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);
+  if (run.micro_batches.size() > 1) {
+    s.config["micro_batch"] = std::to_string(micro);
+    s.config["micro_batches"] = std::to_string(run.micro_batches.size());
+  }
+  if (std::isfinite(kept.recorded_loss)) s.config["recorded_loss"] = number_text(kept.recorded_loss);
   s.capture = capture;
   s.layer_names = probe_.layers().layer_names();
   s.layer_grad_norm = layer_grad_norm;

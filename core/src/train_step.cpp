@@ -6,6 +6,8 @@
 #include <limits>
 #include <tuple>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -17,14 +19,22 @@ namespace nanscope {
 
 at::ScalarType autocast_dtype(Amp amp) { return amp == Amp::fp16 ? at::kHalf : at::kBFloat16; }
 
-at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,
-                            const at::Tensor& targets) {
+namespace {
+
+at::DeviceType device_of(const Batch& batch) {
+  const std::vector<at::Tensor> tensors = batch.tensors();
+  return tensors.empty() ? at::kCPU : tensors.front().device().type();
+}
+
+}  // namespace
+
+at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const Batch& batch) {
   at::Tensor loss;
   {
     NANSCOPE_NVTX_RANGE("forward");
     // P4: autocast covers forward and loss only, never backward.
-    compat::AutocastGuard autocast(inputs.device().type(), autocast_dtype(amp), amp != Amp::fp32);
-    loss = model.loss(inputs, targets);
+    compat::AutocastGuard autocast(device_of(batch), autocast_dtype(amp), amp != Amp::fp32);
+    loss = model.loss(batch);
   }
   NANSCOPE_NVTX_RANGE("backward");
   (loss_scale != 1.0 ? loss * loss_scale : loss).backward();
@@ -47,14 +57,46 @@ std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::
 }
 
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const at::Tensor& inputs,
-                                 const at::Tensor& targets) {
+                                 double loss_scale, const Fault& fault, const Batch& batch) {
+  return recompute_step(model, parameters, amp, loss_scale, fault, std::vector<MicroBatch>{MicroBatch{batch, {}, 1.0}});
+}
+
+StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
+                                 double loss_scale, const Fault& fault, const std::vector<MicroBatch>& micro_batches,
+                                 probe::OpCapture* capture) {
   clear_grads(parameters);
   KeepBuffers buffers_as_found(model);
   plant_fault(model, fault);
   StepRecomputation out;
   try {
-    out.loss = forward_backward(model, amp, loss_scale, inputs, targets);
+    for (size_t k = 0; k < micro_batches.size(); ++k) {
+      const MicroBatch& micro = micro_batches[k];
+      if (micro.cpu_rng_state.defined()) {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        generator.set_state(micro.cpu_rng_state);
+      }
+      if (capture && micro_batches.size() > 1)
+        capture->begin_micro_batch(int64_t(k), micro.batch.rows(), micro.batch.row_dim);
+      at::Tensor loss;
+      {
+        NANSCOPE_NVTX_RANGE("forward");
+        compat::AutocastGuard autocast(device_of(micro.batch), autocast_dtype(amp), amp != Amp::fp32);
+        loss = model.loss(micro.batch);
+      }
+      double weight = micro.loss_weight;
+      if (std::isfinite(micro.recorded_loss)) {
+        // The loop's own weighting (loss / accumulation steps), read off its loss.
+        const double value = loss.detach().item<double>();
+        if (std::isfinite(value) && value != 0.0) weight = micro.recorded_loss / value;
+      }
+      {
+        NANSCOPE_NVTX_RANGE("backward");
+        (loss * (loss_scale * weight)).backward();
+      }
+      // The step's loss, as the loop summed its micro-batches' weighted losses.
+      const at::Tensor weighted = loss.detach() * weight;
+      out.loss = out.loss.defined() ? out.loss + weighted : weighted;
+    }
   } catch (...) {
     plant_fault(model, {});
     throw;
@@ -168,19 +210,14 @@ class HostRead {
   at::Tensor host_;
 };
 
-// Unscale, then the finiteness verdict and the norms, copied to the host once.
-StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
-                              const std::vector<at::Tensor>& grads, const StepSettings& settings,
-                              const at::Tensor& loss) {
+// The finiteness verdict and the norms, copied to the host once.
+StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const UnscaledGradients& unscaled,
+                            const StepSettings& settings, const at::Tensor& loss) {
   NANSCOPE_NVTX_RANGE("unscale_and_check");
-  // P7: unscale before anything reads the gradients.
-  at::Tensor found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, loss.options().dtype(at::kFloat));
-  auto [norms, local_norm] = grad_norms(grads);
-  // Which parameters had a gradient here (the norms are theirs), taken before
-  // averaging gives every parameter one.
-  std::vector<bool> had_grad;
-  if (settings.parameter_norms)
-    for (const auto& p : parameters) had_grad.push_back(p.grad().defined());
+  const at::Tensor& found_inf = unscaled.found_inf;
+  const std::vector<at::Tensor>& norms = unscaled.norms;
+  const at::Tensor& local_norm = unscaled.total_norm;
+  const std::vector<bool>& had_grad = unscaled.had_grad;
   const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf.to(at::kFloat));
   AveragedGradients averaged;
   if (settings.buckets)
@@ -201,6 +238,7 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
   const size_t at_absmax =
       settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
   const size_t at_norms = settings.parameter_norms && !norms.empty() ? read.add(at::stack(norms)) : HostRead::kNone;
+  const size_t at_micro = settings.micro_losses.defined() ? read.add(settings.micro_losses) : HostRead::kNone;
   const bool want_averaged = settings.parameter_norms && settings.averaged_parameter_norms && settings.buckets;
   const size_t at_averaged_norms =
       want_averaged && !averaged.norms.empty() ? read.add(at::stack(averaged.norms)) : HostRead::kNone;
@@ -238,6 +276,8 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
     if (!out.finite()) out.nonfinite_ranks.push_back(0);
     if (at_absmax != HostRead::kNone) out.batch_absmax = read[at_absmax];
   }
+  if (at_micro != HostRead::kNone)
+    out.micro_losses.assign(read.at(at_micro), read.at(at_micro) + settings.micro_losses.numel());
   if (settings.parameter_norms) {
     // Parameters without a gradient (unused this step) read as 0.
     out.parameter_norms.assign(parameters.size(), 0.0f);
@@ -253,28 +293,86 @@ StepOutcome unscale_and_check(LossScaler& scaler, const std::vector<at::Tensor>&
 
 }  // namespace
 
-StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
-                       const at::Tensor& inputs, const at::Tensor& targets) {
-  clear_grads(parameters);
-  at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), inputs, targets);
+UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
+                                    const at::Tensor& like) {
+  UnscaledGradients out;
   std::vector<at::Tensor> grads = defined_grads(parameters);
+  out.found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, like.options().dtype(at::kFloat));
+  std::tie(out.norms, out.total_norm) = grad_norms(grads);
+  // Which parameters had a gradient here (the norms are theirs), taken before
+  // averaging gives every parameter one.
+  for (const auto& p : parameters) out.had_grad.push_back(p.grad().defined());
+  return out;
+}
 
-  StepOutcome out = unscale_and_check(scaler, parameters, grads, settings, loss);
-  if (settings.buckets) grads = defined_grads(parameters);  // averaging defined the unused ones
+namespace {
+
+// Every group's LR times `multiplier` for one optimizer step, then back: the
+// loop's own LR (a schedule, or a value it sets by hand each iteration) stays
+// the loop's, and the guard's cut applies to every update whatever the loop set.
+class ScaledLr {
+ public:
+  ScaledLr(torch::optim::Optimizer& optimizer, double multiplier) : optimizer_(optimizer), multiplier_(multiplier) {
+    if (multiplier_ == 1.0) return;
+    for (auto& group : optimizer_.param_groups()) {
+      lrs_.push_back(group.options().get_lr());
+      group.options().set_lr(lrs_.back() * multiplier_);
+    }
+  }
+  ~ScaledLr() {
+    for (size_t i = 0; i < lrs_.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs_[i]);
+  }
+  ScaledLr(const ScaledLr&) = delete;
+  ScaledLr& operator=(const ScaledLr&) = delete;
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  double multiplier_;
+  std::vector<double> lrs_;
+};
+
+void zero_grads_in_place(const std::vector<at::Tensor>& parameters) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+}  // namespace
+
+StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
+                        const at::Tensor& loss, const StepFinish& finish) {
+  const UnscaledGradients unscaled =
+      finish.unscaled ? *finish.unscaled : unscale_gradients(scaler, parameters, loss.detach());
+  StepOutcome out = check_gradients(parameters, unscaled, settings, loss);
   out.skipped_as_spike = out.finite() && out.global_loss > settings.skip_loss_above;
   if (!out.finite() || out.skipped_as_spike) {
     // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
-    clear_grads(parameters);
+    if (finish.zero_grads_in_place)
+      zero_grads_in_place(parameters);
+    else
+      clear_grads(parameters);
     out.skipped = true;
-  } else {
+  } else if (finish.optimizer) {
     NANSCOPE_NVTX_RANGE("optimizer");
+    std::vector<at::Tensor> grads = defined_grads(parameters);  // averaging defined the unused ones
     if (settings.clip > 0 && out.grad_norm > settings.clip)
       at::_foreach_mul_(grads, settings.clip / (out.grad_norm + 1e-6));
-    optimizer.step();
+    ScaledLr lr(*finish.optimizer, finish.lr_multiplier);
+    finish.optimizer->step();
+  } else if (settings.clip > 0 && out.grad_norm > settings.clip) {
+    at::_foreach_mul_(defined_grads(parameters), settings.clip / (out.grad_norm + 1e-6));
   }
   scaler.update(!out.finite());
   return out;
+}
+
+StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch) {
+  clear_grads(parameters);
+  const at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), batch);
+  StepFinish finish;
+  finish.optimizer = &optimizer;
+  return finish_step(scaler, parameters, settings, loss, finish);
 }
 
 }  // namespace nanscope

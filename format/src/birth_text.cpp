@@ -6,6 +6,7 @@ std::string birth_text(const Birth& b) {
   std::string text = std::string(to_string(b.kind)) + " at " + b.op.op + " (" + to_string(b.op.phase);
   if (!b.op.backward_node.empty()) text += ", in " + b.op.backward_node + " of " + b.op.forward_op;
   text += ") in module '" + b.op.module + "'";
+  if (b.micro_batch >= 0) text += ", micro-batch " + std::to_string(b.micro_batch);
   if (b.sample >= 0) {
     text += ", batch row " + std::to_string(b.sample);
   } else if (!b.rows.empty()) {  // an internal birth that went non-finite in these rows only

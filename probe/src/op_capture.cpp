@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -59,14 +60,27 @@ struct CaptureState {
   // A native model without scopes (tensor_owners.hpp): forward ops that read
   // a registered tensor, by op index.
   std::map<int64_t, std::string> owner_at;
+  // The op index each micro-batch's re-run began at: the ops around an op are
+  // looked for within its own micro-batch's forward only.
+  std::vector<int64_t> micro_batch_starts;
 
   // The module of forward op `index`: its scope's, else its tensors' owner,
   // else the innermost module around it.
   std::string module_of(int64_t index, const std::string& scoped) const {
     if (!scoped.empty() || owner_at.empty()) return scoped;
+    int64_t from = 0, to = std::numeric_limits<int64_t>::max();
+    for (int64_t start : micro_batch_starts) {
+      if (start <= index)
+        from = start;
+      else {
+        to = start;
+        break;
+      }
+    }
     auto next = owner_at.lower_bound(index);
     if (next != owner_at.end() && next->first == index) return next->second;
-    if (next == owner_at.begin() || next == owner_at.end()) return "";
+    if (next == owner_at.begin() || next == owner_at.end() || next->first >= to || std::prev(next)->first < from)
+      return "";
     return common_module(std::prev(next)->second, next->second);
   }
 };
@@ -186,9 +200,10 @@ bool holds_new_infinity(const std::string& op, const at::Tensor& output, const s
 // Inf), when its first dimension is the batch and not every row went: which
 // sample an internal birth came from, even where the batch cannot be
 // bisected. At most 16.
-std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size, format::BirthKind kind) {
-  if (batch_size < 2 || output.dim() < 1 || output.size(0) != batch_size) return {};
-  const at::Tensor rows = output.reshape({batch_size, -1});
+std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size, int64_t row_dim,
+                                          format::BirthKind kind) {
+  if (batch_size < 2 || output.dim() <= row_dim || output.size(row_dim) != batch_size) return {};
+  const at::Tensor rows = output.movedim(row_dim, 0).reshape({batch_size, -1});
   const at::Tensor bad = (kind == format::BirthKind::nan ? at::isnan(rows) : at::isinf(rows)).any(1);
   if (bad.all().item<bool>()) return {};  // every row: not one sample's doing
   const at::Tensor found = bad.nonzero().flatten().slice(0, 0, 16).to(at::kCPU, at::kLong).contiguous();
@@ -302,8 +317,9 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (first_output.defined()) {
       c.birth.op.output = tensor_stats(first_output);
       if (record.phase == format::Phase::forward)
-        c.birth.rows = nonfinite_batch_rows(first_output, st.options.batch_size, kind);
+        c.birth.rows = nonfinite_batch_rows(first_output, st.options.batch_size, st.options.row_dim, kind);
     }
+    c.birth.micro_batch = st.options.micro_batch;
     c.birth.kind = kind;
     c.birth.counted_targets = ctx->counted_targets;
     for (const at::Tensor& t : ctx->input_tensors) c.birth.inputs.push_back(tensor_stats(t));
@@ -353,6 +369,14 @@ std::vector<std::string> OpCapture::modules_seen() const {
   // through its tensors has no scope to switch autocast off in).
   std::lock_guard<std::mutex> lock(g_state->mutex);
   return g_state->modules_seen;
+}
+
+void OpCapture::begin_micro_batch(int64_t index, int64_t batch_size, int64_t row_dim) {
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  g_state->options.micro_batch = index;
+  g_state->micro_batch_starts.push_back(g_state->next_end);
+  g_state->options.batch_size = batch_size;
+  g_state->options.row_dim = row_dim;
 }
 
 format::Capture OpCapture::result() const {

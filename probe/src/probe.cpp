@@ -33,7 +33,24 @@ std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_n
   return layers_.fold_norms(parameter_norms.data());
 }
 
+at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
+  at::Tensor flag;
+  for (const at::Tensor& t : batch.tensors()) {
+    if (!is_floating(t)) continue;
+    const at::Tensor bad = batch_nonfinite(t);
+    flag = flag.defined() ? at::maximum(flag, bad.to(flag.device())) : bad;
+  }
+  if (flag.defined()) return flag;
+  const std::vector<at::Tensor> tensors = batch.tensors();
+  return at::zeros({1}, tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
+}
+
 format::Capture Probe::investigate(const std::function<void()>& rerun, const at::Tensor& inputs) {
+  return investigate([&](OpCapture&) { rerun(); }, std::vector<Batch>{Batch(inputs)});
+}
+
+format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
+                                   const std::vector<Batch>& micro_batches) {
   NANSCOPE_NVTX_RANGE("forensic_rerun");
   format::Capture capture;
   try {
@@ -43,13 +60,16 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
     }
     {
       CaptureOptions capture_options = options_.capture;
-      capture_options.batch_size = inputs.dim() > 0 ? inputs.size(0) : -1;
+      if (micro_batches.size() == 1) {
+        capture_options.batch_size = micro_batches.front().rows();
+        capture_options.row_dim = micro_batches.front().row_dim;
+      }
       OpCapture op_capture(capture_options);
       // A NaN can make a later op raise (binary_cross_entropy checks its input
       // is in [0, 1]): the births before the exception are the answer.
       std::exception_ptr raised;
       try {
-        rerun();
+        rerun(op_capture);
       } catch (const std::exception&) {
         raised = std::current_exception();
       }
@@ -58,18 +78,21 @@ format::Capture Probe::investigate(const std::function<void()>& rerun, const at:
     }
     // docs/design.md: a non-finite batch is a birth with phase "input", op "input",
     // module "", and the sample's row within the batch. It precedes every op.
-    const int64_t row = first_nonfinite_row(inputs);
-    if (row >= 0) {
+    for (size_t k = 0; k < micro_batches.size(); ++k) {
+      const int64_t row = micro_batches[k].first_nonfinite_row();
+      if (row < 0) continue;
       format::Birth birth;
       birth.op.op = "input";
       birth.op.phase = format::Phase::input;
       birth.op.index = -1;
-      birth.op.output = tensor_stats(inputs[row]);
+      birth.op.output = tensor_stats(micro_batches[k].row_of(row));
       birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
       birth.sample = row;
+      if (micro_batches.size() > 1) birth.micro_batch = int64_t(k);
       capture.first_birth = birth;
       (birth.kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
       capture.reproduced = true;
+      break;
     }
   } catch (const std::exception& e) {
     capture = format::Capture{};

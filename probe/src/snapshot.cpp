@@ -38,8 +38,16 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
     put_named(optimizer.group("state"), s.optimizer_state);
 
     format::Group batch = root.group("batch");
-    put_tensor(batch, "inputs", s.inputs);
-    if (s.targets.defined()) put_tensor(batch, "targets", s.targets);  // a closure step may have none
+    if (s.batch.row_dim != 0) batch.set_attr("row_dim", s.batch.row_dim);
+    if (s.batch.is_nested()) {
+      // Any structure: its tensors in order, and how they nest (the loop's words).
+      batch.set_attr("structure", s.batch.structure);
+      format::Group leaves = batch.group("leaves");
+      for (size_t i = 0; i < s.batch.leaves.size(); ++i) put_tensor(leaves, std::to_string(i), s.batch.leaves[i]);
+    } else {
+      put_tensor(batch, "inputs", s.batch.inputs);
+      if (s.batch.targets.defined()) put_tensor(batch, "targets", s.batch.targets);  // a closure step may have none
+    }
     put_tensor(batch, "rows", s.batch_rows);
     format::Group rng = root.group("rng");
     if (s.cpu_rng_state.defined()) put_tensor(rng, "cpu_state", s.cpu_rng_state);
@@ -74,8 +82,16 @@ SnapshotContents read_snapshot(const std::string& path) {
   s.optimizer = optimizer.attr_string("name");
   s.optimizer_state = get_named(optimizer.group("state"));
   format::Group batch = root.group("batch");
-  s.inputs = get_tensor(batch, "inputs");
-  if (batch.has("targets")) s.targets = get_tensor(batch, "targets");
+  if (batch.has_attr("structure")) {
+    std::vector<at::Tensor> leaves;
+    format::Group group = batch.group("leaves");
+    for (size_t i = 0; group.has(std::to_string(i)); ++i) leaves.push_back(get_tensor(group, std::to_string(i)));
+    s.batch = Batch::nested(std::move(leaves), batch.attr_string("structure"));
+  } else {
+    s.batch.inputs = get_tensor(batch, "inputs");
+    if (batch.has("targets")) s.batch.targets = get_tensor(batch, "targets");
+  }
+  if (batch.has_attr("row_dim")) s.batch.row_dim = batch.attr_int("row_dim");
   s.batch_rows = get_tensor(batch, "rows");
   format::Group rng = root.group("rng");
   if (rng.has("cpu_state")) s.cpu_rng_state = get_tensor(rng, "cpu_state");

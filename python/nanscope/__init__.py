@@ -1,24 +1,36 @@
 """nanscope for PyTorch: your own training loop, optimizer and scheduler, with
-nanscope's C++ step guard around each step.
+nanscope's C++ step guard around each step, in one of two forms.
 
-    guard = nanscope.StepGuard(model, optimizer, run_dir="runs/ft", amp="bf16", clip=1.0)
-    for x, y in loader:
-        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
-        if result.stop:
-            break
+The watched form keeps your loop as written, as torch.amp.GradScaler does:
 
-The closure runs your forward and loss; the guard does autocast, loss scaling
-(fp16), backward, unscale, clipping, the one finiteness read per step, the
-skip (a transaction: weights, optimizer state and buffers as before), the
-forensic re-run that names where the first NaN/Inf was born, snapshots, the
-fallback, early warnings and rollback, and writes RUN_DIR/run.h5: the same C++
-code and the same files as nanscope-train. Don't call backward(), step() or
-zero_grad() yourself for a guarded step.
+    guard = nanscope.StepGuard(model, optimizer, run_dir="runs/ft", amp="bf16",
+                               loss_fn=lambda model, batch: model(*batch)[1])
+    for X, Y in loader:
+        for micro_step in range(accumulation):
+            with guard.autocast():
+                logits, loss = model(X, Y)
+            guard.scale(loss / accumulation).backward()
+        guard.unscale_(optimizer)                      # before your own clipping, if any
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        result = guard.step(optimizer)                 # optimizer.step(), or a skip
+        guard.update()
+        optimizer.zero_grad(set_to_none=True)
+
+The closure form runs the step for you:
+
+    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+
+Either way the guard does the one finiteness read per step, the skip (a
+transaction: weights, optimizer state and buffers as before), the forensic
+re-run that names where the first NaN/Inf was born (op, module, micro-batch,
+row), snapshots, the fallback, early warnings and rollback, and writes
+RUN_DIR/run.h5: the same C++ code and the same files as nanscope-train.
 """
 import sys
 
 from . import _distributed
 from . import _scopes
+from . import _watch
 from ._nanscope import StepResult
 from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
@@ -30,76 +42,140 @@ __all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth"]
 class StepGuard:
     """The guarded step around a loop of yours.
 
-    model: a torch.nn.Module (a DistributedDataParallel's .module works too);
-    optimizer: any torch.optim optimizer over its parameters; scheduler: an LR
-    scheduler of yours, whose base LRs follow the guard's LR cuts (fallback,
-    rollback) so its next step() keeps them. amp: 'fp32', 'bf16' or 'fp16';
-    clip: the global grad-norm clip after unscaling (0: none); fallback:
-    'whole' (the stock one-shot switch to fp32 with the LR x lr_backoff),
-    'auto' (the remedy the step's diagnosis supports) or 'off'; fp32_modules:
-    module paths that run with autocast off from the start. log=False silences
-    the guard's lines on stderr.
+    model: the torch.nn.Module your loop calls (a DistributedDataParallel or a
+    torch.compile'd one too); optimizer: any torch.optim optimizer over its
+    parameters, or None for a loop with its own update rule (watched form).
+    Keywords: amp ('fp32', 'bf16', 'fp16' or the torch dtype); clip (the
+    guard's own global grad-norm clip after unscaling; 0: none); fallback
+    ('auto': the remedy the failed step's diagnosis supports; 'whole': the
+    stock one-shot switch to fp32 with the LR x lr_backoff; 'off');
+    fp32_modules (module paths run with autocast off from the start); loss_fn
+    (loss_fn(model, batch) -> the loss of one micro-batch: what re-runs a
+    watched step for forensics, and nanscope.replay's loss); row_dim (the
+    dimension of a batch's tensors that indexes samples: 1 for (seq, batch)
+    data); log=False silences the guard's lines on stderr.
+
+    The LR cuts of the fallback and of a rollback are applied to each update
+    the guard makes and leave the LR in your optimizer's groups alone: a loop
+    that sets param_group['lr'] by hand every iteration, or a scheduler, keeps
+    them (guard.lr_multiplier; a loop with its own update rule multiplies its
+    LR by it). scheduler= is accepted and needs nothing more.
 
     Under torch.distributed (initialised by you; Gloo, or process_group=),
     every rank builds a guard: ranks agree on each skip, fallback, rollback and
     stop, each writes run-rank-R.h5, and only a rank whose own step went
-    non-finite writes a snapshot. The guard averages the gradients in one
-    all-reduce per step (a DistributedDataParallel model's own sync is held off
-    with no_sync(), so each rank's gradients are checked before they mix); a
-    plain model starts from rank 0's weights. A DistributedDataParallel model
-    with buffers needs broadcast_buffers=False (its forward would otherwise wait
-    for the other ranks during one rank's forensic re-run).
+    non-finite writes a snapshot (closure form). The guard averages the
+    gradients in one all-reduce per step (a DistributedDataParallel model's own
+    sync is held off with no_sync(), so each rank's gradients are checked
+    before they mix); a plain model starts from rank 0's weights. A
+    DistributedDataParallel model with buffers needs broadcast_buffers=False.
     """
 
-    def __init__(self, model, optimizer, *, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
+    def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
                  lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
-                 act_absmax_every=0, model_name="", scheduler=None, log=True, process_group=None):
+                 act_absmax_every=0, model_name="", loss_fn=None, row_dim=0, scheduler=None, log=True,
+                 process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
-        amp = _amp_name(amp)
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
         # A torch.compile'd model is named as the user wrote it ('mid', not
         # '_orig_mod.mid'): the guard sees the module inside, the loop calls the
         # compiled one, and both hold the same parameters.
         named = _scopes.uncompiled(model)
-        self._guard = _StepGuard(named, optimizer, str(run_dir), amp, float(clip), fallback, float(lr_backoff),
-                                 list(fp32_modules), bool(probe), bool(warn), bool(rollback), int(max_snapshots),
-                                 int(act_absmax_every), model_name, bool(log), average, rank, world_size)
+        options = dict(run_dir=str(run_dir), amp=_amp_name(amp), clip=float(clip), fallback=fallback,
+                       lr_backoff=float(lr_backoff), fp32_modules=list(fp32_modules), probe=bool(probe),
+                       warn=bool(warn), rollback=bool(rollback), max_snapshots=int(max_snapshots),
+                       act_absmax_every=int(act_absmax_every), model_name=model_name, log=bool(log),
+                       row_dim=int(row_dim))
+        self._guard = _StepGuard(named, optimizer, options, average, rank, world_size)
         self._ddp = model if _distributed.is_ddp(model) else None
         # Only a plain model under torch.distributed can be the inside of a
         # DistributedDataParallel; the check is a global hook that Dynamo must
         # not trace, so a compiled model goes without it.
         self._wrapper_unchecked = self._ddp is None and _distributed.initialized() and named is model
         self._model = model
+        self._optimizer = optimizer
         self._paths = _scopes.module_paths(named)
-        self._scheduler = scheduler
-        self._lr_multiplier = 1.0
+        self._watch = _watch.Watch(self, model, named)
+        if loss_fn is not None:
+            self._guard.set_loss_fn(self._watch.rerun(loss_fn))
 
-    def step(self, closure, batch, step=None):
-        """One guarded step: closure() returns the loss of `batch` (a tensor, or
-        (inputs, targets)), which the guard checks, snapshots and replays.
-        Steps are numbered from 0 unless given. Returns a StepResult."""
-        if self._guard is None:
-            raise ValueError("nanscope.StepGuard: the guard is closed")
+    # --- The closure form.
+
+    def step(self, closure=None, batch=None, step=None):
+        """The closure form: step(closure, batch) runs one guarded step whose
+        closure() returns the loss of `batch` (a tensor, (inputs, targets), or a
+        dict, tuple or list of tensors), which the guard checks, snapshots and
+        replays; steps are numbered from 0 unless given.
+
+        The watched form: step(optimizer) (or step() without an optimizer of
+        yours) ends the step your loop ran: the one host read, then
+        optimizer.step() with the guard's LR cuts, or the skip. Returns a
+        StepResult either way."""
+        guard = self._open()
+        if closure is None or _is_optimizer(closure):
+            return self._watch.step(closure)
         if not callable(closure):
             raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
+        if batch is None:
+            raise TypeError("nanscope: the closure form needs the step's batch: guard.step(closure, batch)")
+
         def closure_call():
             return _distributed.call(self._ddp, _scopes.call, closure, self._paths)
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
-        result = self._guard.step(closure_call, batch, step)
-        self._follow_lr_cuts()
-        return result
+        with self._watch.busy():
+            return guard.step(closure_call, batch, step)
 
-    def _follow_lr_cuts(self):
-        multiplier = self._guard.lr_multiplier
-        if self._scheduler is not None and multiplier != self._lr_multiplier:
-            factor = multiplier / self._lr_multiplier
-            # Schedulers that derive the LR from base_lrs (LambdaLR, StepLR,
-            # CosineAnnealingLR, ...); OneCycleLR and others set it from
-            # their own bounds, and the cut lasts until their next step().
-            if hasattr(self._scheduler, "base_lrs"):
-                self._scheduler.base_lrs = [lr * factor for lr in self._scheduler.base_lrs]
-        self._lr_multiplier = multiplier
+    # --- The watched form: GradScaler's calls.
+
+    def autocast(self):
+        """A reusable context manager: autocast at the guard's precision for one
+        micro-batch's forward and loss (nothing at fp32, and fp32 after a
+        fallback), so the guard can change precision under your loop."""
+        return self._watch.autocast()
+
+    def scale(self, loss, batch=None):
+        """loss x the fp16 loss scale (loss itself otherwise), for your own
+        .backward(), as GradScaler.scale(). Registers the micro-batch: `batch` as
+        given, or else the arguments of the model's latest call (a tuple of its
+        positional arguments, or the dict of its keyword arguments)."""
+        self._open()
+        return self._watch.scale(loss, batch)
+
+    def backward(self, loss, batch=None):
+        """guard.scale(loss, batch).backward()."""
+        self.scale(loss, batch).backward()
+
+    def unscale_(self, optimizer=None):
+        """Divides the gradients by the loss scale now, before your own clipping,
+        as GradScaler.unscale_(); the step's grad norm is taken here."""
+        self._check_optimizer(optimizer)
+        self._open().unscale()
+
+    def update(self, new_scale=None):
+        """GradScaler's update(): the guard updated the scale in step(). After a
+        skipped step whose update your own loop applied anyway (no optimizer),
+        puts the weights back as they were before it."""
+        if new_scale is not None:
+            raise ValueError("nanscope.StepGuard.update: the guard keeps its own loss scale (no new_scale)")
+        self._watch.undo_own_update()
+
+    def get_scale(self):
+        """The fp16 loss scale (1.0 when there is none), as GradScaler.get_scale()."""
+        return self._open().loss_scale
+
+    def is_enabled(self):
+        return True
+
+    def _check_optimizer(self, optimizer):
+        if optimizer is not None and optimizer is not self._optimizer:
+            raise ValueError("nanscope.StepGuard: this guard steps the optimizer it was built with; got another one "
+                             "(use one guard per model and optimizer)")
+
+    lr_multiplier = property(lambda self: self._guard.lr_multiplier,
+                             doc="the guard's LR cuts (fallback, rollbacks): 1.0 until one happens")
 
     def state_dict(self):
         """What the guard has learnt that a resumed run needs besides the model's
@@ -116,14 +192,13 @@ class StepGuard:
         a fallback that had fired fires again (the model to fp32), and step
         numbers go on where they were."""
         self._open().load_state_dict(dict(state))
-        # The scheduler's own state_dict holds its base LRs with the cuts in them.
-        self._lr_multiplier = self._guard.lr_multiplier
 
     def close(self):
         """Writes what run.h5 buffers and closes it; the guard steps no more.
         Called by `with nanscope.StepGuard(...) as guard:` on the way out."""
         if self._guard is not None:
             self._guard.flush()
+            self._watch.close()
             self._guard = None
 
     def __enter__(self):
@@ -155,6 +230,11 @@ class StepGuard:
     def flush(self):
         """Writes run.h5's buffered rows to disk (they are written every 16 rows and at the end)."""
         self._guard.flush()
+
+
+def _is_optimizer(obj):
+    import torch
+    return isinstance(obj, torch.optim.Optimizer)
 
 
 def _amp_name(amp):

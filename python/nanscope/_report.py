@@ -9,7 +9,7 @@ import json
 class Birth:
     """Where a NaN or Inf was first made: the op, its phase ('forward',
     'backward', 'input', ...), the module path ('' is the root), the kind ('nan'
-    or 'inf'), and the batch rows it made non-finite (rows) with their rows in
+    or 'inf'), the micro-batch (None for a step of one batch), and the batch rows it made non-finite (rows) with their rows in
     the data set (dataset_rows, None where unknown)."""
 
     def __init__(self, fields):
@@ -21,6 +21,7 @@ class Birth:
         self.backward_node = fields.get("backward_node")
         self.forward_op = fields.get("forward_op")
         self.sample = fields.get("sample")
+        self.micro_batch = fields.get("micro_batch")
         self.rows = list(fields.get("rows") or [])
         self.dataset_rows = list(fields.get("dataset_rows") or [])
 

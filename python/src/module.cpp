@@ -39,19 +39,36 @@ struct StepResult {
   std::string stop_reason;  // why
 };
 
-Batch batch_of(const py::object& batch) {
-  if (THPVariable_Check(batch.ptr())) return Batch(batch.cast<at::Tensor>());
-  if (py::isinstance<py::tuple>(batch) || py::isinstance<py::list>(batch)) {
+// Any batch: a tensor, (inputs, targets), or a dict, tuple or list of them
+// (nested; non-tensor leaves kept as they are), its samples along row_dim.
+Batch batch_of(const py::object& batch, int64_t row_dim) {
+  const py::module_ batches = py::module_::import("nanscope._batch");
+  Batch b;
+  if (THPVariable_Check(batch.ptr())) {
+    b = Batch(batch.cast<at::Tensor>());
+  } else if (batches.attr("is_plain")(batch).cast<bool>()) {
     const py::sequence items = batch.cast<py::sequence>();
-    const size_t n = items.size();
-    if ((n == 1 || n == 2) && THPVariable_Check(items[0].ptr()) && (n == 1 || THPVariable_Check(items[1].ptr())))
-      return n == 1 ? Batch(items[0].cast<at::Tensor>())
-                    : Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
+    b = Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
+  } else {
+    const py::tuple flat = batches.attr("flatten")(batch);
+    b = Batch::nested(flat[0].cast<std::vector<at::Tensor>>(), flat[1].cast<std::string>());
+    if (b.leaves.empty())
+      throw py::type_error(
+          "nanscope: batch must hold tensors (a tensor, (inputs, targets), or a dict, tuple or list "
+          "of tensors); got " +
+          py::repr(batch).cast<std::string>());
   }
-  throw py::type_error(
-      "nanscope: batch must be a tensor or (inputs, targets), tensors whose first dimension is the "
-      "samples; got " +
-      py::repr(batch).cast<std::string>());
+  b.row_dim = row_dim;
+  return b;
+}
+
+// A Python function's exception as the guard must see it: Ctrl-C and
+// sys.exit() pass through as the user's wish, not a fault to diagnose.
+at::Tensor loss_value(const py::object& value, const char* what) {
+  if (!THPVariable_Check(value.ptr()))
+    throw py::type_error(std::string("nanscope: ") + what + " must return the loss as a tensor, got " +
+                         py::repr(value).cast<std::string>());
+  return value.cast<at::Tensor>();
 }
 
 Amp amp_of(const std::string& amp) {
@@ -70,84 +87,117 @@ FallbackMode fallback_of(const std::string& mode) {
 
 class Guard {
  public:
-  Guard(py::object model, py::object optimizer, std::string run_dir, std::string amp, double clip, std::string fallback,
-        double lr_backoff, std::vector<std::string> fp32_modules, bool probe, bool warn, bool rollback,
-        int64_t max_snapshots, int64_t act_absmax_every, std::string model_name, bool log, py::object average, int rank,
-        int world_size)
-      : optimizer_(std::make_unique<PythonOptimizer>(optimizer)) {
+  // `options`: the Python keywords by name (nanscope/__init__.py declares them once).
+  Guard(py::object model, py::object optimizer, const py::dict& options, py::object average, int rank, int world_size) {
     if (!average.is_none() && world_size > 1) averager_ = std::make_unique<PythonAverager>(average, rank, world_size);
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
       throw py::type_error("nanscope.StepGuard: model must be a torch.nn.Module (got " +
                            py::repr(model).cast<std::string>() + ")");
+    if (!optimizer.is_none()) optimizer_ = std::make_unique<PythonOptimizer>(optimizer);
     GuardOptions o;
-    o.run_dir = std::move(run_dir);
-    o.amp = amp_of(amp);
-    o.clip = clip;
-    o.fallback = fallback_of(fallback);
-    o.lr_backoff = lr_backoff;
-    o.fp32_modules = std::move(fp32_modules);
-    o.probe = probe;
-    o.warn = warn;
-    o.rollback.enabled = rollback;
-    o.max_snapshots = max_snapshots;
-    o.act_absmax_every = act_absmax_every;
+    o.run_dir = options["run_dir"].cast<std::string>();
+    o.amp = amp_of(options["amp"].cast<std::string>());
+    o.clip = options["clip"].cast<double>();
+    o.fallback = fallback_of(options["fallback"].cast<std::string>());
+    o.lr_backoff = options["lr_backoff"].cast<double>();
+    o.fp32_modules = options["fp32_modules"].cast<std::vector<std::string>>();
+    o.probe = options["probe"].cast<bool>();
+    o.warn = options["warn"].cast<bool>();
+    o.rollback.enabled = options["rollback"].cast<bool>();
+    o.max_snapshots = options["max_snapshots"].cast<int64_t>();
+    o.act_absmax_every = options["act_absmax_every"].cast<int64_t>();
+    const std::string model_name = options["model_name"].cast<std::string>();
     o.model_name = model_name.empty() ? py::type::of(model).attr("__name__").cast<std::string>() : model_name;
-    o.optimizer_name = py::type::of(optimizer).attr("__name__").cast<std::string>();
+    o.optimizer_name = optimizer.is_none() ? "none" : py::type::of(optimizer).attr("__name__").cast<std::string>();
     o.origin = format::Origin::python;
-    o.log = log ? &std::cerr : nullptr;
+    o.log = options["log"].cast<bool>() ? &std::cerr : nullptr;
     o.rank = averager_ ? rank : 0;
     o.world_size = averager_ ? world_size : 1;
+    row_dim_ = options["row_dim"].cast<int64_t>();
     auto body = std::make_unique<PythonModel>(model, o.model_name, py::none());
-    guard_ = std::make_unique<StepGuard>(std::move(body), *optimizer_, o);
+    guard_ = optimizer_ ? std::make_unique<StepGuard>(std::move(body), *optimizer_, o)
+                        : std::make_unique<StepGuard>(std::move(body), o);
   }
 
   StepResult step(const py::function& closure, const py::object& batch, std::optional<int64_t> step) {
-    const Batch b = batch_of(batch);
+    if (!optimizer_)
+      throw py::type_error(
+          "nanscope.StepGuard: the closure form runs the optimizer's step; this guard has no "
+          "optimizer (use the watched form: guard.backward(loss) ... guard.step())");
+    const Batch b = batch_of(batch, row_dim_);
     // Made while the GIL is held: copying the function object needs it.
     LossClosure loss = [closure]() -> at::Tensor {
       py::gil_scoped_acquire gil;
-      py::object value;
-      try {
-        value = closure();
-      } catch (py::error_already_set& e) {
-        if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw PythonInterrupt{std::move(e)};
-        throw;
-      }
-      if (!THPVariable_Check(value.ptr()))
-        throw py::type_error("nanscope: the closure must return the loss as a tensor, got " +
-                             py::repr(value).cast<std::string>());
-      return value.cast<at::Tensor>();
+      return loss_value(call_python(closure), "the closure");
     };
-    StepResult result;
-    {
-      // The step runs backward and may re-run the closure: no GIL held across it.
-      py::gil_scoped_release release;
-      try {
-        StepContext context;
-        context.averager = averager_.get();
-        result.step = step ? guard_->step(*step, loss, b, context) : guard_->step(loss, b, context);
-      } catch (PythonInterrupt& interrupt) {
-        throw std::move(interrupt.error);
-      } catch (const ModelError& e) {
-        // The closure's own exception, as Python raised it (a ZeroDivisionError stays one).
-        if (e.original) std::rethrow_exception(e.original);
-        throw;
-      } catch (const DeadRunError& e) {
-        result.stop = true;
-        result.stop_reason = e.what();
-        result.step.outcome.skipped = true;
-        result.step.outcome.loss = result.step.outcome.grad_norm = std::numeric_limits<double>::quiet_NaN();
-      }
-    }
-    return result;
+    return run([&](const StepContext& context) {
+      return step ? guard_->step(*step, loss, b, context) : guard_->step(loss, b, context);
+    });
+  }
+
+  // --- The watched form (GradScaler's calls).
+  // fn(batch) -> loss: the loop's loss of any micro-batch, for re-runs.
+  void set_loss_fn(py::object fn) {
+    SharedObject shared = share(std::move(fn));
+    guard_->set_loss_fn([shared](const Batch& batch) -> at::Tensor {
+      py::gil_scoped_acquire gil;
+      return loss_value(call_python(*shared, batch_object(batch)), "loss_fn");
+    });
+  }
+  void begin_micro_batch() { guard_->begin_micro_batch(); }
+  at::Tensor scale(const at::Tensor& loss, const py::object& batch) {
+    return guard_->scale(loss, batch_of(batch, row_dim_));
+  }
+  void unscale() {
+    py::gil_scoped_release release;
+    guard_->unscale();
+  }
+  StepResult step_watched() {
+    return run([&](const StepContext& context) { return guard_->step(context); });
   }
 
   StepGuard& guard() { return *guard_; }
 
  private:
+  template <class... Args>
+  static py::object call_python(const py::object& fn, Args&&... args) {
+    try {
+      return fn(std::forward<Args>(args)...);
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw PythonInterrupt{std::move(e)};
+      throw;
+    }
+  }
+
+  // One step without the GIL (it runs backward and may re-run Python code),
+  // its exceptions as Python's.
+  template <class Step>
+  StepResult run(const Step& run_step) {
+    StepResult result;
+    py::gil_scoped_release release;
+    try {
+      StepContext context;
+      context.averager = averager_.get();
+      result.step = run_step(context);
+    } catch (PythonInterrupt& interrupt) {
+      throw std::move(interrupt.error);
+    } catch (const ModelError& e) {
+      // The closure's own exception, as Python raised it (a ZeroDivisionError stays one).
+      if (e.original) std::rethrow_exception(e.original);
+      throw;
+    } catch (const DeadRunError& e) {
+      result.stop = true;
+      result.stop_reason = e.what();
+      result.step.outcome.skipped = true;
+      result.step.outcome.loss = result.step.outcome.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    }
+    return result;
+  }
+
   std::unique_ptr<PythonOptimizer> optimizer_;
   std::unique_ptr<PythonAverager> averager_;
   std::unique_ptr<StepGuard> guard_;
+  int64_t row_dim_ = 0;
 };
 
 // nanscope.replay: nanscope-replay's engine on a snapshot written from Python,
@@ -245,10 +295,15 @@ PYBIND11_MODULE(_nanscope, m) {
       });
 
   py::class_<Guard>(m, "_StepGuard")
-      .def(py::init<py::object, py::object, std::string, std::string, double, std::string, double,
-                    std::vector<std::string>, bool, bool, bool, int64_t, int64_t, std::string, bool, py::object, int,
-                    int>())
+      .def(py::init<py::object, py::object, py::dict, py::object, int, int>())
       .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
+      .def("set_loss_fn", &Guard::set_loss_fn)
+      .def("begin_micro_batch", &Guard::begin_micro_batch)
+      .def("scale", &Guard::scale)
+      .def("unscale", &Guard::unscale)
+      .def("step_watched", &Guard::step_watched)
+      .def_property_readonly("step_open", [](Guard& g) { return g.guard().step_open(); })
+      .def_property_readonly("loss_scale", [](Guard& g) { return g.guard().scaler().scale(); })
       .def_property_readonly("run_file", [](Guard& g) { return g.guard().run_file(); })
       .def_property_readonly("amp", [](Guard& g) { return std::string(format::to_string(g.guard().amp())); })
       .def_property_readonly("lr_multiplier", [](Guard& g) { return g.guard().lr_multiplier(); })

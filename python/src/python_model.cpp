@@ -16,16 +16,27 @@ py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets) {
   return py::make_tuple(inputs, targets);
 }
 
+py::object batch_object(const Batch& batch) {
+  if (!batch.is_nested()) return batch_object(batch.inputs, batch.targets);
+  py::list leaves;
+  for (const at::Tensor& t : batch.leaves) leaves.append(py::cast(t));
+  return py::module_::import("nanscope._batch").attr("unflatten")(batch.structure, leaves);
+}
+
 PythonModel::PythonModel(py::object module, std::string name, py::object loss)
     : module_(share(std::move(module))), loss_(share(std::move(loss))), name_(std::move(name)) {}
 
 at::Tensor PythonModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  return loss(Batch(inputs, targets));
+}
+
+at::Tensor PythonModel::loss(const Batch& batch) {
   py::gil_scoped_acquire gil;
   if (loss_->is_none())
     throw std::logic_error("model '" + name_ +
                            "': its loss is the step's closure, which runs on the step's own batch only (pass "
                            "loss=fn(model, batch) to run another batch)");
-  return (*loss_)(*module_, batch_object(inputs, targets)).cast<at::Tensor>();
+  return (*loss_)(*module_, batch_object(batch)).cast<at::Tensor>();
 }
 
 namespace {

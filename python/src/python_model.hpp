@@ -22,8 +22,10 @@ namespace py = pybind11;
 using SharedObject = std::shared_ptr<py::object>;
 SharedObject share(py::object object);
 
-// A batch as Python code sees it: (inputs, targets), or inputs alone.
+// A batch as Python code sees it: (inputs, targets), or inputs alone; a
+// nested batch rebuilt in the structure the loop gave it (nanscope/_batch.py).
 py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets);
+py::object batch_object(const Batch& batch);
 
 class PythonModel : public TrainableModel {
  public:
@@ -31,6 +33,7 @@ class PythonModel : public TrainableModel {
   PythonModel(py::object module, std::string name, py::object loss);
 
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
+  at::Tensor loss(const Batch& batch) override;
   NamedTensors all_named_parameters() const override;
   NamedTensors named_buffers() const override;
   std::vector<std::string> module_paths() const override;

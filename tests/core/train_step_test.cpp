@@ -26,7 +26,7 @@ struct Fixture {
     targets = at::randint(0, 4, {16}, gen, at::kLong);
   }
   StepOutcome step(LossScaler& scaler, StepSettings settings = {}) {
-    return train_step(*model, *optimizer, scaler, params, settings, inputs, targets);
+    return train_step(*model, *optimizer, scaler, params, settings, Batch(inputs, targets));
   }
   std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& tensors) {
     std::vector<at::Tensor> out;

@@ -188,7 +188,7 @@ class ScriptedCapture : public ::testing::Test {
     at::Tensor inputs = at::normal(0.0, 1.0, {2, 5, 8}, gen);
     at::Tensor targets = at::normal(0.0, 1.0, {2, 5, 1}, gen);
     probe::OpCapture op_capture;
-    forward_backward(*m, amp, 1.0, inputs, targets);
+    forward_backward(*m, amp, 1.0, Batch(inputs, targets));
     return op_capture.result();
   }
   static test::TempDir* dir_;

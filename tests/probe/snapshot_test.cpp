@@ -22,8 +22,8 @@ TEST(Snapshot, RoundTripsEveryPart) {
   s.buffers = {{"norm.running_mean", at::zeros({4})}};
   s.optimizer = "adamw";
   s.optimizer_state = {{"head.bias/exp_avg", at::randn({5})}, {"head.bias/step", at::full({}, 7, at::kLong)}};
-  s.inputs = at::randint(0, 256, {2, 8}, at::kLong);
-  s.targets = at::randint(0, 256, {2, 8}, at::kLong);
+  s.batch.inputs = at::randint(0, 256, {2, 8}, at::kLong);
+  s.batch.targets = at::randint(0, 256, {2, 8}, at::kLong);
   s.batch_rows = at::tensor({int64_t(5), int64_t(9)});
   s.cpu_rng_state = at::randint(0, 255, {5056}, at::kByte);
   s.precision = format::Precision::bf16;
@@ -56,7 +56,7 @@ TEST(Snapshot, RoundTripsEveryPart) {
   EXPECT_TRUE(at::equal(r.parameters[0].second, s.parameters[0].second));
   EXPECT_EQ(r.optimizer_state[1].first, "head.bias/step");
   EXPECT_EQ(r.optimizer_state[1].second.item<int64_t>(), 7);
-  EXPECT_TRUE(at::equal(r.inputs, s.inputs));
+  EXPECT_TRUE(at::equal(r.batch.inputs, s.batch.inputs));
   EXPECT_TRUE(at::equal(r.cpu_rng_state, s.cpu_rng_state));
   EXPECT_EQ(r.precision, format::Precision::bf16);
   EXPECT_DOUBLE_EQ(r.loss_scale, 32768);
@@ -100,6 +100,41 @@ void expect_training_went_on(const std::string& run_dir, const test::CommandResu
 }
 
 }  // namespace
+
+// A dict batch of (seq, batch) tensors from a Python loop, a micro-batch of a
+// step with gradient accumulation: its tensors, structure, row dimension and
+// the birth's micro-batch come back as written.
+TEST(Snapshot, RoundTripsANestedMicroBatchAndItsRowDimension) {
+  test::TempDir dir;
+  probe::SnapshotContents s;
+  s.step = 3;
+  s.model_name = "Net";
+  s.batch = Batch::nested({at::randint(0, 9, {6, 4}, at::kLong), at::ones({6, 4}), at::randint(0, 2, {24}, at::kLong)},
+                          R"({"d": [["input_ids", {"t": 0}], ["attention_mask", {"t": 1}], ["labels", {"t": 2}]]})", 1);
+  s.batch_rows = at::full({4}, -1, at::kLong);
+  format::Birth birth;
+  birth.op.op = "aten::div";
+  birth.micro_batch = 2;
+  birth.rows = {1};
+  s.capture.first_birth = birth;
+  const std::string path = dir.file("step.h5");
+  probe::write_snapshot(path, s);
+  const probe::SnapshotContents r = probe::read_snapshot(path);
+  ASSERT_TRUE(r.batch.is_nested());
+  EXPECT_EQ(r.batch.structure, s.batch.structure);
+  EXPECT_EQ(r.batch.row_dim, 1);
+  ASSERT_EQ(r.batch.leaves.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(r.batch.leaves[i], s.batch.leaves[i]));
+  EXPECT_EQ(r.batch.rows(), 4);
+  // A row is cut along dimension 1 where a tensor has the batch's size there;
+  // the flattened labels are left whole.
+  const Batch without = r.batch.without_row(2);
+  EXPECT_EQ(without.leaves[0].sizes(), (std::vector<int64_t>{6, 3}));
+  EXPECT_EQ(without.leaves[2].numel(), 24);
+  ASSERT_TRUE(r.capture.first_birth);
+  EXPECT_EQ(r.capture.first_birth->micro_batch, 2);
+  EXPECT_EQ(format::birth_text(*r.capture.first_birth).find("micro-batch 2, batch row 1") != std::string::npos, true);
+}
 
 TEST(Snapshot, UnwritableSnapshotDirectoryLeavesTrainingRunning) {
   test::TempDir dir;

@@ -112,9 +112,12 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     x, y = data()
     for step in range(4):
         model.blocks[0].poison = "functional" if step == 1 else None
-        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         scheduler.step()
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    # The cut rides on each update; the groups keep the scheduler's LR.
+    assert result.lr == pytest.approx(0.05)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+    assert guard.lr_multiplier == 0.5
 
 
 def test_tied_parameters_count_once(tmp_path):
@@ -192,8 +195,8 @@ def test_bad_arguments_raise_python_errors(tmp_path):
         nanscope.StepGuard(model, object(), run_dir=tmp_path / "d")
     guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "e", log=False)
     x, y = data()
-    with pytest.raises(TypeError, match="batch must be"):
-        guard.step(lambda: F.cross_entropy(model(x), y), batch={"x": x})
+    with pytest.raises(TypeError, match="batch must hold tensors"):
+        guard.step(lambda: F.cross_entropy(model(x), y), batch={"x": "no tensor"})
     with pytest.raises(TypeError, match="closure must be callable"):
         guard.step(3, batch=(x, y))
     with pytest.raises(Exception, match="must return the loss as a tensor"):
@@ -254,8 +257,9 @@ def test_a_rollback_cuts_the_lr_of_the_optimizer_it_restored(tmp_path):
         if result.rolled_back_to >= 0:
             rolled_back.append(result.rolled_back_to)
     assert rolled_back, "a rollback happened"
-    # load_state_dict gave the optimizer new group dicts: the cut must land in those.
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    # load_state_dict gave the optimizer new group dicts: they keep the loop's
+    # LR, and the cut rides on each update made after the rollback.
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
     assert result.lr == pytest.approx(0.05)
 
 

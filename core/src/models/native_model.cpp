@@ -44,6 +44,12 @@ std::vector<std::string> TrainableModel::module_paths() const {
   return paths;
 }
 
+at::Tensor TrainableModel::loss(const Batch& batch) {
+  if (batch.is_nested())
+    throw std::invalid_argument("this model takes a batch of (inputs, targets), not a nested batch");
+  return loss(batch.inputs, batch.targets);
+}
+
 int64_t TrainableModel::parameter_count() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters()) n += p.numel();

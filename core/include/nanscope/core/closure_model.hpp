@@ -9,7 +9,6 @@
 // also run the batch without one of its samples: the search that names the
 // sample a data-caused NaN came from.
 #include <ATen/ATen.h>
-#include <torch/data/example.h>
 
 #include <functional>
 #include <memory>
@@ -17,17 +16,9 @@
 #include <vector>
 
 #include "nanscope/core/model.hpp"
+#include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
-
-// A step's batch: inputs (first dimension = samples) and targets (may be
-// undefined when the closure has its own). Converts from a LibTorch data
-// loader's Example.
-struct Batch {
-  at::Tensor inputs, targets;
-  Batch(at::Tensor inputs_, at::Tensor targets_ = {}) : inputs(std::move(inputs_)), targets(std::move(targets_)) {}
-  Batch(const torch::data::Example<>& example) : Batch(example.data, example.target) {}
-};
 
 using LossClosure = std::function<at::Tensor()>;                  // forward + loss on the step's batch
 using BatchLoss = std::function<at::Tensor(const Batch& batch)>;  // forward + loss on any batch
@@ -53,7 +44,8 @@ class ClosureModel final : public TrainableModel {
   };
 
   // The step's closure on its own batch; a BatchLoss on any batch; else the body's loss.
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override { return loss(Batch(inputs, targets)); }
+  at::Tensor loss(const Batch& batch) override;
   // Can loss() run on a batch other than the step's (the search for the
   // sample without which a step is finite)?
   bool runs_any_batch() const { return batch_loss_ != nullptr || closure_ == nullptr; }

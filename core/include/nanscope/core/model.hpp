@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nanscope/core/fault.hpp"
+#include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
 
@@ -32,6 +33,9 @@ class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
   virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
+  // The loss of any batch: a nested one needs a model that knows its
+  // structure (the Python module's); the rest take (inputs, targets).
+  virtual at::Tensor loss(const Batch& batch);
   // Each parameter once, under the first name the model gives it: a tensor
   // shared by two names (an embedding tied to the output head, as in GPT-2) is
   // one parameter to the optimizer, the grad norms, clipping, the per-layer

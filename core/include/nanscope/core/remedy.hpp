@@ -24,6 +24,7 @@
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
 #include "nanscope/format/capture.hpp"
+#include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
 
@@ -73,20 +74,18 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns);
 // kept), gradients cleared. An exception is a non-finite step: its one line
 // goes to `error`. `switchable` turns false when a TorchScript model's
 // modules could not be switched to fp32.
+// `micro` is the step's batch (or the micro-batch of a step of several that
+// holds its first birth: the unit every diagnosis re-runs) with its RNG state.
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
-                     const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets,
-                     const at::Tensor& cpu_rng_state, const std::vector<std::string>& fp32_modules,
+                     const Fault& fault, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
                      bool* switchable = nullptr, std::string* error = nullptr);
-
-// The batch without one of its rows.
-std::pair<at::Tensor, at::Tensor> batch_without_row(const at::Tensor& inputs, const at::Tensor& targets, int64_t row);
 
 // StepReruns on the live model: each re-run restores the CPU generator to
 // the step's state and leaves the buffers as found (recompute_step).
 class LiveStepReruns : public StepReruns {
  public:
   LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
-                 const Fault& fault, const at::Tensor& inputs, const at::Tensor& targets, at::Tensor cpu_rng_state);
+                 const Fault& fault, MicroBatch micro);
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
   bool unswitchable() const override { return !switchable_; }
@@ -96,7 +95,7 @@ class LiveStepReruns : public StepReruns {
   const std::vector<at::Tensor>& parameters_;
   double loss_scale_;
   Fault fault_;
-  at::Tensor inputs_, targets_, rng_;
+  MicroBatch micro_;
   bool switchable_ = true;
 };
 

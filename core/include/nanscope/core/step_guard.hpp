@@ -14,6 +14,18 @@
 // trainer and replay use the other form: a TrainableModel whose loss(inputs,
 // targets) is the forward, and guard.step(step, inputs, targets).
 //
+// The watched form leaves the whole step to your loop, as GradScaler does:
+//
+//   nanscope::StepGuard guard(net, optimizer, {"my-run", nanscope::Amp::bf16});
+//   guard.set_loss_fn(loss_of);                      // loss_of(micro_batch): for the forensic re-run
+//   for (...) {
+//     for (auto& micro : micro_batches) {            // gradient accumulation: one graph alive at a time
+//       auto autocast = guard.autocast();            // the guard's precision (fp32 after a fallback)
+//       guard.backward(loss_of(micro) / accumulation, micro);
+//     }
+//     nanscope::GuardedStep r = guard.step();        // the verdict; optimizer.step() or a skip
+//   }
+//
 // Each step: forward and loss under autocast, backward on the scaled loss
 // (fp16), unscale, one host read for the verdict, clip, and the optimizer step
 // or a skip. A skip is a transaction: weights, optimizer state and every
@@ -80,6 +92,8 @@ struct GuardState {
   Sentinel::State sentinel;               // the early warnings' baselines (not in checkpoints); empty: start afresh
 };
 
+class ScopedAutocast;
+
 // What a step brings besides its batch; the defaults suit one process.
 struct StepContext {
   at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: unknown
@@ -123,6 +137,10 @@ class StepGuard {
   StepGuard(std::unique_ptr<TrainableModel> body, torch::optim::Optimizer& optimizer, GuardOptions options);
   // A TrainableModel: trained by step(step, inputs, targets) (nanscope-train).
   StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options);
+  // Without an optimizer: a loop with its own update rule (watched form). The
+  // guard decides whether the update may be applied: a skipped step's
+  // gradients are zeroed in place, so `p -= lr * grad` adds nothing.
+  StepGuard(std::unique_ptr<TrainableModel> body, GuardOptions options);
   ~StepGuard();
   StepGuard(const StepGuard&) = delete;
   StepGuard& operator=(const StepGuard&) = delete;
@@ -146,14 +164,45 @@ class StepGuard {
   GuardedStep step(const BatchLoss& loss, const Batch& batch, const StepContext& context = {}) {
     return step(next_step_, loss, batch, context);
   }
+  // --- The watched form: the loop runs forward, loss, backward and its own
+  // clipping; the guard is told where micro-batches begin and end, and decides.
+  // The loss of any micro-batch, as the loop computes it: what the forensic
+  // re-run, the fallback's diagnosis and replay run the step's micro-batches
+  // with. Without it a non-finite watched step is skipped and logged, not
+  // investigated.
+  void set_loss_fn(BatchLoss loss) { loss_fn_ = std::move(loss); }
+  // Autocast at the guard's precision (fp32 after a fallback) for one
+  // micro-batch's forward and loss; also marks where the micro-batch begins.
+  ScopedAutocast autocast();
+  // A micro-batch's forward begins here (its RNG state is taken): optional,
+  // autocast() and a Python module's forward hook call it.
+  void begin_micro_batch();
+  // backward() of one micro-batch's loss (as the loop weighted it), scaled
+  // for fp16; the micro-batch is kept for a re-run. Opens a step if none is.
+  void backward(const at::Tensor& loss, const Batch& micro_batch);
+  // The same without the backward, for loops that call it (GradScaler's scale()).
+  at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch);
+  // Unscales the gradients now, before the loop's own clipping (GradScaler's
+  // unscale_); the step's grad norm is taken here, before the clip.
+  void unscale();
+  // Ends the watched step: the one host read, then the optimizer's step (or
+  // none: the loop's update) or the skip, and all a closure step does after.
+  GuardedStep step(const StepContext& context = {});
+  bool step_open() const { return watched_ != nullptr; }
+  // The guard applies the optimizer's update (false: the loop's own rule).
+  bool applies_update() const { return applies_update_; }
+
   // The step number a step without one gets: one after the last step run.
   int64_t next_step() const { return next_step_; }
   // Steps without a number go on from `step` (a guard restored from a state_dict).
   void number_steps_from(int64_t step) { next_step_ = step; }
 
   Amp amp() const { return amp_; }
-  // 1 until the fallback or a rollback, then lr_backoff for each of them: a
-  // loop that sets the LR itself each step (a schedule) multiplies by this.
+  // 1 until the fallback or a rollback, then lr_backoff for each of them. The
+  // guard applies it to every update it makes (each group's LR times this for
+  // the optimizer's step, then back), so the LR in the groups stays the
+  // loop's: set by hand each iteration or by a scheduler, the cut survives.
+  // A loop with its own update rule multiplies its LR by this.
   double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
   // Updates that reached the weights: the position of a schedule that holds on
   // skipped steps (nanscope-train --schedule-on-skip hold).
@@ -181,23 +230,35 @@ class StepGuard {
 
  private:
   StepGuard(std::unique_ptr<ClosureModel> model, torch::optim::Optimizer& optimizer, GuardOptions options);
+  struct WithoutOptimizer {
+    std::unique_ptr<ClosureModel> model;
+    std::unique_ptr<torch::optim::Optimizer> stand_in;
+  };
+  StepGuard(WithoutOptimizer parts, GuardOptions options);
+  static WithoutOptimizer stand_in_for(std::unique_ptr<TrainableModel> body);
   ClosureModel& closure_model();
+  // A step between its begin and its end: what both forms share.
+  struct Running;
+  struct Watched;
+  Running begin_step(int64_t step, const StepContext& context);
+  GuardedStep end_step(Running& run, const std::vector<float>& act_absmax);
+  GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
+  static bool watched_rerun(const Running& run);
+  // A watched step with no loss function: its micro-batches cannot run again.
+  bool watched_rerun_impossible(const Running& run) const;
+  // The micro-batch a diagnosis re-runs: the one of the first birth.
+  size_t diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const;
   // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
   void check_scope_names(int64_t step, const std::vector<std::string>& opened);
-  void on_nonfinite_step(int64_t step, GuardedStep& result, const at::Tensor& inputs, const at::Tensor& targets,
-                         const StepContext& context, const std::vector<float>& layer_grad_norm,
-                         const std::string& undone);
-  std::string write_snapshot(int64_t step, const GuardedStep& result, const at::Tensor& inputs,
-                             const at::Tensor& targets, const std::vector<float>& layer_grad_norm,
+  void on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+  std::string write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture);
   void say(int64_t step, const std::string& text);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   void save_state_if_due(int64_t step);
   // --fallback auto: the remedy this failed step's diagnosis supports.
-  void apply_remedy(int64_t step, GuardedStep& result, const std::string& what, const at::Tensor& inputs,
-                    const at::Tensor& targets, const StepContext& context,
-                    const std::optional<format::Capture>& capture);
+  void apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture);
   std::string undo_skipped_step(GuardedStep& result);
   // Throws std::invalid_argument naming planned fp32 modules the step did not run.
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
@@ -209,8 +270,14 @@ class StepGuard {
   [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
 
   std::unique_ptr<ClosureModel> owned_model_;  // a guard built from a module (declared first: model_ refers to it)
+  // Without an optimizer of the loop's: a stand-in holding the parameters
+  // (rollback states, checkpoints), never stepped (declared first: optimizer_ refers to it).
+  std::unique_ptr<torch::optim::Optimizer> no_optimizer_;
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
+  bool applies_update_ = true;
+  BatchLoss loss_fn_;
+  std::unique_ptr<Watched> watched_;  // the watched step in progress
   GuardOptions options_;
   std::vector<at::Tensor> parameters_;
   probe::Probe probe_;
@@ -238,6 +305,22 @@ class StepGuard {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
+};
+
+// Autocast for one micro-batch's forward and loss at the guard's precision
+// (nothing at fp32), undone at the end of its scope.
+class ScopedAutocast {
+ public:
+  ScopedAutocast(at::DeviceType device, Amp amp);
+  ~ScopedAutocast();
+  ScopedAutocast(ScopedAutocast&& other) noexcept;
+  ScopedAutocast(const ScopedAutocast&) = delete;
+  ScopedAutocast& operator=(const ScopedAutocast&) = delete;
+  ScopedAutocast& operator=(ScopedAutocast&&) = delete;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace nanscope

@@ -14,6 +14,8 @@
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/probe/batch.hpp"
+#include "nanscope/probe/op_capture.hpp"
 
 namespace nanscope {
 
@@ -38,6 +40,9 @@ struct StepSettings {
   // leaves a value in one non-finite does not count, checked with the one host
   // read (a mask's own infinities are no such value).
   const std::vector<WrittenBuffer>* written_buffers = nullptr;
+  // A watched step of several micro-batches: their losses as the loop gave
+  // them (one element each, on the device), read back with the rest.
+  at::Tensor micro_losses{};
 };
 
 // With several ranks, loss_finite/grads_finite are every rank's verdict (the
@@ -65,13 +70,41 @@ struct StepOutcome {
   std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
   // Several ranks, when asked for: one per parameter, the averaged gradients (the same on every rank).
   std::vector<float> global_parameter_norms;
+  std::vector<float> micro_losses;  // when StepSettings gave them
   bool finite() const { return loss_finite && grads_finite && buffers_finite; }
   bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };
 
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       const std::vector<at::Tensor>& parameters, const StepSettings& settings,
-                       const at::Tensor& inputs, const at::Tensor& targets);
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch);
+
+// The phases after backward, for a step whose forward and backward the loop
+// ran itself (StepGuard's watched form) as for train_step's own.
+// Unscaled gradients and their norms, still on the device (no host read).
+struct UnscaledGradients {
+  at::Tensor found_inf;           // > 0: the scaler found an Inf/NaN while unscaling
+  std::vector<at::Tensor> norms;  // per defined gradient
+  at::Tensor total_norm;
+  std::vector<bool> had_grad;  // per parameter: it had a gradient (the norms are theirs)
+};
+// P7: unscale before anything reads the gradients (a loop's own clipping).
+UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
+                                    const at::Tensor& like);
+// The verdict (one host read), then clip and the optimizer's step (nullptr:
+// the loop applies its own update rule), or the skip: on a skip the
+// gradients are zeroed in place when `zero_grads_in_place` (a loop's own
+// update then adds nothing), else dropped. `lr_multiplier` scales every
+// group's LR for this step's update only (the guard's cuts; the loop's own LR
+// stays in the groups). `unscaled`: from unscale_gradients, when the loop
+// unscaled before clipping.
+struct StepFinish {
+  torch::optim::Optimizer* optimizer = nullptr;
+  bool zero_grads_in_place = false;
+  double lr_multiplier = 1.0;
+  const UnscaledGradients* unscaled = nullptr;
+};
+StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
+                        const at::Tensor& loss, const StepFinish& finish);
 
 at::ScalarType autocast_dtype(Amp amp);
 
@@ -90,12 +123,16 @@ struct StepRecomputation {
   bool finite() const;  // reads all three on the host
 };
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const at::Tensor& inputs,
-                                 const at::Tensor& targets);
+                                 double loss_scale, const Fault& fault, const Batch& batch);
+// The same over a step's micro-batches, in order, each from its own RNG state
+// and with its loop's loss weight, gradients accumulating as in the step;
+// `capture` (the forensic re-run's) is told where each micro-batch begins.
+StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
+                                 double loss_scale, const Fault& fault, const std::vector<MicroBatch>& micro_batches,
+                                 probe::OpCapture* capture = nullptr);
 
 // Forward + loss under autocast, backward on loss x loss_scale: the part of a
 // step that the probe's forensic re-run repeats. Returns the unscaled loss.
-at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const at::Tensor& inputs,
-                            const at::Tensor& targets);
+at::Tensor forward_backward(TrainableModel& model, Amp amp, double loss_scale, const Batch& batch);
 
 }  // namespace nanscope

@@ -37,6 +37,10 @@ struct Birth {
   OpRecord op;
   BirthKind kind = BirthKind::nan;
   int64_t sample = -1;  // the batch row, for an input birth; -1 otherwise
+  // A step of several micro-batches (gradient accumulation): the one this
+  // birth happened in, from 0; its rows are rows of that micro-batch. -1: the
+  // step had one batch.
+  int64_t micro_batch = -1;
   // For a birth inside the model whose output's first dimension is the batch:
   // the batch rows (positions in the batch) that went non-finite at this op,
   // the first 16 of them. Names the sample where batch bisection cannot run.
@@ -51,7 +55,8 @@ struct Birth {
 // The one wording of a birth, for logs, events, reports and the viewer:
 // "nan at aten::log (forward) in module 'blocks.0.mlp'",
 // "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'attn'",
-// "nan at input (input) in module '', batch row 5"; an internal birth whose
+// "nan at input (input) in module '', batch row 5", with ", micro-batch 3"
+// before the row in a step of several micro-batches; an internal birth whose
 // output went non-finite in some batch rows only names them the same way.
 std::string birth_text(const Birth& birth);
 

@@ -14,7 +14,7 @@ namespace nanscope::format {
 //   1.2  run files and snapshots: @origin; births: /rows (the batch rows an
 //        internal birth made non-finite); snapshot /batch/rows may hold -1 (unknown)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 2;
+inline constexpr int kFormatMinor = 3;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

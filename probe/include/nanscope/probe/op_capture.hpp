@@ -32,6 +32,8 @@ struct CaptureOptions {
   // The step's batch size: a forward birth whose output's first dimension is
   // this records which rows went non-finite (Birth::rows). -1: not recorded.
   int64_t batch_size = -1;
+  int64_t row_dim = 0;       // the samples' dimension ((seq, batch) data: 1)
+  int64_t micro_batch = -1;  // births carry it (Birth::micro_batch); -1: a step of one batch
 };
 
 class OpCapture {
@@ -46,6 +48,9 @@ class OpCapture {
   // The module paths whose scopes forward ops ran in, in first-seen order
   // ("" excluded): what an fp32 region can switch.
   std::vector<std::string> modules_seen() const;
+  // A step of several micro-batches re-runs them one after another under one
+  // capture: births from here on belong to this micro-batch and its rows.
+  void begin_micro_batch(int64_t index, int64_t batch_size, int64_t row_dim);
 };
 
 }  // namespace nanscope::probe

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
+#include "nanscope/probe/batch.hpp"
 #include "nanscope/probe/layer_index.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -47,6 +48,8 @@ class Probe {
   // A one-element float tensor on the inputs' device: 1 when the batch holds a
   // NaN/Inf. Integer inputs (tokens) are always finite: a zero, no kernel.
   at::Tensor batch_nonfinite(const at::Tensor& inputs) const;
+  // The same over every floating tensor of a batch (a nested one too).
+  at::Tensor batch_nonfinite(const Batch& batch) const;
   std::vector<float> layer_grad_norms(const std::vector<float>& parameter_norms) const;
 
   // Restores the step's RNG state, runs `rerun` (forward + backward of the
@@ -55,6 +58,10 @@ class Probe {
   // naming the sample row. Errors inside `rerun` are caught and reported in
   // the returned capture's ops_seen = -1 (the probe never throws into a loop).
   format::Capture investigate(const std::function<void()>& rerun, const at::Tensor& inputs);
+  // The same for a step of micro-batches: `rerun` runs them in order and
+  // calls OpCapture::begin_micro_batch before each; an input birth names the
+  // first micro-batch (and its row) holding a non-finite value.
+  format::Capture investigate(const std::function<void(OpCapture&)>& rerun, const std::vector<Batch>& micro_batches);
 
   // Writes RUN_DIR/snapshots/[rank-R/]step-NNNNNNN.h5. Never throws: on failure (disk
   // full, no permission) it warns once on stderr and returns "".

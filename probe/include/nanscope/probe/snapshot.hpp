@@ -12,6 +12,7 @@
 
 #include "nanscope/format/capture.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/probe/batch.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope::probe {
@@ -29,7 +30,11 @@ struct SnapshotContents : format::SnapshotHeader {
   // ("blocks.0.attn.qkv.weight/exp_avg").
   std::string optimizer;  // "adamw" | "sgd" | yours
   NamedTensorList optimizer_state;
-  at::Tensor inputs, targets, batch_rows;
+  // The step's batch (a step of several micro-batches: the one its first
+  // birth was in), as the loop gave it: (inputs, targets), or a nested batch's
+  // tensors and structure; its rows along batch.row_dim.
+  Batch batch;
+  at::Tensor batch_rows;
   at::Tensor cpu_rng_state;  // at::Generator get_state() bytes
 };
 

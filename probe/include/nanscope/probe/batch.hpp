@@ -1,0 +1,64 @@
+#pragma once
+// A step's batch, or one micro-batch of it, as the guard checks, snapshots,
+// re-runs and bisects it. Two shapes:
+//  - the pair (inputs, targets) a C++ loop or nanoscope-train has (targets
+//    may be undefined when the loss function holds them);
+//  - any nested structure of tensors (a dict of input_ids, attention_mask and
+//    labels; a tuple holding an RNN's hidden state), given as its tensors in
+//    order (`leaves`) and a description of how they nest (`structure`, opaque
+//    here: written into snapshots and handed back to the code that made it,
+//    e.g. the Python module).
+// Samples lie along `row_dim` of every tensor that has it at the batch's size
+// (1 for (seq, batch) data: rows are samples, never time steps); a tensor
+// without it (a flattened target, a scalar) is not cut when a row is removed.
+#include <ATen/ATen.h>
+#include <torch/data/example.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace nanscope {
+
+struct Batch {
+  at::Tensor inputs, targets;
+  std::vector<at::Tensor> leaves;  // a nested batch's tensors (then inputs/targets are unused)
+  std::string structure;           // how the leaves nest; "" for (inputs, targets)
+  int64_t row_dim = 0;
+
+  Batch() = default;
+  Batch(at::Tensor inputs_, at::Tensor targets_ = {}) : inputs(std::move(inputs_)), targets(std::move(targets_)) {}
+  Batch(const torch::data::Example<>& example) : Batch(example.data, example.target) {}
+  static Batch nested(std::vector<at::Tensor> leaves, std::string structure, int64_t row_dim = 0);
+
+  bool is_nested() const { return !structure.empty(); }
+  bool empty() const { return tensors().empty(); }
+  // Every tensor of the batch, defined ones only, in order.
+  std::vector<at::Tensor> tensors() const;
+  // The number of samples: the size along row_dim of the first tensor that
+  // has that dimension; 0 when none has.
+  int64_t rows() const;
+  // The same batch without sample `row`, cut from every tensor whose row_dim
+  // has the batch's size.
+  Batch without_row(int64_t row) const;
+  // The first sample holding a NaN/Inf in a floating tensor, or -1; and that
+  // sample's values in the first such tensor (for the input birth's statistics).
+  int64_t first_nonfinite_row() const;
+  at::Tensor row_of(int64_t row) const;
+};
+
+// One micro-batch of a step with gradient accumulation: the batch, the CPU
+// generator's state when its forward began (dropout draws the same numbers on a
+// re-run), and what the loop multiplied its loss by before backward (1 /
+// accumulation steps, as nanoGPT does), so a re-run's gradients are the step's.
+struct MicroBatch {
+  Batch batch;
+  at::Tensor cpu_rng_state;  // undefined: the generator as it is
+  double loss_weight = 1.0;
+  // The loss the loop backpropagated for it (a watched step): a re-run whose
+  // loss function gives an unweighted loss is weighted to match it. NaN: unknown.
+  double recorded_loss = std::numeric_limits<double>::quiet_NaN();
+};
+
+}  // namespace nanscope

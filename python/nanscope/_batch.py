@@ -1,0 +1,67 @@
+"""A batch of any structure as the C++ core holds it: its tensors in order
+(the leaves) and a JSON text saying how they nest, so the guard can check,
+snapshot, cut rows from and hand back the dict, tuple or list the loop gave.
+Non-tensor leaves (a sequence length, a flag) are kept as they are: JSON
+values as themselves, anything else pickled."""
+import base64
+import json
+import pickle
+
+import torch
+
+
+def is_plain(batch):
+    """A tensor or an (inputs, targets) pair: the core's own shape, no structure needed."""
+    if torch.is_tensor(batch):
+        return True
+    return (isinstance(batch, (tuple, list)) and len(batch) == 2 and torch.is_tensor(batch[0])
+            and torch.is_tensor(batch[1]))
+
+
+def flatten(batch):
+    """(leaves, structure): the tensors of `batch` in order, and how they nest."""
+    leaves = []
+
+    def encode(node):
+        if torch.is_tensor(node):
+            leaves.append(node)
+            return {"t": len(leaves) - 1}
+        if isinstance(node, dict) and all(isinstance(k, str) for k in node):
+            return {"d": [[k, encode(v)] for k, v in node.items()]}
+        if isinstance(node, tuple) and not hasattr(node, "_fields"):
+            return {"u": [encode(v) for v in node]}
+        if isinstance(node, list):
+            return {"l": [encode(v) for v in node]}
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return {"v": node}
+        return {"p": base64.b64encode(pickle.dumps(node)).decode("ascii")}
+
+    structure = json.dumps(encode(batch))
+    return leaves, structure
+
+
+def unflatten(structure, leaves):
+    """The batch `flatten` described, with these tensors in its leaves' places."""
+    def decode(node):
+        if "t" in node:
+            return leaves[node["t"]]
+        if "d" in node:
+            return {k: decode(v) for k, v in node["d"]}
+        if "u" in node:
+            return tuple(decode(v) for v in node["u"])
+        if "l" in node:
+            return [decode(v) for v in node["l"]]
+        if "v" in node:
+            return node["v"]
+        return pickle.loads(base64.b64decode(node["p"]))
+
+    return decode(json.loads(structure))
+
+
+def call_batch(args, kwargs):
+    """The micro-batch a model call makes: its positional arguments as a tuple,
+    or its keyword arguments as a dict (model(**batch), as Hugging Face loops call)."""
+    if kwargs and args:
+        raise TypeError("nanscope: the model was called with positional and keyword arguments; pass the "
+                        "micro-batch explicitly: guard.scale(loss, batch) / guard.backward(loss, batch)")
+    return dict(kwargs) if kwargs else tuple(args)

@@ -1,0 +1,152 @@
+"""The watched form: the loop runs forward, loss, backward, its clipping and
+its update; the guard is told where micro-batches end (scale / backward) and
+decides at step(). A forward pre-hook on the model the loop calls marks where
+each micro-batch begins (the RNG state a re-run starts from, the buffers a
+skip puts back) and records the call's arguments: the micro-batch, when the
+loop does not name it. One Python call per model call; nothing per op."""
+import contextlib
+
+import torch
+
+from . import _batch
+from . import _distributed
+from . import _scopes
+
+
+def _inner(model):
+    """The module a re-run calls: without torch.compile (eager, every op seen)
+    and without DistributedDataParallel (no collective on one rank's re-run)."""
+    model = _scopes.uncompiled(model)
+    return model.module if _distributed.is_ddp(model) else model
+
+
+class Watch:
+    def __init__(self, owner, model, named):
+        self._owner = owner
+        self._named = named
+        self._busy = False  # inside the guard's own step or re-run: the hook stands aside
+        self._watched = False  # the loop uses the watched form (or gave loss_fn): the hook marks micro-batches
+        self._started = False  # a micro-batch's forward began since the last scale()
+        self._call = None  # that forward's (args, kwargs)
+        self._before_skip = None  # a skipped step's weights (no optimizer of the guard's): the loop's update is undone
+        self._autocast = None
+        self._model = model
+        self._hook = None
+        self._recording = False
+
+    def _watch_calls(self):
+        """From the first use of the watched form (or loss_fn) on: a closure-form
+        loop's model is never hooked."""
+        self._watched = True
+        if self._recording:
+            return
+        self._recording = True
+        model = self._model
+        try:
+            self._hook = model.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+        except TypeError:
+            # torch 1.x: pre-hooks see positional arguments only, and a loop
+            # may call model(**batch): the instance's forward records both.
+            forward = model.forward
+
+            def recording_forward(*args, **kwargs):
+                self._pre_hook(model, args, kwargs)
+                return forward(*args, **kwargs)
+            model.forward = recording_forward
+
+    def close(self):
+        if self._hook is not None:
+            self._hook.remove()
+        elif self._recording and "forward" in vars(self._model):
+            del self._model.forward
+
+    @contextlib.contextmanager
+    def busy(self):
+        was, self._busy = self._busy, True
+        try:
+            yield
+        finally:
+            self._busy = was
+
+    def _pre_hook(self, _module, args, kwargs):
+        if self._busy or not self._watched or not torch.is_grad_enabled() or self._started:
+            return None
+        self.undo_own_update()
+        self._started = True
+        self._call = (args, kwargs)
+        self._owner._open().begin_micro_batch()
+        return None
+
+    def rerun(self, loss_fn):
+        """loss_fn as the core calls it on a micro-batch: on the model's eager,
+        unwrapped module, with module scopes while the core listens."""
+        self._watch_calls()
+        model = _inner(self._named)
+        paths = _scopes.module_paths(model)
+
+        def run(batch):
+            with self.busy():
+                return _scopes.call(loss_fn, paths, model, batch)
+        return run
+
+    def autocast(self):
+        self._watch_calls()
+        if self._autocast is None:
+            self._autocast = _Autocast(self)
+        return self._autocast
+
+    def scale(self, loss, batch):
+        if not torch.is_tensor(loss):
+            raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
+        self._watch_calls()
+        if batch is None and self._call is not None:
+            batch = _batch.call_batch(*self._call)
+        # else no micro-batch is known (no loss_fn, no call seen): the step is
+        # checked and skipped as a transaction, not re-run.
+        self._started, self._call = False, None
+        return self._owner._open().scale(loss, batch)
+
+    def step(self, optimizer):
+        self._owner._check_optimizer(optimizer)
+        guard = self._owner._open()
+        with self.busy():
+            result = guard.step_watched()
+        self._started, self._call = False, None
+        if result.skipped and self._owner._optimizer is None:
+            # The loop applies its own update after this call: the weights
+            # before it go back at update() or at the next micro-batch.
+            self._before_skip = [p.detach().clone() for p in self._named.parameters()]
+        return result
+
+    def undo_own_update(self):
+        if self._before_skip is None:
+            return
+        with torch.no_grad():
+            for p, before in zip(self._named.parameters(), self._before_skip):
+                p.copy_(before)
+        self._before_skip = None
+
+    def device_type(self):
+        for p in self._named.parameters():
+            return p.device.type
+        return "cpu"
+
+
+class _Autocast:
+    """guard.autocast(): re-entrant and reusable, at the precision the guard runs in now."""
+    _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+    def __init__(self, watch):
+        self._watch = watch
+        self._open = []
+
+    def __enter__(self):
+        amp = self._watch._owner.amp
+        context = (torch.autocast(self._watch.device_type(), dtype=self._DTYPES[amp]) if amp in self._DTYPES
+                   else contextlib.nullcontext())
+        context.__enter__()
+        self._open.append(context)
+        return self
+
+    def __exit__(self, *exc):
+        return self._open.pop().__exit__(*exc)

@@ -1,0 +1,119 @@
+// The watched form in C++: the loop runs forward and backward per
+// micro-batch itself; the guard decides at step(), and a failed step is
+// re-run through the loss function, naming the micro-batch and its row.
+#include <gtest/gtest.h>
+
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+
+#include "../support/test_support.hpp"
+#include "nanscope/nanscope.hpp"
+#include "nanscope/probe/snapshot.hpp"
+
+using namespace nanscope;
+using nanscope::test::TempDir;
+
+namespace {
+
+// A regressor that normalises each sample by its own magnitude: 0 / 0 for an all-zero row.
+struct Normalising : torch::nn::Module {
+  torch::nn::Linear fc{register_module("fc", torch::nn::Linear(4, 1))};
+  at::Tensor forward(const at::Tensor& x) { return fc(x / x.abs().sum(1, true)); }
+};
+
+std::vector<Batch> micro_batches(int count, int bad_micro, int64_t bad_row) {
+  std::vector<Batch> out;
+  for (int k = 0; k < count; ++k) {
+    at::Tensor x = at::randn({5, 4}) + 2, y = at::randn({5, 1});
+    if (k == bad_micro) x[bad_row].zero_();
+    out.emplace_back(x, y);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(WatchedStep, AccumulatedMicroBatchesNameTheBirthsMicroBatchAndRowAndSkipAsATransaction) {
+  TempDir dir;
+  torch::manual_seed(0);
+  Normalising net;
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  GuardOptions options{dir.path(), Amp::bf16};
+  options.log = nullptr;
+  StepGuard guard(net, optimizer, options);
+  BatchLoss loss_of = [&](const Batch& b) { return torch::mse_loss(net.forward(b.inputs), b.targets); };
+  guard.set_loss_fn(loss_of);
+  for (int64_t step = 0; step < 4; ++step) {
+    const auto micro = micro_batches(3, step == 2 ? 1 : -1, 3);
+    const at::Tensor before = net.fc->weight.detach().clone();
+    for (const Batch& b : micro) {
+      at::Tensor loss;
+      {
+        auto autocast = guard.autocast();  // the forward and loss only
+        loss = loss_of(b) / 3.0;
+      }
+      guard.backward(loss, b);
+    }
+    EXPECT_TRUE(guard.step_open());
+    const GuardedStep r = guard.step();
+    EXPECT_FALSE(guard.step_open());
+    if (step != 2) {
+      EXPECT_TRUE(r.counted()) << step;
+      EXPECT_FALSE(at::equal(before, net.fc->weight));
+      continue;
+    }
+    EXPECT_FALSE(r.counted());
+    EXPECT_TRUE(at::equal(before, net.fc->weight));
+    EXPECT_EQ(r.first_birth, "nan at aten::div (forward) in module '', micro-batch 1, batch row 3");
+    ASSERT_FALSE(r.snapshot.empty());
+    const probe::SnapshotContents s = probe::read_snapshot(r.snapshot);
+    EXPECT_TRUE(at::equal(s.batch.inputs, micro[1].inputs));  // the birth's micro-batch, as it was
+    EXPECT_EQ(s.config.at("micro_batch"), "1");
+    EXPECT_EQ(s.config.at("micro_batches"), "3");
+  }
+  EXPECT_EQ(guard.applied_steps(), 3);
+}
+
+TEST(WatchedStep, WithoutALossFunctionAFailedStepIsSkippedAndSaysItWasNotInvestigated) {
+  TempDir dir;
+  Normalising net;
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  GuardOptions options{dir.path(), Amp::fp32};
+  options.log = nullptr;
+  StepGuard guard(net, optimizer, options);
+  const Batch b = micro_batches(1, 0, 0).front();
+  guard.begin_micro_batch();
+  guard.backward(torch::mse_loss(net.forward(b.inputs), b.targets), b);
+  const GuardedStep r = guard.step();
+  EXPECT_FALSE(r.counted());
+  EXPECT_NE(r.first_birth.find("not investigated: no loss function"), std::string::npos) << r.first_birth;
+  EXPECT_THROW(guard.step(), std::logic_error);  // no backward since
+}
+
+TEST(WatchedStep, TheFallbacksLrCutRidesOnEachUpdateAndTheGroupsKeepTheLoopsLr) {
+  TempDir dir;
+  torch::manual_seed(0);
+  Normalising net;
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  GuardOptions options{dir.path(), Amp::bf16};
+  options.log = nullptr;
+  options.fallback = FallbackMode::whole;
+  StepGuard guard(net, optimizer, options);
+  BatchLoss loss_of = [&](const Batch& b) { return torch::mse_loss(net.forward(b.inputs), b.targets); };
+  guard.set_loss_fn(loss_of);
+  for (int64_t step = 0; step < 3; ++step) {
+    optimizer.param_groups()[0].options().set_lr(0.1);  // set by hand each iteration
+    const Batch b = micro_batches(1, step == 0 ? 0 : -1, 1).front();
+    {
+      auto autocast = guard.autocast();  // the forward and loss only
+      guard.backward(loss_of(b), b);
+    }
+    const GuardedStep r = guard.step();
+    EXPECT_EQ(r.counted(), step > 0);
+    if (step > 0) EXPECT_DOUBLE_EQ(r.lr, 0.05);
+    EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), 0.1);
+  }
+  EXPECT_EQ(guard.amp(), Amp::fp32);
+}

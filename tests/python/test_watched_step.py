@@ -1,0 +1,310 @@
+"""The watched form: loops as their authors wrote them (GradScaler's calls,
+gradient accumulation, dict batches, (seq, batch) data, a hand-set LR, a
+manual update rule), each with a planted fault found at the right op, module,
+micro-batch and row, and replayed to the right verdict."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+
+class Normalise(nn.Module):
+    """A hand-made normalisation: 0 / 0 for an all-zero sample."""
+
+    def forward(self, x):
+        return x / x.abs().sum(-1, keepdim=True)
+
+
+class TinyGPT(nn.Module):
+    """nanoGPT's contract: model(idx, targets) -> (logits, loss)."""
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.norm = Normalise()
+        self.lm_head = nn.Linear(width, vocab)
+
+    def forward(self, idx, targets):
+        logits = self.lm_head(self.norm(self.wte(idx)))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def nanogpt_loss(model, batch):
+    return model(*batch)[1]
+
+
+BAD_TOKEN = 15  # its embedding row is zero: a sample holding it divides 0 by 0
+
+
+def token_batch(generator, rows=4, bad_row=None):
+    idx = torch.randint(0, BAD_TOKEN, (rows, 6), generator=generator)
+    if bad_row is not None:
+        idx[bad_row, 2] = BAD_TOKEN
+    return idx, torch.randint(0, BAD_TOKEN, (rows, 6), generator=generator)
+
+
+def zero_bad_token(model):
+    with torch.no_grad():
+        model.wte.weight[BAD_TOKEN] = 0
+
+
+def run_nanogpt_loop(run_dir, bad=None, steps=5, accumulation=4, fallback="auto"):
+    """nanoGPT's train.py loop: the LR set by hand each iteration, the next
+    batch fetched between forward and backward, the loss divided by the
+    accumulation steps, GradScaler's calls on the guard."""
+    torch.manual_seed(0)
+    model = TinyGPT()
+    zero_bad_token(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", loss_fn=nanogpt_loss,
+                                fallback=fallback, log=False)
+    ctx = scaler.autocast()
+    generator = torch.Generator().manual_seed(1)
+    X, Y = token_batch(generator)
+    results = []
+    for it in range(steps):
+        lr = 1e-3 * (it + 1) / steps
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = lr
+        for micro_step in range(accumulation):
+            with ctx:
+                logits, loss = model(X, Y)
+                loss = loss / accumulation
+            nxt = it * accumulation + micro_step + 1
+            X, Y = token_batch(generator, bad_row=bad[2] if bad and nxt == bad[0] * accumulation + bad[1] else None)
+            scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        results.append((scaler.step(optimizer), lr))
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    return model, optimizer, scaler, results
+
+
+def test_a_nanogpt_loop_keeps_its_lines_and_the_birth_names_micro_batch_and_row(tmp_path):
+    # Micro-batch 2 of step 3, row 1 holds the bad token.
+    model, optimizer, guard, results = run_nanogpt_loop(tmp_path / "run", bad=(3, 2, 1))
+    skipped = [i for i, (r, _) in enumerate(results) if not r.counted]
+    assert skipped == [3]
+    failed = results[3][0]
+    assert failed.first_birth == "nan at aten::div (forward) in module 'norm', micro-batch 2, batch row 1"
+    assert failed.remedy == "data"
+    assert guard.applied_steps == 4
+    # The snapshot keeps the failing micro-batch as it was; replay and the row
+    # search stay inside it.
+    report = nanscope.replay(failed.snapshot, model=TinyGPT, loss=nanogpt_loss, write=False)
+    assert report.verdict == "model_or_data"
+    assert report.category == "div_by_zero"
+    assert report.first_birth.micro_batch == 2
+    assert report.rows == [1]
+
+
+def test_a_clean_accumulating_loop_matches_plain_pytorch(tmp_path):
+    """The guard changes nothing on clean steps: the same weights as the loop without it."""
+    model, _, _, results = run_nanogpt_loop(tmp_path / "run", steps=3)
+    assert all(r.counted for r, _ in results)
+    torch.manual_seed(0)
+    plain = TinyGPT()
+    zero_bad_token(plain)
+    optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(1)
+    X, Y = token_batch(generator)
+    for it in range(3):
+        for group in optimizer.param_groups:
+            group["lr"] = 1e-3 * (it + 1) / 3
+        for _ in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                _, loss = plain(X, Y)
+            X, Y = token_batch(generator)
+            (loss / 4).backward()
+        torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    for a, b in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_the_fallbacks_lr_cut_survives_an_lr_set_by_hand(tmp_path):
+    # 'whole': the first non-finite step switches to fp32 and cuts the LR.
+    model, optimizer, guard, results = run_nanogpt_loop(tmp_path / "run", bad=(1, 0, 2), fallback="whole")
+    assert not results[1][0].counted and guard.amp == "fp32"
+    for result, hand_set in results[2:]:
+        assert result.counted
+        assert result.lr == pytest.approx(hand_set * 0.5)  # the update ran with the cut
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(results[-1][1])  # the group keeps the loop's LR
+    assert guard.lr_multiplier == 0.5
+
+
+class TinyEncoder(nn.Module):
+    """A Hugging Face-style model: forward(input_ids, attention_mask, labels) -> an output with .loss."""
+
+    class Output:
+        def __init__(self, loss, logits):
+            self.loss, self.logits = loss, logits
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.attn = nn.Linear(width, width)
+        self.classifier = nn.Linear(width, 2)
+
+    def forward(self, input_ids, attention_mask, labels):
+        h = self.embed(input_ids)
+        scores = self.attn(h) @ h.transpose(1, 2)
+        scores = scores.masked_fill(attention_mask[:, None, :] == 0, float("-inf"))
+        h = torch.softmax(scores, -1) @ h  # a fully masked row: softmax over -inf only is 0/0
+        logits = self.classifier(h.mean(1))
+        return self.Output(F.cross_entropy(logits, labels), logits)
+
+
+def test_a_dict_batch_called_as_model_kwargs_is_kept_and_handed_back(tmp_path):
+    torch.manual_seed(0)
+    model = TinyEncoder()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    seen = []
+
+    def loss_fn(m, batch):
+        seen.append(sorted(batch))
+        return m(**batch).loss
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", loss_fn=loss_fn, log=False)
+    results = []
+    for step in range(4):
+        batch = {"input_ids": torch.randint(0, 16, (4, 5)), "attention_mask": torch.ones(4, 5, dtype=torch.long),
+                 "labels": torch.randint(0, 2, (4,)), "return_dict": True}
+        if step == 2:
+            batch["attention_mask"][3] = 0
+        batch = {k: v for k, v in batch.items() if k != "return_dict"}
+        outputs = model(**batch)
+        guard.backward(outputs.loss)
+        results.append(guard.step(optimizer))
+        scheduler.step()
+        optimizer.zero_grad()
+    assert [r.counted for r in results] == [True, True, False, True]
+    # The softmax over a fully masked row, in the root's own forward.
+    assert results[2].first_birth == "nan at aten::softmax (forward) in module '', batch row 3"
+    seen.clear()
+    report = nanscope.replay(results[2].snapshot, model=TinyEncoder, loss=loss_fn, write=False)
+    assert seen and seen[0] == ["attention_mask", "input_ids", "labels"]
+    assert report.verdict == "model_or_data"
+    assert report.rows == [3]
+
+
+class WordModel(nn.Module):
+    """word_language_model's RNN: (seq, batch) data, the hidden state carried across batches."""
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, width)
+        self.norm = Normalise()
+        self.rnn = nn.LSTM(width, width)
+        self.decoder = nn.Linear(width, vocab)
+
+    def forward(self, data, hidden):
+        output, hidden = self.rnn(self.norm(self.encoder(data)), hidden)
+        return self.decoder(output), hidden
+
+    def init_hidden(self, batch):
+        return (torch.zeros(1, batch, 8), torch.zeros(1, batch, 8))
+
+
+def word_loss(model, batch):
+    data, targets, hidden = batch
+    output, _ = model(data, hidden)
+    return F.cross_entropy(output.view(-1, 16), targets)
+
+
+def test_a_manual_update_loop_with_carried_state_and_seq_batch_rows(tmp_path):
+    torch.manual_seed(0)
+    model = WordModel()
+    with torch.no_grad():
+        model.encoder.weight[BAD_TOKEN] = 0
+    guard = nanscope.StepGuard(model, None, run_dir=tmp_path / "run", loss_fn=word_loss, row_dim=1, log=False)
+    lr = 0.5
+    hidden = model.init_hidden(4)
+    results = []
+    for step in range(4):
+        data = torch.randint(0, BAD_TOKEN, (6, 4))  # (seq, batch): column 2 is one sample
+        if step == 2:
+            data[3, 2] = BAD_TOKEN
+        targets = torch.randint(0, BAD_TOKEN, (6 * 4,))
+        model.zero_grad()
+        hidden = tuple(h.detach() for h in hidden)
+        batch = (data, targets, hidden)
+        output, hidden = model(data, hidden)
+        loss = F.cross_entropy(output.view(-1, 16), targets)
+        guard.backward(loss, batch)
+        before = [p.detach().clone() for p in model.parameters()]
+        result = guard.step()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        if not result.counted:
+            assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))  # the update added nothing
+            hidden = model.init_hidden(4)  # the loop's own state went non-finite with the step
+        results.append(result)
+    assert [r.counted for r in results] == [True, True, False, True]
+    assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 2"
+    report = nanscope.replay(results[2].snapshot, model=WordModel, loss=word_loss, write=False)
+    assert report.verdict == "model_or_data"
+    assert report.category == "div_by_zero"
+
+
+def test_update_puts_back_what_a_loops_own_rule_changed_on_a_skipped_step(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Normalise())
+    guard = nanscope.StepGuard(model, None, run_dir=tmp_path / "run",
+                               loss_fn=lambda m, b: m(b).sum(), log=False)
+    x = torch.zeros(2, 4)
+    with torch.no_grad():
+        model[0].bias.zero_()
+    before = [p.detach().clone() for p in model.parameters()]
+    guard.backward(model(x).sum(), x)
+    assert not guard.step().counted
+    for p in model.parameters():
+        p.data.mul_(0.9)  # weight decay, applied by the loop whatever the step said
+    guard.update()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+
+
+def test_two_optimizers_each_with_its_guard(tmp_path):
+    """A GAN-style loop: each model and optimizer has its guard; a NaN in one
+    loss skips that update only."""
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 1), Normalise())
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    guard_d = nanscope.StepGuard(disc, opt_d, run_dir=tmp_path / "d", log=False,
+                                 loss_fn=lambda m, b: F.softplus(-m(b)).mean())
+    guard_g = nanscope.StepGuard(gen, opt_g, run_dir=tmp_path / "g", log=False,
+                                 loss_fn=lambda m, b: F.softplus(-disc(m(b))).mean())
+    real = torch.randn(8, 4)
+    disc.zero_grad()
+    guard_d.backward(F.softplus(-disc(real)).mean(), real)
+    assert guard_d.step(opt_d).counted
+    noise = torch.randn(8, 4)
+    noise[5] = float("nan")
+    gen.zero_grad()
+    guard_g.backward(F.softplus(-disc(gen(noise))).mean(), noise)
+    result = guard_g.step(opt_g)
+    assert not result.counted
+    assert result.first_birth == "nan at input (input) in module '', batch row 5"
+
+
+def test_watched_form_errors_are_python_exceptions(tmp_path):
+    model = TinyGPT()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False)
+    with pytest.raises(RuntimeError, match="no backward through the guard"):
+        guard.step(optimizer)
+    with pytest.raises(TypeError, match="loss as a tensor"):
+        guard.scale(1.0)
+    with pytest.raises(ValueError, match="optimizer it was built with"):
+        guard.step(torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(TypeError, match="batch must hold tensors"):
+        guard.scale(torch.ones((), requires_grad=True), batch=3)
+    manual = nanscope.StepGuard(model, None, run_dir=tmp_path / "manual", log=False)
+    with pytest.raises(TypeError, match="no optimizer"):
+        manual.step(lambda: model(*token_batch(torch.Generator()))[1], batch=torch.zeros(1))
