@@ -45,6 +45,21 @@ at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
   return at::zeros({1}, tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
 }
 
+namespace {
+
+// Why a loss function or closure could not run the step again, in the words
+// of what to change, where PyTorch's own message says it.
+std::string rerun_failure_text(const std::string& error) {
+  if (error.find("backward through the graph a second time") != std::string::npos)
+    return "the loss function (or closure) cannot run the step again: it uses a tensor made by the step's own "
+           "graph, e.g. state carried across steps (an RNN's hidden state) taken from the loop's variable after "
+           "the forward; put the state the step began with, detached, in its batch (" +
+           error + ")";
+  return error;
+}
+
+}  // namespace
+
 format::Capture Probe::investigate(const std::function<void()>& rerun, const at::Tensor& inputs) {
   return investigate([&](OpCapture&) { rerun(); }, std::vector<Batch>{Batch(inputs)});
 }
@@ -97,7 +112,7 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
   } catch (const std::exception& e) {
     capture = format::Capture{};
     capture.ops_seen = -1;
-    last_error_ = "forensic re-run failed: " + one_line_error(e);
+    last_error_ = "forensic re-run failed: " + rerun_failure_text(one_line_error(e));
     std::cerr << "nanscope probe: " << last_error_ << "\n";
   }
   return capture;

@@ -32,33 +32,23 @@ class Watch:
         self._autocast = None
         self._model = model
         self._hook = None
-        self._recording = False
+        self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
 
     def _watch_calls(self):
         """From the first use of the watched form (or loss_fn) on: a closure-form
         loop's model is never hooked."""
         self._watched = True
-        if self._recording:
+        if self._hook is not None:
             return
-        self._recording = True
-        model = self._model
+        recorder = _CallRecorder(self)
         try:
-            self._hook = model.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
-        except TypeError:
-            # torch 1.x: pre-hooks see positional arguments only, and a loop
-            # may call model(**batch): the instance's forward records both.
-            forward = model.forward
-
-            def recording_forward(*args, **kwargs):
-                self._pre_hook(model, args, kwargs)
-                return forward(*args, **kwargs)
-            model.forward = recording_forward
+            self._hook = self._model.register_forward_pre_hook(recorder, with_kwargs=True)
+        except TypeError:  # torch 1.x: pre-hooks see positional arguments only
+            self._hook = self._model.register_forward_pre_hook(recorder)
 
     def close(self):
         if self._hook is not None:
             self._hook.remove()
-        elif self._recording and "forward" in vars(self._model):
-            del self._model.forward
 
     @contextlib.contextmanager
     def busy(self):
@@ -73,7 +63,7 @@ class Watch:
             return None
         self.undo_own_update()
         self._started = True
-        self._call = (args, kwargs)
+        self._call = (args, kwargs) if kwargs is not None else (args, {}) if args else None
         self._owner._open().begin_micro_batch()
         return None
 
@@ -81,6 +71,7 @@ class Watch:
         """loss_fn as the core calls it on a micro-batch: on the model's eager,
         unwrapped module, with module scopes while the core listens."""
         self._watch_calls()
+        self._loss_fn = True
         model = _inner(self._named)
         paths = _scopes.module_paths(model)
 
@@ -101,8 +92,12 @@ class Watch:
         self._watch_calls()
         if batch is None and self._call is not None:
             batch = _batch.call_batch(*self._call)
-        # else no micro-batch is known (no loss_fn, no call seen): the step is
-        # checked and skipped as a transaction, not re-run.
+        elif batch is None and self._loss_fn:
+            raise TypeError("nanscope: no call of the guard's model with its micro-batch was seen (torch 1.x hooks "
+                            "see positional arguments only: a model(**batch) call is invisible there); name the "
+                            "micro-batch: guard.scale(loss, batch) / guard.backward(loss, batch)")
+        # else no micro-batch is known (no loss_fn): the step is checked and
+        # skipped as a transaction, not re-run.
         self._started, self._call = False, None
         return self._owner._open().scale(loss, batch)
 
@@ -130,6 +125,32 @@ class Watch:
         for p in self._named.parameters():
             return p.device.type
         return "cpu"
+
+
+def _inert_hook(*_args):
+    return None
+
+
+class _CallRecorder:
+    """The forward pre-hook of the guard's model. A copy or a pickle of the
+    model (torch.save(model), copy.deepcopy for an EMA or a reference model)
+    gets an inert hook in its place: the copy is no model the guard watches."""
+
+    def __init__(self, watch):
+        self._watch = watch
+
+    def __call__(self, module, args, kwargs=None):
+        return self._watch._pre_hook(module, args, kwargs)
+
+    def __reduce__(self):
+        return (_inert_factory, ())
+
+    def __deepcopy__(self, memo):
+        return _inert_factory()
+
+
+def _inert_factory():
+    return _inert_hook
 
 
 class _Autocast:

@@ -159,7 +159,12 @@ class TinyEncoder(nn.Module):
         return self.Output(F.cross_entropy(logits, labels), logits)
 
 
-def test_a_dict_batch_called_as_model_kwargs_is_kept_and_handed_back(tmp_path):
+TORCH_1 = int(torch.__version__.split(".")[0]) < 2
+
+
+@pytest.mark.parametrize("named", [True, pytest.param(False, marks=pytest.mark.skipif(
+    TORCH_1, reason="torch 1.x forward pre-hooks do not see keyword arguments"))])
+def test_a_dict_batch_called_as_model_kwargs_is_kept_and_handed_back(tmp_path, named):
     torch.manual_seed(0)
     model = TinyEncoder()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -179,7 +184,7 @@ def test_a_dict_batch_called_as_model_kwargs_is_kept_and_handed_back(tmp_path):
             batch["attention_mask"][3] = 0
         batch = {k: v for k, v in batch.items() if k != "return_dict"}
         outputs = model(**batch)
-        guard.backward(outputs.loss)
+        guard.backward(outputs.loss, batch if named else None)  # else the model call's keyword arguments
         results.append(guard.step(optimizer))
         scheduler.step()
         optimizer.zero_grad()
@@ -215,6 +220,41 @@ def word_loss(model, batch):
     data, targets, hidden = batch
     output, _ = model(data, hidden)
     return F.cross_entropy(output.view(-1, 16), targets)
+
+
+def test_torch_1_asks_for_a_micro_batch_its_hooks_cannot_see(tmp_path):
+    model = TinyEncoder()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               loss_fn=lambda m, b: m(**b).loss, log=False)
+    batch = {"input_ids": torch.randint(0, 16, (4, 5)), "attention_mask": torch.ones(4, 5, dtype=torch.long),
+             "labels": torch.randint(0, 2, (4,))}
+    loss = model(**batch).loss
+    if TORCH_1:
+        with pytest.raises(TypeError, match="name the micro-batch"):
+            guard.backward(loss)
+    else:
+        guard.backward(loss)
+        assert guard.step().counted
+
+
+def test_a_watched_model_can_still_be_saved_and_copied(tmp_path):
+    """torch.save(model) and copy.deepcopy (an EMA, a reference model) of a
+    model the guard watches: the copy runs its own weights and is no model of
+    the guard's."""
+    import copy
+    model, _, guard, _ = run_nanogpt_loop(tmp_path / "run", steps=1)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt")
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.lm_head.bias.add_(1.0)
+    X, Y = token_batch(torch.Generator().manual_seed(5))
+    twin_logits, loaded_logits = twin(X, Y)[0], loaded(X, Y)[0]
+    assert not guard._guard.step_open  # the copies' calls (gradients on) opened no step of the guard's
+    with torch.no_grad():
+        logits = model(X, Y)[0]
+    assert not torch.equal(twin_logits, logits)
+    assert torch.equal(loaded_logits, logits)
 
 
 def test_a_manual_update_loop_with_carried_state_and_seq_batch_rows(tmp_path):
@@ -308,3 +348,39 @@ def test_watched_form_errors_are_python_exceptions(tmp_path):
     manual = nanscope.StepGuard(model, None, run_dir=tmp_path / "manual", log=False)
     with pytest.raises(TypeError, match="no optimizer"):
         manual.step(lambda: model(*token_batch(torch.Generator()))[1], batch=torch.zeros(1))
+
+
+def test_a_loss_function_that_cannot_run_the_step_again_says_why(tmp_path):
+    """word_language_model's natural mistake: the loss function takes the
+    hidden state from the loop's variable, which the forward has replaced by
+    its own output, whose graph the step's backward already freed."""
+    torch.manual_seed(0)
+    model = WordModel()
+    with torch.no_grad():
+        model.encoder.weight[BAD_TOKEN] = 0
+    state = {"hidden": model.init_hidden(4)}
+
+    def loss_from_the_loops_variable(m, batch):
+        data, targets = batch
+        output, _ = m(data, state["hidden"])
+        return F.cross_entropy(output.view(-1, 16), targets)
+
+    guard = nanscope.StepGuard(model, None, run_dir=tmp_path / "run", loss_fn=loss_from_the_loops_variable,
+                               row_dim=1, log=False)
+    for step in range(2):
+        data = torch.randint(0, BAD_TOKEN, (6, 4))
+        targets = torch.randint(0, BAD_TOKEN, (24,))
+        hidden = tuple(h.detach() for h in state["hidden"])  # repackage_hidden
+        output, state["hidden"] = model(data, hidden)
+        loss = F.cross_entropy(output.view(-1, 16), targets)
+        if step == 0:
+            guard.backward(loss, (data, targets))
+            assert guard.step().counted
+    # The loop's own arithmetic poisons the loss; the re-run through the loss
+    # function reaches into the freed graph of the step before.
+    guard.backward(loss * float("nan"), (data, targets))
+    result = guard.step()
+    assert not result.counted
+    assert "cannot run the step again" in result.first_birth
+    assert "put the state the step began with, detached, in its batch" in result.first_birth
+    assert "transient" not in result.first_birth
