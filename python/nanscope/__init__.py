@@ -76,6 +76,7 @@ class StepGuard:
                  act_absmax_every=0, model_name="", loss_fn=None, row_dim=0, scheduler=None, log=True,
                  process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
+        self._averages = average is not None
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
         # A torch.compile'd model is named as the user wrote it ('mid', not

@@ -32,6 +32,7 @@ class Watch:
         self._autocast = None
         self._model = model
         self._hook = None
+        self._holds_sync = _distributed.is_ddp(model) and owner._averages
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
 
     def _watch_calls(self):
@@ -58,7 +59,13 @@ class Watch:
         finally:
             self._busy = was
 
-    def _pre_hook(self, _module, args, kwargs):
+    def _pre_hook(self, module, args, kwargs):
+        if self._holds_sync:
+            # The guard averages the gradients itself, once, after checking each
+            # rank's own (as the closure form's no_sync() does): a loop that turns
+            # DistributedDataParallel's sync on for its last micro-batch, as
+            # nanoGPT does, is held off here, after its own setting.
+            module.require_backward_grad_sync = False
         if self._busy or not self._watched or not torch.is_grad_enabled() or self._started:
             return None
         self.undo_own_update()

@@ -23,14 +23,28 @@ model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 if ddp:
     model = nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False)
+# watched: nanoGPT's loop, DDP's sync on for the last micro-batch only, GradScaler's calls on the guard
+watched = len(sys.argv) > 4
+guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                           loss_fn=(lambda m, b: F.cross_entropy(m(b[0]), b[1])) if watched else None)
 counted = []
 for step in range(6):
     torch.manual_seed(100 * step + rank)
     x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
     if step == 3 and rank == 1:
         x[6, 0] = float("nan")
-    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    if not watched:
+        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    else:
+        for micro in range(2):
+            if ddp:
+                model.require_backward_grad_sync = micro == 1
+            rows = slice(4 * micro, 4 * micro + 4)
+            with guard.autocast():
+                loss = F.cross_entropy(model(x[rows]), y[rows]) / 2
+            guard.scale(loss, (x[rows], y[rows])).backward()
+        result = guard.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
     counted.append(result.counted)
 guard.flush()
 weights = [p.detach().flatten().tolist() for p in model.parameters()]
@@ -45,12 +59,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("kind", ["plain", "ddp"])
-def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool, kind):
+@pytest.mark.parametrize("kind, form", [("plain", "closure"), ("ddp", "closure"), ("plain", "watched"),
+                                        ("ddp", "watched")])
+def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool, kind, form):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     env = dict(os.environ, PORT=str(free_port()), USE_LIBUV="0", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(tmp_path / "run"), kind], env=env,
+    extra = ["watched"] if form == "watched" else []
+    procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(tmp_path / "run"), kind] + extra, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
     outs = []
     for p in procs:
@@ -66,7 +82,10 @@ def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool
                                        capture_output=True, text=True).stdout)
     assert len(report["runs"]) == 2
     births = {run["rank"]: [e["text"] for e in run["events"] if e["kind"] == "first_birth"] for run in report["runs"]}
-    assert births[1] == ["nan at input (input) in module '', batch row 6"], births
+    # The watched step's second micro-batch holds rows 4-7 of the closure step's batch.
+    expected = "nan at input (input) in module '', micro-batch 1, batch row 2" if form == "watched" else \
+        "nan at input (input) in module '', batch row 6"
+    assert births[1] == [expected], births
 
 
 def test_a_guard_given_model_module_while_the_loop_calls_the_wrapper_is_refused(tmp_path):
