@@ -67,6 +67,14 @@ def _eager():
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def listening(paths):
+    """Module scopes (eagerly) for as long as the core listens: the watched
+    form's forward, which the loop runs, while modules are in fp32."""
+    with _eager(), _hooked(paths):
+        yield
+
+
 def call(function, paths, *args):
     """function(*args), with module scopes when the core listens for them."""
     if not _nanscope.scopes_active():

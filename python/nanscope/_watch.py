@@ -33,6 +33,8 @@ class Watch:
         self._model = model
         self._hook = None
         self._holds_sync = _distributed.is_ddp(model) and owner._averages
+        self._listening = None  # the fp32 modules' scopes over the loop's forward
+        self._paths = _scopes.module_paths(named)
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
 
     def _watch_calls(self):
@@ -48,6 +50,7 @@ class Watch:
             self._hook = self._model.register_forward_pre_hook(recorder)
 
     def close(self):
+        self._stop_listening()
         if self._hook is not None:
             self._hook.remove()
 
@@ -70,6 +73,12 @@ class Watch:
             return None
         self.undo_own_update()
         self._started = True
+        self._stop_listening()
+        if self._owner.fp32_modules and self._owner.amp != "fp32":
+            # Modules in fp32 (planned, or --fallback auto's remedy): the loop's
+            # forward runs them so, through the scopes the core listens for.
+            self._listening = contextlib.ExitStack()
+            self._listening.enter_context(_scopes.listening(self._paths))
         self._call = (args, kwargs) if kwargs is not None else (args, {}) if args else None
         self._owner._open().begin_micro_batch()
         return None
@@ -106,11 +115,18 @@ class Watch:
         # else no micro-batch is known (no loss_fn): the step is checked and
         # skipped as a transaction, not re-run.
         self._started, self._call = False, None
+        self._stop_listening()
         return self._owner._open().scale(loss, batch)
+
+    def _stop_listening(self):
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
 
     def step(self, optimizer):
         self._owner._check_optimizer(optimizer)
         guard = self._owner._open()
+        self._stop_listening()
         with self.busy():
             result = guard.step_watched()
         self._started, self._call = False, None

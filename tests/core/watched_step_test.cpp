@@ -112,7 +112,9 @@ TEST(WatchedStep, TheFallbacksLrCutRidesOnEachUpdateAndTheGroupsKeepTheLoopsLr) 
     }
     const GuardedStep r = guard.step();
     EXPECT_EQ(r.counted(), step > 0);
-    if (step > 0) EXPECT_DOUBLE_EQ(r.lr, 0.05);
+    if (step > 0) {
+      EXPECT_DOUBLE_EQ(r.lr, 0.05);
+    }
     EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), 0.1);
   }
   EXPECT_EQ(guard.amp(), Amp::fp32);

@@ -86,3 +86,39 @@ def test_the_failing_step_of_a_compiled_model_is_named_as_the_eager_models(tmp_p
         births[kind] = result.first_birth
     assert births["eager"].startswith("nan at aten::div (forward) in module 'mid', batch row 5"), births
     assert births["compiled"].replace("_orig_mod.", "") == births["eager"], births
+
+
+@pytest.mark.parametrize("amp", ["fp32", "bf16"])
+def test_the_watched_form_runs_the_compiled_program_and_names_births_as_eager(tmp_path, amp):
+    """The watched form on a compiled model: the loop's own forward runs the
+    compiled graph on every micro-batch (the guard's hook on the compiled module
+    puts nothing into Dynamo's graph), and a failing micro-batch is re-run
+    eagerly, named as for the eager model."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    net = Net()
+    backend = CountingBackend()
+    compiled = torch.compile(net, backend=backend)
+    optimizer = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(compiled, optimizer, run_dir=tmp_path / "run", amp=amp, log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    ctx = guard.autocast()
+    results, runs = [], []
+    for step in range(4):
+        for micro in range(2):
+            x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+            if step == 2 and micro == 1:
+                x[3] = 0
+            with ctx:
+                loss = F.cross_entropy(compiled(x), y) / 2
+            guard.scale(loss, (x, y)).backward()  # the targets are no argument of the model's
+        results.append(guard.step(optimizer))
+        guard.update()
+        optimizer.zero_grad()
+        runs.append(backend.runs)
+    assert [r.counted for r in results] == [True, True, False, True]
+    assert results[2].first_birth.startswith("nan at aten::div (forward) in module 'mid', micro-batch 1, batch row 3")
+    assert runs[0] == 2 and runs[-1] - runs[0] == 6, f"the compiled graph ran {runs} times (graphs: {backend.graphs})"
+    assert backend.graphs <= 2, "at most one recompile, for autocast's state"
+    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])

@@ -384,3 +384,20 @@ def test_a_loss_function_that_cannot_run_the_step_again_says_why(tmp_path):
     assert "cannot run the step again" in result.first_birth
     assert "put the state the step began with, detached, in its batch" in result.first_birth
     assert "transient" not in result.first_birth
+
+
+def test_fp32_modules_run_in_fp32_inside_the_loops_own_forward(tmp_path):
+    torch.manual_seed(0)
+    model = TinyGPT()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    dtypes = []
+    model.lm_head.register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", loss_fn=nanogpt_loss,
+                               fp32_modules=["lm_head"], log=False)
+    X, Y = token_batch(torch.Generator().manual_seed(2))
+    for _ in range(2):
+        with guard.autocast():
+            _, loss = model(X, Y)
+        guard.scale(loss).backward()
+        assert guard.step(optimizer).counted
+    assert dtypes == [torch.float32, torch.float32], dtypes  # under bf16 autocast: the guard's fp32 region
