@@ -10,8 +10,9 @@ guard.scale(loss).backward(), guard.unscale_, guard.step, guard.update).
 
 Time: both loops in one process, in alternating blocks after a warm-up;
 medians of the step time, and their ratio. Memory (--memory): each loop in its
-own process, alternated, its peak RSS above the RSS after the model, optimizer
-and one warm-up step; medians of three runs each, and their ratio.
+own process, alternated, its peak RSS above the RSS of the model and its
+optimizer state before any forward (activations, gradients, and whatever the
+guard keeps); medians of three runs each, and their ratio.
 
 usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_watched_overhead.py [--micro-batches 8] [--memory]
 """
@@ -81,10 +82,14 @@ def one_memory_run(a):
     """This process: one loop, its peak RSS above the model's (printed)."""
     batches = GplBatches(a.seq_len, a.batch_size)
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, step = build(a, tmp, a.one == "guarded")
-        step(batches, 0)
+        model, optimizer, step = build(a, tmp, a.one == "guarded")
+        # The model and its optimizer state, before any forward: the base.
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         base = peak_rss_mib()
-        for it in range(1, a.steps + 1):
+        for it in range(a.steps):
             step(batches, it)
         print(f"peak_above_model_mib={peak_rss_mib() - base:.1f} base_mib={base:.1f}")
 

@@ -7,8 +7,14 @@
 #include <vector>
 
 #include "../support/test_support.hpp"
+#include "nanscope/format/version.hpp"
 
 namespace nanscope::test {
+
+// The version this nanscope writes, as the report prints it ("1.3").
+inline std::string format_version_text() {
+  return std::to_string(format::kFormatMajor) + "." + std::to_string(format::kFormatMinor);
+}
 
 inline const std::string kReport = NANSCOPE_REPORT_EXE;
 

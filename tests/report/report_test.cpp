@@ -75,7 +75,9 @@ TEST(Report, TextHasTheSummaryEverySectionAndTheSnapshots) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string& out = r.output;
   EXPECT_TRUE(has_line(out, "run: " + run + "/run.h5")) << out;
-  EXPECT_TRUE(has_line(out, "  file        " + run + "/run.h5 (format 1.2, origin cpp)")) << out;
+  EXPECT_TRUE(
+      has_line(out, "  file        " + run + "/run.h5 (format " + test::format_version_text() + ", origin cpp)"))
+      << out;
   EXPECT_TRUE(has_line(out, "  config      model synthetic, amp fp16")) << out;
   EXPECT_TRUE(
       has_line(out, "  steps       100 recorded (steps 0-99): 78 counted, 2 skipped, 20 taken back by rollbacks"))

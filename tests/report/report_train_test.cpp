@@ -44,7 +44,8 @@ TEST(ReportTrain, NamesTheSkipTheInputBirthAndTheSnapshotOfARealRun) {
   const std::string& out = r.output;
   // Who ran the loop is what the file says (@origin, format 1.2; "unknown" where the writer left it unset).
   const format::Origin origin = format::read_run(run + "/run.h5").origin;
-  EXPECT_TRUE(has_line(out, "  file        " + run + "/run.h5 (format 1.2, origin " + format::to_string(origin) + ")"))
+  EXPECT_TRUE(has_line(out, "  file        " + run + "/run.h5 (format " + test::format_version_text() + ", origin " +
+                                format::to_string(origin) + ")"))
       << out;
   EXPECT_NE(out.find("\n  config      model mlp, amp bf16, optimizer "), std::string::npos) << out;
   EXPECT_NE(out.find("\n  steps       12 recorded (steps 0-11): 11 counted, 1 skipped\n"), std::string::npos) << out;
