@@ -33,18 +33,30 @@ std::vector<Batch> micro_batches(int count, int bad_micro, int64_t bad_row) {
   return out;
 }
 
+// A quiet guard in bf16 (or `amp`) over a fresh Normalising model, its loss function set.
+struct Watched {
+  explicit Watched(Amp amp = Amp::bf16, FallbackMode fallback = FallbackMode::automatic) {
+    torch::manual_seed(0);
+    GuardOptions options{dir.path(), amp};
+    options.log = nullptr;
+    options.fallback = fallback;
+    guard = std::make_unique<StepGuard>(net, optimizer, options);
+    guard->set_loss_fn(loss_of);
+  }
+  TempDir dir;
+  Normalising net;
+  torch::optim::SGD optimizer{net.parameters(), 0.1};
+  BatchLoss loss_of = [this](const Batch& b) { return torch::mse_loss(net.forward(b.inputs), b.targets); };
+  std::unique_ptr<StepGuard> guard;
+};
+
 }  // namespace
 
 TEST(WatchedStep, AccumulatedMicroBatchesNameTheBirthsMicroBatchAndRowAndSkipAsATransaction) {
-  TempDir dir;
-  torch::manual_seed(0);
-  Normalising net;
-  torch::optim::SGD optimizer(net.parameters(), 0.1);
-  GuardOptions options{dir.path(), Amp::bf16};
-  options.log = nullptr;
-  StepGuard guard(net, optimizer, options);
-  BatchLoss loss_of = [&](const Batch& b) { return torch::mse_loss(net.forward(b.inputs), b.targets); };
-  guard.set_loss_fn(loss_of);
+  Watched w;
+  StepGuard& guard = *w.guard;
+  Normalising& net = w.net;
+  const BatchLoss& loss_of = w.loss_of;
   for (int64_t step = 0; step < 4; ++step) {
     const auto micro = micro_batches(3, step == 2 ? 1 : -1, 3);
     const at::Tensor before = net.fc->weight.detach().clone();
@@ -93,16 +105,10 @@ TEST(WatchedStep, WithoutALossFunctionAFailedStepIsSkippedAndSaysItWasNotInvesti
 }
 
 TEST(WatchedStep, TheFallbacksLrCutRidesOnEachUpdateAndTheGroupsKeepTheLoopsLr) {
-  TempDir dir;
-  torch::manual_seed(0);
-  Normalising net;
-  torch::optim::SGD optimizer(net.parameters(), 0.1);
-  GuardOptions options{dir.path(), Amp::bf16};
-  options.log = nullptr;
-  options.fallback = FallbackMode::whole;
-  StepGuard guard(net, optimizer, options);
-  BatchLoss loss_of = [&](const Batch& b) { return torch::mse_loss(net.forward(b.inputs), b.targets); };
-  guard.set_loss_fn(loss_of);
+  Watched w(Amp::bf16, FallbackMode::whole);
+  StepGuard& guard = *w.guard;
+  torch::optim::SGD& optimizer = w.optimizer;
+  const BatchLoss& loss_of = w.loss_of;
   for (int64_t step = 0; step < 3; ++step) {
     optimizer.param_groups()[0].options().set_lr(0.1);  // set by hand each iteration
     const Batch b = micro_batches(1, step == 0 ? 0 : -1, 1).front();
