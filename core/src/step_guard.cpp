@@ -291,12 +291,7 @@ GuardedStep StepGuard::run_closure_step(int64_t step, const Batch& batch, const 
     if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !model_.is_torchscript() && !model_.scopes_named_by_hooks()) scope_names.emplace();
-    clear_grads(parameters_);
-    const at::Tensor loss = forward_backward(model_, settings.amp, scaler_.scale(), batch);
-    StepFinish finish;
-    finish.optimizer = &optimizer_;
-    finish.lr_multiplier = lr_multiplier();
-    run.result.outcome = finish_step(scaler_, parameters_, settings, loss, finish);
+    run.result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, batch, lr_multiplier());
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
     if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
@@ -479,8 +474,6 @@ GuardedStep StepGuard::step(const StepContext& context) {
   return result;
 }
 
-bool StepGuard::watched_rerun(const Running& run) { return run.watched; }
-
 bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }
 
 size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {
@@ -610,7 +603,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     // and planted fault.
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
     std::optional<Fp32ModuleRegions> fp32;
-    if (watched_rerun(run) && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    if (run.watched && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
       rerun_nonfinite = !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault,
                                         run.micro_batches, &op_capture)
@@ -620,7 +613,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
     {
       std::optional<ClosureModel::Step> with_loss_fn;
-      if (watched_rerun(run)) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
+      if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
       capture = probe_.investigate(rerun, batches);
     }
     // Non-finite again though no op was seen making it (a fused or compiled
@@ -733,7 +726,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   // are searched within it, never across micro-batches).
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   // A closure over its own batch cannot run the batch without a sample.
-  const bool rows_searchable = watched_rerun(run) || !owned_model_ || owned_model_->runs_any_batch();
+  const bool rows_searchable = run.watched || !owned_model_ || owned_model_->runs_any_batch();
   failed.batch_size = rows_searchable ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules_;
   if (watched_rerun_impossible(run)) {
@@ -743,7 +736,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   }
   LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
-  if (watched_rerun(run)) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
+  if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
   const RemedyChoice choice = choose_remedy(failed, reruns);
   if (!key.empty() && (choice.remedy == Remedy::skip_data || choice.remedy == Remedy::fp32_modules))
     remedy_of_birth_.emplace(key, std::make_pair(step, choice));

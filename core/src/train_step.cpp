@@ -367,11 +367,13 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
 }
 
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch) {
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch,
+                       double lr_multiplier) {
   clear_grads(parameters);
   const at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), batch);
   StepFinish finish;
   finish.optimizer = &optimizer;
+  finish.lr_multiplier = lr_multiplier;
   return finish_step(scaler, parameters, settings, loss, finish);
 }
 

@@ -243,7 +243,6 @@ class StepGuard {
   Running begin_step(int64_t step, const StepContext& context);
   GuardedStep end_step(Running& run, const std::vector<float>& act_absmax);
   GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
-  static bool watched_rerun(const Running& run);
   // A watched step with no loss function: its micro-batches cannot run again.
   bool watched_rerun_impossible(const Running& run) const;
   // The micro-batch a diagnosis re-runs: the one of the first birth.

@@ -75,8 +75,10 @@ struct StepOutcome {
   bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };
 
+// `lr_multiplier`: the guard's LR cuts, for this update only (finish_step).
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
-                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch);
+                       const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch,
+                       double lr_multiplier = 1.0);
 
 // The phases after backward, for a step whose forward and backward the loop
 // ran itself (StepGuard's watched form) as for train_step's own.
