@@ -443,7 +443,7 @@ GuardedStep StepGuard::step(const StepContext& context) {
   Running& run = w->run;
   w->fp32.reset();
   // What the loop says at the end of the step (rows, LR, peers) joins what the begin phase knew.
-  if (context.batch_rows.defined() && options_.probe) probe_.begin_step(run.step, context.batch_rows);
+  if (context.batch_rows.defined() && options_.probe) probe_.set_batch_rows(context.batch_rows);
   if (context.lr >= 0) run.result.lr = context.lr * lr_multiplier();
   run.context.batch_rows = context.batch_rows;
   run.context.averager = context.averager;

@@ -45,6 +45,8 @@ class Probe {
   // Step start: remembers the batch rows and the CPU generator's state so the
   // step can be re-run exactly.
   void begin_step(int64_t step, const at::Tensor& batch_rows);
+  // The data set rows, when the loop says them only at the step's end (a watched step).
+  void set_batch_rows(const at::Tensor& batch_rows) { batch_rows_ = batch_rows; }
   // A one-element float tensor on the inputs' device: 1 when the batch holds a
   // NaN/Inf. Integer inputs (tokens) are always finite: a zero, no kernel.
   at::Tensor batch_nonfinite(const at::Tensor& inputs) const;
