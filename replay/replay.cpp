@@ -13,6 +13,7 @@
 
 #include "bisect.hpp"
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/compiled_region.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -101,6 +102,22 @@ std::string grad_norm_trend(const std::string& snapshot_path, int64_t step) {
   }
 }
 
+// The run's `doom` event about this step, when run.h5 sits beside the
+// snapshot and the run searched (--doom-search on): "step 45 doomed step 55:
+// ...", or why no earlier step did; "" otherwise.
+std::string doom_of(const std::string& snapshot_path, int64_t step) {
+  namespace fs = std::filesystem;
+  const fs::path run = format::run_file_beside_snapshot(snapshot_path);
+  if (run.empty() || !fs::exists(run)) return "";
+  try {
+    const format::RunData r = format::read_run(run.string());
+    const std::string about = "doomed step " + std::to_string(step) + ":";
+    for (const format::RunEvent& e : r.events)
+      if (e.kind == format::EventKind::doom && e.text.find(about) != std::string::npos) return e.text;
+  } catch (const format::FormatError&) {}
+  return "";
+}
+
 }  // namespace
 
 ReplayReport replay_snapshot(const ReplayOptions& options) {
@@ -127,6 +144,24 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
   }
 
+  // 1b. A compiled model: those re-runs ran its compiled program. Once more
+  // eagerly (capture on), at the same precision: a birth the compiled
+  // program hid is named there; finite there is the compiler's doing, and
+  // the module that breaks the step compiled alone is searched for.
+  std::optional<format::Capture> eager_capture;
+  if (setup.model->compiled() && report.evidence.reproduced > 0) {
+    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
+                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
+    const bool eager_finite = step_is_finite(setup, setup.amp, s.batch);
+    report.evidence.eager_finite = eager_finite;
+    eager_capture = capture.result();
+    if (eager_finite) {
+      const CompiledCheck check =
+          check_compiled_program(*setup.model, [&] { return !step_is_finite(setup, setup.amp, s.batch); });
+      if (check.region) report.evidence.compiled_region = check.region->module;
+    }
+  }
+
   // 2. In fp32, under op-level capture, then under anomaly detection.
   {
     probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
@@ -151,9 +186,13 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     }
   }
 
-  report.evidence.birth = s.capture.first_birth;
-  report.evidence.trail = s.capture.trail;
+  // The training run's re-run of a compiled model may have seen no op (or
+  // none of this one's eager re-run): the eager birth is the evidence then.
+  if (!s.capture.first_birth && eager_capture && eager_capture->first_birth) report.capture = *eager_capture;
+  report.evidence.birth = report.capture.first_birth;
+  report.evidence.trail = report.capture.trail;
   report.evidence.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
+  report.doomed_by = doom_of(options.snapshot, s.step);
   report.evidence.rerun_error = report.rerun_error;
   report.verdict = decide(report.evidence);
   return report;

@@ -20,7 +20,9 @@ struct ReplayOptions {
 
 struct ReplayReport {
   int64_t step = 0;
-  format::Capture capture;  // from the snapshot (the trainer's re-run)
+  // From the snapshot (the trainer's re-run); a compiled model's eager
+  // re-run here, when it names a birth the snapshot has not.
+  format::Capture capture;
   // What the re-runs and bisections established, exactly what decide() reads:
   // reproduced of repeats, fp32_finite, the fp32 search and modules, the
   // samples, the batch's data set rows, the birth and its trail, the
@@ -34,6 +36,9 @@ struct ReplayReport {
   // and is not run. Seen on the CPU generator.
   bool draws_random_numbers = false;
   bool batch_bisected = false;
+  // The training run's search for the earlier step that doomed this one
+  // (run.h5's `doom` event beside the snapshot), or "".
+  std::string doomed_by;
   Verdict verdict;
 };
 

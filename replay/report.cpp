@@ -66,7 +66,9 @@ std::string to_json(const ReplayReport& r) {
     << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth, rows) << " },\n"
     << "  \"replay\":  { \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
     << ", \"reproduced_count\": " << r.evidence.reproduced << ", \"repeats\": " << r.evidence.repeats
-    << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false")
+    << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false") << ",\n               \"eager_finite\": "
+    << (r.evidence.eager_finite ? (*r.evidence.eager_finite ? "true" : "false") : "null")
+    << ", \"compiled_region\": " << (r.evidence.compiled_region ? str(*r.evidence.compiled_region) : "null")
     << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth, rows)
     << ",\n               \"anomaly\": " << or_null(r.anomaly)
     << ",\n               \"rerun_error\": " << or_null(r.rerun_error) << ",\n               \"precision_bisection\": "
@@ -79,6 +81,7 @@ std::string to_json(const ReplayReport& r) {
                                ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) + " }"
                          : "null")
     << " },\n"
+    << "  \"doomed_by\": " << or_null(r.doomed_by) << ",\n"
     << "  \"verdict\": " << json_quoted(format::to_string(r.verdict.verdict)) << ",\n"
     << "  \"category\": " << json_quoted(format::to_string(r.verdict.category)) << ",\n"
     << "  \"suggestion\": " << json_quoted(r.verdict.suggestion) << " }\n";
@@ -101,6 +104,17 @@ std::string to_text(const ReplayReport& r) {
   o << "  re-run at " << format::to_string(r.evidence.precision) << ":   non-finite in " << r.evidence.reproduced
     << " of " << r.evidence.repeats << "\n"
     << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
+  if (r.evidence.eager_finite)  // a compiled model: the re-runs above ran its compiled program
+    o << "  re-run eagerly:   "
+      << (*r.evidence.eager_finite ? "finite (the compiled program alone goes non-finite)"
+                                   : "non-finite (the model's own math)")
+      << "\n";
+  if (r.evidence.compiled_region)
+    o << "  compiled region:  "
+      << (r.evidence.compiled_region->empty()
+              ? "the whole model (no module compiled alone breaks the step)"
+              : "module '" + *r.evidence.compiled_region + "' (compiled alone, it breaks the step)")
+      << "\n";
   if (!r.evidence.fp32_finite)
     o << "  fp32 first birth: "
       << (r.fp32_capture.first_birth ? birth_text(r.fp32_capture.first_birth)
@@ -127,6 +141,7 @@ std::string to_text(const ReplayReport& r) {
         << format::dataset_row_text(r.evidence.batch_rows, r.evidence.samples[i]) << ")";
     o << "\n";
   }
+  if (!r.doomed_by.empty()) o << "  doomed by:        " << r.doomed_by << "\n";
   o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"
     << "category:   " << format::to_string(r.verdict.category) << "\n"
     << "suggestion: " << r.verdict.suggestion << "\n";

@@ -139,10 +139,37 @@ std::string fp32_advice(const VerdictInputs& in) {
   return "the step is finite with autocast off (precision bisection did not run)";
 }
 
+// The region the search named, as the fix it was: that module run eagerly.
+std::string compiled_region_advice(const VerdictInputs& in) {
+  if (!in.compiled_region)
+    return "Compare the compiled program with eager module by module (torch.compiler.disable on a module runs "
+           "it eagerly)";
+  if (in.compiled_region->empty())
+    return "No module compiled alone breaks the step, only the whole model compiled together: try another "
+           "backend (backend=\"aot_eager\" tells Dynamo's part from Inductor's) or run the model eagerly";
+  const std::string& m = *in.compiled_region;
+  return "Module '" + m +
+         "' compiled alone breaks the step: run it eagerly (on the module you compiled, before "
+         "torch.compile: sub = model.get_submodule('" +
+         m + "'); sub.forward = torch.compiler.disable(sub.forward)), or try it in fp32 (" +
+         format::how_to_set(in.origin, format::fp32_modules_setting(in.origin, {m})) + ")";
+}
+
 }  // namespace
 
 Verdict decide(const VerdictInputs& in) {
   Verdict v;
+  if (in.eager_finite.value_or(false) && in.reproduced > 0) {
+    // The same step, weights, batch, RNG state and precision: only the
+    // program differs, so no fix of the model's math or data applies.
+    v.verdict = format::Verdict::compiler;
+    v.category = format::Category::compiled_program;
+    v.suggestion = "non-finite in " + std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) +
+                   " compiled re-runs and finite when the same step runs eagerly: the compiled program is wrong, "
+                   "not the model's math. " +
+                   compiled_region_advice(in) + "; keep the snapshot for a bug report (it replays the step exactly)";
+    return v;
+  }
   if (!in.birth && in.reproduced > 0) {
     // The re-runs are the evidence: a step non-finite every time is no fluke,
     // whether or not the capture saw the op that did it.

@@ -36,7 +36,14 @@ struct VerdictInputs {
   // them (format/advice_words.hpp); unknown reads as nanscope-train.
   format::Origin origin = format::Origin::unknown;
   std::string grad_norm_trend;  // from run.h5 beside the snapshot, or ""
-  std::string rerun_error;      // an op raised during a re-run (one line), or ""
+  // A compiled model (torch.compile): the re-runs above ran its compiled
+  // program, and this one ran the step eagerly at the same precision;
+  // nullopt for a model that is not compiled.
+  std::optional<bool> eager_finite;
+  // The module that, compiled alone, makes the step non-finite ("": only the
+  // whole model; core/compiled_region.hpp); nullopt when not searched.
+  std::optional<std::string> compiled_region;
+  std::string rerun_error;  // an op raised during a re-run (one line), or ""
 };
 
 struct Verdict {

@@ -12,6 +12,7 @@ const std::vector<EventSection>& event_sections() {
       {"first births", {EventKind::first_birth}},
       {"warnings", {EventKind::warning}},
       {"rollbacks", {EventKind::rollback}},
+      {"dooming steps", {EventKind::doom}},
       {"fallbacks and remedies", {EventKind::fallback, EventKind::remedy}},
       {"loss scale backoffs", {EventKind::scale_backoff}},
       {"refused saves", {EventKind::save_refused}},

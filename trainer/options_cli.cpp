@@ -158,6 +158,16 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->add_option("--max-rollbacks", o.rollback.max_rollbacks, "Rollbacks per run; then the fp32 fallback, then stop")
       ->capture_default_str()
       ->check(kNonNegative);
+  add_word_option(*rollback, "--doom-search", o.doom_search.enabled, kOnOff,
+                  "on: at the first of a run of non-finite steps, replay the steps since the oldest saved "
+                  "state leaving updates out (a bisection) to find the earlier step, and its batch rows, "
+                  "whose update doomed it (a `doom` event); with --rollback on, go back and replay the run "
+                  "without that update only, instead of skipping every batch since (docs/recovery.md)");
+  rollback
+      ->add_option("--doom-search-memory", o.doom_search.memory_mb,
+                   "Host memory the steps kept for the search may take, in MB (references to the batches)")
+      ->capture_default_str()
+      ->check(kPositive);
   add_word_option(app, "--capture", o.capture_every_step, Words<bool>{{"on-failure", false}, {"every-step", true}},
                   "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
                   "or every-step (every op of every step; slow, for hunting and measuring)");

@@ -68,6 +68,8 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"rollback", o.rollback.enabled ? "on" : "off"},
           {"rollback_every", std::to_string(o.rollback.every)},
           {"max_rollbacks", std::to_string(o.rollback.max_rollbacks)},
+          {"rollback_states", std::to_string(o.rollback.states)},
+          {"doom_search", o.doom_search.enabled ? "on" : "off"},
           {"device", device.str()},
           {"faults", faults},
           {"torch_version", TORCH_VERSION},

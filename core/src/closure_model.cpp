@@ -8,22 +8,26 @@ ClosureModel::ClosureModel(std::unique_ptr<TrainableModel> body) : body_(std::mo
   if (!body_) throw std::invalid_argument("ClosureModel: no model");
 }
 
-ClosureModel::Step::Step(ClosureModel& model, const LossClosure& closure, const Batch& batch) : model_(model) {
+ClosureModel::Step::Step(ClosureModel& model, const LossClosure& closure, const Batch& batch)
+    : model_(model), outer_closure_(model.closure_), outer_batch_loss_(model.batch_loss_), outer_batch_(model.batch_) {
   if (!closure) throw std::invalid_argument("StepGuard::step: the loss closure is empty");
   model_.closure_ = &closure;
+  model_.batch_loss_ = nullptr;
   model_.batch_ = &batch;
 }
 
-ClosureModel::Step::Step(ClosureModel& model, const BatchLoss& loss, const Batch& batch) : model_(model) {
+ClosureModel::Step::Step(ClosureModel& model, const BatchLoss& loss, const Batch& batch)
+    : model_(model), outer_closure_(model.closure_), outer_batch_loss_(model.batch_loss_), outer_batch_(model.batch_) {
   if (!loss) throw std::invalid_argument("StepGuard::step: the loss closure is empty");
+  model_.closure_ = nullptr;
   model_.batch_loss_ = &loss;
   model_.batch_ = &batch;
 }
 
 ClosureModel::Step::~Step() {
-  model_.closure_ = nullptr;
-  model_.batch_loss_ = nullptr;
-  model_.batch_ = nullptr;
+  model_.closure_ = outer_closure_;
+  model_.batch_loss_ = outer_batch_loss_;
+  model_.batch_ = outer_batch_;
 }
 
 namespace {

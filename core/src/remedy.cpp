@@ -93,6 +93,12 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = std::string("the birth is the data's (") + format::to_string(probe::category_of(*birth)) + ")";
     return choice;
   }
+  if (failed.capture->compiled_only) {
+    // Eager is finite: no precision or row of the model's math is at fault.
+    choice.remedy = Remedy::skip_compiler;
+    choice.why = format::capture_text(*failed.capture);
+    return choice;
+  }
   if (!birth && !failed.capture->reproduced) {
     choice.remedy = Remedy::skip_transient;
     choice.why = "the re-run of the same step was finite";

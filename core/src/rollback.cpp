@@ -55,7 +55,7 @@ void RollbackPolicy::warned(int64_t step) {
 }
 
 bool RollbackPolicy::wants_state(int64_t step) const {
-  return options_.enabled && options_.every > 0 && (step + 1) % options_.every == 0 && streak_ == 0 &&
+  return (options_.enabled || keep_states_) && options_.every > 0 && (step + 1) % options_.every == 0 && streak_ == 0 &&
          step > probation_until_ && step - last_warning_ > kWarningReach;
 }
 

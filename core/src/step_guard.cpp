@@ -1,5 +1,7 @@
 #include "nanscope/core/step_guard.hpp"
 
+#include "step_guard_running.hpp"
+
 #include "nanscope/core/cpu_kernels.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -17,6 +19,7 @@
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/compiled_region.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -144,11 +147,15 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       amp_(options_.amp),
       sentinel_(options_.sentinel),
       rollback_(options_.rollback),
-      ring_(options_.rollback.enabled ? size_t(std::max<int64_t>(0, options_.rollback.states)) : 0,
+      ring_(options_.rollback.enabled || options_.doom_search.enabled
+                ? size_t(std::max<int64_t>(0, options_.rollback.states))
+                : 0,
             size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)),
+      history_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
+  if (options_.doom_search.enabled) rollback_.keep_states_for_search();
   // Births in a native model are named by the module whose tensors an op
   // reads where no module scope is open.
   register_tensor_owners(model_);
@@ -210,27 +217,6 @@ const std::string& StepGuard::run_file() const { return writer_->path(); }
 void StepGuard::say(int64_t step, const std::string& text) {
   if (options_.log) *options_.log << options_.log_prefix << "step " << step << ": " << text << "\n";
 }
-
-// A step between its begin and end phases, whichever form runs it.
-struct StepGuard::Running {
-  int64_t step = 0;
-  StepContext context;
-  StepSettings settings;
-  GuardedStep result;
-  std::chrono::steady_clock::time_point start;
-  std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
-  bool watched = false;                   // the loop ran forward and backward: re-runs go through loss_fn_
-  std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
-};
-
-// The watched step in progress: its begin phase done, micro-batches coming in.
-struct StepGuard::Watched {
-  Running run;
-  std::vector<at::Tensor> losses;  // each micro-batch's loss as the loop gave it (detached)
-  at::Tensor next_rng;             // the RNG state where the next micro-batch's forward began
-  std::optional<UnscaledGradients> unscaled;
-  std::optional<Fp32ModuleRegions> fp32;
-};
 
 StepGuard::Running StepGuard::begin_step(int64_t step, const StepContext& context) {
   Running run;
@@ -324,6 +310,7 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
+  if (options_.doom_search.enabled) record_for_doom_search(run);
 
   format::StepRow row;
   row.step = step;
@@ -611,10 +598,44 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     };
     std::vector<Batch> batches;
     for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
+    std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
     {
       std::optional<ClosureModel::Step> with_loss_fn;
       if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
+      const auto start = std::chrono::steady_clock::now();
       capture = probe_.investigate(rerun, batches);
+      if (model_.compiled()) {
+        // The re-run ran eagerly, op by op: a compiled program's fault is
+        // not there to see. Finite and no birth: run the step compiled too.
+        auto seconds = [](double s) {
+          std::ostringstream t;
+          t.precision(3);
+          t << s << " s";
+          return t.str();
+        };
+        compiled_cost =
+            "eager re-run " + seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        if (!rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth) {
+          const CompiledCheck check = check_compiled_program(model_, [&] {
+            bool nonfinite = false;
+            try {
+              nonfinite =
+                  !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, run.micro_batches)
+                       .finite();
+            } catch (const std::exception&) {
+              // A compiled run that raised says nothing of the values it makes.
+            }
+            clear_grads(parameters_);
+            return nonfinite;
+          });
+          capture->compiled_only = check.nonfinite;
+          if (check.nonfinite && check.region) capture->compiled_region = check.region->module;
+          compiled_cost += ", compiled re-run" +
+                           (check.region ? " and region search (" + std::to_string(check.region->runs + 1) + " runs)"
+                                         : std::string()) +
+                           " " + seconds(check.seconds);
+        }
+      }
     }
     // Non-finite again though no op was seen making it (a fused or compiled
     // kernel): reproduced, never "transient".
@@ -626,7 +647,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     }
     // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
     result.first_birth = capture->ops_seen < 0 ? "the " + probe_.last_error() : format::capture_text(*capture);
-    say(step, "first birth: " + result.first_birth);
+    say(step, "first birth: " + result.first_birth + (compiled_cost.empty() ? "" : " (" + compiled_cost + ")"));
     writer_->event(step, format::EventKind::first_birth, result.first_birth);
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
     if (!decision.write) {
@@ -639,6 +660,14 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     } else {
       writer_->event(step, format::EventKind::snapshot_failed, probe_.last_error());
     }
+  }
+
+  // The first failing step of a run of them: was it doomed by an earlier
+  // update? With rollback on, a run replayed without that update goes on.
+  if (options_.doom_search.enabled && nonfinite_in_a_row_ == 0 && search_dooming_step(run, capture)) {
+    writer_->flush();
+    say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
+    return;
   }
 
   // A skip saves the model only if its state is intact: non-finite weights
@@ -743,6 +772,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   switch (choice.remedy) {
     case Remedy::skip_data:
     case Remedy::skip_transient:
+    case Remedy::skip_compiler:
       remedy_event(choice.remedy, choice.why + "; skipped, no fallback");
       say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
       return;
@@ -837,6 +867,8 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
   rollback_lr_multiplier_ *= options_.lr_backoff;
   clear_grads(parameters_);
   ring_.forget_from(to + 1);
+  history_.forget_from(to + 1);
+  doom_found_.reset();
   rollback_.rolled_back(step);
   last_applied_step_ = to;
   result.rolled_back_to = to;

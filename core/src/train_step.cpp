@@ -339,6 +339,10 @@ void zero_grads_in_place(const std::vector<at::Tensor>& parameters) {
 
 }  // namespace
 
+void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm, double clip) {
+  if (clip > 0 && grad_norm > clip) at::_foreach_mul_(defined_grads(parameters), clip / (grad_norm + 1e-6));
+}
+
 StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
                         const at::Tensor& loss, const StepFinish& finish) {
   const UnscaledGradients unscaled =
@@ -354,13 +358,11 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
     out.skipped = true;
   } else if (finish.optimizer) {
     NANSCOPE_NVTX_RANGE("optimizer");
-    std::vector<at::Tensor> grads = defined_grads(parameters);  // averaging defined the unused ones
-    if (settings.clip > 0 && out.grad_norm > settings.clip)
-      at::_foreach_mul_(grads, settings.clip / (out.grad_norm + 1e-6));
+    clip_gradients(parameters, out.grad_norm, settings.clip);
     ScaledLr lr(*finish.optimizer, finish.lr_multiplier);
     finish.optimizer->step();
-  } else if (settings.clip > 0 && out.grad_norm > settings.clip) {
-    at::_foreach_mul_(defined_grads(parameters), settings.clip / (out.grad_norm + 1e-6));
+  } else {
+    clip_gradients(parameters, out.grad_norm, settings.clip);
   }
   scaler.update(!out.finite());
   return out;

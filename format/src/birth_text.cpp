@@ -18,6 +18,12 @@ std::string birth_text(const Birth& b) {
 
 std::string capture_text(const Capture& c) {
   if (c.ops_seen < 0) return "the forensic re-run failed";
+  if (c.compiled_only)
+    return "finite when run eagerly, non-finite compiled: the compiled program, not the model's math" +
+           (!c.compiled_region ? std::string()
+            : c.compiled_region->empty()
+                ? std::string(" (no module compiled alone breaks the step, only the whole model)")
+                : " (module '" + *c.compiled_region + "' compiled alone breaks the step)");
   if (!c.first_birth)
     return c.reproduced ? "non-finite again on re-run, but no op was seen making it (a fused or compiled kernel, "
                           "or values non-finite before the step)"

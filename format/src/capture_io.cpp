@@ -116,6 +116,8 @@ std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
 void write_capture(const Group& g, const Capture& c) {
   g.set_attr("reproduced", int64_t(c.reproduced));
   g.set_attr("ops_seen", c.ops_seen);
+  if (c.compiled_only) g.set_attr("compiled_only", int64_t(1));
+  if (c.compiled_region) g.set_attr("compiled_region", *c.compiled_region);
   write_birth(g, "first_birth", c.first_birth);
   write_birth(g, "first_nan_birth", c.first_nan_birth);
   write_birth(g, "first_inf_birth", c.first_inf_birth);
@@ -132,6 +134,8 @@ Capture read_capture(const Group& g) {
   Capture c;
   c.reproduced = g.attr_int("reproduced") != 0;
   c.ops_seen = g.attr_int("ops_seen");
+  c.compiled_only = g.has_attr("compiled_only") && g.attr_int("compiled_only") != 0;
+  if (g.has_attr("compiled_region")) c.compiled_region = g.attr_string("compiled_region");
   c.first_birth = read_birth(g, "first_birth");
   c.first_nan_birth = read_birth(g, "first_nan_birth");
   c.first_inf_birth = read_birth(g, "first_inf_birth");

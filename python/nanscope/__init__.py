@@ -28,6 +28,7 @@ RUN_DIR/run.h5: the same C++ code and the same files as nanscope-train.
 """
 import sys
 
+from . import _compiled
 from . import _distributed
 from . import _scopes
 from . import _watch
@@ -53,7 +54,14 @@ class StepGuard:
     (loss_fn(model, batch) -> the loss of one micro-batch: what re-runs a
     watched step for forensics, and nanscope.replay's loss); row_dim (the
     dimension of a batch's tensors that indexes samples: 1 for (seq, batch)
-    data); log=False silences the guard's lines on stderr.
+    data); rollback_every / rollback_states (a good state saved every N healthy
+    steps, this many kept: how far a rollback, and the search below, reach
+    back); doom_search=True: at the first of a run of failing steps, replay the
+    steps since the oldest saved state leaving updates out to find the earlier
+    step (and its batch rows) whose update doomed it (StepResult.doomed_by),
+    and with rollback on go on without that update only (needs loss_fn to
+    run the earlier steps' batches: docs/recovery.md);
+    log=False silences the guard's lines on stderr.
 
     The LR cuts of the fallback and of a rollback are applied to each update
     the guard makes and leave the LR in your optimizer's groups alone: a loop
@@ -72,9 +80,9 @@ class StepGuard:
     """
 
     def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
-                 lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, max_snapshots=3,
-                 act_absmax_every=0, model_name="", loss_fn=None, row_dim=0, scheduler=None, log=True,
-                 process_group=None):
+                 lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, rollback_every=25,
+                 rollback_states=4, doom_search=False, max_snapshots=3, act_absmax_every=0, model_name="",
+                 loss_fn=None, row_dim=0, scheduler=None, log=True, process_group=None):
         average, rank, world_size = _distributed.averager(model, process_group)
         self._averages = average is not None
         if loss_fn is not None and not callable(loss_fn):
@@ -85,10 +93,12 @@ class StepGuard:
         named = _scopes.uncompiled(model)
         options = dict(run_dir=str(run_dir), amp=_amp_name(amp), clip=float(clip), fallback=fallback,
                        lr_backoff=float(lr_backoff), fp32_modules=list(fp32_modules), probe=bool(probe),
-                       warn=bool(warn), rollback=bool(rollback), max_snapshots=int(max_snapshots),
+                       warn=bool(warn), rollback=bool(rollback), rollback_every=int(rollback_every),
+                       rollback_states=int(rollback_states), doom_search=bool(doom_search),
+                       max_snapshots=int(max_snapshots),
                        act_absmax_every=int(act_absmax_every), model_name=model_name, log=bool(log),
                        row_dim=int(row_dim))
-        self._guard = _StepGuard(named, optimizer, options, average, rank, world_size)
+        self._guard = _StepGuard(named, optimizer, options, average, rank, world_size, _compiled.program_of(model))
         self._ddp = model if _distributed.is_ddp(model) else None
         # Only a plain model under torch.distributed can be the inside of a
         # DistributedDataParallel; the check is a global hook that Dynamo must

@@ -42,7 +42,11 @@ def _birth(fields):
 class ReplayReport:
     """The replay of a snapshot: step, reproduced (non-finite again at its own
     precision) with reproduced_count of repeats, fp32_finite, verdict
-    ('precision', 'model_or_data', 'data', 'transient'), category, suggestion,
+    ('precision', 'model_or_data', 'data', 'transient', 'compiler'), category,
+    suggestion, for a torch.compile'd model eager_finite (the same step run
+    eagerly) and compiled_region (the module that, compiled alone, breaks the
+    step; '' for the whole model), doomed_by (the training run's doom event
+    about this step, when it searched: doom_search=True),
     first_birth / first_nan_birth / first_inf_birth (Birth or None),
     fp32_first_birth, fp32_modules (the smallest set that makes the step
     finite in fp32, or None when not searched), rows (the batch rows without
@@ -64,6 +68,9 @@ class ReplayReport:
         self.reproduced_count = replay["reproduced_count"]
         self.repeats = replay["repeats"]
         self.fp32_finite = replay["fp32_finite"]
+        self.eager_finite = replay["eager_finite"]  # a compiled model's eager re-run; None otherwise
+        self.compiled_region = replay["compiled_region"]
+        self.doomed_by = self._dict.get("doomed_by")  # the run's doom event for this step, or None
         self.fp32_first_birth = _birth(replay["fp32_first_birth"])
         self.anomaly = replay["anomaly"]
         self.rerun_error = replay["rerun_error"]

@@ -9,6 +9,7 @@ import contextlib
 import torch
 
 from . import _batch
+from . import _compiled
 from . import _distributed
 from . import _scopes
 
@@ -84,12 +85,15 @@ class Watch:
         return None
 
     def rerun(self, loss_fn):
-        """loss_fn as the core calls it on a micro-batch: on the model's eager,
-        unwrapped module, with module scopes while the core listens."""
+        """loss_fn as the core calls it on a micro-batch: on the model's
+        unwrapped module, with module scopes while the core listens. A
+        torch.compile'd model is called as it is: the listening re-run runs it
+        eagerly, and the compiler check compiled."""
         self._watch_calls()
         self._loss_fn = True
-        model = _inner(self._named)
-        paths = _scopes.module_paths(model)
+        compiled = _compiled.program_of(self._model) is not None
+        model = self._model if compiled else _inner(self._named)
+        paths = _scopes.module_paths(_scopes.uncompiled(model))
 
         def run(batch):
             with self.busy():

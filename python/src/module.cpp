@@ -87,8 +87,10 @@ FallbackMode fallback_of(const std::string& mode) {
 
 class Guard {
  public:
-  // `options`: the Python keywords by name (nanscope/__init__.py declares them once).
-  Guard(py::object model, py::object optimizer, const py::dict& options, py::object average, int rank, int world_size) {
+  // `options`: the Python keywords by name (nanscope/__init__.py declares them once);
+  // `program`: the compiled program of a torch.compile'd model (nanscope/_compiled.py), or None.
+  Guard(py::object model, py::object optimizer, const py::dict& options, py::object average, int rank, int world_size,
+        py::object program) {
     if (!average.is_none() && world_size > 1) averager_ = std::make_unique<PythonAverager>(average, rank, world_size);
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
       throw py::type_error("nanscope.StepGuard: model must be a torch.nn.Module (got " +
@@ -104,6 +106,9 @@ class Guard {
     o.probe = options["probe"].cast<bool>();
     o.warn = options["warn"].cast<bool>();
     o.rollback.enabled = options["rollback"].cast<bool>();
+    o.rollback.every = options["rollback_every"].cast<int64_t>();
+    o.rollback.states = options["rollback_states"].cast<int64_t>();
+    o.doom_search.enabled = options["doom_search"].cast<bool>();
     o.max_snapshots = options["max_snapshots"].cast<int64_t>();
     o.act_absmax_every = options["act_absmax_every"].cast<int64_t>();
     const std::string model_name = options["model_name"].cast<std::string>();
@@ -114,7 +119,7 @@ class Guard {
     o.rank = averager_ ? rank : 0;
     o.world_size = averager_ ? world_size : 1;
     row_dim_ = options["row_dim"].cast<int64_t>();
-    auto body = std::make_unique<PythonModel>(model, o.model_name, py::none());
+    auto body = std::make_unique<PythonModel>(model, o.model_name, py::none(), program);
     guard_ = optimizer_ ? std::make_unique<StepGuard>(std::move(body), *optimizer_, o)
                         : std::make_unique<StepGuard>(std::move(body), o);
   }
@@ -287,6 +292,19 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("error", [](const StepResult& r) { return r.step.error; })
       .def_property_readonly("warnings", [](const StepResult& r) { return r.step.warnings; })
       .def_property_readonly("rolled_back_to", [](const StepResult& r) { return r.step.rolled_back_to; })
+      .def_property_readonly(
+          "doomed_by", [](const StepResult& r) { return r.step.doomed_by; },
+          "doom_search=True, at a failing step: the earlier update that doomed it ('step 40, batch row 3', "
+          "'no earlier step', or why it was not searched); '' otherwise")
+      .def_property_readonly(
+          "doomed_by_step",
+          [](const StepResult& r) -> py::object {
+            return r.step.doomed_by_step >= 0 ? py::cast(r.step.doomed_by_step) : py::none();
+          },
+          "that step, or None")
+      .def_property_readonly(
+          "doom_rows", [](const StepResult& r) { return r.step.doom_rows; },
+          "its batch rows without which the run survives ([]: its whole update)")
       .def("__repr__", [](const StepResult& r) {
         return "<nanscope.StepResult counted=" + std::string(r.step.counted() ? "True" : "False") +
                " loss=" + std::to_string(r.step.outcome.loss) +
@@ -295,7 +313,7 @@ PYBIND11_MODULE(_nanscope, m) {
       });
 
   py::class_<Guard>(m, "_StepGuard")
-      .def(py::init<py::object, py::object, py::dict, py::object, int, int>())
+      .def(py::init<py::object, py::object, py::dict, py::object, int, int, py::object>())
       .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_micro_batch", &Guard::begin_micro_batch)

@@ -23,8 +23,31 @@ py::object batch_object(const Batch& batch) {
   return py::module_::import("nanscope._batch").attr("unflatten")(batch.structure, leaves);
 }
 
-PythonModel::PythonModel(py::object module, std::string name, py::object loss)
-    : module_(share(std::move(module))), loss_(share(std::move(loss))), name_(std::move(name)) {}
+PythonModel::PythonModel(py::object module, std::string name, py::object loss, py::object program)
+    : module_(share(module)),
+      named_(share(py::module_::import("nanscope._scopes").attr("uncompiled")(module))),
+      loss_(share(std::move(loss))),
+      program_(share(program.is_none() ? py::module_::import("nanscope._compiled").attr("program_of")(module)
+                                       : std::move(program))),
+      name_(std::move(name)) {}
+
+bool PythonModel::compiled() const { return !program_->is_none(); }
+
+std::shared_ptr<void> PythonModel::compiled_alone(const std::string& path) {
+  py::gil_scoped_acquire gil;
+  if (program_->is_none()) return nullptr;
+  auto* restore = new py::object(program_->attr("alone")(path));
+  return std::shared_ptr<void>(restore, [](void* p) {
+    py::gil_scoped_acquire gil;
+    auto* undo = static_cast<py::object*>(p);
+    try {
+      (*undo)();
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("nanscope: putting back a module compiled alone");
+    }
+    delete undo;
+  });
+}
 
 at::Tensor PythonModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
   return loss(Batch(inputs, targets));
@@ -54,25 +77,25 @@ NamedTensors named_tensors(const py::object& items) {
 
 NamedTensors PythonModel::all_named_parameters() const {
   py::gil_scoped_acquire gil;
-  return named_tensors(module_->attr("named_parameters")());
+  return named_tensors(named_->attr("named_parameters")());
 }
 
 NamedTensors PythonModel::named_buffers() const {
   py::gil_scoped_acquire gil;
-  return named_tensors(module_->attr("named_buffers")());
+  return named_tensors(named_->attr("named_buffers")());
 }
 
 std::vector<std::string> PythonModel::module_paths() const {
   py::gil_scoped_acquire gil;
   std::vector<std::string> out;
-  for (const py::handle item : module_->attr("named_modules")())
+  for (const py::handle item : named_->attr("named_modules")())
     out.push_back(item.cast<py::tuple>()[0].cast<std::string>());
   return out;
 }
 
 void PythonModel::set_training(bool on) {
   py::gil_scoped_acquire gil;
-  module_->attr("train")(on);
+  named_->attr("train")(on);
 }
 
 }  // namespace nanscope::python

@@ -29,8 +29,11 @@ py::object batch_object(const Batch& batch);
 
 class PythonModel : public TrainableModel {
  public:
-  // `loss`: None, or fn(model, batch) -> loss; `name` goes into snapshots.
-  PythonModel(py::object module, std::string name, py::object loss);
+  // `loss`: None, or fn(model, batch) -> loss, which is given `module` as it
+  // is; the names are those of the module inside a torch.compile'd one.
+  // `program`: a compiled model's nanscope._compiled.Program (None: the
+  // program_of `module`). `name` goes into snapshots.
+  PythonModel(py::object module, std::string name, py::object loss, py::object program = py::none());
 
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
   at::Tensor loss(const Batch& batch) override;
@@ -40,9 +43,11 @@ class PythonModel : public TrainableModel {
   bool scopes_named_by_hooks() const override { return true; }  // nanscope/_scopes.py
   void set_training(bool on) override;
   ModelSpec spec() const override { return {name_, {}, ""}; }
+  bool compiled() const override;
+  std::shared_ptr<void> compiled_alone(const std::string& path) override;
 
  private:
-  SharedObject module_, loss_;
+  SharedObject module_, named_, loss_, program_;
   std::string name_;
 };
 

@@ -437,6 +437,35 @@ TEST(VerdictRules, AStepNonFiniteOnEveryReRunIsNeverTransientWithOrWithoutABirth
   EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
 }
 
+// A compiled model: non-finite compiled on every re-run, finite when the same
+// step runs eagerly. The compiler's verdict, with the module the search
+// named as the fix; non-finite eagerly too is the model's own math.
+TEST(VerdictRules, NonFiniteCompiledAndFiniteEagerIsTheCompilersWithTheRegionAsTheFix) {
+  replay::VerdictInputs in;
+  in.repeats = 3;
+  in.reproduced = 3;
+  in.fp32_finite = true;
+  in.origin = format::Origin::python;
+  in.eager_finite = true;
+  in.compiled_region = "blocks.1.mlp";
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::compiler);
+  EXPECT_EQ(v.category, format::Category::compiled_program);
+  EXPECT_NE(v.suggestion.find("non-finite in 3 of 3 compiled re-runs and finite when the same step runs eagerly"),
+            std::string::npos)
+      << v.suggestion;
+  EXPECT_NE(v.suggestion.find("model.get_submodule('blocks.1.mlp'); sub.forward = torch.compiler.disable"),
+            std::string::npos)
+      << v.suggestion;
+  in.compiled_region = "";
+  EXPECT_NE(replay::decide(in).suggestion.find("only the whole model compiled together"), std::string::npos);
+  in.eager_finite = false;  // the model's math, whatever the program
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::precision);
+  in.eager_finite = true;
+  in.reproduced = 0;  // not even compiled: a fluke
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
+}
+
 TEST(VerdictRules, NotReproducedIsTransientAndFiniteInFp32IsPrecision) {
   replay::VerdictInputs in;
   format::Birth b;

@@ -19,22 +19,24 @@ std::string birth_line(const format::SnapshotSummary& s) {
   return format::birth_text(*s.capture.first_birth);
 }
 
-// The run's early warnings, rollbacks, remedies, refused saves and stop: a
+// The run's early warnings, rollbacks, remedies, refused saves, dooming steps and stop: a
 // count, and each one's text in a list that opens.
 void draw_sentinel_events(const RunSource& run) {
   const std::vector<format::RunEvent>& events = run.sentinel_events();
   if (events.empty()) return;
-  size_t warnings = 0, rollbacks = 0, remedies = 0, refused = 0, stops = 0;
+  size_t warnings = 0, rollbacks = 0, remedies = 0, refused = 0, dooms = 0, stops = 0;
   for (const auto& e : events) {
     warnings += e.kind == format::EventKind::warning;
     rollbacks += e.kind == format::EventKind::rollback;
     remedies += e.kind == format::EventKind::remedy;
     refused += e.kind == format::EventKind::save_refused;
+    dooms += e.kind == format::EventKind::doom;
     stops += e.kind == format::EventKind::stop;
   }
   const std::string label = std::to_string(warnings) + " warning(s), " + std::to_string(rollbacks) + " rollback(s)" +
                             (remedies ? ", " + std::to_string(remedies) + " remedy(ies)" : std::string()) +
                             (refused ? ", " + std::to_string(refused) + " save(s) refused" : std::string()) +
+                            (dooms ? ", " + std::to_string(dooms) + " dooming step search(es)" : std::string()) +
                             (stops ? ", stopped" : "");
   ImGui::PushStyleColor(ImGuiCol_Text, ImColor(event_color(events.front().kind)).Value);
   const bool open = ImGui::TreeNode("sentinel", "%s", label.c_str());

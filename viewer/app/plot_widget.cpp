@@ -95,6 +95,7 @@ uint32_t event_color(format::EventKind kind) {
     case EventKind::stop: return rgba(255, 60, 60);
     case EventKind::remedy: return rgba(255, 160, 90);
     case EventKind::save_refused: return rgba(255, 90, 160);
+    case EventKind::doom: return rgba(255, 40, 200);
     case EventKind::first_nonfinite:
     case EventKind::nonfinite_ranks: return kFirstNonfiniteRankColor;
     case EventKind::snapshot_failed:

@@ -77,7 +77,7 @@ void RunSource::absorb_events() {
   for (const format::RunEvent& e : run.events)
     if (e.kind == format::EventKind::warning || e.kind == format::EventKind::rollback ||
         e.kind == format::EventKind::stop || e.kind == format::EventKind::remedy ||
-        e.kind == format::EventKind::save_refused)
+        e.kind == format::EventKind::save_refused || e.kind == format::EventKind::doom)
       sentinel_events_.push_back(e);
   events_seen_ = run.events.size();
   off_curve_.assign(run.rows(), 0);

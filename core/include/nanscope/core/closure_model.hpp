@@ -41,6 +41,11 @@ class ClosureModel final : public TrainableModel {
 
    private:
     ClosureModel& model_;
+    // A step inside a step (a search that runs the loss function within a
+    // closure step) puts the outer one back.
+    const LossClosure* outer_closure_;
+    const BatchLoss* outer_batch_loss_;
+    const Batch* outer_batch_;
   };
 
   // The step's closure on its own batch; a BatchLoss on any batch; else the body's loss.
@@ -57,6 +62,8 @@ class ClosureModel final : public TrainableModel {
   ModelSpec spec() const override { return body_->spec(); }
   bool is_torchscript() const override { return body_->is_torchscript(); }
   bool scopes_named_by_hooks() const override { return body_->scopes_named_by_hooks(); }
+  bool compiled() const override { return body_->compiled(); }
+  std::shared_ptr<void> compiled_alone(const std::string& path) override { return body_->compiled_alone(path); }
 
  private:
   std::unique_ptr<TrainableModel> body_;

@@ -23,6 +23,15 @@ namespace nanscope {
 // what a failed step's diagnosis found (a data fault is skipped, not punished
 // with fp32 and a halved LR for the rest of the run) and speak on stderr;
 // nanscope-train sets its own documented defaults (the stock loop's).
+// The search for the earlier step whose update doomed a failing one
+// (doom_search.hpp, docs/recovery.md): off unless asked for. On, each step
+// keeps a reference to its batch (no copy) and its RNG state back to the
+// oldest rollback state, up to `memory_mb`; a clean step costs nothing more.
+struct DoomSearchOptions {
+  bool enabled = false;
+  double memory_mb = 512;  // the batches kept for it; beyond this the oldest go (and the search reaches less far)
+};
+
 struct GuardOptions {
   std::string run_dir = "nanscope-run";             // run.h5 and snapshots/ go here (created)
   Amp amp = Amp::fp32;                              // the precision to start in
@@ -44,8 +53,9 @@ struct GuardOptions {
   int64_t max_nonfinite_run = 20;
   bool warn = true;  // early warnings (sentinel.hpp) as events and log lines
   SentinelOptions sentinel{};
-  RollbackOptions rollback{};    // rollback.enabled: go back to a saved good state when skipping cannot save the run
-  std::string optimizer_name{};  // recorded in snapshots ("adamw", "sgd", yours)
+  RollbackOptions rollback{};       // rollback.enabled: go back to a saved good state when skipping cannot save the run
+  DoomSearchOptions doom_search{};  // a failing step: find the earlier update that doomed it (keeps rollback states)
+  std::string optimizer_name{};     // recorded in snapshots ("adamw", "sgd", yours)
   // The name snapshots give a model trained through a closure step
   // (StepGuard(module, ...)): replay finds its factory by it.
   std::string model_name = "model";

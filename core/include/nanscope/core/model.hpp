@@ -63,6 +63,15 @@ class TrainableModel {
   // the first step's check of them is skipped (it would make the step listen,
   // and a compiled model run eagerly).
   virtual bool scopes_named_by_hooks() const { return false; }
+  // A model whose steps run a compiled program (torch.compile). Op-level
+  // capture runs it eagerly, op by op (what a birth's op and module need), so
+  // a step that the eager re-run found finite is run compiled too, capture
+  // off: non-finite there is the compiler's doing (core/compiled_region.hpp).
+  virtual bool compiled() const { return false; }
+  // While the returned handle lives, the model's steps run eagerly but for
+  // the module at `path` (named_modules()'s), which runs compiled as the
+  // user's program compiles it. Null when the model cannot (not compiled).
+  virtual std::shared_ptr<void> compiled_alone(const std::string& /*path*/) { return nullptr; }
   // Auxiliary z-loss coefficient (P15); models without logits ignore it.
   virtual void set_z_loss(double /*coefficient*/) {}
 

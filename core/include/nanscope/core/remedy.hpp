@@ -6,6 +6,8 @@
 //              that is finite without one of its samples: skip, nothing else
 //   transient  the re-run of the same step is finite (a kernel's fluke):
 //              skip, nothing else
+//   compiler   a compiled model's step, finite run eagerly and non-finite
+//              compiled again: skip, and name the module to run eagerly
 //   precision  finite with autocast off: the smallest set of modules that,
 //              in fp32, makes the step finite goes to fp32 for the rest of
 //              the run, the rest stays low precision; no LR cut
@@ -30,7 +32,8 @@ namespace nanscope {
 
 #define NANSCOPE_REMEDIES(X) \
   X(none, "none")            \
-  X(skip_data, "data") X(skip_transient, "transient") X(fp32_modules, "fp32-modules") X(whole_fp32, "whole")
+  X(skip_data, "data")       \
+  X(skip_transient, "transient") X(skip_compiler, "compiler") X(fp32_modules, "fp32-modules") X(whole_fp32, "whole")
 NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)
 inline const char* remedy_name(Remedy remedy) { return to_string(remedy); }
 

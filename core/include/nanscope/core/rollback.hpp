@@ -49,6 +49,9 @@ class RollbackPolicy {
   void warned(int64_t step);
   // A state may be saved after this healthy step.
   bool wants_state(int64_t step) const;
+  // States are saved even with rollback off: the search for a dooming step
+  // replays from them (GuardOptions::doom_search); nothing rolls back.
+  void keep_states_for_search() { keep_states_ = true; }
   // The loss that makes a spike: spike_ratio x the largest healthy loss (+inf before any).
   double spike_threshold() const;
 
@@ -66,6 +69,7 @@ class RollbackPolicy {
   int64_t probation_until_ = -1, probation_skips_ = 0;
   int64_t last_warning_ = std::numeric_limits<int64_t>::min() / 2;
   int64_t rollbacks_ = 0;
+  bool keep_states_ = false;
 };
 
 }  // namespace nanscope

@@ -37,6 +37,8 @@ class StateRing {
   // false (and keeps nothing) when one state alone is larger than the budget.
   bool save(int64_t step, const TrainableModel& model, const torch::optim::Optimizer& optimizer,
             const LossScaler& scaler);
+  // The oldest state kept (the furthest a search back in time can reach); nullptr if none.
+  const TrainingState* oldest() const { return states_.empty() ? nullptr : &states_.front(); }
   // The newest state saved after a step before `step`; nullptr if none.
   const TrainingState* newest_before(int64_t step) const;
   // Puts `state` back: weights, buffers, optimizer state (its param groups'

@@ -54,6 +54,7 @@
 
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/closure_model.hpp"
+#include "nanscope/core/doom_search.hpp"
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/fp32_modules.hpp"
@@ -70,6 +71,7 @@
 #include "nanscope/core/snapshot_policy.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/state_ring.hpp"
+#include "nanscope/core/step_history.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/probe.hpp"
@@ -119,6 +121,12 @@ struct GuardedStep {
   std::string error;                  // the model raised during the step (the step was skipped)
   std::vector<std::string> warnings;  // early warnings that fired at this step
   int64_t rolled_back_to = -1;        // the run went back to the state after this step (-1: no rollback)
+  // GuardOptions::doom_search, at a failing step: the earlier update that
+  // doomed it ("step 40, batch row 3", "steps 12-19", "no earlier step"), or
+  // why it was not searched; "" when the search is off or did not run.
+  std::string doomed_by;
+  int64_t doomed_by_step = -1;     // the dooming step (-1: none named)
+  std::vector<int64_t> doom_rows;  // its batch rows without which the run survives (empty: its whole update)
 };
 
 class StepGuard {
@@ -256,6 +264,12 @@ class StepGuard {
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   void save_state_if_due(int64_t step);
+  // GuardOptions::doom_search: keeps what a replay of this step needs.
+  void record_for_doom_search(const Running& run);
+  // Searches back for the update that doomed this failing step; with
+  // rollback on, goes back and replays the run without it. True when the
+  // run was recovered so (nothing more to do for this step).
+  bool search_dooming_step(Running& run, const std::optional<format::Capture>& capture);
   // --fallback auto: the remedy this failed step's diagnosis supports.
   void apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture);
   std::string undo_skipped_step(GuardedStep& result);
@@ -290,6 +304,14 @@ class StepGuard {
   Sentinel sentinel_;
   RollbackPolicy rollback_;
   StateRing ring_;
+  StepHistory history_;  // the steps since the oldest saved state (doom search only)
+  // The last dooming step found and where (no recovery since): a later
+  // failure it still explains is not searched again.
+  struct DoomFound {
+    int64_t at_step = -1;
+    DoomFinding finding;
+  };
+  std::optional<DoomFound> doom_found_;
   double rollback_lr_multiplier_ = 1;
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
   int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)

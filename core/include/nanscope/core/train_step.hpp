@@ -110,6 +110,10 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
 
 at::ScalarType autocast_dtype(Amp amp);
 
+// P13: scales the gradients down to a global norm of `clip` when `grad_norm`
+// (theirs, after unscaling) is above it; clip <= 0: nothing.
+void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm, double clip);
+
 // The gradients that exist (parameters unused by the step have none).
 std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters);
 // Per-gradient L2 norms and the global norm over all of them, on the device.

@@ -63,13 +63,21 @@ std::string birth_text(const Birth& birth);
 struct Capture {
   bool reproduced = false;  // the re-run produced a non-finite value
   int64_t ops_seen = 0;
+  // A compiled model's step (torch.compile) that the eager re-run found
+  // finite and the compiled program made non-finite again: the compiler's
+  // doing, not the model's math (core/compiled_region.hpp).
+  bool compiled_only = false;
+  // The module that, compiled alone, makes the step non-finite; "" when only
+  // the whole model compiled does; nullopt when not searched.
+  std::optional<std::string> compiled_region;
   std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
   std::vector<OpRecord> trail;  // the last ops up to and including the first birth
 };
 
 // birth_text of the first birth, or why there is none: "not reproduced on
 // re-run (transient)", "non-finite again on re-run, but no op was seen making
-// it (...)", "the forensic re-run failed".
+// it (...)", "the forensic re-run failed", "finite when run eagerly,
+// non-finite compiled (...)".
 std::string capture_text(const Capture& capture);
 
 void write_capture(const Group& group, const Capture& capture);

@@ -13,8 +13,12 @@ namespace nanscope::format {
 //        config's `fp32_modules`
 //   1.2  run files and snapshots: @origin; births: /rows (the batch rows an
 //        internal birth made non-finite); snapshot /batch/rows may hold -1 (unknown)
+//   1.3  births: @micro_batch; snapshots: a nested batch (/batch/leaves,
+//        @structure) and /batch@row_dim
+//   1.4  captures: @compiled_only and @compiled_region (a compiled model's
+//        step finite eagerly, non-finite compiled); run files: event `doom`
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 3;
+inline constexpr int kFormatMinor = 4;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

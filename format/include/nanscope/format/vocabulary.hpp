@@ -34,7 +34,8 @@ namespace nanscope::format {
   X(rollback, "rollback")                 /* the run went back to a saved good state (event_text.hpp) */          \
   X(resume, "resume")                     /* --resume went on from a checkpoint */                                \
   X(remedy, "remedy")                     /* --fallback auto: what the step's diagnosis chose */                  \
-  X(save_refused, "save_refused")         /* a checkpoint or rollback state not written: the state was sick */
+  X(save_refused, "save_refused")         /* a checkpoint or rollback state not written: the state was sick */    \
+  X(doom, "doom")                         /* at the step whose update doomed a later one (docs/recovery.md) */
 
 // Where an op ran: in the model's forward or backward, in the global-norm
 // computation after backward, or the batch itself (a non-finite input).
@@ -50,18 +51,23 @@ namespace nanscope::format {
 #define NANSCOPE_PRECISIONS(X) X(fp32, "fp32") X(bf16, "bf16") X(fp16, "fp16")
 
 // nanscope-replay's answer and the arithmetic origin of a birth (docs/playbook.md).
-#define NANSCOPE_VERDICTS(X) \
-  X(precision, "precision") X(model_or_data, "model_or_data") X(data, "data") X(transient, "transient")
-#define NANSCOPE_CATEGORIES(X)                                                                       \
-  X(log_nonpositive, "log_nonpositive")                                                              \
-  X(sqrt_grad_zero, "sqrt_grad_zero")                                                                \
-  X(div_by_zero, "div_by_zero")                                                                      \
-  X(exp_overflow, "exp_overflow")                                                                    \
-  X(overflow, "overflow")                                                                            \
-  X(fully_masked_softmax, "fully_masked_softmax")                                                    \
-  X(nonfinite_input, "nonfinite_input")                                                              \
-  X(grad_explosion, "grad_explosion")                                                                \
-  X(all_targets_ignored, "all_targets_ignored") /* a loss's mean over zero counted targets: 0 / 0 */ \
+#define NANSCOPE_VERDICTS(X)        \
+  X(precision, "precision")         \
+  X(model_or_data, "model_or_data") \
+  X(data, "data")                   \
+  X(transient, "transient")         \
+  X(compiler, "compiler") /* non-finite compiled, finite run eagerly: the compiled program's fault */
+#define NANSCOPE_CATEGORIES(X)                                                                          \
+  X(log_nonpositive, "log_nonpositive")                                                                 \
+  X(sqrt_grad_zero, "sqrt_grad_zero")                                                                   \
+  X(div_by_zero, "div_by_zero")                                                                         \
+  X(exp_overflow, "exp_overflow")                                                                       \
+  X(overflow, "overflow")                                                                               \
+  X(fully_masked_softmax, "fully_masked_softmax")                                                       \
+  X(nonfinite_input, "nonfinite_input")                                                                 \
+  X(grad_explosion, "grad_explosion")                                                                   \
+  X(all_targets_ignored, "all_targets_ignored") /* a loss's mean over zero counted targets: 0 / 0 */    \
+  X(compiled_program, "compiled_program")       /* the compiler verdict's: no op of the model's math */ \
   X(other, "other")
 
 #define NANSCOPE_WORD_ENUMERATOR(name, spelling) name,

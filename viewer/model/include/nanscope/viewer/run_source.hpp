@@ -53,7 +53,7 @@ class RunSource {
   // back, or skipped (the update never reached the weights; a finite loss
   // there is a spike skipped on probation or an fp16 overflow).
   const std::vector<uint8_t>& off_curve() const { return off_curve_; }
-  // The warning, rollback, remedy, save_refused and stop events, in file order: what the sidebar lists.
+  // The warning, rollback, remedy, save_refused, doom and stop events, in file order: what the sidebar lists.
   const std::vector<format::RunEvent>& sentinel_events() const { return sentinel_events_; }
 
  private:

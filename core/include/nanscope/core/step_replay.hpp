@@ -1,0 +1,55 @@
+#pragma once
+// The replays a dooming-step search runs on the live model (doom_search.hpp):
+// from a saved state (the rollback ring's) through the failing step, each
+// recorded step recomputed (forward, backward, unscale, the guard's clip) and
+// its update applied by the optimizer with the LR it ran with, some updates
+// left out. The model's buffers are not advanced by replayed steps (a
+// re-run is no training step: BatchNorm's statistics stay the saved state's).
+// The caller saves and puts back the live state around the search.
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <vector>
+
+#include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/model.hpp"
+#include "nanscope/core/state_ring.hpp"
+#include "nanscope/core/step_history.hpp"
+
+namespace nanscope {
+
+class LiveEarlierSteps : public EarlierSteps {
+ public:
+  // `steps`: the records after `from`'s step, before `failing`'s, oldest
+  // first. `loss_band`: a loss above it (a spike) does not survive.
+  LiveEarlierSteps(TrainableModel& model, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& parameters,
+                   double clip, const TrainingState& from, std::vector<const StepRecord*> steps,
+                   const StepRecord& failing, double loss_band);
+
+  std::vector<int64_t> applied_steps() const override;
+  bool survives(const LeaveOut& leave_out) override;
+  int64_t searchable_rows(int64_t step) const override;
+  // The steps replayed in all so far (each replay counts the steps it ran).
+  int64_t steps_run() const { return steps_run_; }
+
+ private:
+  // Recomputes one step (some rows left out) and applies its update: false
+  // when it was non-finite or its loss above the band.
+  bool run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update);
+
+  TrainableModel& model_;
+  torch::optim::Optimizer& optimizer_;
+  const std::vector<at::Tensor>& parameters_;
+  double clip_;
+  const TrainingState& from_;
+  std::vector<const StepRecord*> steps_;
+  const StepRecord& failing_;
+  double loss_band_;
+  int64_t steps_run_ = 0;
+};
+
+// A record's micro-batches without some of its rows, counted across its
+// micro-batches in order; a micro-batch left with no row is dropped.
+std::vector<MicroBatch> without_rows(const std::vector<MicroBatch>& micro_batches, const std::vector<int64_t>& rows);
+
+}  // namespace nanscope

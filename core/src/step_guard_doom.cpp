@@ -1,0 +1,174 @@
+// StepGuard's search for the earlier step whose update doomed a failing one
+// (doom_search.hpp, docs/recovery.md), and the recovery that replays the run
+// without it.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/step_replay.hpp"
+#include "nanscope/format/row_text.hpp"
+#include "nanscope/probe/birth_category.hpp"
+#include "step_guard_running.hpp"
+
+namespace nanscope {
+
+namespace {
+
+// A step's micro-batches as a replay runs them: a loop that accumulated N
+// micro-batches divided each loss by N (the usual accumulation), which is
+// what a replay does; the recorded loss only weights a re-run of the same
+// weights (the forensic one).
+std::vector<MicroBatch> replayable(const std::vector<MicroBatch>& micro_batches) {
+  std::vector<MicroBatch> out = micro_batches;
+  for (MicroBatch& m : out) {
+    if (std::isfinite(m.recorded_loss)) m.loss_weight = 1.0 / double(out.size());
+    m.recorded_loss = std::numeric_limits<double>::quiet_NaN();
+  }
+  return out;
+}
+
+std::vector<int64_t> long_values(const at::Tensor& t) {
+  if (!t.defined()) return {};
+  const at::Tensor c = t.to(at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+}  // namespace
+
+void StepGuard::record_for_doom_search(const Running& run) {
+  if (!applies_update_) return;  // a loop's own update rule cannot be replayed
+  StepRecord record;
+  record.step = run.step;
+  record.micro_batches = replayable(run.micro_batches);
+  for (const auto& group : optimizer_.param_groups()) record.lrs.push_back(group.options().get_lr() * lr_multiplier());
+  record.amp = run.result.amp;
+  record.loss_scale = run.result.loss_scale;
+  record.fault = run.context.fault;
+  record.applied = !run.result.outcome.skipped;
+  record.batch_rows = run.context.batch_rows;
+  history_.add(std::move(record));
+  if (const TrainingState* oldest = ring_.oldest()) history_.forget_through(oldest->step);
+}
+
+bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Capture>& capture) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  auto not_searched = [&](const std::string& why) {
+    result.doomed_by = "not searched: " + why;
+    say(step, "doomed by: " + result.doomed_by);
+    return false;
+  };
+  // The step's own batch is the cause: no earlier step to look for.
+  if (!result.outcome.batch_finite) return not_searched("the batch holds a non-finite value");
+  if (capture && capture->first_birth &&
+      (capture->first_birth->op.phase == format::Phase::input ||
+       probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
+    return not_searched("the birth is the batch's own");
+  if (!applies_update_) return not_searched("the loop applies its own update, which a replay cannot repeat");
+  if (run.context.averager) return not_searched("several ranks (the search runs in one process)");
+  if (run.watched && !loss_fn_) return not_searched("no loss function to replay steps with");
+  if (owned_model_ && !loss_fn_ && !closure_model().runs_any_batch())
+    return not_searched("the closure runs its own batch only (give a loss function of the batch)");
+  const TrainingState* from = ring_.oldest();
+  if (!from) return not_searched("no state saved yet to replay from");
+  // The weights the earlier finding blamed are still the run's: no new search.
+  if (doom_found_ && doom_found_->finding.step > from->step) {
+    const DoomFinding& f = doom_found_->finding;
+    result.doomed_by = doom_text(f) + " (found at step " + std::to_string(doom_found_->at_step) + ")";
+    result.doomed_by_step = f.step;
+    result.doom_rows = f.rows;
+    say(step, "doomed by: " + result.doomed_by);
+    return false;
+  }
+  const std::vector<const StepRecord*> records = history_.between(from->step, step);
+  if (records.empty() && step > from->step + 1)
+    return not_searched("the steps since the saved state are no longer kept (doom_search.memory_mb)");
+
+  const auto start = std::chrono::steady_clock::now();
+  // The live state, put back after the search unless the recovery replaces
+  // it; the groups' LR is the loop's either way.
+  std::vector<double> lrs;
+  for (const auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
+  StateRing live(1, std::numeric_limits<size_t>::max());
+  live.save(step, model_, optimizer_, scaler_);
+  const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  StepRecord failing;
+  failing.step = step;
+  failing.micro_batches = replayable(run.micro_batches);
+  failing.amp = result.amp;
+  failing.loss_scale = result.loss_scale;
+  failing.fault = run.context.fault;
+  std::optional<ClosureModel::Step> with_loss_fn;
+  if (owned_model_ && loss_fn_) with_loss_fn.emplace(closure_model(), loss_fn_, failing.micro_batches.front().batch);
+  LiveEarlierSteps replays(model_, optimizer_, parameters_, options_.clip, *from, records, failing,
+                           rollback_.spike_threshold());
+  const DoomFinding finding = find_dooming_step(replays);
+
+  const bool recover = finding.outcome == DoomOutcome::dooming_step && options_.rollback.enabled &&
+                       rollback_.can_roll_back() && replays.survives({finding.step, finding.step, finding.rows});
+  if (!recover) {
+    LossScaler scaler = scaler_;
+    StateRing::restore(*live.oldest(), model_, optimizer_, scaler);
+  }
+  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng);
+  }
+  clear_grads(parameters_);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  result.doomed_by = doom_text(finding);
+  // The event's text fits run.h5's event width: the cost in one clause.
+  std::ostringstream cost;
+  cost.precision(2);
+  cost << finding.replays << " replays from the state after step " << from->step << ", " << replays.steps_run()
+       << " steps run, " << seconds << " s";
+  if (finding.outcome != DoomOutcome::dooming_step) {
+    const std::string text = finding.outcome == DoomOutcome::several_steps
+                                 ? "no single step doomed step " + std::to_string(step) + ": finite without steps " +
+                                       std::to_string(finding.first) + "-" + std::to_string(finding.last) +
+                                       " together, not one; " + cost.str()
+                                 : "no earlier step doomed step " + std::to_string(step) +
+                                       ": non-finite with every update since the saved state left out; " + cost.str();
+    writer_->event(step, format::EventKind::doom, text);
+    say(step, "doomed by: " + text);
+    return false;
+  }
+  result.doomed_by_step = finding.step;
+  result.doom_rows = finding.rows;
+  if (!recover) doom_found_ = DoomFound{step, finding};
+  const StepRecord* doomer = nullptr;
+  for (const StepRecord* r : records)
+    if (r->step == finding.step) doomer = r;
+  std::string rows = "its update";
+  if (!finding.rows.empty()) {
+    std::vector<int64_t> batch_rows = doomer ? long_values(doomer->batch_rows) : std::vector<int64_t>{};
+    if (batch_rows.empty()) batch_rows.assign(size_t(finding.rows.back() + 1), -1);
+    rows = format::batch_rows_text(batch_rows, finding.rows);
+  }
+  std::string text = "step " + std::to_string(finding.step) + " doomed step " + std::to_string(step) + ": without " +
+                     rows + " the steps up to " + std::to_string(step) + " stay finite; " + cost.str();
+  if (recover) {
+    doom_found_.reset();
+    // The run as the replay left it: every update since the saved state but
+    // the dooming one. No LR cut: the cause is known and gone.
+    ring_.forget_from(finding.step);
+    history_.forget_from(finding.step);
+    rollback_.rolled_back(step);
+    if (finding.rows.empty()) --applied_steps_;
+    last_applied_step_ = step - 1;
+    result.rolled_back_to = from->step;
+    text += "; recovered: replayed without it";
+  }
+  writer_->event(finding.step, format::EventKind::doom, text);
+  say(step, "doomed by: " + text);
+  return recover;
+}
+
+}  // namespace nanscope

@@ -1,0 +1,35 @@
+#pragma once
+// StepGuard's step in progress, shared by the files that implement the guard
+// (step_guard.cpp, step_guard_doom.cpp): not part of the public interface.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/step_guard.hpp"
+
+namespace nanscope {
+
+// A step between its begin and end phases, whichever form runs it.
+struct StepGuard::Running {
+  int64_t step = 0;
+  StepContext context;
+  StepSettings settings;
+  GuardedStep result;
+  std::chrono::steady_clock::time_point start;
+  std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
+  bool watched = false;                   // the loop ran forward and backward: re-runs go through loss_fn_
+  std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
+};
+
+// The watched step in progress: its begin phase done, micro-batches coming in.
+struct StepGuard::Watched {
+  Running run;
+  std::vector<at::Tensor> losses;  // each micro-batch's loss as the loop gave it (detached)
+  at::Tensor next_rng;             // the RNG state where the next micro-batch's forward began
+  std::optional<UnscaledGradients> unscaled;
+  std::optional<Fp32ModuleRegions> fp32;
+};
+
+}  // namespace nanscope

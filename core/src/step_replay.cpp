@@ -1,0 +1,100 @@
+#include "nanscope/core/step_replay.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/train_step.hpp"
+
+namespace nanscope {
+
+LiveEarlierSteps::LiveEarlierSteps(TrainableModel& model, torch::optim::Optimizer& optimizer,
+                                   const std::vector<at::Tensor>& parameters, double clip, const TrainingState& from,
+                                   std::vector<const StepRecord*> steps, const StepRecord& failing, double loss_band)
+    : model_(model),
+      optimizer_(optimizer),
+      parameters_(parameters),
+      clip_(clip),
+      from_(from),
+      steps_(std::move(steps)),
+      failing_(failing),
+      loss_band_(loss_band) {}
+
+std::vector<int64_t> LiveEarlierSteps::applied_steps() const {
+  std::vector<int64_t> out;
+  for (const StepRecord* r : steps_)
+    if (r->applied) out.push_back(r->step);
+  return out;
+}
+
+std::vector<MicroBatch> without_rows(const std::vector<MicroBatch>& micro_batches, const std::vector<int64_t>& rows) {
+  std::vector<MicroBatch> out;
+  int64_t offset = 0;
+  for (const MicroBatch& micro : micro_batches) {
+    const int64_t n = micro.batch.rows();
+    MicroBatch kept = micro;
+    // Highest first, so the rows still to remove keep their positions.
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it)
+      if (*it >= offset && *it < offset + n) kept.batch = kept.batch.without_row(*it - offset);
+    if (kept.batch.rows() > 0) out.push_back(std::move(kept));
+    offset += n;
+  }
+  return out;
+}
+
+bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update) {
+  ++steps_run_;
+  const std::vector<MicroBatch> micro =
+      rows_left_out.empty() ? record.micro_batches : without_rows(record.micro_batches, rows_left_out);
+  bool ok = false;
+  try {
+    const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, micro);
+    ok = r.finite() && r.loss.item<double>() <= loss_band_;
+    if (ok && update) {
+      clip_gradients(parameters_, r.total_norm.item<double>(), clip_);
+      std::vector<double> lrs;
+      for (auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
+      for (size_t i = 0; i < lrs.size() && i < record.lrs.size(); ++i)
+        optimizer_.param_groups()[i].options().set_lr(record.lrs[i]);
+      optimizer_.step();
+      for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
+    }
+  } catch (const std::exception&) {
+    ok = false;  // an op that raised on the values a replay made: no survival
+  }
+  clear_grads(parameters_);
+  return ok;
+}
+
+bool LiveEarlierSteps::survives(const LeaveOut& leave_out) {
+  LossScaler scaler;  // replays use each step's recorded loss scale; the guard's scaler is left alone
+  StateRing::restore(from_, model_, optimizer_, scaler);
+  for (const StepRecord* r : steps_) {
+    if (!r->applied) continue;  // skipped then: skipped now
+    const bool in_range = r->step >= leave_out.first && r->step <= leave_out.last;
+    if (in_range && leave_out.rows.empty()) continue;
+    if (!run(*r, in_range ? leave_out.rows : std::vector<int64_t>{}, /*update=*/true)) return false;
+  }
+  return run(failing_, {}, /*update=*/false);
+}
+
+int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {
+  const auto it = std::find_if(steps_.begin(), steps_.end(), [&](const StepRecord* r) { return r->step == step; });
+  if (it == steps_.end()) return 0;
+  const StepRecord& record = **it;
+  int64_t rows = 0;
+  for (const MicroBatch& m : record.micro_batches) rows += m.batch.rows();
+  // A step that draws random numbers (dropout) would draw them differently
+  // without a row: removing one could "save" it by luck.
+  for (const MicroBatch& m : record.micro_batches) {
+    if (!m.cpu_rng_state.defined()) continue;
+    recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, std::vector<MicroBatch>{m});
+    clear_grads(parameters_);
+    if (!at::equal(at::detail::getDefaultCPUGenerator().get_state(), m.cpu_rng_state)) return 0;
+  }
+  return rows;
+}
+
+}  // namespace nanscope

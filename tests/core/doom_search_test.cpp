@@ -1,0 +1,109 @@
+// The search for the step that doomed a run, on scripted replays: which
+// updates, left out, let the run survive. No model: the decision only.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "nanscope/core/doom_search.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+// A run of applied steps 10..10+n-1; it survives a replay exactly when the
+// replay leaves out every update in `needed` (or, for `row_steps`, at least
+// one of `needed_rows` of that step).
+struct ScriptedSteps : EarlierSteps {
+  std::vector<int64_t> steps;
+  std::set<int64_t> needed;  // steps whose updates must all be left out
+  std::set<int64_t> needed_rows;
+  int64_t rows = 8;
+  bool fails_anyway = false;     // the failing step's own batch: nothing left out saves it
+  bool all_rows_needed = false;  // every row of needed_rows must be left out (else any one)
+  int replays = 0;
+
+  explicit ScriptedSteps(int64_t n) {
+    for (int64_t s = 10; s < 10 + n; ++s) steps.push_back(s);
+  }
+  std::vector<int64_t> applied_steps() const override { return steps; }
+  bool survives(const LeaveOut& l) override {
+    ++replays;
+    if (fails_anyway) return false;
+    for (int64_t s : needed) {
+      if (s < l.first || s > l.last) return false;
+      if (!l.rows.empty()) {
+        if (needed_rows.empty()) return false;  // the whole update did it: no subset of rows saves the run
+        size_t hit = 0;
+        for (int64_t r : l.rows) hit += needed_rows.count(r);
+        if (hit == 0 || (all_rows_needed && hit < needed_rows.size())) return false;
+      }
+    }
+    return true;
+  }
+  int64_t searchable_rows(int64_t) const override { return rows; }
+};
+
+}  // namespace
+
+TEST(DoomSearch, NamesTheDoomingStepAndItsRowByBisectionAtEveryDistance) {
+  for (int64_t n : {1, 2, 10, 100}) {
+    for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+      ScriptedSteps steps(n);
+      steps.needed = {10 + at};
+      steps.needed_rows = {5};
+      const DoomFinding f = find_dooming_step(steps);
+      ASSERT_EQ(f.outcome, DoomOutcome::dooming_step) << n << " " << at;
+      EXPECT_EQ(f.step, 10 + at);
+      EXPECT_EQ(f.rows, std::vector<int64_t>{5});
+      EXPECT_EQ(doom_text(f), "step " + std::to_string(10 + at) + ", batch row 5");
+      // A bisection, not a scan: about 2 log2(n) replays for the step, 2 log2(8) for the row.
+      EXPECT_LE(f.replays, 1 + 2 * 7 + 2 * 3) << n;
+      EXPECT_EQ(f.replays, steps.replays);
+    }
+  }
+}
+
+TEST(DoomSearch, AnLrSpikeIsTheStepsWholeUpdateWithNoRowBlamed) {
+  ScriptedSteps steps(40);
+  steps.needed = {33};  // any half of its rows, at that LR, dooms the run as well
+  const DoomFinding f = find_dooming_step(steps);
+  ASSERT_EQ(f.outcome, DoomOutcome::dooming_step);
+  EXPECT_EQ(f.step, 33);
+  EXPECT_TRUE(f.rows.empty());
+  EXPECT_EQ(doom_text(f), "step 33");
+}
+
+TEST(DoomSearch, AFailureOfTheStepsOwnBatchBlamesNoEarlierStep) {
+  ScriptedSteps steps(50);
+  steps.fails_anyway = true;
+  const DoomFinding f = find_dooming_step(steps);
+  EXPECT_EQ(f.outcome, DoomOutcome::no_earlier_step);
+  EXPECT_EQ(f.step, -1);
+  EXPECT_EQ(f.replays, 1);  // one replay with every update left out says it
+  EXPECT_EQ(doom_text(f), "no earlier step");
+  ScriptedSteps none(0);
+  EXPECT_EQ(find_dooming_step(none).outcome, DoomOutcome::no_earlier_step);
+}
+
+TEST(DoomSearch, UpdatesThatDoomOnlyTogetherAreARangeNotOneOfThem) {
+  ScriptedSteps steps(32);
+  steps.needed = {12, 30};  // the run survives only with both left out
+  const DoomFinding f = find_dooming_step(steps);
+  ASSERT_EQ(f.outcome, DoomOutcome::several_steps);
+  EXPECT_LE(f.first, 12);
+  EXPECT_GE(f.last, 30);
+  EXPECT_EQ(f.step, -1);
+  EXPECT_EQ(doom_text(f), "steps " + std::to_string(f.first) + "-" + std::to_string(f.last));
+}
+
+TEST(DoomSearch, TwoRowsThatDoomOnlyTogetherBlameTheStepNotAnInnocentRow) {
+  ScriptedSteps steps(4);
+  steps.needed = {11};
+  steps.rows = 6;
+  steps.needed_rows = {1, 4};
+  steps.all_rows_needed = true;  // the run survives only without both
+  const DoomFinding f = find_dooming_step(steps);
+  ASSERT_EQ(f.outcome, DoomOutcome::dooming_step);
+  EXPECT_EQ(f.step, 11);
+  EXPECT_TRUE(f.rows.empty()) << doom_text(f);
+}

@@ -1,0 +1,180 @@
+"""doom_search=True: a NaN born on a harmless batch, d steps after the finite
+update that made it inevitable. The guard replays the steps since its oldest
+saved state leaving updates out, names the dooming step and its batch row,
+blames no step for a failure of the batch's own, and with rollback on goes on
+without that update only.
+
+The planted fault, in a transformer and in an RNN: besides its classifier,
+the model has a probe, a Poisson regression head on detached features
+(log-rate out, F.poisson_nll_loss: exp(rate) - count * rate), trained only by
+the rows that carry a count. At step P one row carries a glitched count (1e8,
+finite): its update is applied, and it pushes the probe's weights so far that
+the next counted row, d steps later, overflows exp(): the loss goes
+non-finite on a harmless batch: the glitched sample's inputs come again (as in
+the next epoch) with a plausible count, and so they do on every later step,
+failing each unless the run goes on without that update. Nothing between P
+and P + d uses the probe."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+B, T, FEATURES, D, CLASSES = 8, 6, 8, 32, 4
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = nn.MultiheadAttention(D, 2, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(FEATURES, D)
+        self.blocks = nn.Sequential(Block(), Block())
+        self.ln = nn.LayerNorm(D)
+
+    def forward(self, x):
+        return self.ln(self.blocks(self.inp(x)))
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(FEATURES, D, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class Net(nn.Module):
+    def __init__(self, trunk):
+        super().__init__()
+        self.trunk = Transformer() if trunk == "transformer" else Recurrent()
+        self.head = nn.Linear(D, CLASSES)
+        self.probe = nn.Linear(D, 1)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.head(h), self.probe(h.detach().mean(1)).squeeze(-1)
+
+
+def loss_fn(model, batch):
+    x, y, counts, counted = batch
+    logits, log_rate = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, CLASSES), y.reshape(-1))
+    if counted.any():
+        loss = loss + F.poisson_nll_loss(log_rate[counted], counts[counted], log_input=True)
+    return loss
+
+
+def batch_at(step, plan):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(B, T, FEATURES, generator=g)
+    counts, counted = torch.poisson(torch.full((B,), 3.0), generator=g), torch.zeros(B, dtype=torch.bool)
+    if step == plan.get("poison"):
+        counts[3], counted[3] = 1e8, True  # a glitched count: finite
+    if step == plan.get("spike"):
+        counted[:] = True  # every row counts: the LR spike, not a row, does the harm
+    if plan.get("trigger") is not None and step >= plan["trigger"]:
+        # From here on the sample at row 3 of step `echo` comes again (the next
+        # epoch), with a plausible count: harmless unless the probe was wrecked.
+        x[5] = torch.randn(B, T, FEATURES, generator=torch.Generator().manual_seed(1000 + plan["echo"]))[3]
+        counts[5], counted[5] = 3.0, True
+    if step == plan.get("own_fault"):
+        x[2] = 3e38  # the failing batch's own: its input projection overflows whatever the weights
+    y = x[..., :CLASSES].argmax(-1)  # learnable: the final loss says how well a run recovered
+    return x, y, counts, counted
+
+
+def train(tmp_path, trunk, plan, steps, doom_search=True, rollback=True, lr=0.05):
+    torch.manual_seed(0)
+    model = Net(trunk)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, warn=False,
+                               loss_fn=loss_fn, doom_search=doom_search, rollback=rollback, rollback_every=40,
+                               rollback_states=4)
+    results = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * (1e3 if step == plan.get("spike") else 1.0)
+        batch = batch_at(step, plan)
+        results.append(guard.step(lambda: loss_fn(model, batch), batch=batch))
+    guard.close()
+    return results
+
+
+def failing(results):
+    return next(r for r in results if not r.counted and not math.isfinite(r.loss) or r.doomed_by)
+
+
+@pytest.mark.parametrize("trunk", ["transformer", "rnn"])
+@pytest.mark.parametrize("d", [1, 10, 100])
+def test_the_step_that_doomed_a_later_one_is_named_with_its_row(tmp_path, trunk, d):
+    poison = 45
+    plan = {"poison": poison, "trigger": poison + d, "echo": poison}
+    results = train(tmp_path, trunk, plan, poison + d + 1, rollback=False)
+    assert results[poison].counted and math.isfinite(results[poison].loss), "the poisoned update is finite, applied"
+    assert all(r.counted for r in results[:poison + d]), [i for i, r in enumerate(results) if not r.counted]
+    failed = results[poison + d]
+    assert not failed.counted
+    assert failed.doomed_by_step == poison, failed.doomed_by
+    assert failed.doom_rows == [3], failed.doomed_by
+    assert failed.doomed_by == f"step {poison}, batch row 3"
+    if d == 10:  # the replay of the failing step quotes the run's finding
+        report = nanscope.replay(failed.snapshot, lambda: Net(trunk), loss_fn, write=False)
+        assert report.doomed_by.startswith(f"step {poison} doomed step {poison + d}: without batch row 3"), report
+        assert "doomed by:        step 45" in str(report)
+
+
+def test_an_lr_spike_is_the_step_not_a_row(tmp_path):
+    spike = 50
+    results = train(tmp_path, "rnn", {"spike": spike, "trigger": spike + 10, "echo": spike}, spike + 11,
+                    rollback=False)
+    failed = results[spike + 10]
+    assert not failed.counted
+    assert failed.doomed_by_step == spike, failed.doomed_by
+    assert failed.doom_rows == [], failed.doomed_by  # every row, at that LR: the step itself
+
+
+def test_a_failure_of_the_batchs_own_blames_no_earlier_step(tmp_path):
+    own = 60
+    results = train(tmp_path, "transformer", {"own_fault": own}, own + 1, rollback=False)
+    failed = results[own]
+    assert not failed.counted
+    assert failed.doomed_by == "no earlier step", failed.doomed_by
+    assert failed.doomed_by_step is None
+
+
+def test_the_recovery_skips_the_dooming_batch_alone_and_ends_as_well_as_a_rollback(tmp_path):
+    """With rollback on, the run goes back to the saved state and replays every
+    step but the dooming one; it ends at a loss no worse than today's rollback
+    (which skips every batch since its state and cuts the LR)."""
+    poison, d, steps = 45, 10, 120
+    plan = {"poison": poison, "trigger": poison + d, "echo": poison}
+
+    def final_loss(results):
+        tail = [r.loss for r in results[-20:] if r.counted]
+        return sum(tail) / len(tail)
+
+    doom = train(tmp_path / "doom", "rnn", plan, steps, doom_search=True)
+    rollback = train(tmp_path / "rollback", "rnn", plan, steps, doom_search=False)
+    clean = train(tmp_path / "clean", "rnn", {"trigger": poison + d, "echo": poison}, steps, doom_search=False)
+    failed = doom[poison + d]
+    assert failed.doomed_by_step == poison and failed.rolled_back_to >= 0, failed.doomed_by
+    assert all(r.counted for r in doom[poison + d + 1:]), "the recovered run goes on clean"
+    assert final_loss(doom) <= final_loss(rollback) * 1.02, (final_loss(doom), final_loss(rollback))
+    print(f"final loss: doom recovery {final_loss(doom):.4f}, rollback {final_loss(rollback):.4f}, "
+          f"clean {final_loss(clean):.4f}")
