@@ -150,12 +150,14 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // the module that breaks the step compiled alone is searched for.
   std::optional<format::Capture> eager_capture;
   if (setup.model->compiled() && report.evidence.reproduced > 0) {
-    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
-                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
-    const bool eager_finite = step_is_finite(setup, setup.amp, s.batch);
-    report.evidence.eager_finite = eager_finite;
-    eager_capture = capture.result();
-    if (eager_finite) {
+    {
+      probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
+                                /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
+      report.evidence.eager_finite = step_is_finite(setup, setup.amp, s.batch);
+      eager_capture = capture.result();
+    }
+    // Capture off again: the search's steps run compiled.
+    if (*report.evidence.eager_finite) {
       const CompiledCheck check =
           check_compiled_program(*setup.model, [&] { return !step_is_finite(setup, setup.amp, s.batch); });
       if (check.region) report.evidence.compiled_region = check.region->module;
