@@ -48,8 +48,16 @@ def train(exe, entry, corpus, data, run_dir):
     cmd = [exe, "--model", os.path.join(corpus, entry["model"]), "--data", os.path.join(corpus, data),
            "--steps", str(entry["steps"]), "--batch-size", str(entry["batch_size"]), "--lr", str(entry["lr"]),
            "--amp", entry["amp"], "--no-shuffle", "--threads", "1", "--quiet", "--run-dir", run_dir]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=kernel_env(corpus))
     return r.returncode, r.stdout + r.stderr
+
+
+def kernel_env(corpus):
+    """The environment nanscope runs in: oneDNN off where make_corpus.py's reference ran without it."""
+    env = dict(os.environ)
+    if os.path.exists(os.path.join(corpus, "onednn-off")):
+        env["NANSCOPE_ONEDNN"] = "off"
+    return env
 
 
 def read_run(run_dir):
@@ -94,7 +102,8 @@ def main(train_exe, replay_exe, corpus, name):
         if not os.path.exists(snapshot):
             problems.append(f"no snapshot {snapshot}")
         else:
-            r = subprocess.run([replay_exe, snapshot, "--json", "--no-write"], capture_output=True, text=True)
+            r = subprocess.run([replay_exe, snapshot, "--json", "--no-write"], capture_output=True, text=True,
+                               env=kernel_env(corpus))
             expect("replay exit code", r.returncode, 0)
             report = json.loads(r.stdout) if r.returncode == 0 else {}
             check_report(report, entry, ref, expect, problems)

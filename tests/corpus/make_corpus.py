@@ -313,6 +313,19 @@ CATEGORIES = {
 NAMES = list(CATEGORIES)
 
 
+# Written into the corpus when the reference ran without oneDNN (check_corpus.py reads it).
+ONEDNN_OFF_MARKER = "onednn-off"
+
+
+def onednn_runs_a_bf16_lstm():
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(4, 4, batch_first=True)(torch.randn(2, 3, 4))
+        return True
+    except RuntimeError:
+        return False
+
+
 def main(out, names):
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
@@ -322,9 +335,17 @@ def main(out, names):
     # hazard is gone: the reference must run the same ops.
     torch._C._set_graph_executor_optimize(False)
     # The same kernels as nanscope under NANSCOPE_ONEDNN=off (a CPU without
-    # AVX-512, where LibTorch runs its own bf16 gemm instead of oneDNN's).
-    if os.environ.get("NANSCOPE_ONEDNN") == "off":
+    # AVX-512, where LibTorch runs its own bf16 gemm instead of oneDNN's). A
+    # CPU where this torch's oneDNN cannot run a bf16 LSTM at all (torch 2.6 on
+    # an AVX2-only CPU: "could not create a primitive descriptor") gets the
+    # same: the marker file tells check_corpus.py to run nanscope so too.
+    marker = os.path.join(out, ONEDNN_OFF_MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)
+    if os.environ.get("NANSCOPE_ONEDNN") == "off" or not onednn_runs_a_bf16_lstm():
         torch.backends.mkldnn.enabled = False
+        with open(marker, "w") as f:
+            f.write("off\n")
     entries = []
     for name in names:
         g = torch.Generator().manual_seed(1234)
