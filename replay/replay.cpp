@@ -20,6 +20,7 @@
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 #include "rebuild.hpp"
 
 namespace nanscope::replay {
@@ -129,8 +130,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   report.evidence.origin = s.origin;
   report.capture = s.capture;
   if (s.batch_rows.defined()) {
-    const at::Tensor rows = s.batch_rows.to(at::kLong).contiguous();
-    report.evidence.batch_rows.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+    report.evidence.batch_rows = probe::long_values(s.batch_rows);
   } else {
     // The batch's size, its data set rows unknown.
     report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);

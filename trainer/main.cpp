@@ -10,6 +10,7 @@
 #include "nanscope/core/guard_errors.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/trainer/dist_options.hpp"
+#include "nanscope/trainer/doom_offline.hpp"
 #include "nanscope/trainer/options_cli.hpp"
 #include "nanscope/trainer/trainer.hpp"
 
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
   try {
     nanscope::trainer::apply_defaults(options);
     nanscope::trainer::validate_options(options);
+    if (!options.search_doom.empty()) {
+      const nanscope::trainer::OfflineDoomSearch found = nanscope::trainer::search_doom_offline(options, std::cerr);
+      std::cout << "doomed by: " << found.text << "\n";
+      return nanscope::kExitOk;
+    }
     if (options.resume.empty() && options.dist.rank == 0) nanscope::trainer::write_options_file(app, options.run_dir);
     nanscope::trainer::TrainSummary summary = nanscope::trainer::run(options, std::cerr);
     nanscope::trainer::print_summary(summary, std::cout);

@@ -193,12 +193,36 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "Also write the --save checkpoint every N steps (0: only at the end); these can resume the run")
       ->check(kNonNegative);
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "Also keep the newest N periodic checkpoints by step (PATH.step-NNNNNNN.h5, hard links), so "
+                 "--search-doom can replay from one before the step that doomed the run (0: only the newest "
+                 "and the one before it)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app.add_option("--resume", o.resume,
                  "Continue the run in RUN_DIR from its newest checkpoint (--checkpoint-every): the options it "
                  "was started with (RUN_DIR/options.toml; flags given here override them), the same data "
                  "order, RNG, loss scale and schedule; run.h5 drops the rows after the checkpoint and goes on. "
                  "Also clears the mark a killed writer leaves, so plain HDF5 readers open run.h5 again")
       ->type_name("RUN_DIR");
+  const std::string after = "After a run: the step that doomed it";
+  app.add_option("--search-doom", o.search_doom,
+                 "Train nothing: find the earlier step whose update doomed RUN_DIR's failing step, replaying "
+                 "from the newest checkpoint before it (--checkpoint-every) with the run's options "
+                 "(RUN_DIR/options.toml), data order, LR, precision and loss scale; a bisection over "
+                 "updates left out, then the dooming step's rows (docs/recovery.md). Writes nothing into RUN_DIR")
+      ->type_name("RUN_DIR")
+      ->group(after);
+  app.add_option("--failing-step", o.failing_step,
+                 "--search-doom: the step to explain (default: the run's first non-finite step)")
+      ->check(kNonNegative)
+      ->group(after);
+  app.add_option("--doom-budget", o.doom_budget,
+                 "--search-doom: steps the search may replay in all (the first replay, of the run as it was, "
+                 "included); when spent, it names the steps still suspected")
+      ->capture_default_str()
+      ->check(kPositive)
+      ->group(after);
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
@@ -214,7 +238,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
          },
          "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
          "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
-         "(ARG: factor, default 1000), and the slow-onset lr_ramp and input_ramp (the LR or the float "
+         "(ARG: factor, default 1000, from STEP on), lr_pulse (the same at STEP alone), and the slow-onset lr_ramp and "
+         "input_ramp (the LR or the float "
          "inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3), and sample_burst (float inputs and "
          "targets times ARG, default 1e4, for 8 steps); /rankR plants it on rank R only. "
          "Repeatable. See samples/faults/")
@@ -269,6 +294,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
 
 void apply_defaults(TrainOptions& o) {
   if (!o.resume.empty()) o.run_dir = o.resume;
+  if (!o.search_doom.empty()) o.run_dir = o.search_doom;
   if (o.checkpoint_every > 0 && o.save.empty())
     o.save =
         (std::filesystem::path(o.run_dir) / (o.dist.world_size > 1 ? "checkpoint-rank-{rank}.h5" : "checkpoint.h5"))
@@ -277,7 +303,8 @@ void apply_defaults(TrainOptions& o) {
 
 std::vector<std::string> with_resume_config(const std::vector<std::string>& args) {
   std::vector<std::string> out = args;
-  const auto resume = std::find(args.begin(), args.end(), "--resume");
+  auto resume = std::find(args.begin(), args.end(), "--resume");
+  if (resume == args.end()) resume = std::find(args.begin(), args.end(), "--search-doom");
   const bool has_config = std::any_of(
       args.begin(), args.end(), [](const std::string& a) { return a == "--config" || a.rfind("--config=", 0) == 0; });
   if (resume == args.end() || resume + 1 == args.end() || has_config) return out;
@@ -291,13 +318,18 @@ void write_options_file(const CLI::App& app, const std::string& run_dir) {
   std::ofstream out(path);
   out << "# The options this run started with, as given; nanscope-train --resume RUN_DIR reads them.\n";
   // Not what would make the resumed run another run, or resume it again.
-  static const std::set<std::string> kSkipped{"config", "resume", "rank", "local-rank", "master-addr", "master-port"};
+  static const std::set<std::string> kSkipped{"config", "resume",     "search-doom", "failing-step", "doom-budget",
+                                              "rank",   "local-rank", "master-addr", "master-port"};
   auto quoted = [](const std::string& v) {
     std::string q = "\"";
     for (char c : v) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
     return q + "\"";
   };
-  for (const CLI::Option* opt : app.get_options()) {
+  // The app's own options and its option groups' (the model sizes, rollback), which CLI11 keeps apart.
+  std::vector<const CLI::Option*> options = app.get_options();
+  for (const CLI::App* group : app.get_subcommands(std::function<bool(const CLI::App*)>{}))
+    for (const CLI::Option* opt : group->get_options()) options.push_back(opt);
+  for (const CLI::Option* opt : options) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
     if (kSkipped.count(name)) continue;
@@ -324,6 +356,10 @@ void validate_options(const TrainOptions& o) {
   if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
   if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
   if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
+  if (o.keep_checkpoints > 0 && o.checkpoint_every == 0)
+    throw std::invalid_argument("--keep-checkpoints needs --checkpoint-every N");
+  if (!o.search_doom.empty() && !o.resume.empty())
+    throw std::invalid_argument("--search-doom and --resume: one at a time (the search trains nothing)");
   validate(o.dist);
   for (const auto& f : o.faults)
     if (f.rank >= o.dist.world_size)

@@ -9,11 +9,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/models/mlp.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
@@ -152,7 +154,7 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
     if (!is_loop_fault(f.kind)) {
       if (!plant_fault(model, f))
         throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " cannot be planted in " + o.model +
-                                    " (TorchScript models host only nonfinite_input, lr_spike, lr_ramp, "
+                                    " (TorchScript models host only nonfinite_input, lr_spike, lr_pulse, lr_ramp, "
                                     "input_ramp and sample_burst; masked_row needs the gpt's attention)");
       plant_fault(model, {FaultKind::none});
     }
@@ -160,6 +162,32 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
   if (!is_builtin(o.model)) check_loss_is_a_scalar(o.model, model, data);
   if (!is_builtin(o.model) && o.z_loss > 0)
     throw std::invalid_argument("--z-loss needs a built-in model: a TorchScript model returns its own loss");
+}
+
+std::unique_ptr<TrainableModel> prepared_model(const TrainOptions& o, const Dataset& data, at::Device device,
+                                               std::ostream& log) {
+  std::unique_ptr<TrainableModel> model = make_model(o, data);
+  if (!o.init.empty()) {
+    const int64_t from = load_checkpoint(o.init, *model);
+    log << "init: " << o.init << " (saved at step " << from << ")\n";
+  }
+  check_compatibility(o, *model, data, device);
+  model->to(device, at::kFloat);
+  model->set_training(true);
+  model->set_z_loss(o.z_loss);
+  return model;
+}
+
+std::pair<at::Tensor, at::Tensor> planted_batch(const Dataset& data, const std::vector<Fault>& faults, int64_t step,
+                                                const at::Tensor& rows, at::Device device) {
+  at::Tensor inputs = data.inputs.index_select(0, rows);
+  if (auto row = poisoned_row_at(faults, step)) inputs[*row].fill_(std::nan(""));
+  if (const double scale = input_scale_at(faults, step); scale != 1.0 && inputs.is_floating_point())
+    inputs = inputs * scale;
+  at::Tensor targets = data.targets.index_select(0, rows);
+  if (const double scale = target_scale_at(faults, step); scale != 1.0 && targets.is_floating_point())
+    targets = targets * scale;
+  return {inputs.to(device), targets.to(device)};
 }
 
 }  // namespace nanscope::trainer

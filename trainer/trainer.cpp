@@ -93,21 +93,6 @@ void poison_first_buffer(TrainableModel& model) {
 
 namespace {
 
-// The model from --model (and --init), on its device, ready to train.
-std::unique_ptr<TrainableModel> prepared_model(const TrainOptions& o, const Dataset& data, at::Device device,
-                                               std::ostream& log) {
-  std::unique_ptr<TrainableModel> model = make_model(o, data);
-  if (!o.init.empty()) {
-    const int64_t from = load_checkpoint(o.init, *model);
-    log << "init: " << o.init << " (saved at step " << from << ")\n";
-  }
-  check_compatibility(o, *model, data, device);
-  model->to(device, at::kFloat);
-  model->set_training(true);
-  model->set_z_loss(o.z_loss);
-  return model;
-}
-
 // Data parallel: the rendezvous. Empty for one process.
 struct Ranks {
   std::unique_ptr<ProcessGroup> group;
@@ -238,19 +223,6 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   log << "\n";
 }
 
-// The step's batch, with the loop's planted faults (a NaN row, scaled inputs
-// and targets), on the device.
-std::pair<at::Tensor, at::Tensor> batch_at(const Session& s, int64_t step, const at::Tensor& rows) {
-  at::Tensor inputs = s.data.inputs.index_select(0, rows);
-  if (auto row = poisoned_row_at(s.faults, step)) inputs[*row].fill_(std::nan(""));
-  if (const double scale = input_scale_at(s.faults, step); scale != 1.0 && inputs.is_floating_point())
-    inputs = inputs * scale;
-  at::Tensor targets = s.data.targets.index_select(0, rows);
-  if (const double scale = target_scale_at(s.faults, step); scale != 1.0 && targets.is_floating_point())
-    targets = targets * scale;
-  return {inputs.to(s.device), targets.to(s.device)};
-}
-
 // One guarded step, its LR from the schedule; a lost peer is said in this
 // rank's run file, which stays whole.
 GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool interrupted) {
@@ -261,7 +233,7 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * lr_multiplier_at(s.faults, step);
   set_lr(*s.optimizer, context.lr);
   context.batch_rows = s.sampler->rows(step);
-  const auto [inputs, targets] = batch_at(s, step, context.batch_rows);
+  const auto [inputs, targets] = planted_batch(s.data, s.faults, step, context.batch_rows, s.device);
   context.fault = model_fault_at(s.faults, step);
   if (s.ranks.buckets) {
     context.averager = &*s.ranks.buckets;
@@ -361,6 +333,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
       if (const std::string path = checkpoint_path_for_rank(o.save, o.dist); !path.empty()) {
         write_checkpoint(path, *s.model, *s.optimizer, *s.guard, step + 1, true, tally.summary, log, s.who);
         checkpoint_saved_after = step + 1;
+        if (o.keep_checkpoints > 0 && tally.summary.saved_step == step + 1)
+          keep_by_step(path, step + 1, o.keep_checkpoints);
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -163,6 +164,51 @@ void keep_as_previous(const std::string& path) {
   fs::create_hard_link(path, linking, ec);
   if (ec) fs::copy_file(path, linking, fs::copy_options::overwrite_existing);  // a file system without hard links
   fs::rename(linking, previous);
+}
+
+namespace {
+// X.h5 -> "X.step-" and ".h5": the parts around the step number.
+std::pair<std::string, std::string> step_checkpoint_name(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string ext = p.extension().empty() ? std::string(".h5") : p.extension().string();
+  return {p.stem().string() + ".step-", ext};
+}
+}  // namespace
+
+std::string step_checkpoint_path(const std::string& path, int64_t steps_done) {
+  const auto [stem, ext] = step_checkpoint_name(path);
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%07lld", static_cast<long long>(steps_done));
+  return (std::filesystem::path(path).parent_path() / (stem + digits + ext)).string();
+}
+
+std::vector<std::pair<int64_t, std::string>> checkpoints_kept_by_step(const std::string& path) {
+  namespace fs = std::filesystem;
+  const auto [stem, ext] = step_checkpoint_name(path);
+  const fs::path parent = fs::path(path).parent_path();
+  std::vector<std::pair<int64_t, std::string>> kept;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent.empty() ? fs::path(".") : parent, ec)) {
+    const std::string name = entry.path().stem().string();  // a ".part" being written has another extension
+    if (entry.path().extension() != ext || name.rfind(stem, 0) != 0) continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    kept.emplace_back(std::stoll(digits), (parent / entry.path().filename()).string());
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+void keep_by_step(const std::string& path, int64_t steps_done, int64_t keep) {
+  namespace fs = std::filesystem;
+  const std::string target = step_checkpoint_path(path, steps_done), linking = target + ".part";
+  std::error_code ec;
+  fs::remove(linking, ec);
+  fs::create_hard_link(path, linking, ec);
+  if (ec) fs::copy_file(path, linking, fs::copy_options::overwrite_existing);
+  fs::rename(linking, target);
+  std::vector<std::pair<int64_t, std::string>> kept = checkpoints_kept_by_step(path);
+  for (size_t i = 0; i + size_t(keep) < kept.size(); ++i) fs::remove(kept[i].second, ec);
 }
 
 }  // namespace nanscope

@@ -7,18 +7,27 @@ namespace nanscope {
 
 namespace {
 
-constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,     FaultKind::log_nonpositive,
-                                FaultKind::sqrt_grad_zero,      FaultKind::zero_variance_norm,
-                                FaultKind::exp_overflow,        FaultKind::lr_spike,
-                                FaultKind::masked_row,          FaultKind::variance_cancellation,
-                                FaultKind::activation_overflow, FaultKind::attention_logit_growth,
-                                FaultKind::logit_drift,         FaultKind::lr_ramp,
-                                FaultKind::input_ramp,          FaultKind::sample_burst,
+constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,
+                                FaultKind::log_nonpositive,
+                                FaultKind::sqrt_grad_zero,
+                                FaultKind::zero_variance_norm,
+                                FaultKind::exp_overflow,
+                                FaultKind::lr_spike,
+                                FaultKind::masked_row,
+                                FaultKind::variance_cancellation,
+                                FaultKind::activation_overflow,
+                                FaultKind::attention_logit_growth,
+                                FaultKind::logit_drift,
+                                FaultKind::lr_ramp,
+                                FaultKind::input_ramp,
+                                FaultKind::sample_burst,
+                                FaultKind::lr_pulse,
                                 FaultKind::buffer_nan};
 
 double default_arg(FaultKind kind) {
   switch (kind) {
-    case FaultKind::lr_spike: return 1000.0;
+    case FaultKind::lr_spike:
+    case FaultKind::lr_pulse: return 1000.0;
     case FaultKind::attention_logit_growth:
     case FaultKind::logit_drift: return 1e6;
     case FaultKind::lr_ramp: return 0.2;
@@ -47,6 +56,7 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::lr_ramp: return "lr_ramp";
     case FaultKind::input_ramp: return "input_ramp";
     case FaultKind::sample_burst: return "sample_burst";
+    case FaultKind::lr_pulse: return "lr_pulse";
     case FaultKind::buffer_nan: return "buffer_nan";
   }
   return "?";
@@ -109,8 +119,9 @@ std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
 }
 
 bool is_loop_fault(FaultKind kind) {
-  return kind == FaultKind::lr_spike || kind == FaultKind::nonfinite_input || kind == FaultKind::lr_ramp ||
-         kind == FaultKind::input_ramp || kind == FaultKind::sample_burst || kind == FaultKind::buffer_nan;
+  return kind == FaultKind::lr_spike || kind == FaultKind::lr_pulse || kind == FaultKind::nonfinite_input ||
+         kind == FaultKind::lr_ramp || kind == FaultKind::input_ramp || kind == FaultKind::sample_burst ||
+         kind == FaultKind::buffer_nan;
 }
 
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
@@ -122,7 +133,7 @@ Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
 double lr_multiplier_at(const std::vector<Fault>& faults, int64_t step) {
   double m = 1.0;
   for (const auto& f : faults)
-    if (f.kind == FaultKind::lr_spike && step >= f.step)
+    if ((f.kind == FaultKind::lr_spike && step >= f.step) || (f.kind == FaultKind::lr_pulse && step == f.step))
       m *= f.arg;
     else if (f.kind == FaultKind::lr_ramp && step >= f.step)
       m *= std::pow(1.0 + f.arg, double(step - f.step));

@@ -8,10 +8,10 @@
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/core/step_replay.hpp"
-#include "nanscope/format/row_text.hpp"
 #include "nanscope/probe/birth_category.hpp"
 #include "step_guard_running.hpp"
 
@@ -30,12 +30,6 @@ std::vector<MicroBatch> replayable(const std::vector<MicroBatch>& micro_batches)
     m.recorded_loss = std::numeric_limits<double>::quiet_NaN();
   }
   return out;
-}
-
-std::vector<int64_t> long_values(const at::Tensor& t) {
-  if (!t.defined()) return {};
-  const at::Tensor c = t.to(at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
 }  // namespace
@@ -105,6 +99,9 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   failing.fault = run.context.fault;
   std::optional<ClosureModel::Step> with_loss_fn;
   if (owned_model_ && loss_fn_) with_loss_fn.emplace(closure_model(), loss_fn_, failing.micro_batches.front().batch);
+  // The replays run the modules the fallback moved to fp32 in fp32, as the steps did.
+  std::optional<Fp32ModuleRegions> fp32;
+  if (!fp32_modules_.empty()) fp32.emplace(model_, fp32_modules_);
   LiveEarlierSteps replays(model_, optimizer_, parameters_, options_.clip, *from, records, failing,
                            rollback_.spike_threshold());
   const DoomFinding finding = find_dooming_step(replays);
@@ -130,12 +127,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   cost << finding.replays << " replays from the state after step " << from->step << ", " << replays.steps_run()
        << " steps run, " << seconds << " s";
   if (finding.outcome != DoomOutcome::dooming_step) {
-    const std::string text = finding.outcome == DoomOutcome::several_steps
-                                 ? "no single step doomed step " + std::to_string(step) + ": finite without steps " +
-                                       std::to_string(finding.first) + "-" + std::to_string(finding.last) +
-                                       " together, not one; " + cost.str()
-                                 : "no earlier step doomed step " + std::to_string(step) +
-                                       ": non-finite with every update since the saved state left out; " + cost.str();
+    const std::string text = doom_sentence(finding, step, "") + "; " + cost.str();
     writer_->event(step, format::EventKind::doom, text);
     say(step, "doomed by: " + text);
     return false;
@@ -146,14 +138,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   const StepRecord* doomer = nullptr;
   for (const StepRecord* r : records)
     if (r->step == finding.step) doomer = r;
-  std::string rows = "its update";
-  if (!finding.rows.empty()) {
-    std::vector<int64_t> batch_rows = doomer ? long_values(doomer->batch_rows) : std::vector<int64_t>{};
-    if (batch_rows.empty()) batch_rows.assign(size_t(finding.rows.back() + 1), -1);
-    rows = format::batch_rows_text(batch_rows, finding.rows);
-  }
-  std::string text = "step " + std::to_string(finding.step) + " doomed step " + std::to_string(step) + ": without " +
-                     rows + " the steps up to " + std::to_string(step) + " stay finite; " + cost.str();
+  std::string text = doom_sentence(finding, step, dooming_rows_text(doomer, finding.rows)) + "; " + cost.str();
   if (recover) {
     doom_found_.reset();
     // The run as the replay left it: every update since the saved state but

@@ -7,8 +7,14 @@
 
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/format/row_text.hpp"
+#include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope {
+
+namespace {
+constexpr double kNoBand = std::numeric_limits<double>::infinity();
+}  // namespace
 
 LiveEarlierSteps::LiveEarlierSteps(TrainableModel& model, torch::optim::Optimizer& optimizer,
                                    const std::vector<at::Tensor>& parameters, double clip, const TrainingState& from,
@@ -29,6 +35,13 @@ std::vector<int64_t> LiveEarlierSteps::applied_steps() const {
   return out;
 }
 
+std::string dooming_rows_text(const StepRecord* record, const std::vector<int64_t>& rows) {
+  if (rows.empty()) return "its update";
+  std::vector<int64_t> batch_rows = record ? probe::long_values(record->batch_rows) : std::vector<int64_t>{};
+  if (batch_rows.empty()) batch_rows.assign(size_t(rows.back() + 1), -1);
+  return format::batch_rows_text(batch_rows, rows);
+}
+
 std::vector<MicroBatch> without_rows(const std::vector<MicroBatch>& micro_batches, const std::vector<int64_t>& rows) {
   std::vector<MicroBatch> out;
   int64_t offset = 0;
@@ -44,14 +57,15 @@ std::vector<MicroBatch> without_rows(const std::vector<MicroBatch>& micro_batche
   return out;
 }
 
-bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update) {
+bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update,
+                           double loss_band) {
   ++steps_run_;
   const std::vector<MicroBatch> micro =
       rows_left_out.empty() ? record.micro_batches : without_rows(record.micro_batches, rows_left_out);
   bool ok = false;
   try {
     const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, micro);
-    ok = r.finite() && r.loss.item<double>() <= loss_band_;
+    ok = r.finite() && r.loss.item<double>() <= loss_band;
     if (ok && update) {
       clip_gradients(parameters_, r.total_norm.item<double>(), clip_);
       std::vector<double> lrs;
@@ -68,16 +82,31 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
   return ok;
 }
 
+bool LiveEarlierSteps::budget_left() const { return budget_ - steps_run_ >= int64_t(steps_.size()) + 1; }
+
+bool LiveEarlierSteps::reproduce(const std::function<void(const StepRecord&)>& before) {
+  LossScaler scaler;
+  StateRing::restore(from_, model_, optimizer_, scaler);
+  for (const StepRecord* r : steps_) {
+    before(*r);
+    // A step the run applied must be finite again (its loss may have been a spike the run let through).
+    if (!run(*r, {}, /*update=*/r->applied, kNoBand) && r->applied) return false;
+  }
+  before(failing_);
+  return !run(failing_, {}, /*update=*/false, kNoBand);
+}
+
 bool LiveEarlierSteps::survives(const LeaveOut& leave_out) {
+  if (on_replay_) on_replay_(leave_out);
   LossScaler scaler;  // replays use each step's recorded loss scale; the guard's scaler is left alone
   StateRing::restore(from_, model_, optimizer_, scaler);
   for (const StepRecord* r : steps_) {
     if (!r->applied) continue;  // skipped then: skipped now
     const bool in_range = r->step >= leave_out.first && r->step <= leave_out.last;
     if (in_range && leave_out.rows.empty()) continue;
-    if (!run(*r, in_range ? leave_out.rows : std::vector<int64_t>{}, /*update=*/true)) return false;
+    if (!run(*r, in_range ? leave_out.rows : std::vector<int64_t>{}, /*update=*/true, loss_band_)) return false;
   }
-  return run(failing_, {}, /*update=*/false);
+  return run(failing_, {}, /*update=*/false, loss_band_);
 }
 
 int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {

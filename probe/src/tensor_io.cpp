@@ -39,6 +39,12 @@ at::ScalarType to_scalar_type(format::DType dtype) {
   return at::kFloat;
 }
 
+std::vector<int64_t> long_values(const at::Tensor& tensor) {
+  if (!tensor.defined()) return {};
+  const at::Tensor c = tensor.to(at::kCPU, at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
 format::TensorData tensor_to_data(const at::Tensor& tensor) {
   at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
   format::TensorData data;

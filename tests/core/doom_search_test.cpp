@@ -21,6 +21,7 @@ struct ScriptedSteps : EarlierSteps {
   bool fails_anyway = false;     // the failing step's own batch: nothing left out saves it
   bool all_rows_needed = false;  // every row of needed_rows must be left out (else any one)
   int replays = 0;
+  int budget = 1 << 30;  // replays the search may run
 
   explicit ScriptedSteps(int64_t n) {
     for (int64_t s = 10; s < 10 + n; ++s) steps.push_back(s);
@@ -41,6 +42,7 @@ struct ScriptedSteps : EarlierSteps {
     return true;
   }
   int64_t searchable_rows(int64_t) const override { return rows; }
+  bool budget_left() const override { return replays < budget; }
 };
 
 }  // namespace
@@ -106,4 +108,26 @@ TEST(DoomSearch, TwoRowsThatDoomOnlyTogetherBlameTheStepNotAnInnocentRow) {
   ASSERT_EQ(f.outcome, DoomOutcome::dooming_step);
   EXPECT_EQ(f.step, 11);
   EXPECT_TRUE(f.rows.empty()) << doom_text(f);
+}
+
+TEST(DoomSearch, ABudgetStopsTheSearchAndNamesTheRangeStillSuspected) {
+  ScriptedSteps steps(100);
+  steps.needed = {73};
+  steps.budget = 5;  // the innocence test and two halvings
+  const DoomFinding f = find_dooming_step(steps);
+  EXPECT_EQ(steps.replays, 5);
+  ASSERT_EQ(f.outcome, DoomOutcome::budget_spent);
+  EXPECT_LE(f.first, 73);
+  EXPECT_GE(f.last, 73);
+  EXPECT_LT(f.last - f.first, 99);  // narrowed, not the whole run
+  EXPECT_EQ(doom_text(f), "not found within the step budget (steps " + std::to_string(f.first) + "-" +
+                              std::to_string(f.last) + " still suspected)");
+  // No room for even the first replay: everything is still suspected.
+  ScriptedSteps none(10);
+  none.needed = {12};
+  none.budget = 0;
+  const DoomFinding g = find_dooming_step(none);
+  EXPECT_EQ(g.outcome, DoomOutcome::budget_spent);
+  EXPECT_EQ(g.first, 10);
+  EXPECT_EQ(g.last, 19);
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -64,5 +66,16 @@ std::string previous_checkpoint_path(const std::string& path);
 // kill leaves either the old previous or the new one whole. Nothing when PATH
 // does not exist.
 void keep_as_previous(const std::string& path);
+
+// Periodic checkpoints kept by their step (nanscope-train --keep-checkpoints),
+// so a search after the run (--search-doom) can replay from one before the
+// step that doomed it: X.h5 -> X.step-0000040.h5 (40 steps done).
+std::string step_checkpoint_path(const std::string& path, int64_t steps_done);
+// Links PATH's checkpoint as step_checkpoint_path(PATH, steps_done) (a hard
+// link: no second copy where the file system has them) and removes the
+// oldest of those beyond `keep`.
+void keep_by_step(const std::string& path, int64_t steps_done, int64_t keep);
+// The checkpoints kept by step beside PATH: (steps done, path), oldest first.
+std::vector<std::pair<int64_t, std::string>> checkpoints_kept_by_step(const std::string& path);
 
 }  // namespace nanscope

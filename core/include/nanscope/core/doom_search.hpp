@@ -44,12 +44,16 @@ class EarlierSteps {
   // removing a row would shift the step's random draws (dropout) or the batch
   // has one row.
   virtual int64_t searchable_rows(int64_t step) const = 0;
+  // Whether one more replay fits the search's budget (an offline search is
+  // bounded by the steps it may run); the live one has none.
+  virtual bool budget_left() const { return true; }
 };
 
 enum class DoomOutcome {
   dooming_step,     // `step` (and `rows`, when some rows alone did it)
   several_steps,    // no single step: the smallest range found, first..last
   no_earlier_step,  // fails with every update since the saved state left out
+  budget_spent,     // stopped by the budget: the range still suspected, first..last
 };
 
 struct DoomFinding {
@@ -64,5 +68,10 @@ DoomFinding find_dooming_step(EarlierSteps& steps);
 
 // "step 40, batch rows 3, 5", "steps 12-19", "no earlier step": the finding as logs and events say it.
 std::string doom_text(const DoomFinding& finding);
+// The finding as a sentence about failing step `failing`: "step 15 doomed
+// step 16: without its update the steps up to 16 stay finite", "no earlier
+// step doomed step 16: ...". `rows_text`: the dooming step's rows as said
+// (dooming_rows_text in step_replay.hpp).
+std::string doom_sentence(const DoomFinding& finding, int64_t failing, const std::string& rows_text);
 
 }  // namespace nanscope

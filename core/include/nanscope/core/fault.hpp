@@ -25,6 +25,8 @@ enum class FaultKind {
   lr_ramp,                 // P12, slow onset: LR x (1 + ARG)^(step - STEP) from STEP on (default 0.2)
   input_ramp,              // slow onset: float inputs x (1 + ARG)^(step - STEP) from STEP on (default 0.3)
   sample_burst,            // finite but huge samples: float inputs and targets x ARG (default 1e4), kBurstSteps steps
+  lr_pulse,                // P12, one step: LR x ARG (default 1000) at STEP alone: a finite update that may
+                           // doom a later step (a schedule bug, a resumed run's LR)
   buffer_nan,              // after STEP's update, NaN is written into the model's first floating buffer: a
                            // state that went sick outside any step (a bug in the loop, a bad load)
 };

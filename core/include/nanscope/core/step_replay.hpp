@@ -9,6 +9,9 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "nanscope/core/doom_search.hpp"
@@ -29,13 +32,23 @@ class LiveEarlierSteps : public EarlierSteps {
   std::vector<int64_t> applied_steps() const override;
   bool survives(const LeaveOut& leave_out) override;
   int64_t searchable_rows(int64_t step) const override;
+  // A replay is started only if the steps it may run keep the total within `budget_steps`.
+  bool budget_left() const override;
+  void set_budget(int64_t budget_steps) { budget_ = budget_steps; }
+  // Called before each replay with what it leaves out: a progress line.
+  void on_replay(std::function<void(const LeaveOut&)> callback) { on_replay_ = std::move(callback); }
+  // Runs every step as the run did, nothing left out, calling `before` ahead
+  // of each (the failing step last): a run read back from its files gives
+  // each step there the RNG state it began with. True when the failing step
+  // fails again, as the search needs.
+  bool reproduce(const std::function<void(const StepRecord&)>& before);
   // The steps replayed in all so far (each replay counts the steps it ran).
   int64_t steps_run() const { return steps_run_; }
 
  private:
   // Recomputes one step (some rows left out) and applies its update: false
-  // when it was non-finite or its loss above the band.
-  bool run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update);
+  // when it was non-finite or its loss above `loss_band`.
+  bool run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update, double loss_band);
 
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
@@ -46,7 +59,13 @@ class LiveEarlierSteps : public EarlierSteps {
   const StepRecord& failing_;
   double loss_band_;
   int64_t steps_run_ = 0;
+  int64_t budget_ = std::numeric_limits<int64_t>::max();
+  std::function<void(const LeaveOut&)> on_replay_;
 };
+
+// "batch row 3 (data set row 120)" for `rows` of `record` (nullptr: data set
+// rows unknown); "its update" without rows (the step's whole update did it).
+std::string dooming_rows_text(const StepRecord* record, const std::vector<int64_t>& rows);
 
 // A record's micro-batches without some of its rows, counted across its
 // micro-batches in order; a micro-batch left with no row is dropped.

@@ -16,6 +16,8 @@ at::ScalarType to_scalar_type(format::DType dtype);
 format::TensorData tensor_to_data(const at::Tensor& tensor);
 // A CPU tensor owning a copy of the bytes.
 at::Tensor tensor_from_data(const format::TensorData& data);
+// An integer tensor's values (a batch's data set rows); empty when undefined.
+std::vector<int64_t> long_values(const at::Tensor& tensor);
 
 void put_tensor(const format::Group& group, const std::string& name, const at::Tensor& tensor);
 at::Tensor get_tensor(const format::Group& group, const std::string& name);

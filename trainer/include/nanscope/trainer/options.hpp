@@ -46,7 +46,13 @@ struct TrainOptions : GuardOptions {
   bool shuffle = true;
   std::string save;  // checkpoint written at the end (and every checkpoint_every steps)
   int64_t checkpoint_every = 0;
-  std::string resume;  // RUN_DIR to continue from its newest checkpoint
+  int64_t keep_checkpoints = 0;  // periodic checkpoints also kept by step, the newest N (for --search-doom)
+  std::string resume;            // RUN_DIR to continue from its newest checkpoint
+  // After a run: RUN_DIR whose failing step's cause to search for among the
+  // earlier steps (doom_offline.hpp), replaying from a checkpoint before it.
+  std::string search_doom;
+  int64_t failing_step = -1;   // the step to explain (-1: the run's first non-finite step)
+  int64_t doom_budget = 5000;  // steps the offline search may replay in all
   uint64_t seed = 0;
   int threads = 0;  // 0: LibTorch's default
   DeviceChoice device = DeviceChoice::automatic;

@@ -21,7 +21,7 @@ void apply_defaults(TrainOptions& options);
 // which --resume reads back as its --config.
 inline constexpr const char* kOptionsFile = "options.toml";
 // argv with "--config RUN_DIR/options.toml" added after the program name when
-// it holds "--resume RUN_DIR" and no --config.
+// it holds "--resume RUN_DIR" (or "--search-doom RUN_DIR") and no --config.
 std::vector<std::string> with_resume_config(const std::vector<std::string>& args);
 // Writes RUN_DIR/options.toml: every option given (on the command line, in
 // --config or the environment) as it was given, but --config, --resume and
