@@ -119,7 +119,8 @@ OfflineDoomSearch search_doom_offline(const TrainOptions& o, std::ostream& log) 
     if (!found.reproduced)
       throw std::runtime_error("replayed from " + path + ", step " + std::to_string(failing) +
                                " does not fail again (or a step the run applied before it fails): the run cannot be "
-                               "reproduced here (another machine, LibTorch or options?)");
+                               "reproduced here (another machine, LibTorch or options?)" +
+                               (found.error.empty() ? std::string() : "; a step raised: " + found.error));
     out.finding = found.finding;
     out.rows_text = found.rows_text;
     out.checkpoint = path;

@@ -110,7 +110,10 @@ AfterRunSearch search_after_run(TrainableModel& model, torch::optim::Optimizer& 
     records.at(r.step).micro_batches.front().cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
   });
   out.steps_run = replays.steps_run();
-  if (!out.reproduced) return out;
+  if (!out.reproduced) {
+    out.error = replays.last_error();
+    return out;
+  }
   int number = 0;
   replays.on_replay([&](const LeaveOut& l) {
     if (!steps.progress) return;

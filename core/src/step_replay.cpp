@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nanscope/common/error_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/row_text.hpp"
@@ -75,7 +76,8 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
       optimizer_.step();
       for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    last_error_ = one_line_error(e);
     ok = false;  // an op that raised on the values a replay made: no survival
   }
   clear_grads(parameters_);

@@ -35,9 +35,10 @@ from . import _watch
 from ._nanscope import StepResult
 from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
+from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport
 
-__all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth"]
+__all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth", "find_dooming_step", "DoomReport"]
 
 
 class StepGuard:

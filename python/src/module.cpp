@@ -39,29 +39,6 @@ struct StepResult {
   std::string stop_reason;  // why
 };
 
-// Any batch: a tensor, (inputs, targets), or a dict, tuple or list of them
-// (nested; non-tensor leaves kept as they are), its samples along row_dim.
-Batch batch_of(const py::object& batch, int64_t row_dim) {
-  const py::module_ batches = py::module_::import("nanscope._batch");
-  Batch b;
-  if (THPVariable_Check(batch.ptr())) {
-    b = Batch(batch.cast<at::Tensor>());
-  } else if (batches.attr("is_plain")(batch).cast<bool>()) {
-    const py::sequence items = batch.cast<py::sequence>();
-    b = Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
-  } else {
-    const py::tuple flat = batches.attr("flatten")(batch);
-    b = Batch::nested(flat[0].cast<std::vector<at::Tensor>>(), flat[1].cast<std::string>());
-    if (b.leaves.empty())
-      throw py::type_error(
-          "nanscope: batch must hold tensors (a tensor, (inputs, targets), or a dict, tuple or list "
-          "of tensors); got " +
-          py::repr(batch).cast<std::string>());
-  }
-  b.row_dim = row_dim;
-  return b;
-}
-
 // A Python function's exception as the guard must see it: Ctrl-C and
 // sys.exit() pass through as the user's wish, not a fault to diagnose.
 at::Tensor loss_value(const py::object& value, const char* what) {
@@ -367,6 +344,7 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("flush", [](Guard& g) { g.guard().writer().flush(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 
+  nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"));
   m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });

@@ -1,5 +1,7 @@
 #include "python_model.hpp"
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <stdexcept>
 
 namespace nanscope::python {
@@ -96,6 +98,27 @@ std::vector<std::string> PythonModel::module_paths() const {
 void PythonModel::set_training(bool on) {
   py::gil_scoped_acquire gil;
   named_->attr("train")(on);
+}
+
+Batch batch_of(const py::object& batch, int64_t row_dim) {
+  const py::module_ batches = py::module_::import("nanscope._batch");
+  Batch b;
+  if (THPVariable_Check(batch.ptr())) {
+    b = Batch(batch.cast<at::Tensor>());
+  } else if (batches.attr("is_plain")(batch).cast<bool>()) {
+    const py::sequence items = batch.cast<py::sequence>();
+    b = Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
+  } else {
+    const py::tuple flat = batches.attr("flatten")(batch);
+    b = Batch::nested(flat[0].cast<std::vector<at::Tensor>>(), flat[1].cast<std::string>());
+    if (b.leaves.empty())
+      throw py::type_error(
+          "nanscope: batch must hold tensors (a tensor, (inputs, targets), or a dict, tuple or list "
+          "of tensors); got " +
+          py::repr(batch).cast<std::string>());
+  }
+  b.row_dim = row_dim;
+  return b;
 }
 
 }  // namespace nanscope::python

@@ -26,6 +26,13 @@ SharedObject share(py::object object);
 // nested batch rebuilt in the structure the loop gave it (nanscope/_batch.py).
 py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets);
 py::object batch_object(const Batch& batch);
+// Any batch from Python: a tensor, (inputs, targets), or a dict, tuple or list
+// of them (nested; non-tensor leaves kept as they are), its samples along
+// row_dim. Throws TypeError for a batch without tensors.
+Batch batch_of(const py::object& batch, int64_t row_dim);
+
+// nanscope._search_doom (doom_search.cpp).
+void bind_doom_search(py::module_& m);
 
 class PythonModel : public TrainableModel {
  public:

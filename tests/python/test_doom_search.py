@@ -178,3 +178,82 @@ def test_the_recovery_skips_the_dooming_batch_alone_and_ends_as_well_as_a_rollba
     assert final_loss(doom) <= final_loss(rollback) * 1.02, (final_loss(doom), final_loss(rollback))
     print(f"final loss: doom recovery {final_loss(doom):.4f}, rollback {final_loss(rollback):.4f}, "
           f"clean {final_loss(clean):.4f}")
+
+
+def train_with_checkpoint(tmp_path, trunk, plan, steps, checkpoint_step, lr=0.05):
+    """The run as a user has it: no search while training, a checkpoint of
+    their own (torch.save) before step `checkpoint_step`."""
+    torch.manual_seed(0)
+    model = Net(trunk)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, warn=False,
+                               loss_fn=loss_fn, rollback=False)
+    path = tmp_path / "ckpt.pt"
+    for step in range(steps):
+        if step == checkpoint_step:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "rng_state": torch.get_rng_state()}, path)
+        for group in optimizer.param_groups:
+            group["lr"] = lr * (1e3 if step == plan.get("spike") else 1.0)
+        batch = batch_at(step, plan)
+        guard.step(lambda: loss_fn(model, batch), batch=batch)
+    guard.close()
+    return path
+
+
+def search_after(tmp_path, trunk, plan, checkpoint, start_step, **options):
+    return nanscope.find_dooming_step(tmp_path / "run", lambda: Net(trunk),
+                                      lambda m: torch.optim.SGD(m.parameters(), lr=0.05), loss_fn,
+                                      lambda step: batch_at(step, plan), checkpoint=checkpoint,
+                                      start_step=start_step, **options)
+
+
+@pytest.mark.parametrize("trunk", ["transformer", "rnn"])
+def test_after_the_run_the_dooming_step_is_found_from_the_users_checkpoint(tmp_path, trunk, capsys):
+    poison, d = 45, 10
+    plan = {"poison": poison, "trigger": poison + d, "echo": poison}
+    checkpoint = train_with_checkpoint(tmp_path, trunk, plan, poison + d + 3, checkpoint_step=40)
+    found = search_after(tmp_path, trunk, plan, checkpoint, 40)
+    assert found.outcome == "dooming_step", found
+    assert (found.failing_step, found.step, found.rows) == (poison + d, poison, [3]), found
+    assert str(found).startswith(f"step {poison} doomed step {poison + d}: without batch row 3"), found
+    assert found.steps_run > poison + d - 40 and found.replays >= 3
+    assert "nanscope: doom search: replay 1, without steps 40-54;" in capsys.readouterr().err
+    # A budget too small: the steps still suspected, narrowed from 40-54.
+    short = search_after(tmp_path, trunk, plan, checkpoint, 40, budget=60, progress=False)
+    assert short.outcome == "budget_spent", short
+    assert short.first <= poison <= short.last and short.last - short.first < 14, short
+
+
+def test_after_the_run_an_lr_spike_is_the_step_and_an_own_failure_no_step(tmp_path):
+    spike = 50
+    plan = {"spike": spike, "trigger": spike + 10, "echo": spike}
+    checkpoint = train_with_checkpoint(tmp_path / "spike", "rnn", plan, spike + 11, checkpoint_step=40)
+    found = search_after(tmp_path / "spike", "rnn", plan, checkpoint, 40, progress=False)
+    assert (found.outcome, found.step, found.rows) == ("dooming_step", spike, []), found  # the run.h5 LR replayed
+
+    own = 60
+    plan = {"own_fault": own}
+    checkpoint = train_with_checkpoint(tmp_path / "own", "transformer", plan, own + 1, checkpoint_step=40)
+    found = search_after(tmp_path / "own", "transformer", plan, checkpoint, 40, progress=False)
+    assert found.outcome == "no_earlier_step" and found.step is None, found
+
+
+def test_after_the_run_what_cannot_be_searched_raises_saying_why(tmp_path):
+    poison, d = 45, 1
+    plan = {"poison": poison, "trigger": poison + d, "echo": poison}
+    checkpoint = train_with_checkpoint(tmp_path, "rnn", plan, poison + d + 1, checkpoint_step=40)
+    with pytest.raises(ValueError, match="after the failing step 46"):
+        search_after(tmp_path, "rnn", plan, checkpoint, 50, progress=False)
+    with pytest.raises(ValueError, match="no row for that step"):
+        search_after(tmp_path, "rnn", plan, checkpoint, 40, failing_step=99, progress=False)
+    with pytest.raises(ValueError, match="bad run file"):
+        nanscope.find_dooming_step(tmp_path / "nowhere", lambda: Net("rnn"), lambda m: torch.optim.SGD(
+            m.parameters(), lr=0.05), loss_fn, lambda s: batch_at(s, plan), checkpoint=checkpoint, start_step=40)
+    with pytest.raises(ValueError, match="no 'optimizer'"):
+        search_after(tmp_path, "rnn", plan, {"model": Net("rnn").state_dict()}, 40)
+    # Other batches than the run's: the failing step does not fail again.
+    with pytest.raises(RuntimeError, match="does not fail again"):
+        nanscope.find_dooming_step(tmp_path / "run", lambda: Net("rnn"), lambda m: torch.optim.SGD(
+            m.parameters(), lr=0.05), loss_fn, lambda s: batch_at(s, {}), checkpoint=checkpoint, start_step=40,
+            progress=False)

@@ -31,6 +31,7 @@ struct AfterRunSearch {
   DoomFinding finding;
   std::string rows_text;  // the dooming step's rows with their data set rows; "its update" without rows
   int64_t steps_run = 0;  // every replay's steps, the run as it was included
+  std::string error;      // not reproduced because a step raised: what it said
 };
 
 struct AfterRunSteps {

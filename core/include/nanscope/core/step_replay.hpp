@@ -44,6 +44,8 @@ class LiveEarlierSteps : public EarlierSteps {
   bool reproduce(const std::function<void(const StepRecord&)>& before);
   // The steps replayed in all so far (each replay counts the steps it ran).
   int64_t steps_run() const { return steps_run_; }
+  // What the last step that raised said ("": none raised); such a step does not survive.
+  const std::string& last_error() const { return last_error_; }
 
  private:
   // Recomputes one step (some rows left out) and applies its update: false
@@ -59,6 +61,7 @@ class LiveEarlierSteps : public EarlierSteps {
   const StepRecord& failing_;
   double loss_band_;
   int64_t steps_run_ = 0;
+  std::string last_error_;
   int64_t budget_ = std::numeric_limits<int64_t>::max();
   std::function<void(const LeaveOut&)> on_replay_;
 };
