@@ -16,6 +16,7 @@
 #include "nanscope/core/compiled_region.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/module_scope.hpp"
@@ -112,9 +113,8 @@ std::string doom_of(const std::string& snapshot_path, int64_t step) {
   if (run.empty() || !fs::exists(run)) return "";
   try {
     const format::RunData r = format::read_run(run.string());
-    const std::string about = "doomed step " + std::to_string(step) + ":";
     for (const format::RunEvent& e : r.events)
-      if (e.kind == format::EventKind::doom && e.text.find(about) != std::string::npos) return e.text;
+      if (e.kind == format::EventKind::doom && format::doomed_step(e.text) == step) return e.text;
   } catch (const format::FormatError&) {}
   return "";
 }

@@ -42,6 +42,20 @@ std::string rollback_text(const RollbackFields& r) {
   return t;
 }
 
+std::optional<int64_t> doomed_step(const std::string& text) {
+  static const std::string about = "doomed step ";
+  const size_t at = text.find(about);
+  if (at == std::string::npos) return std::nullopt;
+  size_t i = at + about.size(), digits = 0;
+  int64_t step = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 18) {
+    step = step * 10 + (text[i++] - '0');
+    ++digits;
+  }
+  if (digits == 0 || i >= text.size() || text[i] != ':') return std::nullopt;
+  return step;
+}
+
 std::optional<int64_t> rollback_target(const std::string& text) {
   const std::string prefix = kRollbackPrefix;
   if (text.compare(0, prefix.size(), prefix) != 0) return std::nullopt;

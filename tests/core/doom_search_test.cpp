@@ -5,6 +5,7 @@
 #include <set>
 
 #include "nanscope/core/doom_search.hpp"
+#include "nanscope/format/event_text.hpp"
 
 using namespace nanscope;
 
@@ -130,4 +131,19 @@ TEST(DoomSearch, ABudgetStopsTheSearchAndNamesTheRangeStillSuspected) {
   EXPECT_EQ(g.outcome, DoomOutcome::budget_spent);
   EXPECT_EQ(g.first, 10);
   EXPECT_EQ(g.last, 19);
+}
+
+TEST(DoomSearch, TheSentenceNamesTheFailingStepForTheViewerAndTheReplayToReadBack) {
+  DoomFinding found;
+  found.outcome = DoomOutcome::dooming_step;
+  found.step = found.first = found.last = 45;
+  found.rows = {3};
+  const std::string text = doom_sentence(found, 55, "batch row 3 (data set row 363)") + "; 12 replays";
+  EXPECT_EQ(
+      text,
+      "step 45 doomed step 55: without batch row 3 (data set row 363) the steps up to 55 stay finite; 12 replays");
+  EXPECT_EQ(format::doomed_step(text), 55);
+  EXPECT_EQ(format::doomed_step(doom_sentence(DoomFinding{}, 60, "")), 60) << "no earlier step: about step 60";
+  EXPECT_EQ(format::doomed_step("doomed step 12"), std::nullopt) << "no colon: not ours";
+  EXPECT_EQ(format::doomed_step("a warning"), std::nullopt);
 }

@@ -210,6 +210,36 @@ TEST_F(ViewerScreenshot, WarningAndRollbackAreMarkedAndTheRolledBackStepsGreyedO
   EXPECT_GT(bottom - top, loss.h / 3) << "the curve was squashed: the rolled-back rows set the axis";
 }
 
+// A dooming step found (a `doom` event at step 30 about step 70, which was
+// skipped non-finite): its marker, and a bracket along the top from it to the
+// step it doomed, nowhere else.
+TEST_F(ViewerScreenshot, TheDoomingStepIsMarkedAndLinkedToTheStepItDoomed) {
+  test::TempDir dir;
+  {
+    format::RunWriter writer(dir.file("run.h5"), test::synthetic_header(3), 64);
+    for (int64_t s = 0; s < 100; ++s) {
+      writer.append(test::synthetic_row(s, 3, 70));
+      if (s == 70) writer.event(s, format::EventKind::skip, "non-finite loss; step skipped");
+    }
+    writer.event(30, format::EventKind::doom,
+                 "step 30 doomed step 70: without batch row 3 (data set row 12) the steps up to 70 stay finite; "
+                 "12 replays from the state after step 24, 117 steps run, 0.5 s");
+  }
+  auto r = view(dir.file("run.h5"), dir.file("run.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("run.png"), r.output);
+  ASSERT_TRUE(shot.loaded() && shot.has("plot.loss")) << r.output;
+  const Region loss = shot.region("plot.loss");
+  const auto x_of = [&](double step) { return loss.x + int(step / 100.0 * loss.w); };
+  const Rgb doom = rgb_of(viewer::rgba(255, 40, 200));  // the doom event's colour
+  EXPECT_GT(shot.count({x_of(30.5) - 5, loss.y, 10, loss.h}, doom, 30), 10) << "the marker at step 30";
+  const Region bracket{x_of(35), loss.y, x_of(65) - x_of(35), 24};
+  EXPECT_GT(shot.count(bracket, doom, 30), bracket.w * 3 / 4) << "the link from step 30 to step 70";
+  EXPECT_GT(shot.count({x_of(70.5) - 6, loss.y + 8, 12, 10}, doom, 30), 10) << "its arrow at step 70";
+  EXPECT_EQ(shot.count({x_of(75), loss.y, x_of(95) - x_of(75), 24}, doom, 30), 0) << "no link past step 70";
+  EXPECT_EQ(shot.count({x_of(5), loss.y, x_of(25) - x_of(5), 24}, doom, 30), 0) << "no link before step 30";
+}
+
 TEST_F(ViewerScreenshot, SnapshotShowsLayerNormsWithTheNaNLayer) {
   test::TempDir dir;
   const std::string snapshot = dir.file("step-0000150.h5");

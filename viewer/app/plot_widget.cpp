@@ -207,6 +207,15 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
           const float x0 = std::max(lo.x, m.px(double(*to) + 1)), x1 = std::min(hi.x, m.px(double(e.step) + 1));
           if (x1 > x0) dl->AddRectFilled({x0, lo.y}, {x1, hi.y}, kRolledBack);
         }
+      // A dooming step is linked to the step it doomed: a bracket along the top, an arrow at the failing step.
+      if (e.kind == format::EventKind::doom)
+        if (const std::optional<int64_t> doomed = format::doomed_step(e.text); doomed && *doomed > e.step) {
+          const float x0 = m.px(double(e.step) + 0.5), x1 = m.px(double(*doomed) + 0.5), y = lo.y + 12;
+          const uint32_t link = event_color(e.kind);
+          dl->AddLine({x0, y}, {x1, y}, link, 2.0f);
+          dl->AddLine({x0, y}, {x0, y + 8}, link, 2.0f);
+          dl->AddTriangleFilled({x1, y + 9}, {x1 - 5, y + 1}, {x1 + 5, y + 1}, link);
+        }
       if (!steps.x.contains(double(e.step))) continue;
       const float x = m.px(double(e.step) + 0.5);
       const uint32_t color = event_color(e.kind);

@@ -35,6 +35,10 @@ std::string rollback_text(const RollbackFields& r);
 // text that does not start "to step N".
 std::optional<int64_t> rollback_target(const std::string& text);
 
+// The failing step a `doom` event's text is about ("step 45 doomed step 55:
+// ...", "no earlier step doomed step 55: ..."); nullopt for another text.
+std::optional<int64_t> doomed_step(const std::string& text);
+
 // One entry per row of `run`: 1 where a later rollback took the row's update
 // back (its step lies after a rollback's target, up to the rollback's own
 // step), 0 for the rows that make up the run's curve.
