@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 
 #include "nanscope/common/number_text.hpp"
@@ -64,13 +63,6 @@ Replayable load_replayable(const TrainOptions& o, const Dataset& data, at::Devic
   cpu.set_state(state->cpu_rng);
   r.fp32_modules = state->guard.fp32_modules;
   return r;
-}
-
-std::string seconds_text(double s) {
-  std::ostringstream out;
-  out.precision(2);
-  out << s << " s";
-  return out.str();
 }
 
 }  // namespace

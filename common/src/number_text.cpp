@@ -10,4 +10,11 @@ std::string number_text(double value) {
   return s.str();
 }
 
+std::string seconds_text(double seconds) {
+  std::ostringstream s;
+  s.precision(2);
+  s << seconds << " s";
+  return s.str();
+}
+
 }  // namespace nanscope

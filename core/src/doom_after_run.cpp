@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 
+#include "nanscope/common/number_text.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_replay.hpp"
@@ -49,13 +49,11 @@ StepRecord recorded(const format::RunData& run, size_t row, size_t groups) {
 }
 
 std::string replay_line(const LeaveOut& l, int number, int64_t steps_run, double seconds) {
-  std::ostringstream out;
-  out.precision(2);
-  out << "replay " << number << ", without step" << (l.first == l.last ? " " : "s ") << l.first;
-  if (l.first != l.last) out << "-" << l.last;
-  if (!l.rows.empty()) out << " (" << l.rows.size() << " of its rows)";
-  out << "; " << steps_run << " steps run, " << seconds << " s";
-  return out.str();
+  std::string out = "replay " + std::to_string(number) + ", without step" + (l.first == l.last ? " " : "s ") +
+                    std::to_string(l.first);
+  if (l.first != l.last) out += "-" + std::to_string(l.last);
+  if (!l.rows.empty()) out += " (" + std::to_string(l.rows.size()) + " of its rows)";
+  return out + "; " + std::to_string(steps_run) + " steps run, " + seconds_text(seconds);
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       scaler_(scaler_config(options_.amp)),
       fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
       snapshot_policy_(options_.max_snapshots),
+      journal_(options_.log, options_.log_prefix),
       amp_(options_.amp),
       sentinel_(options_.sentinel),
       rollback_(options_.rollback),
@@ -168,11 +169,11 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
   const std::string path =
       (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string();
   if (options_.resume_after_step >= 0) {
-    writer_ = format::RunWriter::resume(path, options_.resume_after_step);
-    writer_->event(options_.resume_after_step, format::EventKind::resume, options_.resume_from);
-    writer_->flush();
+    journal_.open(format::RunWriter::resume(path, options_.resume_after_step));
+    journal_.event(options_.resume_after_step, format::EventKind::resume, options_.resume_from);
+    journal_.flush();
   } else {
-    writer_ = std::make_unique<format::RunWriter>(path, header);
+    journal_.open(std::make_unique<format::RunWriter>(path, header));
   }
   if (options_.log) *options_.log << options_.log_prefix << start_text(options_, path) << "\n";
 }
@@ -212,11 +213,7 @@ StateHealth StepGuard::health() const { return state_health(model_, &optimizer_)
 
 StepGuard::~StepGuard() = default;
 
-const std::string& StepGuard::run_file() const { return writer_->path(); }
-
-void StepGuard::say(int64_t step, const std::string& text) {
-  if (options_.log) *options_.log << options_.log_prefix << "step " << step << ": " << text << "\n";
-}
+const std::string& StepGuard::run_file() const { return journal_.writer().path(); }
 
 StepGuard::Running StepGuard::begin_step(int64_t step, const StepContext& context) {
   Running run;
@@ -323,13 +320,13 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
   row.step_time = result.seconds;
   if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
   row.layer_act_absmax = act_absmax_in;
-  writer_->append(row);
+  journal_.writer().append(row);
   const StepOutcome& outcome = result.outcome;
   if (outcome.skipped_as_spike) {
-    writer_->event(step, format::EventKind::skip,
+    journal_.event(step, format::EventKind::skip,
                    "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
-    say(step, "loss " + number_text(outcome.global_loss) + " is a spike after a rollback -> skipped");
+    journal_.say(step, "loss " + number_text(outcome.global_loss) + " is a spike after a rollback -> skipped");
     rollback_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.skipped) last_applied_step_ = step;
@@ -487,8 +484,9 @@ void StepGuard::check_scope_names(int64_t step, const std::vector<std::string>& 
   const std::vector<std::string> modules = model_.module_paths();
   for (const std::string& name : opened)
     if (std::find(modules.begin(), modules.end(), name) == modules.end())
-      say(step, "NANSCOPE_MODULE_SCOPE(\"" + name + "\") names no module of the model (named_modules() has no '" +
-                    name + "'): births inside it will carry that name");
+      journal_.say(step, "NANSCOPE_MODULE_SCOPE(\"" + name +
+                             "\") names no module of the model (named_modules() has no '" + name +
+                             "'): births inside it will carry that name");
 }
 
 void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
@@ -505,9 +503,7 @@ void StepGuard::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
   signals.input_absmax = result.outcome.batch_absmax;
   for (const Warning& w : sentinel_.observe(step, signals)) {
     rollback_.warned(step);
-    writer_->event(step, format::EventKind::warning, w.text);
-    say(step, "warning: " + w.text);
-    result.warnings.push_back(w.text);
+    result.warnings.push_back(journal_.record(step, format::EventKind::warning, w.text, "warning: "));
   }
 }
 
@@ -533,7 +529,7 @@ std::string StepGuard::undo_skipped_step(GuardedStep& result) {
 void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missing) {
   fp32_modules_checked_ = true;
   if (missing.empty()) return;
-  writer_->flush();
+  journal_.flush();
   // Worded as the user set it: a flag, a GuardOptions field, a Python keyword.
   const char* where = model_.is_torchscript() ? "; a TorchScript model's modules must be run unoptimised, as nanscope "
                                                 "runs them"
@@ -554,7 +550,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
                            : outcome.buffers_finite ? "non-finite gradients"
                                                     : "non-finite buffers";
   const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
-  writer_->event(step, format::EventKind::skip,
+  journal_.event(step, format::EventKind::skip,
                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
   if (context.averager) {
@@ -562,12 +558,12 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
     if (first_nonfinite_ranks_.empty() && !outcome.nonfinite_ranks.empty()) {
       first_nonfinite_ranks_ = outcome.nonfinite_ranks;
-      writer_->event(step, format::EventKind::first_nonfinite, ranks);
+      journal_.event(step, format::EventKind::first_nonfinite, ranks);
     }
-    writer_->event(step, format::EventKind::nonfinite_ranks, ranks);
+    journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
   }
   if (scaler_.enabled())
-    writer_->event(step, format::EventKind::scale_backoff,
+    journal_.event(step, format::EventKind::scale_backoff,
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 
   // Forensics where the fault is: a rank whose own check failed re-runs its
@@ -581,7 +577,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     result.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
-    say(step, "first birth: " + result.first_birth);
+    journal_.say(step, "first birth: " + result.first_birth);
   }
   std::optional<format::Capture> capture;
   if (investigate) {
@@ -607,14 +603,8 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
       if (model_.compiled()) {
         // The re-run ran eagerly, op by op: a compiled program's fault is
         // not there to see. Finite and no birth: run the step compiled too.
-        auto seconds = [](double s) {
-          std::ostringstream t;
-          t.precision(3);
-          t << s << " s";
-          return t.str();
-        };
-        compiled_cost =
-            "eager re-run " + seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        compiled_cost = "eager re-run " +
+                        seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         if (!rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth) {
           const CompiledCheck check = check_compiled_program(model_, [&] {
             bool nonfinite = false;
@@ -633,7 +623,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
           compiled_cost += ", compiled re-run" +
                            (check.region ? " and region search (" + std::to_string(check.region->runs + 1) + " runs)"
                                          : std::string()) +
-                           " " + seconds(check.seconds);
+                           " " + seconds_text(check.seconds);
         }
       }
     }
@@ -642,31 +632,31 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
     clear_grads(parameters_);
     if (!result.error.empty() && !capture->first_birth) {
-      writer_->flush();
+      journal_.flush();
       throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
     }
     // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
     result.first_birth = capture->ops_seen < 0 ? "the " + probe_.last_error() : format::capture_text(*capture);
-    say(step, "first birth: " + result.first_birth + (compiled_cost.empty() ? "" : " (" + compiled_cost + ")"));
-    writer_->event(step, format::EventKind::first_birth, result.first_birth);
+    journal_.record(step, format::EventKind::first_birth, result.first_birth,
+                    "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
     if (!decision.write) {
-      writer_->event(step, format::EventKind::snapshot_skipped, decision.why_not);
+      journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
     } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture);
                !path.empty()) {
-      writer_->event(step, format::EventKind::snapshot, path);
+      journal_.event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
       result.snapshot = path;
     } else {
-      writer_->event(step, format::EventKind::snapshot_failed, probe_.last_error());
+      journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
     }
   }
 
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
   if (options_.doom_search.enabled && nonfinite_in_a_row_ == 0 && search_dooming_step(run, capture)) {
-    writer_->flush();
-    say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
+    journal_.flush();
+    journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
     return;
   }
 
@@ -687,8 +677,9 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
   else if (fallback_.should_fire(result.amp, outcome, scaler_))
     fall_back(step, result, what + where);
   else
-    say(step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + number_text(scaler_.scale()) : ""));
-  writer_->flush();  // a skip is exactly what a post-mortem wants on disk
+    journal_.say(
+        step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + number_text(scaler_.scale()) : ""));
+  journal_.flush();  // a skip is exactly what a post-mortem wants on disk
   if (nonfinite_in_a_row_++ == 0) nonfinite_since_ = step;
   stop_if_nothing_left_to_try(step);
 }
@@ -718,7 +709,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   const StepContext& context = run.context;
   auto remedy_event = [&](Remedy remedy, const std::string& text) {
     result.remedy = remedy;
-    writer_->event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
+    journal_.event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
   };
   // The diagnosis runs on the rank that failed; the ranks must act alike.
   if (context.averager) {
@@ -740,7 +731,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
     const std::string same = "the same first birth as step " + std::to_string(first_step);
     if (earlier.remedy == Remedy::skip_data) {
       remedy_event(Remedy::skip_data, same + " (" + earlier.why + "); skipped, no fallback");
-      say(step, what + " -> skipped (data: " + same + "), no fallback");
+      journal_.say(step, what + " -> skipped (data: " + same + "), no fallback");
       return;
     }
     remedy_event(Remedy::whole_fp32, same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
@@ -774,7 +765,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
     case Remedy::skip_transient:
     case Remedy::skip_compiler:
       remedy_event(choice.remedy, choice.why + "; skipped, no fallback");
-      say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
+      journal_.say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
       return;
     case Remedy::fp32_modules: {
       fp32_modules_.insert(fp32_modules_.end(), choice.modules.begin(), choice.modules.end());
@@ -784,8 +775,8 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
            << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
       remedy_event(Remedy::fp32_modules,
                    fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + ")" + cost.str());
-      say(step, what + " -> skipped; " + fp32_modules_flag_value(choice.modules) + " to fp32, the rest stays " +
-                    precision_name(result.amp) + cost.str());
+      journal_.say(step, what + " -> skipped; " + fp32_modules_flag_value(choice.modules) +
+                             " to fp32, the rest stays " + precision_name(result.amp) + cost.str());
       return;
     }
     case Remedy::none:
@@ -804,17 +795,16 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
   const std::string done = result.amp == Amp::fp32 ? lr_cut + " (already fp32: no wider precision to fall back to)"
                                                    : "fallback to fp32, " + lr_cut;
-  writer_->event(
+  journal_.event(
       step, format::EventKind::fallback,
       result.amp == Amp::fp32 ? "fp32: " + lr_cut : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut);
-  say(step, what + " at " + precision_name(result.amp) + " -> skipped; " + done);
+  journal_.say(step, what + " at " + precision_name(result.amp) + " -> skipped; " + done);
   amp_ = Amp::fp32;
 }
 
 void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
-  writer_->event(step, format::EventKind::stop, text);
-  writer_->flush();
-  say(step, text);
+  journal_.record(step, format::EventKind::stop, text);
+  journal_.flush();
   throw DeadRunError("step " + std::to_string(step) + ": " + text);
 }
 
@@ -822,15 +812,15 @@ void StepGuard::save_state_if_due(int64_t step) {
   if (!rollback_.wants_state(step)) return;
   // A sick state is never kept: a rollback to it would restore the sickness.
   if (const StateHealth health = this->health(); !health.finite()) {
-    writer_->event(step, format::EventKind::save_refused,
-                   "rollback state after step " + std::to_string(step) + " not kept: " + health.text() + " non-finite");
-    say(step, "rollback state not kept: " + health.text() + " non-finite");
+    journal_.record(
+        step, format::EventKind::save_refused,
+        "rollback state after step " + std::to_string(step) + " not kept: " + health.text() + " non-finite");
     return;
   }
   if (!ring_.save(step, model_, optimizer_, scaler_) && ring_.size() == 0 && ring_.max_states() > 0) {
     // One state is over the memory budget: say so once, and stop trying.
-    say(step, "rollback: one saved state is larger than the " + number_text(options_.rollback.memory_mb) +
-                  " MB budget (--rollback-memory); no rollback possible");
+    journal_.say(step, "rollback: one saved state is larger than the " + number_text(options_.rollback.memory_mb) +
+                           " MB budget (--rollback-memory); no rollback possible");
     ring_ = StateRing(0, 0);
   }
 }
@@ -843,7 +833,7 @@ void StepGuard::act_on_persisting_trouble(int64_t step, GuardedStep& result, con
     fall_back(
         step, result,
         why + (rollback_.rollbacks() > 0 ? " after " + std::to_string(rollback_.rollbacks()) + " rollback(s)" : ""));
-    writer_->flush();
+    journal_.flush();
     return;
   }
   // With no rollback tried (no good state saved yet) nothing has failed but
@@ -874,9 +864,8 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
   result.rolled_back_to = to;
   const std::string text =
       format::rollback_text({to, step, options_.lr_backoff, lrs.empty() ? 0.0 : lrs.front() * lr_multiplier(), why});
-  writer_->event(step, format::EventKind::rollback, text);
-  writer_->flush();
-  say(step, "rollback " + text);
+  journal_.record(step, format::EventKind::rollback, text, "rollback ");
+  journal_.flush();
   nonfinite_in_a_row_ = 0;
   return true;
 }

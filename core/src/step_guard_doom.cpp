@@ -4,7 +4,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
-#include <sstream>
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/doom_search.hpp"
@@ -54,7 +53,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   GuardedStep& result = run.result;
   auto not_searched = [&](const std::string& why) {
     result.doomed_by = "not searched: " + why;
-    say(step, "doomed by: " + result.doomed_by);
+    journal_.say(step, "doomed by: " + result.doomed_by);
     return false;
   };
   // The step's own batch is the cause: no earlier step to look for.
@@ -76,7 +75,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     result.doomed_by = doom_text(f) + " (found at step " + std::to_string(doom_found_->at_step) + ")";
     result.doomed_by_step = f.step;
     result.doom_rows = f.rows;
-    say(step, "doomed by: " + result.doomed_by);
+    journal_.say(step, "doomed by: " + result.doomed_by);
     return false;
   }
   const std::vector<const StepRecord*> records = history_.between(from->step, step);
@@ -122,14 +121,12 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
 
   result.doomed_by = doom_text(finding);
   // The event's text fits run.h5's event width: the cost in one clause.
-  std::ostringstream cost;
-  cost.precision(2);
-  cost << finding.replays << " replays from the state after step " << from->step << ", " << replays.steps_run()
-       << " steps run, " << seconds << " s";
+  const std::string cost = std::to_string(finding.replays) + " replays from the state after step " +
+                           std::to_string(from->step) + ", " + std::to_string(replays.steps_run()) + " steps run, " +
+                           seconds_text(seconds);
   if (finding.outcome != DoomOutcome::dooming_step) {
-    const std::string text = doom_sentence(finding, step, "") + "; " + cost.str();
-    writer_->event(step, format::EventKind::doom, text);
-    say(step, "doomed by: " + text);
+    const std::string text = doom_sentence(finding, step, "") + "; " + cost;
+    journal_.record(step, format::EventKind::doom, text, "doomed by: ");
     return false;
   }
   result.doomed_by_step = finding.step;
@@ -138,7 +135,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   const StepRecord* doomer = nullptr;
   for (const StepRecord* r : records)
     if (r->step == finding.step) doomer = r;
-  std::string text = doom_sentence(finding, step, dooming_rows_text(doomer, finding.rows)) + "; " + cost.str();
+  std::string text = doom_sentence(finding, step, dooming_rows_text(doomer, finding.rows)) + "; " + cost;
   if (recover) {
     doom_found_.reset();
     // The run as the replay left it: every update since the saved state but
@@ -151,8 +148,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     result.rolled_back_to = from->step;
     text += "; recovered: replayed without it";
   }
-  writer_->event(finding.step, format::EventKind::doom, text);
-  say(step, "doomed by: " + text);
+  journal_.record_about(finding.step, step, format::EventKind::doom, text, "doomed by: ");
   return recover;
 }
 

@@ -6,5 +6,7 @@
 namespace nanscope {
 
 std::string number_text(double value);
+// A duration as logs and events say it: two significant digits ("0.51 s", "12 s").
+std::string seconds_text(double seconds);
 
 }  // namespace nanscope

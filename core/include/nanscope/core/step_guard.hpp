@@ -61,6 +61,7 @@
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/guard_options.hpp"
+#include "nanscope/core/journal.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/module_model.hpp"
@@ -230,7 +231,7 @@ class StepGuard {
   const LossScaler& scaler() const { return scaler_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const probe::Probe& probe() const { return probe_; }
-  format::RunWriter& writer() { return *writer_; }
+  format::RunWriter& writer() { return journal_.writer(); }
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const { return snapshots_; }
   // Data parallel: the ranks whose own check failed at the first skip.
@@ -260,7 +261,6 @@ class StepGuard {
   void on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
   std::string write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture);
-  void say(int64_t step, const std::string& text);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   void save_state_if_due(int64_t step);
@@ -297,7 +297,7 @@ class StepGuard {
   LossScaler scaler_;
   FallbackPolicy fallback_;
   SnapshotPolicy snapshot_policy_;
-  std::unique_ptr<format::RunWriter> writer_;
+  Journal journal_;  // run.h5 and the log: each decision's event and line from one call
   Amp amp_;
   std::vector<std::string> snapshots_;
   std::vector<int> first_nonfinite_ranks_;
