@@ -202,6 +202,7 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
                           std::to_string(s.first_step - 1) + "); rows after it were dropped and are redone";
   }
   s.guard = std::make_unique<StepGuard>(*s.model, *s.optimizer, options);
+  s.guard->plant_faults(s.faults);
   if (s.resumed) {
     load_optimizer_state_by_name(*s.optimizer, s.model->trainable_parameters(), s.resumed->state.optimizer_state);
     s.guard->restore(s.resumed->state.guard);
@@ -234,7 +235,6 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   set_lr(*s.optimizer, context.lr);
   context.batch_rows = s.sampler->rows(step);
   const auto [inputs, targets] = planted_batch(s.data, s.faults, step, context.batch_rows, s.device);
-  context.fault = model_fault_at(s.faults, step);
   if (s.ranks.buckets) {
     context.averager = &*s.ranks.buckets;
     context.stop_requested = interrupted;

@@ -225,7 +225,8 @@ StepGuard::Running StepGuard::begin_step(int64_t step, const StepContext& contex
   // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
   run.result.lr = (context.lr >= 0 ? context.lr : current_lr(optimizer_)) * lr_multiplier();
   run.result.loss_scale = scaler_.scale();
-  plant_fault(model_, context.fault);
+  run.fault = model_fault_at(planted_, step);
+  plant_fault(model_, run.fault);
   transaction_.begin(model_);
   run.settings = StepSettings{amp_, options_.clip, options_.probe, {}};
   run.settings.written_buffers = &transaction_.written_floating();
@@ -588,9 +589,9 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     std::optional<Fp32ModuleRegions> fp32;
     if (run.watched && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
-      rerun_nonfinite = !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault,
-                                        run.micro_batches, &op_capture)
-                             .finite();
+      rerun_nonfinite =
+          !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches, &op_capture)
+               .finite();
     };
     std::vector<Batch> batches;
     for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
@@ -610,7 +611,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
             bool nonfinite = false;
             try {
               nonfinite =
-                  !recompute_step(model_, parameters_, result.amp, result.loss_scale, context.fault, run.micro_batches)
+                  !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches)
                        .finite();
             } catch (const std::exception&) {
               // A compiled run that raised says nothing of the values it makes.
@@ -754,7 +755,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
     fall_back(step, result, what);
     return;
   }
-  LiveStepReruns reruns(model_, parameters_, result.loss_scale, context.fault, micro);
+  LiveStepReruns reruns(model_, parameters_, result.loss_scale, run.fault, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
   const RemedyChoice choice = choose_remedy(failed, reruns);

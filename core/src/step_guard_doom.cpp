@@ -41,7 +41,7 @@ void StepGuard::record_for_doom_search(const Running& run) {
   for (const auto& group : optimizer_.param_groups()) record.lrs.push_back(group.options().get_lr() * lr_multiplier());
   record.amp = run.result.amp;
   record.loss_scale = run.result.loss_scale;
-  record.fault = run.context.fault;
+  record.fault = run.fault;
   record.applied = !run.result.outcome.skipped;
   record.batch_rows = run.context.batch_rows;
   history_.add(std::move(record));
@@ -95,7 +95,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   failing.micro_batches = replayable(run.micro_batches);
   failing.amp = result.amp;
   failing.loss_scale = result.loss_scale;
-  failing.fault = run.context.fault;
+  failing.fault = run.fault;
   std::optional<ClosureModel::Step> with_loss_fn;
   if (owned_model_ && loss_fn_) with_loss_fn.emplace(closure_model(), loss_fn_, failing.micro_batches.front().batch);
   // The replays run the modules the fallback moved to fp32 in fp32, as the steps did.

@@ -15,6 +15,7 @@ namespace nanscope {
 struct StepGuard::Running {
   int64_t step = 0;
   StepContext context;
+  Fault fault;  // planted at this step (plant_faults)
   StepSettings settings;
   GuardedStep result;
   std::chrono::steady_clock::time_point start;

@@ -101,7 +101,6 @@ class ScopedAutocast;
 struct StepContext {
   at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: unknown
   double lr = -1;                        // the LR the step runs with, for run.h5; < 0: the optimizer's
-  Fault fault;                           // planted for this step (nanscope-train's --fault)
   GradientAverager* averager = nullptr;  // data parallel: every rank's gradients averaged
   bool stop_requested = false;           // Ctrl-C here, shared so every rank stops after the same step
 };
@@ -232,6 +231,10 @@ class StepGuard {
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const probe::Probe& probe() const { return probe_; }
   format::RunWriter& writer() { return journal_.writer(); }
+  // nanscope-train's --fault and nanscope's own tests, not a user's loop: the
+  // faults planted in the model at their steps (core/fault.hpp). Each step,
+  // its re-runs and replays run with the one planted at its step.
+  void plant_faults(std::vector<Fault> faults) { planted_ = std::move(faults); }
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const { return snapshots_; }
   // Data parallel: the ranks whose own check failed at the first skip.
@@ -326,6 +329,7 @@ class StepGuard {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
+  std::vector<Fault> planted_;  // plant_faults()
 };
 
 // Autocast for one micro-batch's forward and loss at the guard's precision
