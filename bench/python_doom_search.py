@@ -2,8 +2,10 @@
 a glitched count at step P dooms the run d steps later (transformer and RNN,
 d = 1, 10, 100), an LR spike, and a failure of the batch's own. Prints, per
 case, the step and rows named, whether that is right, and the search's replays,
-steps run and seconds (from the run's `doom` event), then the recovery's final
-loss against today's rollback and a clean run.
+steps run and seconds (from the run's `doom` event), then the same cases
+searched after the run (nanscope.find_dooming_step from a checkpoint saved
+before step 40), then the recovery's final loss against today's rollback and
+a clean run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_doom_search.py"""
 import pathlib
@@ -46,6 +48,19 @@ def main():
         m = re.search(r"(\d+) replays from the state after step \d+, (\d+) steps run, ([\d.e+-]+) s", event)
         replays, steps, seconds = m.groups() if m else ("?", "?", "?")
         print(f"{name:<28} {k:>8} {named:<24} {str(named == expected):<5} {replays:>7} {steps:>9} {seconds:>8}")
+
+    print()
+    print("after the run, from the user's checkpoint before step 40:")
+    print(f"{'case':<28} {'fails at':>8} {'named':<24} {'right':<5} {'replays':>7} {'steps run':>9} {'seconds':>8}")
+    for name, trunk, plan, k, expected in rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            checkpoint = cases.train_with_checkpoint(tmp, trunk, plan, k + 1, checkpoint_step=40)
+            found = cases.search_after(tmp, trunk, plan, checkpoint, 40, progress=False)
+        named = (f"step {found.step}" + (f", batch row {found.rows[0]}" if len(found.rows) == 1 else "")
+                 if found.outcome == "dooming_step" else found.outcome.replace("_", " "))
+        print(f"{name:<28} {found.failing_step:>8} {named:<24} {str(named == expected):<5} {found.replays:>7} "
+              f"{found.steps_run:>9} {found.seconds:>8.2g}")
 
     def final_loss(results):
         tail = [r.loss for r in results[-20:] if r.counted]
