@@ -262,6 +262,8 @@ class StepGuard {
   // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
   void check_scope_names(int64_t step, const std::vector<std::string>& opened);
   void on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+  // Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
+  std::optional<format::Capture> investigate(Running& run, const std::vector<float>& layer_grad_norm);
   std::string write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,

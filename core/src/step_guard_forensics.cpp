@@ -1,0 +1,271 @@
+// StepGuard's forensics: the failing step re-run under op-level capture to
+// name where its first NaN/Inf was born, the snapshot that lets
+// nanscope-replay run it again, and --fallback auto's remedy from that
+// diagnosis.
+#include "nanscope/core/step_guard.hpp"
+
+#include "step_guard_running.hpp"
+
+#include "nanscope/core/cpu_kernels.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <torch/optim/sgd.h>
+#include "nanscope/common/error_text.hpp"
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/advice_words.hpp"
+#include "nanscope/format/event_text.hpp"
+#include "nanscope/format/run_layout.hpp"
+#include "nanscope/probe/activation_recorder.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/op_capture.hpp"
+
+namespace nanscope {
+
+// Forensics: the failing step re-run under op-level capture (eagerly, and
+// compiled again for a compiled model), its first birth said, its snapshot
+// written. nullopt when it was not re-run.
+std::optional<format::Capture> StepGuard::investigate(Running& run, const std::vector<float>& layer_grad_norm) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  const StepOutcome& outcome = result.outcome;
+  // Forensics where the fault is: a rank whose own check failed re-runs its
+  // own batch; if none did (only the averaged gradients overflowed), rank 0.
+  // A watched step's micro-batches can be run again only through the loop's loss function.
+  const bool rerunnable = !watched_rerun_impossible(run);
+  const bool investigate =
+      options_.probe && rerunnable &&
+      (!outcome.locally_finite() || !outcome.buffers_finite || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  if (options_.probe && !rerunnable) {
+    result.first_birth =
+        "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
+        "Python: loss_fn=)";
+    journal_.say(step, "first birth: " + result.first_birth);
+  }
+  std::optional<format::Capture> capture;
+  if (investigate) {
+    // The same step again: same weights (it was skipped), RNG state (restored
+    // by the probe, and per micro-batch), precision, loss scale, micro-batches
+    // and planted fault.
+    bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
+    std::optional<Fp32ModuleRegions> fp32;
+    if (run.watched && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    auto rerun = [&](probe::OpCapture& op_capture) {
+      rerun_nonfinite =
+          !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches, &op_capture)
+               .finite();
+    };
+    std::vector<Batch> batches;
+    for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
+    std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
+    {
+      std::optional<ClosureModel::Step> with_loss_fn;
+      if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
+      const auto start = std::chrono::steady_clock::now();
+      capture = probe_.investigate(rerun, batches);
+      if (model_.compiled()) {
+        // The re-run ran eagerly, op by op: a compiled program's fault is
+        // not there to see. Finite and no birth: run the step compiled too.
+        compiled_cost = "eager re-run " +
+                        seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        if (!rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth) {
+          const CompiledCheck check = check_compiled_program(model_, [&] {
+            bool nonfinite = false;
+            try {
+              nonfinite =
+                  !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches)
+                       .finite();
+            } catch (const std::exception&) {
+              // A compiled run that raised says nothing of the values it makes.
+            }
+            clear_grads(parameters_);
+            return nonfinite;
+          });
+          capture->compiled_only = check.nonfinite;
+          if (check.nonfinite && check.region) capture->compiled_region = check.region->module;
+          compiled_cost += ", compiled re-run" +
+                           (check.region ? " and region search (" + std::to_string(check.region->runs + 1) + " runs)"
+                                         : std::string()) +
+                           " " + seconds_text(check.seconds);
+        }
+      }
+    }
+    // Non-finite again though no op was seen making it (a fused or compiled
+    // kernel): reproduced, never "transient".
+    if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
+    clear_grads(parameters_);
+    if (!result.error.empty() && !capture->first_birth) {
+      journal_.flush();
+      throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
+    }
+    // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
+    result.first_birth = capture->ops_seen < 0 ? "the " + probe_.last_error() : format::capture_text(*capture);
+    journal_.record(step, format::EventKind::first_birth, result.first_birth,
+                    "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
+    const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
+    if (!decision.write) {
+      journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
+    } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture);
+               !path.empty()) {
+      journal_.event(step, format::EventKind::snapshot, path);
+      snapshots_.push_back(path);
+      result.snapshot = path;
+    } else {
+      journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
+    }
+  }
+  return capture;
+}
+
+bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }
+
+size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {
+  if (capture && capture->first_birth && capture->first_birth->micro_batch >= 0)
+    return size_t(capture->first_birth->micro_batch);
+  const std::vector<float>& losses = run.result.outcome.micro_losses;
+  for (size_t k = 0; k < losses.size(); ++k)
+    if (!std::isfinite(losses[k])) return k;
+  return 0;
+}
+
+// Everything needed to replay the step elsewhere (nanscope-replay), written
+// before the fallback changes weights, optimizer state or precision.
+std::string StepGuard::write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
+                                      const format::Capture& capture) {
+  const int64_t step = run.step;
+  const GuardedStep& result = run.result;
+  const MicroBatch& kept = run.micro_batches.at(micro);
+  probe::SnapshotContents s;
+  s.step = step;
+  const ModelSpec spec = model_.spec();
+  s.model_name = spec.name;
+  s.model_hparams = spec.hparams;
+  s.torchscript_bytes = spec.script_bytes;
+  s.parameters = model_.named_parameters();
+  s.buffers = model_.named_buffers();
+  s.optimizer = options_.optimizer_name;
+  s.optimizer_state = optimizer_state_by_name(optimizer_, s.parameters);
+  // A step of several micro-batches keeps the one its first birth was in, as
+  // it was, with its RNG state and loss weight: what replay and the row
+  // search re-run (never a regrouping of the step's rows).
+  s.batch = kept.batch;
+  s.batch_rows = kept.batch.rows() == probe_.batch_rows().numel() ? probe_.batch_rows()
+                                                                  : at::full({kept.batch.rows()}, -1, at::kLong);
+  s.cpu_rng_state = kept.cpu_rng_state.defined() ? kept.cpu_rng_state : probe_.cpu_rng_state();
+  s.precision = result.amp;
+  s.loss_scale = result.loss_scale;
+  s.lr = result.lr;
+  s.clip = options_.clip;
+  s.origin = options_.origin;
+  s.config = options_.config;
+  // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
+  s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);
+  if (run.micro_batches.size() > 1) {
+    s.config["micro_batch"] = std::to_string(micro);
+    s.config["micro_batches"] = std::to_string(run.micro_batches.size());
+  }
+  if (std::isfinite(kept.recorded_loss)) s.config["recorded_loss"] = number_text(kept.recorded_loss);
+  s.capture = capture;
+  s.layer_names = probe_.layers().layer_names();
+  s.layer_grad_norm = layer_grad_norm;
+  return probe_.save_snapshot(s);
+}
+
+void StepGuard::apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  const StepContext& context = run.context;
+  auto remedy_event = [&](Remedy remedy, const std::string& text) {
+    result.remedy = remedy;
+    journal_.event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
+  };
+  // The diagnosis runs on the rank that failed; the ranks must act alike.
+  if (context.averager) {
+    remedy_event(Remedy::whole_fp32, "several ranks: the whole-model fallback (the ranks act alike)");
+    fall_back(step, result, what);
+    return;
+  }
+  // A remedy that did not hold: non-finite step after step.
+  if (options_.max_nonfinite_run > 0 && nonfinite_in_a_row_ + 1 >= options_.max_nonfinite_run) {
+    remedy_event(Remedy::whole_fp32, std::to_string(nonfinite_in_a_row_ + 1) + " non-finite steps in a row");
+    fall_back(step, result, what);
+    return;
+  }
+  // The same first birth as an earlier diagnosis: data again is skipped again;
+  // after its modules went to fp32 it means they were not enough.
+  const std::string key = capture && capture->first_birth ? birth_key(*capture) : std::string();
+  if (auto seen = remedy_of_birth_.find(key); !key.empty() && seen != remedy_of_birth_.end()) {
+    const auto& [first_step, earlier] = seen->second;
+    const std::string same = "the same first birth as step " + std::to_string(first_step);
+    if (earlier.remedy == Remedy::skip_data) {
+      remedy_event(Remedy::skip_data, same + " (" + earlier.why + "); skipped, no fallback");
+      journal_.say(step, what + " -> skipped (data: " + same + "), no fallback");
+      return;
+    }
+    remedy_event(Remedy::whole_fp32, same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
+    fall_back(step, result, what);
+    return;
+  }
+  FailedStep failed;
+  failed.amp = result.amp;
+  failed.batch_finite = result.outcome.batch_finite;
+  failed.capture = capture;
+  // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
+  // are searched within it, never across micro-batches).
+  const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
+  // A closure over its own batch cannot run the batch without a sample.
+  const bool rows_searchable = run.watched || !owned_model_ || owned_model_->runs_any_batch();
+  failed.batch_size = rows_searchable ? micro.batch.rows() : 0;
+  failed.fp32_modules = fp32_modules_;
+  if (watched_rerun_impossible(run)) {
+    remedy_event(Remedy::whole_fp32, "no loss function to diagnose the step with");
+    fall_back(step, result, what);
+    return;
+  }
+  LiveStepReruns reruns(model_, parameters_, result.loss_scale, run.fault, micro);
+  std::optional<ClosureModel::Step> with_loss_fn;
+  if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
+  const RemedyChoice choice = choose_remedy(failed, reruns);
+  if (!key.empty() && (choice.remedy == Remedy::skip_data || choice.remedy == Remedy::fp32_modules))
+    remedy_of_birth_.emplace(key, std::make_pair(step, choice));
+  switch (choice.remedy) {
+    case Remedy::skip_data:
+    case Remedy::skip_transient:
+    case Remedy::skip_compiler:
+      remedy_event(choice.remedy, choice.why + "; skipped, no fallback");
+      journal_.say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
+      return;
+    case Remedy::fp32_modules: {
+      fp32_modules_.insert(fp32_modules_.end(), choice.modules.begin(), choice.modules.end());
+      std::ostringstream cost;
+      cost.precision(3);
+      cost << "; a re-run of the step: " << choice.seconds_before * 1e3 << " ms -> " << choice.seconds_after * 1e3
+           << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
+      remedy_event(Remedy::fp32_modules,
+                   fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + ")" + cost.str());
+      journal_.say(step, what + " -> skipped; " + fp32_modules_flag_value(choice.modules) +
+                             " to fp32, the rest stays " + precision_name(result.amp) + cost.str());
+      return;
+    }
+    case Remedy::none:
+    case Remedy::whole_fp32:
+    case Remedy::unknown:
+      remedy_event(Remedy::whole_fp32, choice.why);
+      fall_back(step, result, what);
+      return;
+  }
+}
+
+}  // namespace nanscope
