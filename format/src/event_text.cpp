@@ -42,11 +42,11 @@ std::string rollback_text(const RollbackFields& r) {
   return t;
 }
 
-std::optional<int64_t> doomed_step(const std::string& text) {
-  static const std::string about = "doomed step ";
-  const size_t at = text.find(about);
-  if (at == std::string::npos) return std::nullopt;
-  size_t i = at + about.size(), digits = 0;
+namespace {
+// The step number at `at` in `text`, followed by ':' ("12: ..."); nullopt for
+// anything else, too long a number included (garbled, never guessed).
+std::optional<int64_t> step_before_colon(const std::string& text, size_t at) {
+  size_t i = at, digits = 0;
   int64_t step = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 18) {
     step = step * 10 + (text[i++] - '0');
@@ -55,18 +55,18 @@ std::optional<int64_t> doomed_step(const std::string& text) {
   if (digits == 0 || i >= text.size() || text[i] != ':') return std::nullopt;
   return step;
 }
+}  // namespace
+
+std::optional<int64_t> doomed_step(const std::string& text) {
+  static const std::string about = "doomed step ";
+  const size_t at = text.find(about);
+  return at == std::string::npos ? std::nullopt : step_before_colon(text, at + about.size());
+}
 
 std::optional<int64_t> rollback_target(const std::string& text) {
   const std::string prefix = kRollbackPrefix;
   if (text.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  size_t i = prefix.size(), digits = 0;
-  int64_t step = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 18) {
-    step = step * 10 + (text[i++] - '0');
-    ++digits;
-  }
-  if (digits == 0 || i >= text.size() || text[i] != ':') return std::nullopt;
-  return step;
+  return step_before_colon(text, prefix.size());
 }
 
 std::vector<uint8_t> rolled_back_rows(const RunData& run) {
