@@ -95,7 +95,7 @@ OfflineDoomSearch search_doom_offline(const TrainOptions& o, std::ostream& log) 
     if (!r.fp32_modules.empty()) fp32.emplace(*r.model, r.fp32_modules);
     log << "search-doom: from " << path << " (the state after step " << done - 1 << "), " << failing - done
         << " steps before step " << failing << "\n";
-    AfterRunSteps steps{run, done, failing};
+    AfterRunSteps steps(run, done, failing);
     steps.rebuild = [&](StepRecord& record) {
       record.batch_rows = sampler.rows(record.step);
       const auto [inputs, targets] = planted_batch(data, faults, record.step, record.batch_rows, device);

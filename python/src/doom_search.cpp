@@ -44,7 +44,7 @@ py::dict search_doom(const std::string& run_file, py::object module, py::object 
   PythonOptimizer steps_optimizer(optimizer);
   RollbackOptions rollback;
   rollback.spike_ratio = spike_ratio;
-  AfterRunSteps steps{run, start_step, failing};
+  AfterRunSteps steps(run, start_step, failing);
   steps.rebuild = [&](StepRecord& record) {
     py::gil_scoped_acquire gil;
     MicroBatch micro;

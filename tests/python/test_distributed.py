@@ -48,7 +48,11 @@ for step in range(6):
     counted.append(result.counted)
 guard.flush()
 weights = [p.detach().flatten().tolist() for p in model.parameters()]
-print(json.dumps({"counted": counted, "weights": weights, "snapshots": guard.snapshots}))
+print(json.dumps({"counted": counted, "weights": weights, "snapshots": guard.snapshots}), flush=True)
+# What uses the process group goes before it: DDP's reducer (its threads, at
+# interpreter exit, otherwise outlive the group: "terminate called").
+guard.close()
+del guard, model, optimizer
 dist.destroy_process_group()
 '''
 

@@ -35,9 +35,11 @@ struct AfterRunSearch {
 };
 
 struct AfterRunSteps {
+  AfterRunSteps(const format::RunData& run_data, int64_t first, int64_t failing)
+      : run(run_data), first_step(first), failing_step(failing) {}
   const format::RunData& run;
-  int64_t first_step = 0;  // the loaded state is the one after first_step - 1
-  int64_t failing_step = 0;
+  int64_t first_step;  // the loaded state is the one after first_step - 1
+  int64_t failing_step;
   // Fills a record's micro-batches, data set rows and planted fault for its step.
   std::function<void(StepRecord&)> rebuild;
   int64_t budget = 5000;                             // steps replayed in all
