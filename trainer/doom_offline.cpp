@@ -1,7 +1,5 @@
 #include "nanscope/trainer/doom_offline.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -15,6 +13,7 @@
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/run_layout.hpp"
+#include "nanscope/trainer/resume.hpp"
 #include "nanscope/trainer/setup.hpp"
 
 namespace nanscope::trainer {
@@ -58,9 +57,7 @@ Replayable load_replayable(const TrainOptions& o, const Dataset& data, at::Devic
   const std::optional<ResumeState> state = load_resume_state(path);
   if (!state)
     throw std::invalid_argument(path + " holds weights only (no optimizer state): it cannot be replayed from");
-  load_optimizer_state_by_name(*r.optimizer, r.model->trainable_parameters(), state->optimizer_state);
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();
-  cpu.set_state(state->cpu_rng);
+  restore_optimizer_and_rng(*state, *r.model, *r.optimizer);
   r.fp32_modules = state->guard.fp32_modules;
   return r;
 }
@@ -82,10 +79,6 @@ OfflineDoomSearch search_doom_offline(const TrainOptions& o, std::ostream& log) 
   const std::vector<Fault> faults = faults_on_rank(o.faults, 0);
   const Dataset data = make_dataset(o);
   const BatchSampler sampler(data.size(), o.batch_size, o.shuffle, o.seed);
-  if (poisoned_row_at(faults, failing))
-    throw std::invalid_argument("step " + std::to_string(failing) +
-                                "'s batch holds a non-finite value (a planted nonfinite_input): its own batch is the "
-                                "cause, no earlier step");
   log << "search-doom: step " << failing << " of " << run_path << ", budget " << o.doom_budget << " steps\n";
 
   for (const auto& [done, path] : checkpoints_before(o, failing)) {

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nanscope/core/guard_option_list.hpp"
+
 namespace nanscope::trainer {
 
 namespace {
@@ -51,7 +53,6 @@ CLI::Option* add_word_option(CLI::App& app, const std::string& flag, T& value, c
   words_only.description("");
   return app.add_option(flag, value, help)->transform(words_only)->type_name(names)->default_str(current);
 }
-const Words<bool> kOnOff{{"on", true}, {"off", false}};
 
 // Every word of a vocabulary list (format/vocabulary.hpp's X-macros), in its order.
 template <typename T>
@@ -60,6 +61,36 @@ Words<T> all_words() {
   for (size_t i = 0; i < format::Words<T>::count; ++i)
     out.emplace_back(format::Words<T>::spellings[i], static_cast<T>(i));
   return out;
+}
+
+// The guard's options, one flag each from their one declaration
+// (core/guard_option_list.hpp): --help, the check of a value and what the
+// flag sets all come from it.
+void add_guard_flags(CLI::App& app, GuardOptions& o) {
+  for (const GuardOption& option : guard_option_list()) {
+    const auto refusal = [&option](std::string& text) {
+      GuardOptions scratch;
+      try {
+        option.set(scratch, text);
+        return std::string();
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+    };
+    std::string type = option.kind == OptionKind::integer  ? "INT"
+                       : option.kind == OptionKind::number ? "FLOAT"
+                       : option.kind == OptionKind::names  ? "A.B,C"
+                                                           : "DIR";
+    if (!option.words.empty()) {
+      type.clear();
+      for (const auto& word : option.words) type += (type.empty() ? "" : "|") + word;
+    }
+    CLI::Option* flag = app.add_option_function<std::string>(
+        spelled(option, OptionSpelling::flag), [&o, &option](const std::string& text) { option.set(o, text); },
+        option_help(option, OptionSpelling::flag));
+    flag->check(CLI::Validator(refusal, ""))->type_name(type)->default_str(option.text(o));
+    if (!option.section.empty()) flag->group(option.section);
+  }
 }
 
 }  // namespace
@@ -98,95 +129,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                   "the step number, as a loop that calls scheduler.step() every iteration does) or hold (it "
                   "follows the updates that reached the weights, so a run with skips gets its whole warmup)");
   app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(kNonNegative);
-  app.add_option("--clip", o.clip, "Clip the global grad norm to this after unscaling (P7, P13); 0: off")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  add_word_option(app, "--amp", o.amp, Words<Amp>{{"off", Amp::fp32}, {"bf16", Amp::bf16}, {"fp16", Amp::fp16}},
-                  "Autocast precision: off, bf16, or fp16 (with the loss scaler)");
-  app.add_option("--lr-backoff", o.lr_backoff, "LR multiplier applied once by the whole-model fp32 fallback")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  add_word_option(app, "--fallback", o.fallback,
-                  Words<FallbackMode>{{"whole", FallbackMode::whole},
-                                      {"auto", FallbackMode::automatic},
-                                      {"off", FallbackMode::off},
-                                      {"on", FallbackMode::whole}},
-                  "What a non-finite step triggers besides the skip. whole: the stock one-shot fallback (the "
-                  "whole model to fp32 for the rest of the run, LR x --lr-backoff). auto: the remedy the "
-                  "step's diagnosis supports: a non-finite input or a batch the data is to blame for, or a "
-                  "step that is finite when re-run: skip only; finite with autocast off: the smallest set of "
-                  "modules that makes it finite goes to fp32, the rest stays low precision, no LR cut; "
-                  "otherwise the whole fallback (docs/recovery.md). off: skip only");
-  app.add_option_function<std::string>(
-         "--fp32-modules", [&o](const std::string& list) { o.fp32_modules = parse_fp32_modules(list); },
-         "Modules that run with autocast off from the first step, comma-separated dotted paths as "
-         "named_modules() names them (nanscope-replay prints the set for a snapshot); the rest keeps --amp")
-      ->type_name("A.B,C");
-  app.add_option("--fallback-min-scale", o.fallback_min_scale,
-                 "fp16: overflowing gradients are the scaler's business (skip and back off) until "
-                 "the scale falls below this; then the fallback fires")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  add_guard_flags(app, o);
   app.add_option("--z-loss", o.z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
       ->capture_default_str()
       ->check(kNonNegative);
   app.add_flag("--no-shuffle{false}", o.shuffle,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
-  add_word_option(app, "--probe", o.probe, kOnOff, "on: per-layer grad norms and forensics; off: the bare loop");
-  add_word_option(app, "--warn", o.warn, kOnOff,
-                  "on: early warnings (grad-norm spikes and growth, per-layer spikes, loss spikes, the fp16 "
-                  "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
-                  "log lines, from values each step already has");
-  auto* rollback = app.add_option_group("Rollback", "Going back to a saved good state (docs/sentinel.md)");
-  add_word_option(*rollback, "--rollback", o.rollback.enabled, kOnOff,
-                  "on: keep the last few good states in memory and go back to the newest one from before "
-                  "the trouble when the weights went non-finite or a loss spike or non-finite step comes "
-                  "back on the next step; the rolled-back steps' batches are skipped and the LR is "
-                  "multiplied by --lr-backoff. off: the stock loop (skip; a run with non-finite weights stops)");
-  rollback->add_option("--rollback-every", o.rollback.every, "Save a state after every N healthy steps")
-      ->capture_default_str()
-      ->check(kPositive);
-  rollback->add_option("--rollback-states", o.rollback.states, "States kept (the oldest goes first)")
-      ->capture_default_str()
-      ->check(kPositive);
-  rollback
-      ->add_option("--rollback-memory", o.rollback.memory_mb,
-                   "Host memory the saved states may take, in MB (a state: weights, buffers, optimizer state)")
-      ->capture_default_str()
-      ->check(kPositive);
-  rollback
-      ->add_option("--max-rollbacks", o.rollback.max_rollbacks, "Rollbacks per run; then the fp32 fallback, then stop")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  add_word_option(*rollback, "--doom-search", o.doom_search.enabled, kOnOff,
-                  "on: at the first of a run of non-finite steps, replay the steps since the oldest saved "
-                  "state leaving updates out (a bisection) to find the earlier step, and its batch rows, "
-                  "whose update doomed it (a `doom` event); with --rollback on, go back and replay the run "
-                  "without that update only, instead of skipping every batch since (docs/recovery.md)");
-  rollback
-      ->add_option("--doom-search-memory", o.doom_search.memory_mb,
-                   "Host memory the steps kept for the search may take, in MB (references to the batches)")
-      ->capture_default_str()
-      ->check(kPositive);
-  add_word_option(app, "--capture", o.capture_every_step, Words<bool>{{"on-failure", false}, {"every-step", true}},
-                  "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) "
-                  "or every-step (every op of every step; slow, for hunting and measuring)");
-  app.add_option("--act-absmax-every", o.act_absmax_every,
-                 "Record each layer's activation abs-max every N steps into run.h5 (0: never); the "
-                 "headroom to fp16/bf16 is log2(limit / absmax)")
-      ->check(kNonNegative);
-  app.add_option("--max-nonfinite-run", o.max_nonfinite_run,
-                 "A dead run stops (exit 4) after this many non-finite steps in a row once nothing is left "
-                 "to try: the fp32 fallback done (or off) and no rollback left (or --rollback off). Weights "
-                 "that are finite but wrecked would otherwise be skipped to the end; 0: never")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  app.add_option("--max-snapshots", o.max_snapshots,
-                 "Snapshots a run writes at most: one for each non-finite step whose first birth "
-                 "(kind, op, module) is new; the others are counted in snapshot_skipped events")
-      ->capture_default_str()
-      ->check(kNonNegative);
-  app.add_option("--run-dir", o.run_dir, "Directory for run.h5 (created)")->capture_default_str();
   app.add_option("--save", o.save,
                  "Write a checkpoint here at the end (several ranks: rank 0 only, unless PATH holds {rank}); "
                  "default with --checkpoint-every: RUN_DIR/checkpoint.h5 (checkpoint-rank-{rank}.h5)");
@@ -350,12 +298,9 @@ void write_options_file(const CLI::App& app, const std::string& run_dir) {
 }
 
 void validate_options(const TrainOptions& o) {
-  if (!(o.lr_backoff > 0 && o.lr_backoff <= 1)) throw std::invalid_argument("--lr-backoff must be in (0, 1]");
+  check_guard_options(o, OptionSpelling::flag);
   if (o.warmup >= o.steps && o.schedule == Schedule::cosine)
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
-  if (o.act_absmax_every > 0 && !o.probe) throw std::invalid_argument("--act-absmax-every needs --probe on");
-  if (o.capture_every_step && !o.probe) throw std::invalid_argument("--capture every-step needs --probe on");
-  if (o.run_dir.empty()) throw std::invalid_argument("--run-dir must not be empty");
   if (o.keep_checkpoints > 0 && o.checkpoint_every == 0)
     throw std::invalid_argument("--keep-checkpoints needs --checkpoint-every N");
   if (!o.search_doom.empty() && !o.resume.empty())

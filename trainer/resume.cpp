@@ -1,5 +1,7 @@
 #include "nanscope/trainer/resume.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/format/error.hpp"
 
@@ -102,6 +105,12 @@ std::string newest_healthy_checkpoint(const std::string& path, TrainableModel& m
                               (passed_over.empty() ? std::string() : " (" + passed_over + ")"));
 }
 }  // namespace
+
+void restore_optimizer_and_rng(const ResumeState& state, TrainableModel& model, torch::optim::Optimizer& optimizer) {
+  load_optimizer_state_by_name(optimizer, model.trainable_parameters(), state.optimizer_state);
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  cpu.set_state(state.cpu_rng);
+}
 
 std::optional<Resumption> resumption(const TrainOptions& o, TrainableModel& model, ProcessGroup* group,
                                      at::Device device) {

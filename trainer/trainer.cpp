@@ -34,6 +34,7 @@ namespace nanscope::trainer {
 
 namespace {
 
+// What only nanscope-train knows of a run; the guard records its own options beside it (recorded_config).
 std::map<std::string, std::string> run_config(const TrainOptions& o, const std::vector<Fault>& planted,
                                               const Dataset& data, at::Device device, const TrainableModel& model) {
   std::string faults;
@@ -50,26 +51,10 @@ std::map<std::string, std::string> run_config(const TrainOptions& o, const std::
           {"weight_decay", number_text(o.weight_decay)},
           {"schedule", to_string(o.schedule)},
           {"warmup", std::to_string(o.warmup)},
-          {"clip", number_text(o.clip)},
-          {"amp", amp_name(o.amp)},
-          {"lr_backoff", number_text(o.lr_backoff)},
-          {"fallback", fallback_mode_name(o.fallback)},
-          {"fp32_modules", fp32_modules_flag_value(o.fp32_modules)},
           {"schedule_on_skip", o.schedule_holds_on_skip ? "hold" : "advance"},
           {"z_loss", number_text(o.z_loss)},
           {"shuffle", o.shuffle ? "on" : "off"},
-          {"probe", o.probe ? "on" : "off"},
           {"seed", std::to_string(o.seed)},
-          {"capture", o.capture_every_step ? "every-step" : "on-failure"},
-          {"act_absmax_every", std::to_string(o.act_absmax_every)},
-          {"max_snapshots", std::to_string(o.max_snapshots)},
-          {"max_nonfinite_run", std::to_string(o.max_nonfinite_run)},
-          {"warn", o.warn ? "on" : "off"},
-          {"rollback", o.rollback.enabled ? "on" : "off"},
-          {"rollback_every", std::to_string(o.rollback.every)},
-          {"max_rollbacks", std::to_string(o.rollback.max_rollbacks)},
-          {"rollback_states", std::to_string(o.rollback.states)},
-          {"doom_search", o.doom_search.enabled ? "on" : "off"},
           {"device", device.str()},
           {"faults", faults},
           {"torch_version", TORCH_VERSION},
@@ -204,10 +189,8 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   s.guard = std::make_unique<StepGuard>(*s.model, *s.optimizer, options);
   s.guard->plant_faults(s.faults);
   if (s.resumed) {
-    load_optimizer_state_by_name(*s.optimizer, s.model->trainable_parameters(), s.resumed->state.optimizer_state);
+    restore_optimizer_and_rng(s.resumed->state, *s.model, *s.optimizer);
     s.guard->restore(s.resumed->state.guard);
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(s.resumed->state.cpu_rng);
     if (!s.resumed->passed_over.empty()) log << s.who << "resume: passed over " << s.resumed->passed_over << "\n";
     log << s.who << "resume: " << s.resumed->checkpoint << ", from step " << s.first_step
         << (s.resumed->health_checked ? " (healthy)" : "") << "\n";

@@ -85,6 +85,11 @@ AfterRunSearch search_after_run(TrainableModel& model, torch::optim::Optimizer& 
     steps.rebuild(r);
     records.emplace(step, std::move(r));
   }
+  // A batch that brings its own NaN or Inf is its step's cause: there is no earlier one to look for.
+  for (const MicroBatch& micro : records.at(steps.failing_step).micro_batches)
+    if (const int64_t row = micro.batch.first_nonfinite_row(); row >= 0)
+      throw std::invalid_argument("step " + std::to_string(steps.failing_step) + "'s batch holds a non-finite value " +
+                                  "(row " + std::to_string(row) + "): its own batch is the cause, no earlier step");
   std::vector<const StepRecord*> between;
   for (const auto& [step, r] : records)
     if (step < steps.failing_step) between.push_back(&r);

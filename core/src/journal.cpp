@@ -2,17 +2,10 @@
 
 namespace nanscope {
 
-const std::string& Journal::record(int64_t step, format::EventKind kind, const std::string& text,
-                                   const std::string& label, const std::string& aside) {
-  writer_->event(step, kind, text);
-  say(step, label + text + aside);
-  return text;
-}
-
 const std::string& Journal::record_about(int64_t event_step, int64_t step, format::EventKind kind,
-                                         const std::string& text, const std::string& label) {
+                                         const std::string& text, const std::string& label, const std::string& aside) {
   writer_->event(event_step, kind, text);
-  say(step, label + text);
+  say(step, label + text + aside);
   return text;
 }
 

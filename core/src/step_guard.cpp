@@ -20,6 +20,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -155,6 +156,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       history_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
+  check_guard_options(options_, spelling_of(options_.origin));
   use_cpu_kernels_from_environment();
   if (options_.doom_search.enabled) rollback_.keep_states_for_search();
   // Births in a native model are named by the module whose tensors an op
@@ -165,7 +167,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
   header.origin = options_.origin;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
   header.record_act_absmax = options_.act_absmax_every > 0;
-  header.config = options_.config;
+  header.config = recorded_config(options_);
   const std::string path =
       (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string();
   if (options_.resume_after_step >= 0) {

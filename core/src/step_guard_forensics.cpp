@@ -24,6 +24,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -169,7 +170,7 @@ std::string StepGuard::write_snapshot(const Running& run, size_t micro, const st
   s.lr = result.lr;
   s.clip = options_.clip;
   s.origin = options_.origin;
-  s.config = options_.config;
+  s.config = recorded_config(options_);
   // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
   s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);
   if (run.micro_batches.size() > 1) {
@@ -187,9 +188,16 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   const int64_t step = run.step;
   GuardedStep& result = run.result;
   const StepContext& context = run.context;
+  // The whole-model fallback's remedy event has no line: fall_back's says it.
   auto remedy_event = [&](Remedy remedy, const std::string& text) {
     result.remedy = remedy;
     journal_.event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
+  };
+  // A remedy that is the step's whole outcome: its event and its line in one.
+  auto remedy_record = [&](Remedy remedy, const std::string& text) {
+    result.remedy = remedy;
+    journal_.record(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text,
+                    what + " -> skipped; ");
   };
   // The diagnosis runs on the rank that failed; the ranks must act alike.
   if (context.averager) {
@@ -210,8 +218,7 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
     const auto& [first_step, earlier] = seen->second;
     const std::string same = "the same first birth as step " + std::to_string(first_step);
     if (earlier.remedy == Remedy::skip_data) {
-      remedy_event(Remedy::skip_data, same + " (" + earlier.why + "); skipped, no fallback");
-      journal_.say(step, what + " -> skipped (data: " + same + "), no fallback");
+      remedy_record(Remedy::skip_data, same + " (" + earlier.why + "); no fallback");
       return;
     }
     remedy_event(Remedy::whole_fp32, same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
@@ -243,20 +250,15 @@ void StepGuard::apply_remedy(Running& run, const std::string& what, const std::o
   switch (choice.remedy) {
     case Remedy::skip_data:
     case Remedy::skip_transient:
-    case Remedy::skip_compiler:
-      remedy_event(choice.remedy, choice.why + "; skipped, no fallback");
-      journal_.say(step, what + " -> skipped (" + remedy_name(choice.remedy) + ": " + choice.why + "), no fallback");
-      return;
+    case Remedy::skip_compiler: remedy_record(choice.remedy, choice.why + "; no fallback"); return;
     case Remedy::fp32_modules: {
       fp32_modules_.insert(fp32_modules_.end(), choice.modules.begin(), choice.modules.end());
       std::ostringstream cost;
       cost.precision(3);
       cost << "; a re-run of the step: " << choice.seconds_before * 1e3 << " ms -> " << choice.seconds_after * 1e3
            << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
-      remedy_event(Remedy::fp32_modules,
-                   fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + ")" + cost.str());
-      journal_.say(step, what + " -> skipped; " + fp32_modules_flag_value(choice.modules) +
-                             " to fp32, the rest stays " + precision_name(result.amp) + cost.str());
+      remedy_record(Remedy::fp32_modules, fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why +
+                                              "), the rest stays " + precision_name(result.amp) + cost.str());
       return;
     }
     case Remedy::none:

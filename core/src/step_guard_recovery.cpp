@@ -37,12 +37,10 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
-  const std::string done = result.amp == Amp::fp32 ? lr_cut + " (already fp32: no wider precision to fall back to)"
-                                                   : "fallback to fp32, " + lr_cut;
-  journal_.event(
-      step, format::EventKind::fallback,
-      result.amp == Amp::fp32 ? "fp32: " + lr_cut : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut);
-  journal_.say(step, what + " at " + precision_name(result.amp) + " -> skipped; " + done);
+  journal_.record(step, format::EventKind::fallback,
+                  result.amp == Amp::fp32 ? "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)"
+                                          : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut,
+                  what + " at " + precision_name(result.amp) + " -> skipped; fallback ");
   amp_ = Amp::fp32;
 }
 

@@ -30,6 +30,7 @@ import sys
 
 from . import _compiled
 from . import _distributed
+from . import _options
 from . import _scopes
 from . import _watch
 from ._nanscope import StepResult
@@ -41,28 +42,23 @@ from ._report import Birth, ReplayReport
 __all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth", "find_dooming_step", "DoomReport"]
 
 
+@_options.with_guard_keywords
 class StepGuard:
     """The guarded step around a loop of yours.
 
     model: the torch.nn.Module your loop calls (a DistributedDataParallel or a
     torch.compile'd one too); optimizer: any torch.optim optimizer over its
     parameters, or None for a loop with its own update rule (watched form).
-    Keywords: amp ('fp32', 'bf16', 'fp16' or the torch dtype); clip (the
-    guard's own global grad-norm clip after unscaling; 0: none); fallback
-    ('auto': the remedy the failed step's diagnosis supports; 'whole': the
-    stock one-shot switch to fp32 with the LR x lr_backoff; 'off');
-    fp32_modules (module paths run with autocast off from the start); loss_fn
-    (loss_fn(model, batch) -> the loss of one micro-batch: what re-runs a
-    watched step for forensics, and nanscope.replay's loss); row_dim (the
-    dimension of a batch's tensors that indexes samples: 1 for (seq, batch)
-    data); rollback_every / rollback_states (a good state saved every N healthy
-    steps, this many kept: how far a rollback, and the search below, reach
-    back); doom_search=True: at the first of a run of failing steps, replay the
-    steps since the oldest saved state leaving updates out to find the earlier
-    step (and its batch rows) whose update doomed it (StepResult.doomed_by),
-    and with rollback on go on without that update only (needs loss_fn to
-    run the earlier steps' batches: docs/recovery.md);
-    log=False silences the guard's lines on stderr.
+    Keywords of Python's own: loss_fn (loss_fn(model, batch) -> the loss of
+    one micro-batch: what re-runs a watched step for forensics, the earlier
+    steps for doom_search, and nanscope.replay's loss); row_dim (the dimension
+    of a batch's tensors that indexes samples: 1 for (seq, batch) data);
+    model_name (what snapshots call the model; default: its class name);
+    log=False silences the guard's lines on stderr. The guard's options
+    (listed at the end) are the same as nanscope-train's flags: amp='bf16'
+    here is --amp bf16 there, and amp also takes the torch dtype. With
+    doom_search=True, StepResult.doomed_by names the earlier step whose update
+    doomed a failing one (docs/recovery.md).
 
     The LR cuts of the fallback and of a rollback are applied to each update
     the guard makes and leave the LR in your optimizer's groups alone: a loop
@@ -80,10 +76,8 @@ class StepGuard:
     DistributedDataParallel model with buffers needs broadcast_buffers=False.
     """
 
-    def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp="fp32", clip=0.0, fallback="auto",
-                 lr_backoff=0.5, fp32_modules=(), probe=True, warn=True, rollback=True, rollback_every=25,
-                 rollback_states=4, doom_search=False, max_snapshots=3, act_absmax_every=0, model_name="",
-                 loss_fn=None, row_dim=0, scheduler=None, log=True, process_group=None):
+    def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True, scheduler=None,
+                 process_group=None, **options):
         average, rank, world_size = _distributed.averager(model, process_group)
         self._averages = average is not None
         if loss_fn is not None and not callable(loss_fn):
@@ -92,14 +86,9 @@ class StepGuard:
         # '_orig_mod.mid'): the guard sees the module inside, the loop calls the
         # compiled one, and both hold the same parameters.
         named = _scopes.uncompiled(model)
-        options = dict(run_dir=str(run_dir), amp=_amp_name(amp), clip=float(clip), fallback=fallback,
-                       lr_backoff=float(lr_backoff), fp32_modules=list(fp32_modules), probe=bool(probe),
-                       warn=bool(warn), rollback=bool(rollback), rollback_every=int(rollback_every),
-                       rollback_states=int(rollback_states), doom_search=bool(doom_search),
-                       max_snapshots=int(max_snapshots),
-                       act_absmax_every=int(act_absmax_every), model_name=model_name, log=bool(log),
-                       row_dim=int(row_dim))
-        self._guard = _StepGuard(named, optimizer, options, average, rank, world_size, _compiled.program_of(model))
+        own = dict(model_name=model_name, log=bool(log), row_dim=int(row_dim))
+        self._guard = _StepGuard(named, optimizer, options, own, average, rank, world_size,
+                                 _compiled.program_of(model))
         self._ddp = model if _distributed.is_ddp(model) else None
         # Only a plain model under torch.distributed can be the inside of a
         # DistributedDataParallel; the check is a global hook that Dynamo must
@@ -247,18 +236,6 @@ class StepGuard:
 def _is_optimizer(obj):
     import torch
     return isinstance(obj, torch.optim.Optimizer)
-
-
-def _amp_name(amp):
-    """'bf16', 'fp16', 'fp32' ('off'), or the torch dtype: torch.bfloat16, torch.float16, torch.float32."""
-    import torch
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", "off": "fp32"}
-    if isinstance(amp, str):
-        return names.get(amp, amp)
-    if amp in names:
-        return names[amp]
-    raise ValueError(f"nanscope: amp must be 'fp32', 'bf16', 'fp16' or torch.bfloat16, torch.float16, "
-                     f"torch.float32, not {amp!r}")
 
 
 def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_report=False, json=False):

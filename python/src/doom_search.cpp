@@ -48,22 +48,21 @@ py::dict search_doom(const std::string& run_file, py::object module, py::object 
   steps.rebuild = [&](StepRecord& record) {
     py::gil_scoped_acquire gil;
     MicroBatch micro;
-    micro.batch = batch_of(batches(record.step), row_dim);
-    if (record.step == failing && micro.batch.first_nonfinite_row() >= 0)
-      throw py::value_error("nanscope.find_dooming_step: step " + std::to_string(failing) +
-                            "'s batch holds a non-finite value: its own batch is the cause, no earlier step");
+    micro.batch = batch_of(call_python(batches, record.step), row_dim);
     record.micro_batches = {std::move(micro)};
   };
   steps.budget = budget;
   if (!progress.is_none())
     steps.progress = [&](const std::string& line) {
       py::gil_scoped_acquire gil;
-      progress(line);
+      call_python(progress, line);
     };
   AfterRunSearch found;
-  {
+  try {
     py::gil_scoped_release release;  // autograd runs without it; the callbacks take it back
     found = search_after_run(model, steps_optimizer, clip, rollback, steps);
+  } catch (PythonInterrupt& interrupt) {
+    throw std::move(interrupt.error);  // Ctrl-C ends the search, it is not a step that failed
   }
   if (!found.reproduced)
     throw std::runtime_error("nanscope.find_dooming_step: replayed from the checkpoint, step " +

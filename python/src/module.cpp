@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "guard_keywords.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
@@ -24,13 +25,6 @@
 namespace nanscope::python {
 
 namespace {
-
-// Ctrl-C or sys.exit() inside the closure: not an error of the model for the
-// guard to diagnose (it is no std::exception, so the guard lets it pass), but
-// the user's wish, handed back to Python as it was raised.
-struct PythonInterrupt {
-  py::error_already_set error;
-};
 
 // What guard.step returns: the step's GuardedStep, and whether the run is over.
 struct StepResult {
@@ -55,39 +49,20 @@ Amp amp_of(const std::string& amp) {
   return parsed;
 }
 
-FallbackMode fallback_of(const std::string& mode) {
-  const FallbackMode parsed = format::from_string_or_unknown<FallbackMode>(mode);
-  if (parsed == FallbackMode::unknown)
-    throw py::value_error("nanscope: fallback must be 'whole', 'auto' or 'off', not '" + mode + "'");
-  return parsed;
-}
-
 class Guard {
  public:
-  // `options`: the Python keywords by name (nanscope/__init__.py declares them once);
-  // `program`: the compiled program of a torch.compile'd model (nanscope/_compiled.py), or None.
-  Guard(py::object model, py::object optimizer, const py::dict& options, py::object average, int rank, int world_size,
-        py::object program) {
+  // `keywords`: the guard options given (guard_keywords.hpp); `options`: what
+  // only Python has (model_name, log, row_dim; nanscope/__init__.py); `program`: the compiled program of a
+  // torch.compile'd model (nanscope/_compiled.py), or None.
+  Guard(py::object model, py::object optimizer, const py::dict& keywords, const py::dict& options, py::object average,
+        int rank, int world_size, py::object program) {
     if (!average.is_none() && world_size > 1) averager_ = std::make_unique<PythonAverager>(average, rank, world_size);
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
       throw py::type_error("nanscope.StepGuard: model must be a torch.nn.Module (got " +
                            py::repr(model).cast<std::string>() + ")");
     if (!optimizer.is_none()) optimizer_ = std::make_unique<PythonOptimizer>(optimizer);
     GuardOptions o;
-    o.run_dir = options["run_dir"].cast<std::string>();
-    o.amp = amp_of(options["amp"].cast<std::string>());
-    o.clip = options["clip"].cast<double>();
-    o.fallback = fallback_of(options["fallback"].cast<std::string>());
-    o.lr_backoff = options["lr_backoff"].cast<double>();
-    o.fp32_modules = options["fp32_modules"].cast<std::vector<std::string>>();
-    o.probe = options["probe"].cast<bool>();
-    o.warn = options["warn"].cast<bool>();
-    o.rollback.enabled = options["rollback"].cast<bool>();
-    o.rollback.every = options["rollback_every"].cast<int64_t>();
-    o.rollback.states = options["rollback_states"].cast<int64_t>();
-    o.doom_search.enabled = options["doom_search"].cast<bool>();
-    o.max_snapshots = options["max_snapshots"].cast<int64_t>();
-    o.act_absmax_every = options["act_absmax_every"].cast<int64_t>();
+    set_guard_keywords(o, keywords);
     const std::string model_name = options["model_name"].cast<std::string>();
     o.model_name = model_name.empty() ? py::type::of(model).attr("__name__").cast<std::string>() : model_name;
     o.optimizer_name = optimizer.is_none() ? "none" : py::type::of(optimizer).attr("__name__").cast<std::string>();
@@ -141,16 +116,6 @@ class Guard {
   StepGuard& guard() { return *guard_; }
 
  private:
-  template <class... Args>
-  static py::object call_python(const py::object& fn, Args&&... args) {
-    try {
-      return fn(std::forward<Args>(args)...);
-    } catch (py::error_already_set& e) {
-      if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw PythonInterrupt{std::move(e)};
-      throw;
-    }
-  }
-
   // One step without the GIL (it runs backward and may re-run Python code),
   // its exceptions as Python's.
   template <class Step>
@@ -222,6 +187,8 @@ std::pair<std::string, std::string> replay_report(const std::string& snapshot, p
       bad_input = e.what();
     } catch (const py::error_already_set&) {
       python_error = std::current_exception();
+    } catch (PythonInterrupt& interrupt) {  // Ctrl-C in the loss: the user's, not the replay's failure
+      python_error = std::make_exception_ptr(std::move(interrupt.error));
     } catch (const std::exception& e) {
       failed = one_line_error(e);
     }
@@ -290,7 +257,7 @@ PYBIND11_MODULE(_nanscope, m) {
       });
 
   py::class_<Guard>(m, "_StepGuard")
-      .def(py::init<py::object, py::object, py::dict, py::object, int, int, py::object>())
+      .def(py::init<py::object, py::object, py::dict, py::dict, py::object, int, int, py::object>())
       .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_micro_batch", &Guard::begin_micro_batch)
@@ -344,6 +311,7 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("flush", [](Guard& g) { g.guard().writer().flush(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 
+  m.def("guard_keyword_list", &guard_keyword_list);
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"));

@@ -61,7 +61,7 @@ at::Tensor PythonModel::loss(const Batch& batch) {
     throw std::logic_error("model '" + name_ +
                            "': its loss is the step's closure, which runs on the step's own batch only (pass "
                            "loss=fn(model, batch) to run another batch)");
-  return (*loss_)(*module_, batch_object(batch)).cast<at::Tensor>();
+  return call_python(*loss_, *module_, batch_object(batch)).cast<at::Tensor>();
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nanscope/core/model.hpp"
@@ -21,6 +22,24 @@ namespace py = pybind11;
 // takes the GIL to release it.
 using SharedObject = std::shared_ptr<py::object>;
 SharedObject share(py::object object);
+
+// Ctrl-C or sys.exit() inside the user's code: not an error of the model for
+// the guard or a replay to diagnose (it is no std::exception, so they let it
+// pass), but the user's wish, handed back to Python as it was raised.
+struct PythonInterrupt {
+  py::error_already_set error;
+};
+
+// fn(args...) with the GIL held; Ctrl-C and sys.exit() come out as PythonInterrupt.
+template <class... Args>
+py::object call_python(const py::object& fn, Args&&... args) {
+  try {
+    return fn(std::forward<Args>(args)...);
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw PythonInterrupt{std::move(e)};
+    throw;
+  }
+}
 
 // A batch as Python code sees it: (inputs, targets), or inputs alone; a
 // nested batch rebuilt in the structure the loop gave it (nanscope/_batch.py).

@@ -252,6 +252,28 @@ def test_after_the_run_what_cannot_be_searched_raises_saying_why(tmp_path):
             m.parameters(), lr=0.05), loss_fn, lambda s: batch_at(s, plan), checkpoint=checkpoint, start_step=40)
     with pytest.raises(ValueError, match="no 'optimizer'"):
         search_after(tmp_path, "rnn", plan, {"model": Net("rnn").state_dict()}, 40)
+    # A failing batch that holds a NaN of its own has no earlier step to blame.
+    def with_nan_at_the_failing_step(step):
+        x, y, counts, counted = batch_at(step, plan)
+        if step == poison + d:
+            x = x.clone()
+            x[4, 0, 0] = float("nan")
+        return x, y, counts, counted
+    with pytest.raises(ValueError, match=r"step 46's batch holds a non-finite value \(row 4\): its own batch is the"):
+        nanscope.find_dooming_step(tmp_path / "run", lambda: Net("rnn"), lambda m: torch.optim.SGD(
+            m.parameters(), lr=0.05), loss_fn, with_nan_at_the_failing_step, checkpoint=checkpoint, start_step=40,
+            progress=False)
+    # Ctrl-C in the loss during a replay ends the search as Ctrl-C, not as a replay that failed.
+    calls = []
+    def interrupted_loss(model, batch):
+        calls.append(1)
+        if len(calls) == 12:
+            raise KeyboardInterrupt
+        return loss_fn(model, batch)
+    with pytest.raises(KeyboardInterrupt):
+        nanscope.find_dooming_step(tmp_path / "run", lambda: Net("rnn"), lambda m: torch.optim.SGD(
+            m.parameters(), lr=0.05), interrupted_loss, lambda s: batch_at(s, plan), checkpoint=checkpoint,
+            start_step=40, progress=False)
     # Other batches than the run's: the failing step does not fail again.
     with pytest.raises(RuntimeError, match="does not fail again"):
         nanscope.find_dooming_step(tmp_path / "run", lambda: Net("rnn"), lambda m: torch.optim.SGD(

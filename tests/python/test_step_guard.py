@@ -182,6 +182,40 @@ def test_files_are_the_c_plus_plus_sides_and_the_snapshot_replays(tmp_path, tool
     assert report.to_dict()["capture"]["first_birth"]["module"] == "blocks.1.log_act"
 
 
+def test_the_guards_options_are_keywords_with_nanscope_trains_defaults_and_words(tmp_path):
+    import inspect
+    import h5py
+    from nanscope._nanscope import guard_keyword_list
+    declared = guard_keyword_list()
+    parameters = inspect.signature(nanscope.StepGuard).parameters
+    for option in declared:
+        assert parameters[option["name"]].kind is inspect.Parameter.KEYWORD_ONLY, option["name"]
+        assert parameters[option["name"]].default == option["default"], option["name"]
+        assert f"{option['name']}=" in nanscope.StepGuard.__doc__
+    # Options Python never had a keyword for before their declaration was shared.
+    assert {"max_rollbacks", "rollback_memory", "capture", "max_nonfinite_run", "fallback_min_scale"} <= set(parameters)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.bfloat16, max_rollbacks=1,
+                               rollback_memory=64, capture="every-step", fp32_modules=("blocks.0",), log=False)
+    assert guard.amp == "bf16"
+    guard.close()
+    with h5py.File(tmp_path / "run" / "run.h5", "r") as f:
+        config = {key: (value.decode() if isinstance(value, bytes) else str(value)) for key, value in f["config"].attrs.items()}
+    assert {option["name"] for option in declared} <= set(config)
+    assert (config["amp"], config["max_rollbacks"], config["rollback_memory"]) == ("bf16", "1", "64")
+    assert (config["capture"], config["fp32_modules"], config["rollback"]) == ("every-step", "blocks.0", "on")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rollbak'"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", rollbak=False)
+    with pytest.raises(TypeError, match="max_rollbacks must be an int, not 1.5"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "b", max_rollbacks=1.5)
+    with pytest.raises(ValueError, match="rollback_every must be a positive whole number, not '0'"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "c", rollback_every=0)
+    with pytest.raises(ValueError, match="act_absmax_every needs probe on"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "d", probe=False, act_absmax_every=5)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "d").exists()
+
+
 def test_bad_arguments_raise_python_errors(tmp_path):
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

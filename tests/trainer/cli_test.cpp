@@ -15,8 +15,10 @@
 #include "../support/test_support.hpp"
 
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/trainer/options.hpp"
 
 using nanscope::test::run_command;
 using nanscope::test::TempDir;
@@ -126,7 +128,8 @@ TEST(Cli, FaultTheModelCannotHostExitsTwo) {
 
 TEST(Cli, ConfigFileSetsOptionsAndRunConfigIsRecorded) {
   TempDir dir;
-  std::ofstream(dir.file("train.toml")) << "model = \"mlp\"\nsteps = 3\nbatch-size = 8\nlr = 0.002\n";
+  std::ofstream(dir.file("train.toml"))
+      << "model = \"mlp\"\nsteps = 3\nbatch-size = 8\nlr = 0.002\nrollback-every = 7\ncapture = \"every-step\"\n";
   auto r = run_command(kTrain + " --config " + dir.file("train.toml") + " --quiet --run-dir " + dir.file("r"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = nanscope::format::read_run(dir.file("r/run.h5"));
@@ -134,6 +137,26 @@ TEST(Cli, ConfigFileSetsOptionsAndRunConfigIsRecorded) {
   EXPECT_EQ(run.config.at("model"), "mlp");
   EXPECT_EQ(run.config.at("batch_size"), "8");
   EXPECT_DOUBLE_EQ(run.lr[0], 0.002);
+  // The guard's options, each under its name, as set or by nanscope-train's defaults.
+  for (const auto& option : nanscope::guard_option_list()) EXPECT_EQ(run.config.count(option.name), 1u) << option.name;
+  EXPECT_EQ(run.config.at("rollback_every"), "7");
+  EXPECT_EQ(run.config.at("capture"), "every-step");
+  EXPECT_EQ(run.config.at("clip"), "1");
+}
+
+TEST(Cli, EveryGuardOptionIsAFlagWithItsDefault) {
+  auto r = run_command(kTrain + " --help");
+  ASSERT_EQ(r.exit_code, 0);
+  for (const auto& option : nanscope::guard_option_list()) {
+    const std::string flag = nanscope::spelled(option, nanscope::OptionSpelling::flag);
+    const size_t at = r.output.find("  " + flag + " ");
+    ASSERT_NE(at, std::string::npos) << flag << "\n" << r.output;
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    const std::string shown = option.text(nanscope::trainer::TrainOptions{});
+    if (shown.empty()) continue;  // --fp32-modules: none
+    EXPECT_TRUE(line.find("=" + shown) != std::string::npos || line.find("[" + shown + "]") != std::string::npos)
+        << line;
+  }
 }
 
 TEST(Cli, SaveThenInitFineTunesFromTheCheckpoint) {

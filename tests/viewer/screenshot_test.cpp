@@ -84,6 +84,21 @@ test::CommandResult view(const std::string& inputs, const std::string& png, cons
                            png + " --frames 4 " + extra);
 }
 
+// A run of 100 steps shown: the screenshot, its loss plot, and where a step is on it.
+struct LossPlot {
+  test::CommandResult viewer;
+  Screenshot shot;
+  Region loss{};
+  bool shown() const { return viewer.exit_code == 0 && shot.loaded() && shot.has("plot.loss"); }
+  int x_of(double step) const { return loss.x + int(step / 100.0 * loss.w); }
+};
+LossPlot show_loss_plot(const std::string& run, const std::string& png) {
+  test::CommandResult r = view(run, png);
+  Screenshot shot(png, r.output);
+  const Region loss = shot.has("plot.loss") ? shot.region("plot.loss") : Region{};
+  return {std::move(r), std::move(shot), loss};
+}
+
 // How much of a region is drawn in the heatmap's colour map.
 double colormap_share(const Screenshot& shot, const Region& r, std::set<int>* distinct) {
   std::vector<Rgb> map;
@@ -185,12 +200,11 @@ TEST_F(ViewerScreenshot, TheLossScalePlotShowsOnlyRunsWithAScaler) {
 TEST_F(ViewerScreenshot, WarningAndRollbackAreMarkedAndTheRolledBackStepsGreyedOut) {
   test::TempDir dir;
   test::write_synthetic_rollback_run(dir.file("run.h5"), 100, 3);
-  auto r = view(dir.file("run.h5"), dir.file("run.png"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  Screenshot shot(dir.file("run.png"), r.output);
-  ASSERT_TRUE(shot.loaded() && shot.has("plot.loss")) << r.output;
-  const Region loss = shot.region("plot.loss");
-  const auto x_of = [&](double step) { return loss.x + int(step / 100.0 * loss.w); };
+  const LossPlot plot = show_loss_plot(dir.file("run.h5"), dir.file("run.png"));
+  ASSERT_TRUE(plot.shown()) << plot.viewer.output;
+  const Screenshot& shot = plot.shot;
+  const Region loss = plot.loss;
+  const auto x_of = [&](double step) { return plot.x_of(step); };
   EXPECT_GT(shot.count({x_of(40.5) - 5, loss.y, 10, loss.h}, rgb_of(viewer::rgba(255, 225, 80)), 30), 10)
       << "the warning's marker at step 40";
   EXPECT_GT(shot.count({x_of(60.5) - 5, loss.y, 10, loss.h}, rgb_of(viewer::rgba(90, 230, 200)), 30), 10)
@@ -225,12 +239,11 @@ TEST_F(ViewerScreenshot, TheDoomingStepIsMarkedAndLinkedToTheStepItDoomed) {
                  "step 30 doomed step 70: without batch row 3 (data set row 12) the steps up to 70 stay finite; "
                  "12 replays from the state after step 24, 117 steps run, 0.5 s");
   }
-  auto r = view(dir.file("run.h5"), dir.file("run.png"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  Screenshot shot(dir.file("run.png"), r.output);
-  ASSERT_TRUE(shot.loaded() && shot.has("plot.loss")) << r.output;
-  const Region loss = shot.region("plot.loss");
-  const auto x_of = [&](double step) { return loss.x + int(step / 100.0 * loss.w); };
+  const LossPlot plot = show_loss_plot(dir.file("run.h5"), dir.file("run.png"));
+  ASSERT_TRUE(plot.shown()) << plot.viewer.output;
+  const Screenshot& shot = plot.shot;
+  const Region loss = plot.loss;
+  const auto x_of = [&](double step) { return plot.x_of(step); };
   const Rgb doom = rgb_of(viewer::rgba(255, 40, 200));  // the doom event's colour
   EXPECT_GT(shot.count({x_of(30.5) - 5, loss.y, 10, loss.h}, doom, 30), 10) << "the marker at step 30";
   const Region bracket{x_of(35), loss.y, x_of(65) - x_of(35), 24};

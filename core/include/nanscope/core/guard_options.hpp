@@ -2,7 +2,8 @@
 // What a StepGuard is told (step_guard.hpp), as a plain struct without
 // LibTorch: nanscope-train's TrainOptions is a GuardOptions plus what only the
 // harness needs, and its command line parses into both beside the LibTorch
-// batches. A new guard option is a field here and, for nanscope-train, a flag.
+// batches. A new guard option is a field here and an entry in guard_option_list.cpp,
+// which makes its flag, its Python keyword and its run.h5 config entry.
 #include <cstdint>
 #include <iostream>
 #include <map>

@@ -23,11 +23,13 @@ class Journal {
   // "step STEP: <label>text<aside>" (aside: what only the log says, such as
   // what the decision cost). Returns `text`, for the result's field.
   const std::string& record(int64_t step, format::EventKind kind, const std::string& text,
-                            const std::string& label = "", const std::string& aside = "");
+                            const std::string& label = "", const std::string& aside = "") {
+    return record_about(step, step, kind, text, label, aside);
+  }
   // The same, the event at `event_step`: a decision made at `step` about an
   // earlier one (the step that doomed it).
   const std::string& record_about(int64_t event_step, int64_t step, format::EventKind kind, const std::string& text,
-                                  const std::string& label);
+                                  const std::string& label = "", const std::string& aside = "");
   // run.h5 only.
   void event(int64_t step, format::EventKind kind, const std::string& text) { writer_->event(step, kind, text); }
   // The log only.

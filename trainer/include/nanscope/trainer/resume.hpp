@@ -32,6 +32,11 @@ struct Resumption {
 std::optional<Resumption> resumption(const TrainOptions& options, TrainableModel& model, ProcessGroup* group,
                                      at::Device device);
 
+// What a checkpoint holds besides the weights, put back: the optimizer's
+// state (by parameter name) and the CPU generator's. The guard's own state is
+// the caller's to restore, into a guard it has made.
+void restore_optimizer_and_rng(const ResumeState& state, TrainableModel& model, torch::optim::Optimizer& optimizer);
+
 // --save with several ranks: rank 0 writes it (the weights are the same on
 // every rank), unless the path names "{rank}", which each rank fills in. ""
 // for a rank that writes none.
