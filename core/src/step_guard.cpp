@@ -447,9 +447,9 @@ GuardedStep StepGuard::step(const StepContext& context) {
   const std::vector<float>& recorded = run.result.outcome.micro_losses;
   for (size_t k = 0; k < run.micro_batches.size(); ++k)
     run.micro_batches[k].recorded_loss = k < recorded.size() ? recorded[k] : run.result.outcome.loss;
-  GuardedStep result = end_step(run, {});
-  if (result.outcome.skipped && !applies_update_) {
-    // The loop applies its own update next: zero gradients make it add nothing.
+  // The loop applies its own update next: zero gradients make a skipped or
+  // stopped step's update add nothing (and a loop that misses the stop does not crash on None).
+  auto leave_nothing_to_apply = [&] {
     at::NoGradGuard no_grad;
     for (const at::Tensor& p : parameters_) {
       if (p.grad().defined())
@@ -457,8 +457,15 @@ GuardedStep StepGuard::step(const StepContext& context) {
       else
         p.mutable_grad() = at::zeros_like(p);
     }
+  };
+  try {
+    GuardedStep result = end_step(run, {});
+    if (result.outcome.skipped && !applies_update_) leave_nothing_to_apply();
+    return result;
+  } catch (const DeadRunError&) {
+    if (!applies_update_) leave_nothing_to_apply();
+    throw;
   }
-  return result;
 }
 
 struct ScopedAutocast::State {

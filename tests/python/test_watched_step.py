@@ -310,6 +310,24 @@ def test_update_puts_back_what_a_loops_own_rule_changed_on_a_skipped_step(tmp_pa
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
 
 
+def test_a_manual_update_after_a_step_that_stops_the_run_adds_nothing(tmp_path):
+    # A weight went non-finite with no rollback state yet: the run is dead. A
+    # loop that applies its own rule without looking at result.stop must add
+    # nothing (zero gradients), not crash on a missing one.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 1))
+    guard = nanscope.StepGuard(model, None, run_dir=tmp_path / "run", loss_fn=lambda m, b: m(b).sum(), log=False)
+    with torch.no_grad():
+        model[0].weight[3] = float("inf")
+    tokens = torch.tensor([1, 3, 5])
+    guard.backward(model(tokens).sum(), tokens)
+    result = guard.step()
+    assert result.stop and not result.counted, result
+    for p in model.parameters():
+        assert p.grad is not None and torch.count_nonzero(p.grad) == 0
+        p.data.add_(p.grad, alpha=-0.1)
+
+
 def test_two_optimizers_each_with_its_guard(tmp_path):
     """A GAN-style loop: each model and optimizer has its guard; a NaN in one
     loss skips that update only."""
