@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <stdexcept>
 #include <utility>
 
@@ -27,9 +26,32 @@ bool same_word(const std::string& a, const std::string& b) {
          std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return std::tolower(x) == std::tolower(y); });
 }
 
+// Numbers as text without the C locale (a Python program may have set a
+// comma-decimal one): the whole text, an optional leading '+'.
+bool parse_whole(const std::string& text, int64_t& value) {
+  const char* first = text.c_str() + (!text.empty() && text[0] == '+');
+  const char* last = text.c_str() + text.size();
+  const auto [end, error] = std::from_chars(first, last, value);
+  return first != last && error == std::errc() && end == last;
+}
+bool parse_number(const std::string& text, double& value) {
+  const char* first = text.c_str() + (!text.empty() && text[0] == '+');
+  const char* last = text.c_str() + text.size();
+  const auto [end, error] = std::from_chars(first, last, value);
+  return first != last && error == std::errc() && end == last;
+}
+// The shortest text that reads back as the same double ("0.5", "1e-05").
+std::string exact_text(double value) {
+  char buffer[32];
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return error == std::errc() ? std::string(buffer, end) : number_text(value);
+}
+
 // The words a value may be given as; a value's first spelling is the one
 // written back and listed in help, later ones are accepted quietly ("on" for
-// --fallback whole, Python's str(torch.bfloat16) for bf16).
+// --fallback whole, Python's str(torch.bfloat16) for bf16, and the numbers
+// nanscope-train before 1.4's option list wrote into options.toml for a word
+// option, which --resume reads back).
 template <typename T>
 using Spellings = std::vector<std::pair<const char*, T>>;
 
@@ -61,8 +83,10 @@ GuardOption word_option(const char* name, const char* field, Field field_of, Opt
 
 template <typename Field>
 GuardOption on_off(const char* name, const char* field, Field field_of, const char* section, const char* help) {
-  return word_option(name, field, field_of, OptionKind::on_off,
-                     Spellings<bool>{{"on", true}, {"off", false}, {"true", true}, {"false", false}}, section, help);
+  return word_option(
+      name, field, field_of, OptionKind::on_off,
+      Spellings<bool>{{"on", true}, {"off", false}, {"true", true}, {"false", false}, {"1", true}, {"0", false}},
+      section, help);
 }
 
 // The lowest value a number may take, and whether it is excluded.
@@ -81,10 +105,8 @@ GuardOption integer(const char* name, const char* field, Field field_of, AtLeast
                     const char* help) {
   auto text = [field_of](const GuardOptions& o) { return std::to_string(field_of(o)); };
   auto set = [field_of, bound](GuardOptions& o, const std::string& given) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(given.c_str(), &end, 10);
-    if (end == given.c_str() || *end != '\0' || errno == ERANGE || !within(double(v), bound))
+    int64_t v = 0;
+    if (!parse_whole(given, v) || !within(double(v), bound))
       throw std::invalid_argument(refused(std::string(bound.words) + " whole number", given));
     field_of(o) = v;
   };
@@ -95,11 +117,10 @@ GuardOption integer(const char* name, const char* field, Field field_of, AtLeast
 template <typename Field>
 GuardOption number(const char* name, const char* field, Field field_of, AtLeast bound, double highest,
                    const char* section, const char* help) {
-  auto text = [field_of](const GuardOptions& o) { return number_text(field_of(o)); };
+  auto text = [field_of](const GuardOptions& o) { return exact_text(field_of(o)); };
   auto set = [field_of, bound, highest](GuardOptions& o, const std::string& given) {
-    char* end = nullptr;
-    const double v = std::strtod(given.c_str(), &end);
-    if (end == given.c_str() || *end != '\0' || !std::isfinite(v) || !within(v, bound) || v > highest) {
+    double v = 0;
+    if (!parse_number(given, v) || !std::isfinite(v) || !within(v, bound) || v > highest) {
       const std::string what = std::isinf(highest) ? std::string(bound.words) + " finite number"
                                                    : "a number in " + std::string(bound.excluded ? "(" : "[") +
                                                          number_text(bound.lowest) + ", " + number_text(highest) + "]";
@@ -135,7 +156,10 @@ std::vector<GuardOption> declared_options() {
                                             {"fp32", Amp::fp32},
                                             {"torch.bfloat16", Amp::bf16},
                                             {"torch.float16", Amp::fp16},
-                                            {"torch.float32", Amp::fp32}},
+                                            {"torch.float32", Amp::fp32},
+                                            {"0", Amp::fp32},
+                                            {"1", Amp::bf16},
+                                            {"2", Amp::fp16}},
                              kPrecision,
                              "Autocast precision to start in: off (fp32), bf16, or fp16 (with the loss scaler)"));
   list.push_back(number("clip", NANSCOPE_FIELD(clip), kNonNegative, kUnbounded, kPrecision,
@@ -145,7 +169,10 @@ std::vector<GuardOption> declared_options() {
       Spellings<FallbackMode>{{"whole", FallbackMode::whole},
                               {"auto", FallbackMode::automatic},
                               {"off", FallbackMode::off},
-                              {"on", FallbackMode::whole}},
+                              {"on", FallbackMode::whole},
+                              {"0", FallbackMode::off},
+                              {"1", FallbackMode::whole},
+                              {"2", FallbackMode::automatic}},
       kPrecision,
       "What a non-finite step triggers besides the skip. whole: the stock one-shot fallback (the whole model "
       "to fp32 for the rest of the run, LR x {lr_backoff}). auto: the remedy the step's diagnosis supports: a "
@@ -173,7 +200,8 @@ std::vector<GuardOption> declared_options() {
                         "loss scale collapsing, activations nearing the precision's limit) as run.h5 events and "
                         "log lines, from values each step already has"));
   list.push_back(word_option("capture", NANSCOPE_FIELD(capture_every_step), OptionKind::word,
-                             Spellings<bool>{{"on-failure", false}, {"every-step", true}}, kForensics,
+                             Spellings<bool>{{"on-failure", false}, {"every-step", true}, {"0", false}, {"1", true}},
+                             kForensics,
                              "When op-level capture runs: on-failure (the forensic re-run of a non-finite step) or "
                              "every-step (every op of every step; slow, for hunting and measuring)"));
   list.push_back(integer("act_absmax_every", NANSCOPE_FIELD(act_absmax_every), kNonNegative, kForensics,

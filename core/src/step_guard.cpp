@@ -39,6 +39,13 @@ std::vector<std::string> trainable_names(const TrainableModel& model) {
   return out;
 }
 
+// Options checked before any member is built from them (a memory budget of
+// inf would overflow a size_t), each refused one named as its author spells it.
+GuardOptions checked(GuardOptions o) {
+  check_guard_options(o, spelling_of(o.origin));
+  return o;
+}
+
 probe::ProbeOptions probe_options(const GuardOptions& o) {
   probe::ProbeOptions p;
   p.run_dir = o.run_dir;
@@ -139,7 +146,7 @@ StepGuard::StepGuard(std::unique_ptr<ClosureModel> model, torch::optim::Optimize
 StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, GuardOptions options)
     : model_(model),
       optimizer_(optimizer),
-      options_(std::move(options)),
+      options_(checked(std::move(options))),
       parameters_(trainable_tensors(model)),
       probe_(probe_options(options_), trainable_names(model)),
       scaler_(scaler_config(options_.amp)),
@@ -156,7 +163,6 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       history_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
-  check_guard_options(options_, spelling_of(options_.origin));
   use_cpu_kernels_from_environment();
   if (options_.doom_search.enabled) rollback_.keep_states_for_search();
   // Births in a native model are named by the module whose tensors an op

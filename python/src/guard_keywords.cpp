@@ -23,13 +23,18 @@ std::string repr_text(const py::handle& value) { return py::repr(value).cast<std
 std::string text_of(const GuardOption& option, const py::handle& value) {
   const bool is_bool = py::isinstance<py::bool_>(value);
   switch (option.kind) {
-    case OptionKind::on_off:
+    case OptionKind::on_off:  // its truth, as Python's own flags take it (numpy's bool too); "on"/"off" as written
       if (py::isinstance<py::str>(value)) return value.cast<std::string>();
-      if (!is_bool && !py::isinstance<py::int_>(value)) wrong_type(option, "True or False", value);
-      return py::cast<bool>(value) ? "on" : "off";
-    case OptionKind::integer:
-      if (is_bool || !py::hasattr(value, "__index__")) wrong_type(option, "an int", value);
-      return py::str(py::module_::import("operator").attr("index")(value)).cast<std::string>();
+      if (const int truth = PyObject_IsTrue(value.ptr()); truth >= 0) return truth ? "on" : "off";
+      throw py::error_already_set();
+    case OptionKind::integer: {  // an int, or a float that is one (25.0, steps / 10)
+      if (is_bool) wrong_type(option, "an int", value);
+      if (py::hasattr(value, "__index__"))
+        return py::str(py::module_::import("operator").attr("index")(value)).cast<std::string>();
+      if (py::isinstance<py::float_>(value) && value.attr("is_integer")().cast<bool>())
+        return py::str(py::int_(py::reinterpret_borrow<py::object>(value))).cast<std::string>();
+      wrong_type(option, "an int", value);
+    }
     case OptionKind::number:
       if (is_bool || !py::hasattr(value, "__float__") || py::isinstance<py::str>(value))
         wrong_type(option, "a number", value);
@@ -45,7 +50,8 @@ std::string text_of(const GuardOption& option, const py::handle& value) {
       return joined;
     }
     case OptionKind::word: return py::str(value).cast<std::string>();
-    case OptionKind::directory: return py::str(py::module_::import("os").attr("fspath")(value)).cast<std::string>();
+    case OptionKind::directory:  // str, bytes or os.PathLike
+      return py::module_::import("os").attr("fsdecode")(value).cast<std::string>();
   }
   return py::str(value).cast<std::string>();
 }
@@ -53,8 +59,9 @@ std::string text_of(const GuardOption& option, const py::handle& value) {
 py::object python_value(const GuardOption& option, const std::string& text) {
   switch (option.kind) {
     case OptionKind::on_off: return py::bool_(text == "on");
-    case OptionKind::integer: return py::int_(std::stoll(text));
-    case OptionKind::number: return py::float_(std::stod(text));
+    // Read by Python, which reads numbers whatever the C locale says.
+    case OptionKind::integer: return py::module_::import("builtins").attr("int")(text);
+    case OptionKind::number: return py::module_::import("builtins").attr("float")(text);
     case OptionKind::names: return py::tuple(py::cast(parse_fp32_modules(text)));
     case OptionKind::word:
     case OptionKind::directory: return py::str(text);

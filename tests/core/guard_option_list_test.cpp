@@ -109,6 +109,15 @@ TEST(GuardOptionList, ARefusedValueSaysWhatTheOptionTakes) {
   EXPECT_EQ(refusal("amp", "torch.bfloat16"), "");
   EXPECT_EQ(refusal("fallback", "on"), "");
   EXPECT_EQ(refusal("lr_backoff", "1"), "");
+  EXPECT_EQ(refusal("rollback_every", "+7"), "");
+  // What nanscope-train before the option list wrote into options.toml for a word option.
+  GuardOptions old;
+  find_guard_option("amp")->set(old, "1");
+  find_guard_option("fallback")->set(old, "2");
+  find_guard_option("rollback")->set(old, "0");
+  EXPECT_EQ(old.amp, Amp::bf16);
+  EXPECT_EQ(old.fallback, FallbackMode::automatic);
+  EXPECT_FALSE(old.rollback.enabled);
 }
 
 TEST(GuardOptionList, TheCheckNamesTheOptionAsTheLoopsAuthorSpellsIt) {
@@ -129,6 +138,12 @@ TEST(GuardOptionList, TheCheckNamesTheOptionAsTheLoopsAuthorSpellsIt) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "--act-absmax-every needs --probe on");
   }
+  // Exact: a value just past a bound is not rounded back inside it.
+  GuardOptions past;
+  past.lr_backoff = 1.0000001;
+  EXPECT_THROW(check_guard_options(past, OptionSpelling::field), std::invalid_argument);
+  past.lr_backoff = 0.1;
+  EXPECT_EQ(find_guard_option("lr_backoff")->text(past), "0.1");
   EXPECT_NO_THROW(check_guard_options(GuardOptions{}, OptionSpelling::field));
   EXPECT_NO_THROW(check_guard_options(unusual_options(), OptionSpelling::field));
 }

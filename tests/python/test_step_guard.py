@@ -205,6 +205,15 @@ def test_the_guards_options_are_keywords_with_nanscope_trains_defaults_and_words
     assert {option["name"] for option in declared} <= set(config)
     assert (config["amp"], config["max_rollbacks"], config["rollback_memory"]) == ("bf16", "1", "64")
     assert (config["capture"], config["fp32_modules"], config["rollback"]) == ("every-step", "blocks.0", "on")
+    # What Python's own flags and counts take: numpy's bool, a float that is a whole number, a bytes path.
+    import numpy as np
+    lenient = nanscope.StepGuard(model, optimizer, run_dir=bytes(tmp_path / "e"), warn=np.bool_(False),
+                                 rollback_every=50 / 2, log=False)
+    lenient.close()
+    with h5py.File(tmp_path / "e" / "run.h5", "r") as f:
+        assert f["config"].attrs["warn"] in ("off", b"off") and f["config"].attrs["rollback_every"] in ("25", b"25")
+    with pytest.raises(TypeError, match="rollback_every must be an int, not 2.5"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "f", rollback_every=2.5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'rollbak'"):
         nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", rollbak=False)
     with pytest.raises(TypeError, match="max_rollbacks must be an int, not 1.5"):

@@ -144,6 +144,22 @@ TEST(Cli, ConfigFileSetsOptionsAndRunConfigIsRecorded) {
   EXPECT_EQ(run.config.at("clip"), "1");
 }
 
+TEST(Cli, AnOptionsFileFromBeforeTheOptionListStillReads) {
+  // nanscope-train used to write a word option's value into options.toml as
+  // its number (amp bf16 as "1"); --resume of such a run reads it back.
+  TempDir dir;
+  std::ofstream(dir.file("options.toml"))
+      << "model = \"mlp\"\nsteps = \"2\"\namp = \"1\"\nfallback = \"2\"\nrollback = \"0\"\ncapture = \"0\"\n";
+  auto r =
+      run_command(kTrain + " --config " + dir.file("options.toml") + " --quiet --threads 1 --run-dir " + dir.file("r"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto run = nanscope::format::read_run(dir.file("r/run.h5"));
+  EXPECT_EQ(run.config.at("amp"), "bf16");
+  EXPECT_EQ(run.config.at("fallback"), "auto");
+  EXPECT_EQ(run.config.at("rollback"), "off");
+  EXPECT_EQ(run.config.at("capture"), "on-failure");
+}
+
 TEST(Cli, EveryGuardOptionIsAFlagWithItsDefault) {
   auto r = run_command(kTrain + " --help");
   ASSERT_EQ(r.exit_code, 0);

@@ -36,7 +36,7 @@ struct DoomSearchOptions {
 struct GuardOptions {
   std::string run_dir = "nanscope-run";             // run.h5 and snapshots/ go here (created)
   Amp amp = Amp::fp32;                              // the precision to start in
-  double clip = 0;                                  // global grad-norm clip after unscaling; <= 0: off
+  double clip = 0;                                  // global grad-norm clip after unscaling; 0: off
   FallbackMode fallback = FallbackMode::automatic;  // what a non-finite step triggers (fallback.hpp)
   double lr_backoff = 0.5;                          // the LR multiplier the whole-model fallback applies
   // Modules (dotted paths, as named_modules() names them) that run with
