@@ -28,13 +28,8 @@ bool same_word(const std::string& a, const std::string& b) {
 
 // Numbers as text without the C locale (a Python program may have set a
 // comma-decimal one): the whole text, an optional leading '+'.
-bool parse_whole(const std::string& text, int64_t& value) {
-  const char* first = text.c_str() + (!text.empty() && text[0] == '+');
-  const char* last = text.c_str() + text.size();
-  const auto [end, error] = std::from_chars(first, last, value);
-  return first != last && error == std::errc() && end == last;
-}
-bool parse_number(const std::string& text, double& value) {
+template <typename Number>  // int64_t or double
+bool parse_all(const std::string& text, Number& value) {
   const char* first = text.c_str() + (!text.empty() && text[0] == '+');
   const char* last = text.c_str() + text.size();
   const auto [end, error] = std::from_chars(first, last, value);
@@ -106,7 +101,7 @@ GuardOption integer(const char* name, const char* field, Field field_of, AtLeast
   auto text = [field_of](const GuardOptions& o) { return std::to_string(field_of(o)); };
   auto set = [field_of, bound](GuardOptions& o, const std::string& given) {
     int64_t v = 0;
-    if (!parse_whole(given, v) || !within(double(v), bound))
+    if (!parse_all(given, v) || !within(double(v), bound))
       throw std::invalid_argument(refused(std::string(bound.words) + " whole number", given));
     field_of(o) = v;
   };
@@ -120,7 +115,7 @@ GuardOption number(const char* name, const char* field, Field field_of, AtLeast 
   auto text = [field_of](const GuardOptions& o) { return exact_text(field_of(o)); };
   auto set = [field_of, bound, highest](GuardOptions& o, const std::string& given) {
     double v = 0;
-    if (!parse_number(given, v) || !std::isfinite(v) || !within(v, bound) || v > highest) {
+    if (!parse_all(given, v) || !std::isfinite(v) || !within(v, bound) || v > highest) {
       const std::string what = std::isinf(highest) ? std::string(bound.words) + " finite number"
                                                    : "a number in " + std::string(bound.excluded ? "(" : "[") +
                                                          number_text(bound.lowest) + ", " + number_text(highest) + "]";

@@ -332,10 +332,9 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
   journal_.writer().append(row);
   const StepOutcome& outcome = result.outcome;
   if (outcome.skipped_as_spike) {
-    journal_.event(step, format::EventKind::skip,
-                   "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
-                       " (a spike, on probation after a rollback); optimizer step skipped" + undone);
-    journal_.say(step, "loss " + number_text(outcome.global_loss) + " is a spike after a rollback -> skipped");
+    journal_.record(step, format::EventKind::skip,
+                    "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
+                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
     rollback_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.skipped) last_applied_step_ = step;
