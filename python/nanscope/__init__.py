@@ -135,6 +135,7 @@ class StepGuard:
         """A reusable context manager: autocast at the guard's precision for one
         micro-batch's forward and loss (nothing at fp32, and fp32 after a
         fallback), so the guard can change precision under your loop."""
+        self._open()
         return self._watch.autocast()
 
     def scale(self, loss, batch=None):
@@ -161,6 +162,7 @@ class StepGuard:
         puts the weights back as they were before it."""
         if new_scale is not None:
             raise ValueError("nanscope.StepGuard.update: the guard keeps its own loss scale (no new_scale)")
+        self._open()
         self._watch.undo_own_update()
 
     def get_scale(self):
@@ -201,6 +203,8 @@ class StepGuard:
             self._guard.flush()
             self._watch.close()
             self._guard = None
+            # The model, a DistributedDataParallel wrapper and the optimizer are the loop's: no reference kept.
+            self._model = self._ddp = self._optimizer = None
 
     def __enter__(self):
         return self

@@ -51,9 +51,15 @@ class Watch:
             self._hook = self._model.register_forward_pre_hook(recorder)
 
     def close(self):
+        """The watch is over: its hook removed, and the loop's model and the
+        guard let go (a DistributedDataParallel model's reducer must not
+        outlive the process group the loop destroys next)."""
         self._stop_listening()
         if self._hook is not None:
             self._hook.remove()
+            self._hook = None
+        self._before_skip = None
+        self._model = self._named = self._owner = None
 
     @contextlib.contextmanager
     def busy(self):

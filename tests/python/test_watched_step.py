@@ -328,6 +328,30 @@ def test_a_manual_update_after_a_step_that_stops_the_run_adds_nothing(tmp_path):
         p.data.add_(p.grad, alpha=-0.1)
 
 
+def test_a_closed_guard_lets_go_of_the_loops_model(tmp_path):
+    # A loop destroys its process group after closing the guard: the model (a
+    # DistributedDataParallel's reducer uses that group) must go when the loop
+    # drops it, by reference counting alone, not at some later collection.
+    import weakref
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Normalise())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", loss_fn=lambda m, b: m(b).sum(), log=False)
+    x = torch.randn(2, 4)
+    with guard.autocast():
+        loss = model(x).sum()
+    guard.scale(loss).backward()
+    assert guard.step(optimizer).counted
+    guard.close()
+    alive = weakref.ref(model)
+    del model, optimizer, loss
+    assert alive() is None, "the closed guard still holds the loop's model"
+    with pytest.raises(ValueError, match="closed"):
+        guard.autocast()
+    with pytest.raises(ValueError, match="closed"):
+        guard.update()
+
+
 def test_two_optimizers_each_with_its_guard(tmp_path):
     """A GAN-style loop: each model and optimizer has its guard; a NaN in one
     loss skips that update only."""
