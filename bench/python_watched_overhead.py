@@ -14,7 +14,8 @@ own process, alternated, its peak RSS above the RSS of the model and its
 optimizer state before any forward (activations, gradients, and whatever the
 guard keeps); medians of three runs each, and their ratio.
 
-usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_watched_overhead.py [--micro-batches 8] [--memory]
+usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_watched_overhead.py [--micro-batches 8]
+       [--n-layer 2 --n-embd 128 --vocab 256] [--memory]
 """
 import argparse
 import os
@@ -64,7 +65,7 @@ def guarded_step(model, optimizer, batches, it, a, guard, ctx):
 
 def build(a, run_dir, guarded):
     torch.manual_seed(0)
-    model = Gpt(a.n_layer, 4, a.n_embd, a.seq_len)
+    model = Gpt(a.n_layer, 4, a.n_embd, a.seq_len, vocab=a.vocab)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     if not guarded:
         return model, optimizer, lambda batches, it: plain_step(model, optimizer, batches, it, a)
@@ -100,7 +101,9 @@ def memory(a):
         for which in ("plain", "guarded"):
             out = subprocess.run([sys.executable, __file__, "--one", which, "--steps", str(a.steps),
                                   "--micro-batches", str(a.micro_batches), "--batch-size", str(a.batch_size),
-                                  "--threads", str(a.threads)], capture_output=True, text=True, check=True).stdout
+                                  "--threads", str(a.threads), "--n-layer", str(a.n_layer), "--n-embd",
+                                  str(a.n_embd), "--vocab", str(a.vocab)],
+                                 capture_output=True, text=True, check=True).stdout
             above[which].append(float(out.split("peak_above_model_mib=")[1].split()[0]))
     p, g = statistics.median(above["plain"]), statistics.median(above["guarded"])
     print(f"peak RSS above the model, {a.micro_batches} micro-batches (medians of 3 processes each): "
@@ -135,6 +138,8 @@ def main():
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=256,
+                   help="embedding and head rows (50304: nanoGPT's GPT-2 vocabulary, where per-element work shows)")
     p.add_argument("--blocks", type=int, default=6)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)

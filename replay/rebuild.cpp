@@ -40,7 +40,7 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
   }
   // Only the program that trained a model of its own can build it again: say how.
   const std::string how = s.origin == format::Origin::python
-                              ? "it was trained from Python: replay it with " + format::replay_command(s.origin, path) +
+                              ? "it was trained from Python: replay it with " + format::replay_command(s, path) +
                                     ", where FACTORY builds the model and LOSS_FN(model, batch) returns the loss"
                               : "replay it from a program that builds the model: your training program given the "
                                 "snapshot's path (nanscope::replay::replay_main(argc, argv, model, loss)), or one that "

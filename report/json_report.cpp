@@ -117,7 +117,7 @@ void write_snapshot(JsonWriter& json, const SnapshotEntry& entry) {
   json.key("lr").value(s.lr);
   json.key("model").value(s.model_name);
   json.key("origin").value(format::to_string(s.origin));
-  json.key("replay_command").value(format::replay_command(s.origin, entry.path));
+  json.key("replay_command").value(format::replay_command(s, entry.path));
   json.key("reproduced").value(s.capture.reproduced);
   json.key("capture").value(format::capture_text(s.capture));
   json.key("first_birth");

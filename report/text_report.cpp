@@ -121,7 +121,7 @@ std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
     lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
                     format::to_string(s.replay->category) + "; " + s.replay->suggestion);
   else
-    lines.push_back("  replay: not replayed yet (" + format::replay_command(s.origin, entry.path) + ")");
+    lines.push_back("  replay: not replayed yet (" + format::replay_command(s, entry.path) + ")");
   return lines;
 }
 

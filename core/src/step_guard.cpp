@@ -3,6 +3,7 @@
 #include "step_guard_running.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
+#include "nanscope/core/generator_states.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -152,7 +153,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       scaler_(scaler_config(options_.amp)),
       fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
       snapshot_policy_(options_.max_snapshots),
-      journal_(options_.log, options_.log_prefix),
+      journal_(options_.log, options_.log_prefix, options_.model_name),
       amp_(options_.amp),
       sentinel_(options_.sentinel),
       rollback_(options_.rollback),
@@ -252,6 +253,7 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
 }
 
 GuardedStep StepGuard::run_closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+  refuse_if_stopped();
   if (watched_ && watched_->run.micro_batches.empty()) {
     // A forward outside the closure (an evaluation with gradients on) opened
     // no step of the loop's: forgotten, its number given back.
@@ -316,7 +318,10 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
-  if (options_.doom_search.enabled) record_for_doom_search(run);
+  if (options_.doom_search.enabled) {
+    decide_micro_batches(run);  // the search replays each step's micro-batches
+    record_for_doom_search(run);
+  }
 
   format::StepRow row;
   row.step = step;
@@ -389,6 +394,7 @@ ScopedAutocast StepGuard::autocast() {
 }
 
 void StepGuard::begin_micro_batch() {
+  refuse_if_stopped();
   if (!watched_) {
     watched_ = std::make_unique<Watched>();
     watched_->run = begin_step(next_step_, {});
@@ -398,16 +404,37 @@ void StepGuard::begin_micro_batch() {
     if (!fp32_modules_.empty() && amp_ != Amp::fp32) watched_->fp32.emplace(model_, fp32_modules_);
   }
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
-  if (options_.probe) watched_->next_rng = at::detail::getDefaultCPUGenerator().get_state();
+  if (options_.probe)
+    watched_->calls.push_back(ModelCall{at::detail::getDefaultCPUGenerator().get_state(), next_autograd_node()});
 }
 
-at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch) {
-  if (!watched_ || !watched_->next_rng.defined()) begin_micro_batch();
+void StepGuard::end_model_call() {
+  if (watched_ && !watched_->calls.empty()) watched_->calls.back().end_node = next_autograd_node();
+}
+
+at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
+                           const std::vector<Batch>& earlier_call_batches) {
+  refuse_if_stopped();
+  if (!watched_ || (options_.probe && watched_->calls.empty())) begin_micro_batch();
   Watched& w = *watched_;
   if (w.unscaled)
     throw std::logic_error(
         "StepGuard: a backward after unscale() in the same step (unscale once, after the last micro-batch)");
-  w.run.micro_batches.push_back(MicroBatch{micro_batch, std::exchange(w.next_rng, {}), 1.0});
+  // A re-run and the snapshot need the micro-batch as it was at its backward,
+  // and loops refill their tensors in place before step() (DCGAN's
+  // label.fill_, a reused target or staging buffer): kept as a copy, whenever
+  // the step can be re-run (one device copy of each micro-batch; no host sync).
+  const bool rerunnable = options_.probe && loss_fn_;
+  std::vector<ModelCall> calls = std::exchange(w.calls, {});
+  w.run.micro_batches.push_back(MicroBatch{rerunnable ? micro_batch.copied() : micro_batch,
+                                           calls.empty() ? at::Tensor() : calls.back().cpu_rng_state, 1.0});
+  if (rerunnable && calls.size() > 1) {
+    // The latest call is the likely one; the loss's graph decides if the step fails.
+    for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)
+      calls[i].batch = earlier_call_batches[i].copied();
+    w.run.undecided.push_back(
+        UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss_root_of(loss), std::move(calls)});
+  }
   w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
   if (options_.probe) {
     const at::Tensor bad = probe_.batch_nonfinite(micro_batch);
@@ -419,6 +446,19 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch) {
 
 void StepGuard::backward(const at::Tensor& loss, const Batch& micro_batch) { scale(loss, micro_batch).backward(); }
 
+void StepGuard::decide_micro_batches(Running& run) {
+  for (const UndecidedMicroBatch& undecided : run.undecided) {
+    const std::optional<size_t> used = call_the_loss_used(undecided);
+    if (used) run.calls_outside_losses += undecided.calls.size() - 1;
+    if (!used || *used + 1 == undecided.calls.size()) continue;  // the latest call, as kept
+    const ModelCall& call = undecided.calls[*used];
+    MicroBatch& micro = run.micro_batches.at(undecided.micro_batch);
+    micro.cpu_rng_state = call.cpu_rng_state;
+    if (call.batch && !call.batch->empty()) micro.batch = *call.batch;
+  }
+  run.undecided.clear();
+}
+
 void StepGuard::unscale() {
   if (!watched_) throw std::logic_error("StepGuard::unscale(): no backward since the last step()");
   if (!watched_->unscaled)
@@ -427,6 +467,7 @@ void StepGuard::unscale() {
 }
 
 GuardedStep StepGuard::step(const StepContext& context) {
+  refuse_if_stopped();
   if (!watched_ || watched_->run.micro_batches.empty())
     throw std::logic_error(
         "StepGuard::step(): no backward through the guard since the last step (call "
@@ -550,6 +591,10 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
   GuardedStep& result = run.result;
   const StepContext& context = run.context;
   const StepOutcome& outcome = result.outcome;
+  decide_micro_batches(run);
+  // The re-runs below set the random generators to replay the step's draws;
+  // the loop goes on from where its own step left them (a rollback excepted).
+  KeepGeneratorStates loop_generators;
   const std::string what = !outcome.loss_finite     ? "non-finite loss"
                            : outcome.buffers_finite ? "non-finite gradients"
                                                     : "non-finite buffers";
@@ -571,6 +616,13 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 
   const std::optional<format::Capture> capture = investigate(run, layer_grad_norm);
+  if (run.buffers_written_outside) {
+    // Not this step's fault, nor a precision problem: the skip's transaction
+    // put back the buffers from before those calls, and the run trains on.
+    journal_.say(step, what + where + " -> skipped; the buffers from before those calls are back, no fallback");
+    journal_.flush();
+    return;
+  }
 
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
@@ -587,7 +639,10 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     const std::string broken =
         "the training state is non-finite (" + health.text() + "; the last update that reached the weights: " +
         (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
-    if (rollback_.can_roll_back() && roll_back(step, result, broken)) return;
+    if (rollback_.can_roll_back() && roll_back(step, result, broken)) {
+      loop_generators.keep_as_is();  // the saved state's generators, as its weights
+      return;
+    }
     stop_dead_run(step, broken + "; skipping cannot save them" +
                             (options_.rollback.enabled ? " and no rollback is left" : "") + ": the run stops");
   }

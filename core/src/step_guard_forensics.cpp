@@ -45,18 +45,29 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
   // A watched step's micro-batches can be run again only through the loop's loss function.
+  std::vector<Batch> batches;
+  for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
+  // A micro-batch that already holds the NaN/Inf is the birth: no re-run
+  // needed, so a skip on a non-finite input costs about one step.
+  std::optional<format::Capture> capture;
+  if (options_.probe && !outcome.batch_finite) {
+    capture = probe::Probe::input_capture(batches);
+    if (!capture->first_birth) capture.reset();  // another rank's batch: this one re-runs as usual
+  }
   const bool rerunnable = !watched_rerun_impossible(run);
   const bool investigate =
-      options_.probe && rerunnable &&
+      options_.probe && (rerunnable || capture) &&
       (!outcome.locally_finite() || !outcome.buffers_finite || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
-  if (options_.probe && !rerunnable) {
+  if (options_.probe && !rerunnable && !capture) {
     result.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
     journal_.say(step, "first birth: " + result.first_birth);
   }
-  std::optional<format::Capture> capture;
-  if (investigate) {
+  std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
+  if (investigate && capture) {
+    if (nonfinite_in_a_row_ == 1) say_carried_state(step, batches);
+  } else if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe, and per micro-batch), precision, loss scale, micro-batches
     // and planted fault.
@@ -68,9 +79,6 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
           !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches, &op_capture)
                .finite();
     };
-    std::vector<Batch> batches;
-    for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
-    std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
     {
       std::optional<ClosureModel::Step> with_loss_fn;
       if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
@@ -107,12 +115,27 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     // kernel): reproduced, never "transient".
     if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
     clear_grads(parameters_);
+  }
+  if (investigate) {
     if (!result.error.empty() && !capture->first_birth) {
       journal_.flush();
       throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
     }
+    // A GAN's generator phase runs the critic in train mode on a sick fake
+    // batch: the critic's BatchNorm statistics go non-finite outside any of
+    // its steps, and its next step is where they show. Re-run from the
+    // buffers its skip put back, that step is finite.
+    run.buffers_written_outside = capture->ops_seen >= 0 && !capture->first_birth && !capture->reproduced &&
+                                  !outcome.buffers_finite && run.calls_outside_losses > 0;
     // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
-    result.first_birth = capture->ops_seen < 0 ? "the " + probe_.last_error() : format::capture_text(*capture);
+    result.first_birth =
+        capture->ops_seen < 0 ? "the " + probe_.last_error()
+        : run.buffers_written_outside
+            ? "none in this step: its buffers were already non-finite, written by " +
+                  std::to_string(run.calls_outside_losses) +
+                  " call(s) of the model that fed no loss given to this guard (another model's phase, a logging or "
+                  "evaluation call in train mode); re-run from the buffers before them, the step is finite"
+            : format::capture_text(*capture);
     journal_.record(step, format::EventKind::first_birth, result.first_birth,
                     "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
@@ -128,6 +151,27 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     }
   }
   return capture;
+}
+
+// The step before was skipped and this one's input is non-finite: most often
+// state the loop carries across steps (an RNN's hidden state) that it took
+// from the skipped step. Said once per run of such steps, naming the tensor.
+void StepGuard::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    const std::vector<at::Tensor> tensors = micro_batches[k].tensors();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i];
+      if (!t.is_floating_point() || at::isfinite(t).all().item<bool>()) continue;
+      std::ostringstream shape;
+      shape << t.sizes();
+      journal_.say(step, "the input holds a NaN/Inf again after the skipped step " + std::to_string(step - 1) +
+                             ": tensor " + std::to_string(i) + " of " + std::to_string(tensors.size()) +
+                             " of micro-batch " + std::to_string(k) + " (shape " + shape.str() +
+                             ") is non-finite. State carried across steps (an RNN's hidden state) must go back to "
+                             "what the skipped step began with: if result.skipped: hidden = <the state before it>");
+      return;
+    }
+  }
 }
 
 bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }

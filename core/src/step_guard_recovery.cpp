@@ -47,7 +47,16 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
 void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
   journal_.record(step, format::EventKind::stop, text);
   journal_.flush();
-  throw DeadRunError("step " + std::to_string(step) + ": " + text);
+  stopped_ = "step " + std::to_string(step) + ": " + text;
+  throw DeadRunError(stopped_);
+}
+
+void StepGuard::refuse_if_stopped() const {
+  // A loop that misses the stop would otherwise pay a forensic re-run on
+  // every later step of a run nothing can save.
+  if (!stopped_.empty())
+    throw DeadRunError("the guard stopped the run at " + stopped_ +
+                       " (no further step: end the loop, or start again from a healthy checkpoint)");
 }
 
 void StepGuard::save_state_if_due(int64_t step) {

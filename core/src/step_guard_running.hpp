@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model_calls.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/step_guard.hpp"
 
@@ -22,13 +23,20 @@ struct StepGuard::Running {
   std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
   bool watched = false;                   // the loop ran forward and backward: re-runs go through loss_fn_
   std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
+  // Micro-batches whose loss came after several calls of the model: which
+  // call it used is decided if the step fails (decide_micro_batches).
+  std::vector<UndecidedMicroBatch> undecided;
+  size_t calls_outside_losses = 0;  // of those, the calls no loss given to the guard used (once decided)
+  // The step's buffers were non-finite, its re-run from the buffers the skip
+  // put back was finite, and calls outside its losses ran in it: they wrote them.
+  bool buffers_written_outside = false;
 };
 
 // The watched step in progress: its begin phase done, micro-batches coming in.
 struct StepGuard::Watched {
   Running run;
   std::vector<at::Tensor> losses;  // each micro-batch's loss as the loop gave it (detached)
-  at::Tensor next_rng;             // the RNG state where the next micro-batch's forward began
+  std::vector<ModelCall> calls;    // the model's calls since the last micro-batch's loss
   std::optional<UnscaledGradients> unscaled;
   std::optional<Fp32ModuleRegions> fp32;
 };

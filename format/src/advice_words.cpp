@@ -95,9 +95,16 @@ std::string how_to_set(Origin origin, const std::string& setting) {
   return std::string(advice_words(origin).set) + " " + setting;
 }
 
-std::string replay_command(Origin origin, const std::string& snapshot) {
+std::string replay_command(Origin origin, const std::string& snapshot, const std::string& python) {
   const AdviceWords& w = advice_words(origin);
-  return w.replay_before + snapshot + w.replay_after;
+  std::string before = w.replay_before;
+  // A Python run is replayed by the interpreter that trained it: under pyenv,
+  // conda or a venv the first python3 on PATH may have no torch.
+  if (origin == Origin::python && !python.empty()) {
+    const bool plain = python.find_first_of(" '\"\\$") == std::string::npos;
+    before = (plain ? python : "'" + python + "'") + before.substr(before.find(' '));
+  }
+  return before + snapshot + w.replay_after;
 }
 
 }  // namespace nanscope::format

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -126,6 +127,7 @@ struct RunWriter::Impl {
   Column event_step, event_kind, event_text;
   std::vector<StepRow> pending;
   std::vector<RunEvent> pending_events;
+  std::chrono::steady_clock::time_point oldest_pending;  // when the oldest unwritten row came
 
   void write_pending();
 };
@@ -279,8 +281,11 @@ void RunWriter::append(const StepRow& row) {
   if (m.layers > 0 && !row.layer_grad_norm.empty() && row.layer_grad_norm.size() != m.layers)
     throw FormatError(m.path, "row has " + std::to_string(row.layer_grad_norm.size()) + " layer norms, the file has " +
                                   std::to_string(m.layers) + " layers");
+  const auto now = std::chrono::steady_clock::now();
+  if (m.pending.empty()) m.oldest_pending = now;
   m.pending.push_back(row);
-  if (m.pending.size() >= m.flush_every) flush();
+  // Slow steps are written within seconds, so a SIGKILL loses little of a long run.
+  if (m.pending.size() >= m.flush_every || now - m.oldest_pending >= kMaxRowAge) flush();
 }
 
 void RunWriter::event(const RunEvent& event) {

@@ -1,5 +1,7 @@
 #include "nanscope/format/snapshot_summary.hpp"
 
+#include "nanscope/format/advice_words.hpp"
+
 #include <cstring>
 
 #include "nanscope/format/error.hpp"
@@ -38,6 +40,11 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   r.samples = g.attr_string("samples");
   if (g.has("fp32_capture")) r.fp32_capture = read_capture(g.group("fp32_capture"));
   return r;
+}
+
+std::string replay_command(const SnapshotHeader& header, const std::string& path) {
+  const auto python = header.config.find("python");
+  return replay_command(header.origin, path, python == header.config.end() ? "" : python->second);
 }
 
 void write_snapshot_header(const Group& root, const SnapshotHeader& h) {

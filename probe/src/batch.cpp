@@ -8,8 +8,20 @@ bool has_rows(const at::Tensor& t, int64_t row_dim, int64_t rows) {
   return t.defined() && t.dim() > row_dim && t.size(row_dim) == rows;
 }
 
+// A 1-D tensor whose length is a multiple of the rows is a flattened target
+// (word_language_model's targets.view(-1) of (seq, batch) data, a (batch,
+// seq) target flattened for cross_entropy): laid out as (rows, m), or (m,
+// rows) when rows lie along dimension 1.
+bool is_flattened_rows(const at::Tensor& t, int64_t row_dim, int64_t rows) {
+  return t.defined() && t.dim() == 1 && row_dim <= 1 && rows > 0 && t.numel() > 0 && t.numel() % rows == 0;
+}
+
 at::Tensor cut(const at::Tensor& t, int64_t row_dim, int64_t rows, const at::Tensor& keep) {
-  return has_rows(t, row_dim, rows) ? t.index_select(row_dim, keep.to(t.device())) : t;
+  if (has_rows(t, row_dim, rows)) return t.index_select(row_dim, keep.to(t.device()));
+  if (!is_flattened_rows(t, row_dim, rows)) return t;
+  const int64_t m = t.numel() / rows;
+  const at::Tensor laid_out = row_dim == 0 ? t.reshape({rows, m}) : t.reshape({m, rows});
+  return laid_out.index_select(row_dim, keep.to(t.device())).reshape({-1});
 }
 
 }  // namespace
@@ -38,6 +50,18 @@ int64_t Batch::rows() const {
   for (const at::Tensor& t : tensors())
     if (t.dim() > row_dim) return t.size(row_dim);
   return 0;
+}
+
+Batch Batch::copied() const {
+  auto copy = [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; };
+  Batch out = *this;
+  if (is_nested()) {
+    for (at::Tensor& t : out.leaves) t = copy(t);
+  } else {
+    out.inputs = copy(inputs);
+    out.targets = copy(targets);
+  }
+  return out;
 }
 
 Batch Batch::without_row(int64_t row) const {

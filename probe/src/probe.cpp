@@ -91,29 +91,47 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
       capture = op_capture.result();
       if (raised && !capture.first_birth) std::rethrow_exception(raised);
     }
-    // docs/design.md: a non-finite batch is a birth with phase "input", op "input",
-    // module "", and the sample's row within the batch. It precedes every op.
-    for (size_t k = 0; k < micro_batches.size(); ++k) {
-      const int64_t row = micro_batches[k].first_nonfinite_row();
-      if (row < 0) continue;
-      format::Birth birth;
-      birth.op.op = "input";
-      birth.op.phase = format::Phase::input;
-      birth.op.index = -1;
-      birth.op.output = tensor_stats(micro_batches[k].row_of(row));
-      birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
-      birth.sample = row;
-      if (micro_batches.size() > 1) birth.micro_batch = int64_t(k);
+    // A non-finite input precedes every op the re-run saw.
+    if (const std::optional<format::Birth> birth = input_birth(micro_batches)) {
       capture.first_birth = birth;
-      (birth.kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
+      (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
       capture.reproduced = true;
-      break;
     }
   } catch (const std::exception& e) {
     capture = format::Capture{};
     capture.ops_seen = -1;
     last_error_ = "forensic re-run failed: " + rerun_failure_text(one_line_error(e));
     std::cerr << "nanscope probe: " << last_error_ << "\n";
+  }
+  return capture;
+}
+
+// docs/design.md: a non-finite batch is a birth with phase "input", op "input",
+// module "", and the sample's row within the batch.
+std::optional<format::Birth> Probe::input_birth(const std::vector<Batch>& micro_batches) {
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    const int64_t row = micro_batches[k].first_nonfinite_row();
+    if (row < 0) continue;
+    format::Birth birth;
+    birth.op.op = "input";
+    birth.op.phase = format::Phase::input;
+    birth.op.index = -1;
+    birth.op.output = tensor_stats(micro_batches[k].row_of(row));
+    birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
+    birth.sample = row;
+    if (micro_batches.size() > 1) birth.micro_batch = int64_t(k);
+    return birth;
+  }
+  return std::nullopt;
+}
+
+format::Capture Probe::input_capture(const std::vector<Batch>& micro_batches) {
+  format::Capture capture;
+  if (const std::optional<format::Birth> birth = input_birth(micro_batches)) {
+    capture.first_birth = birth;
+    (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
+    capture.reproduced = true;
+    capture.ops_seen = 0;
   }
   return capture;
 }

@@ -26,20 +26,36 @@ re-run that names where the first NaN/Inf was born (op, module, micro-batch,
 row), snapshots, the fallback, early warnings and rollback, and writes
 RUN_DIR/run.h5: the same C++ code and the same files as nanscope-train.
 """
+import atexit
 import sys
+import weakref
 
 from . import _compiled
 from . import _distributed
 from . import _options
 from . import _scopes
 from . import _watch
+from ._nanscope import DeadRunError
 from ._nanscope import StepResult
 from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport
 
-__all__ = ["StepGuard", "StepResult", "replay", "ReplayReport", "Birth", "find_dooming_step", "DoomReport"]
+__all__ = ["StepGuard", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
+           "DoomReport"]
+
+# Guards not closed yet. A loop rarely calls close(): each is closed (run.h5's
+# buffered rows written, the file closed and unmarked) when it is collected,
+# and at the interpreter's exit, which a normal end, an exception escaping the
+# loop and Ctrl-C (KeyboardInterrupt) all reach.
+_open_guards = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_guards():
+    for guard in list(_open_guards):
+        guard.close()
 
 
 @_options.with_guard_keywords
@@ -100,6 +116,7 @@ class StepGuard:
         self._watch = _watch.Watch(self, model, named)
         if loss_fn is not None:
             self._guard.set_loss_fn(self._watch.rerun(loss_fn))
+        _open_guards.add(self)
 
     # --- The closure form.
 
@@ -135,7 +152,7 @@ class StepGuard:
         """A reusable context manager: autocast at the guard's precision for one
         micro-batch's forward and loss (nothing at fp32, and fp32 after a
         fallback), so the guard can change precision under your loop."""
-        self._open()
+        self._open().refuse_if_stopped()
         return self._watch.autocast()
 
     def scale(self, loss, batch=None):
@@ -198,13 +215,23 @@ class StepGuard:
 
     def close(self):
         """Writes what run.h5 buffers and closes it; the guard steps no more.
-        Called by `with nanscope.StepGuard(...) as guard:` on the way out."""
-        if self._guard is not None:
-            self._guard.flush()
-            self._watch.close()
+        Called by `with nanscope.StepGuard(...) as guard:` on the way out, when
+        the guard is collected, and at the interpreter's exit: a loop need not
+        call it."""
+        guard = getattr(self, "_guard", None)
+        if guard is not None:
             self._guard = None
+            _open_guards.discard(self)
+            self._watch.close()
             # The model, a DistributedDataParallel wrapper and the optimizer are the loop's: no reference kept.
             self._model = self._ddp = self._optimizer = None
+            guard.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at the interpreter's exit torch may be half gone; atexit has closed the file by then
+            pass
 
     def __enter__(self):
         return self

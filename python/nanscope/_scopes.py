@@ -3,7 +3,8 @@
 every module, the root included, open a scope named by the module's
 named_modules() path, so an op belongs to the innermost module running it and a
 functional call to the module that called it (a loss in the root's own forward
-is the root's, ''). Off, nothing is hooked: a clean step pays one flag read."""
+is the root's, ''). A module of another model is named '<not in the model>
+CLASS.PATH'. Off, nothing is hooked: a clean step pays one flag read."""
 import contextlib
 
 import torch
@@ -22,14 +23,25 @@ def module_paths(model):
     return {id(module): name for name, module in model.named_modules()}
 
 
+OUTSIDE = "<not in the model> "  # the start of a module name outside the guarded model
+
+
 @contextlib.contextmanager
 def _hooked(paths):
     open_modules = []  # ids of the modules whose scope is open, innermost last
+    # Modules of other models the loss calls (a GAN's critic in the generator's
+    # loss): named as outside, by their class and their path in it, never by a
+    # path of this model or of another guard's.
+    outside = {}
 
     def enter(module, inputs):
         path = paths.get(id(module))
-        if path is None:  # not a module of this model
-            return None
+        if path is None:
+            path = outside.get(id(module))
+        if path is None:  # the outermost module of another model
+            root = OUTSIDE + type(module).__name__
+            outside.update({id(m): root + ("." + name if name else "") for name, m in module.named_modules()})
+            path = outside[id(module)]
         fp32 = _nanscope.push_scope_path(path)
         open_modules.append(id(module))
         if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())

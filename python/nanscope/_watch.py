@@ -1,9 +1,13 @@
 """The watched form: the loop runs forward, loss, backward, its clipping and
 its update; the guard is told where micro-batches end (scale / backward) and
-decides at step(). A forward pre-hook on the model the loop calls marks where
-each micro-batch begins (the RNG state a re-run starts from, the buffers a
-skip puts back) and records the call's arguments: the micro-batch, when the
-loop does not name it. One Python call per model call; nothing per op."""
+decides at step(). Forward hooks on the model the loop calls mark where each
+call begins and ends (the RNG state a re-run starts from; the first call of a
+step also where the buffers a skip puts back were taken) and record its
+arguments: the micro-batch, when the loop does not name it. A loop calls its
+model for more than its loss (sample images, a logging or evaluation call, a
+GAN's critic in the generator's phase): of the calls before a micro-batch's
+loss, the core takes the one the loss's graph holds, decided on a failing
+step only. Two Python calls per model call; nothing per op."""
 import contextlib
 
 import torch
@@ -28,11 +32,13 @@ class Watch:
         self._busy = False  # inside the guard's own step or re-run: the hook stands aside
         self._watched = False  # the loop uses the watched form (or gave loss_fn): the hook marks micro-batches
         self._started = False  # a micro-batch's forward began since the last scale()
-        self._call = None  # that forward's (args, kwargs)
+        self._calls = []  # the model's calls since the last scale(): their (args, kwargs), oldest first
+        self._in_call = False  # the latest call was recorded and has not returned yet
         self._before_skip = None  # a skipped step's weights (no optimizer of the guard's): the loop's update is undone
         self._autocast = None
         self._model = model
         self._hook = None
+        self._end_hook = None
         self._holds_sync = _distributed.is_ddp(model) and owner._averages
         self._listening = None  # the fp32 modules' scopes over the loop's forward
         self._paths = _scopes.module_paths(named)
@@ -49,6 +55,7 @@ class Watch:
             self._hook = self._model.register_forward_pre_hook(recorder, with_kwargs=True)
         except TypeError:  # torch 1.x: pre-hooks see positional arguments only
             self._hook = self._model.register_forward_pre_hook(recorder)
+        self._end_hook = self._model.register_forward_hook(_CallEnd(self))
 
     def close(self):
         """The watch is over: its hook removed, and the loop's model and the
@@ -57,7 +64,8 @@ class Watch:
         self._stop_listening()
         if self._hook is not None:
             self._hook.remove()
-            self._hook = None
+            self._end_hook.remove()
+            self._hook = self._end_hook = None
         self._before_skip = None
         self._model = self._named = self._owner = None
 
@@ -76,19 +84,29 @@ class Watch:
             # DistributedDataParallel's sync on for its last micro-batch, as
             # nanoGPT does, is held off here, after its own setting.
             module.require_backward_grad_sync = False
-        if self._busy or not self._watched or not torch.is_grad_enabled() or self._started:
+        if self._busy or not self._watched or not torch.is_grad_enabled():
             return None
-        self.undo_own_update()
-        self._started = True
-        self._stop_listening()
-        if self._owner.fp32_modules and self._owner.amp != "fp32":
-            # Modules in fp32 (planned, or --fallback auto's remedy): the loop's
-            # forward runs them so, through the scopes the core listens for.
-            self._listening = contextlib.ExitStack()
-            self._listening.enter_context(_scopes.listening(self._paths))
-        self._call = (args, kwargs) if kwargs is not None else (args, {}) if args else None
-        self._owner._open().begin_micro_batch()
+        guard = self._owner._guard
+        if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business
+            return None
+        if not self._started:
+            self.undo_own_update()
+            self._started = True
+            self._stop_listening()
+            if self._owner.fp32_modules and self._owner.amp != "fp32":
+                # Modules in fp32 (planned, or --fallback auto's remedy): the loop's
+                # forward runs them so, through the scopes the core listens for.
+                self._listening = contextlib.ExitStack()
+                self._listening.enter_context(_scopes.listening(self._paths))
+        self._calls.append((args, kwargs if kwargs is not None else {}))
+        guard.begin_micro_batch()
+        self._in_call = True
         return None
+
+    def _call_ended(self):
+        if self._in_call:
+            self._in_call = False
+            self._owner._guard.end_model_call()
 
     def rerun(self, loss_fn):
         """loss_fn as the core calls it on a micro-batch: on the model's
@@ -116,17 +134,21 @@ class Watch:
         if not torch.is_tensor(loss):
             raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
         self._watch_calls()
-        if batch is None and self._call is not None:
-            batch = _batch.call_batch(*self._call)
+        calls, self._calls = self._calls, []
+        earlier = []
+        if batch is None and calls and (calls[-1][0] or calls[-1][1]):
+            batch = _batch.call_batch(*calls[-1])
+            # Several calls before this loss: the one it used is decided if the step fails.
+            earlier = [_candidate(call) for call in calls[:-1]] if self._loss_fn else []
         elif batch is None and self._loss_fn:
             raise TypeError("nanscope: no call of the guard's model with its micro-batch was seen (torch 1.x hooks "
                             "see positional arguments only: a model(**batch) call is invisible there); name the "
                             "micro-batch: guard.scale(loss, batch) / guard.backward(loss, batch)")
         # else no micro-batch is known (no loss_fn): the step is checked and
         # skipped as a transaction, not re-run.
-        self._started, self._call = False, None
+        self._started = False
         self._stop_listening()
-        return self._owner._open().scale(loss, batch)
+        return self._owner._open().scale(loss, batch, earlier)
 
     def _stop_listening(self):
         if self._listening is not None:
@@ -139,7 +161,7 @@ class Watch:
         self._stop_listening()
         with self.busy():
             result = guard.step_watched()
-        self._started, self._call = False, None
+        self._started, self._calls = False, []
         if result.skipped and self._owner._optimizer is None:
             # The loop applies its own update after this call: the weights
             # before it go back at update() or at the next micro-batch.
@@ -158,6 +180,12 @@ class Watch:
         for p in self._named.parameters():
             return p.device.type
         return "cpu"
+
+
+def _candidate(call):
+    """An earlier call's micro-batch; () when it cannot be one (the core then keeps the latest)."""
+    args, kwargs = call
+    return _batch.call_batch(args, kwargs) if not (args and kwargs) else ()
 
 
 def _inert_hook(*_args):
@@ -184,6 +212,13 @@ class _CallRecorder:
 
 def _inert_factory():
     return _inert_hook
+
+
+class _CallEnd(_CallRecorder):
+    """The forward hook: where the call's autograd nodes end."""
+
+    def __call__(self, module, args, output):
+        self._watch._call_ended()
 
 
 class _Autocast:

@@ -67,6 +67,8 @@ class Guard {
     o.model_name = model_name.empty() ? py::type::of(model).attr("__name__").cast<std::string>() : model_name;
     o.optimizer_name = optimizer.is_none() ? "none" : py::type::of(optimizer).attr("__name__").cast<std::string>();
     o.origin = format::Origin::python;
+    // The replay command printed for a snapshot names this interpreter.
+    o.config["python"] = py::module_::import("sys").attr("executable").cast<std::string>();
     o.log = options["log"].cast<bool>() ? &std::cerr : nullptr;
     o.rank = averager_ ? rank : 0;
     o.world_size = averager_ ? world_size : 1;
@@ -88,7 +90,7 @@ class Guard {
       return loss_value(call_python(closure), "the closure");
     };
     return run([&](const StepContext& context) {
-      return step ? guard_->step(*step, loss, b, context) : guard_->step(loss, b, context);
+      return step ? guard().step(*step, loss, b, context) : guard().step(loss, b, context);
     });
   }
 
@@ -96,30 +98,46 @@ class Guard {
   // fn(batch) -> loss: the loop's loss of any micro-batch, for re-runs.
   void set_loss_fn(py::object fn) {
     SharedObject shared = share(std::move(fn));
-    guard_->set_loss_fn([shared](const Batch& batch) -> at::Tensor {
+    guard().set_loss_fn([shared](const Batch& batch) -> at::Tensor {
       py::gil_scoped_acquire gil;
       return loss_value(call_python(*shared, batch_object(batch)), "loss_fn");
     });
   }
-  void begin_micro_batch() { guard_->begin_micro_batch(); }
-  at::Tensor scale(const at::Tensor& loss, const py::object& batch) {
-    return guard_->scale(loss, batch_of(batch, row_dim_));
+  void begin_micro_batch() { guard().begin_micro_batch(); }
+  at::Tensor scale(const at::Tensor& loss, const py::object& batch, const py::list& earlier_calls) {
+    std::vector<Batch> earlier;
+    for (const py::handle call : earlier_calls)
+      earlier.push_back(batch_of(py::reinterpret_borrow<py::object>(call), row_dim_));
+    // None: no micro-batch named and no model call seen; the step is checked and skipped, not re-run.
+    return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dim_), earlier);
   }
   void unscale() {
     py::gil_scoped_release release;
-    guard_->unscale();
+    guard().unscale();
   }
   StepResult step_watched() {
-    return run([&](const StepContext& context) { return guard_->step(context); });
+    return run([&](const StepContext& context) { return guard().step(context); });
   }
 
-  StepGuard& guard() { return *guard_; }
+  StepGuard& guard() {
+    if (!guard_) throw py::value_error("nanscope.StepGuard: the guard is closed");
+    return *guard_;
+  }
+  // Closes run.h5 (its buffered rows written, the writer's mark cleared) and
+  // lets go of the loop's model, loss function and optimizer.
+  void close() {
+    guard_.reset();
+    optimizer_.reset();
+    averager_.reset();
+  }
 
  private:
   // One step without the GIL (it runs backward and may re-run Python code),
   // its exceptions as Python's.
   template <class Step>
   StepResult run(const Step& run_step) {
+    // The step that stopped the run returned stop; any call after it raises.
+    guard().refuse_if_stopped();
     StepResult result;
     py::gil_scoped_release release;
     try {
@@ -212,6 +230,7 @@ PYBIND11_MODULE(_nanscope, m) {
   using namespace nanscope::python;
   m.doc() = "nanscope's C++ core: the step guard and replay (use the nanscope package, not this module)";
 
+  py::register_exception<DeadRunError>(m, "DeadRunError", PyExc_RuntimeError);
   py::class_<StepResult>(m, "StepResult", "What one guarded step did")
       .def_property_readonly(
           "counted", [](const StepResult& r) { return r.step.counted(); }, "the update reached the weights")
@@ -261,6 +280,8 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_micro_batch", &Guard::begin_micro_batch)
+      .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
+      .def("refuse_if_stopped", [](Guard& g) { g.guard().refuse_if_stopped(); })
       .def("scale", &Guard::scale)
       .def("unscale", &Guard::unscale)
       .def("step_watched", &Guard::step_watched)
@@ -309,6 +330,8 @@ PYBIND11_MODULE(_nanscope, m) {
              g.guard().number_steps_from(d["next_step"].cast<int64_t>());
            })
       .def("flush", [](Guard& g) { g.guard().writer().flush(); })
+      .def("close", &Guard::close)
+      .def_property_readonly("stopped", [](Guard& g) { return g.guard().stopped(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 
   m.def("guard_keyword_list", &guard_keyword_list);

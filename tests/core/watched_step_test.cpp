@@ -6,6 +6,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 
 #include "../support/test_support.hpp"
@@ -124,4 +126,54 @@ TEST(WatchedStep, TheFallbacksLrCutRidesOnEachUpdateAndTheGroupsKeepTheLoopsLr) 
     EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), 0.1);
   }
   EXPECT_EQ(guard.amp(), Amp::fp32);
+}
+
+TEST(WatchedStep, AfterAReRunTheGeneratorIsWhereTheLoopLeftItAndTheMicroBatchAsItWasAtItsBackward) {
+  Watched w(Amp::fp32, FallbackMode::off);
+  StepGuard& guard = *w.guard;
+  // Dropout draws from the CPU generator: the re-run replays those draws.
+  guard.set_loss_fn([&](const Batch& b) {
+    return torch::mse_loss(w.net.forward(at::dropout(b.inputs, 0.5, true)), b.targets);
+  });
+  const auto micro = micro_batches(2, 1, 3);
+  for (const Batch& b : micro) {
+    auto autocast = guard.autocast();
+    guard.backward(torch::mse_loss(w.net.forward(at::dropout(b.inputs, 0.5, true)), b.targets) / 2.0, b);
+  }
+  micro[1].inputs.fill_(1.0);  // the loop refills its buffer before step(): finite everywhere now
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor where_the_loop_left_it = generator.get_state();
+  const GuardedStep r = guard.step();
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.first_birth, "nan at aten::div (forward) in module '', micro-batch 1, batch row 3");
+  EXPECT_TRUE(at::equal(generator.get_state(), where_the_loop_left_it));
+}
+
+TEST(WatchedStep, AStoppedRunRefusesEveryLaterCallSayingWhereItStopped) {
+  TempDir dir;
+  Normalising net;
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  GuardOptions options{dir.path(), Amp::fp32};
+  options.log = nullptr;
+  options.fallback = FallbackMode::off;
+  options.rollback.enabled = false;
+  options.max_nonfinite_run = 2;
+  StepGuard guard(net, optimizer, options);
+  auto nan_step = [&] {
+    const Batch b(at::full({2, 4}, std::nan("")), at::zeros({2, 1}));
+    guard.begin_micro_batch();
+    guard.backward(torch::mse_loss(net.forward(b.inputs), b.targets), b);
+    return guard.step();
+  };
+  EXPECT_FALSE(nan_step().counted());
+  EXPECT_THROW(nan_step(), DeadRunError);
+  EXPECT_TRUE(guard.stopped());
+  try {
+    guard.begin_micro_batch();
+    FAIL() << "a stopped run took another micro-batch";
+  } catch (const DeadRunError& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped the run at step 1: non-finite on 2 steps in a row"),
+              std::string::npos)
+        << e.what();
+  }
 }

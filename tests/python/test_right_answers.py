@@ -6,6 +6,7 @@ object, and defaults that do not punish a data fault."""
 import json
 import math
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -165,14 +166,15 @@ def test_the_report_of_a_python_run_says_how_to_replay_it(tmp_path, tool):
     guard.flush()
     snapshot = guard.snapshots[0]
     text = subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run")], capture_output=True, text=True).stdout
-    assert f"python3 -m nanscope replay {snapshot} --model MODULE:FACTORY --loss MODULE:LOSS_FN" in text, text
+    # The interpreter that trained, not the first python3 on PATH (pyenv, conda, a venv).
+    assert f"{sys.executable} -m nanscope replay {snapshot} --model MODULE:FACTORY --loss MODULE:LOSS_FN" in text, text
     as_json = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run"), "--json"],
                                         capture_output=True, text=True).stdout)
-    assert as_json["runs"][0]["snapshots"][0]["replay_command"].startswith("python3 -m nanscope replay ")
+    assert as_json["runs"][0]["snapshots"][0]["replay_command"].startswith(f"{sys.executable} -m nanscope replay ")
     # nanscope-replay cannot rebuild a Python model, and says what can.
     stock = subprocess.run([tool("NANSCOPE_REPLAY"), snapshot, "--no-write"], capture_output=True, text=True)
     assert stock.returncode == 2
-    assert "python3 -m nanscope replay" in stock.stderr and ".hpp" not in stock.stderr, stock.stderr
+    assert f"{sys.executable} -m nanscope replay" in stock.stderr and ".hpp" not in stock.stderr, stock.stderr
 
 
 def test_replay_returns_a_report_object_and_raises_on_bad_input(tmp_path):

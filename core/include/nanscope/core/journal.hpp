@@ -4,6 +4,7 @@
 // returns the text for the step's result, so the three cannot drift apart.
 // Events with no line of their own (a snapshot's path, a skip's details) and
 // lines with no event (a skip's one-line summary) have calls of their own.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -15,8 +16,13 @@ namespace nanscope {
 
 class Journal {
  public:
-  // `log`: nullptr for none; each line starts with `log_prefix` ("[rank 1] ").
-  Journal(std::ostream* log, std::string log_prefix) : log_(log), log_prefix_(std::move(log_prefix)) {}
+  // `log`: nullptr for none; each line starts with `log_prefix` ("[rank 1] "),
+  // then, while several guards are alive in the process (a GAN's generator
+  // and critic), with the name of the model this journal's guard steers.
+  Journal(std::ostream* log, std::string log_prefix, std::string model_name);
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
   void open(std::unique_ptr<format::RunWriter> writer) { writer_ = std::move(writer); }
 
   // A decision about `step`: the event `kind` with `text`, and the log line
@@ -41,6 +47,8 @@ class Journal {
  private:
   std::ostream* log_;
   std::string log_prefix_;
+  std::string model_name_;
+  static std::atomic<int> alive_;  // journals in this process
   std::unique_ptr<format::RunWriter> writer_;
 };
 

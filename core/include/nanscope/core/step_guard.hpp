@@ -182,14 +182,21 @@ class StepGuard {
   // Autocast at the guard's precision (fp32 after a fallback) for one
   // micro-batch's forward and loss; also marks where the micro-batch begins.
   ScopedAutocast autocast();
-  // A micro-batch's forward begins here (its RNG state is taken): optional,
-  // autocast() and a Python module's forward hook call it.
+  // A call of the model begins here (its RNG state is taken): optional,
+  // autocast() and a Python module's forward hook call it; the hook calls
+  // end_model_call() when it returns. Of several calls before a micro-batch's
+  // loss, the one the loss's graph holds is its forward (decided on a failing step).
   void begin_micro_batch();
+  void end_model_call();
   // backward() of one micro-batch's loss (as the loop weighted it), scaled
   // for fp16; the micro-batch is kept for a re-run. Opens a step if none is.
   void backward(const at::Tensor& loss, const Batch& micro_batch);
-  // The same without the backward, for loops that call it (GradScaler's scale()).
-  at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch);
+  // The same without the backward, for loops that call it (GradScaler's
+  // scale()). `earlier_call_batches`: the arguments of the calls before the
+  // latest since the last micro-batch (oldest first), when micro_batch is the
+  // latest call's: the re-run takes the one the loss used.
+  at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch,
+                   const std::vector<Batch>& earlier_call_batches = {});
   // Unscales the gradients now, before the loop's own clipping (GradScaler's
   // unscale_); the step's grad norm is taken here, before the clip.
   void unscale();
@@ -197,6 +204,10 @@ class StepGuard {
   // none: the loop's update) or the skip, and all a closure step does after.
   GuardedStep step(const StepContext& context = {});
   bool step_open() const { return watched_ != nullptr; }
+  // The run was stopped (a DeadRunError was thrown): every later step, or
+  // micro-batch, throws DeadRunError at once, saying why.
+  bool stopped() const { return !stopped_.empty(); }
+  void refuse_if_stopped() const;  // throws that DeadRunError when stopped()
   // The guard applies the optimizer's update (false: the loop's own rule).
   bool applies_update() const { return applies_update_; }
 
@@ -257,6 +268,9 @@ class StepGuard {
   GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
   // A watched step with no loss function: its micro-batches cannot run again.
   bool watched_rerun_impossible(const Running& run) const;
+  void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
+  // Each micro-batch that came after several model calls gets the call its loss used.
+  void decide_micro_batches(Running& run);
   // The micro-batch a diagnosis re-runs: the one of the first birth.
   size_t diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const;
   // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
@@ -331,6 +345,7 @@ class StepGuard {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
+  std::string stopped_;  // "step S: why" once the run was stopped
   std::vector<Fault> planted_;  // plant_faults()
 };
 

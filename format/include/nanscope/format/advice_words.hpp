@@ -56,7 +56,8 @@ std::string fp32_modules_setting(Origin origin, const std::vector<std::string>& 
 std::string how_to_set(Origin origin, const std::string& setting);
 
 // The command that replays `snapshot`: "nanscope-replay PATH", "python3 -m
-// nanscope replay PATH --model MODULE:FACTORY --loss MODULE:LOSS_FN", ...
-std::string replay_command(Origin origin, const std::string& snapshot);
+// nanscope replay PATH --model MODULE:FACTORY --loss MODULE:LOSS_FN", ...;
+// `python`: the interpreter a Python run was trained with, in place of python3.
+std::string replay_command(Origin origin, const std::string& snapshot, const std::string& python = "");
 
 }  // namespace nanscope::format

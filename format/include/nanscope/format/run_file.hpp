@@ -2,6 +2,7 @@
 // run.h5: one row per training step plus events and the run's config
 // (schema: docs/format.md). Written through SWMR so a reader can follow a live
 // run and a killed run leaves every flushed row readable.
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,10 +49,13 @@ struct RunHeader {
 };
 
 // Appends rows in memory and writes them in batches: every `flush_every` rows,
-// on flush(), and on destruction. Each batch is flushed to disk, so a reader
-// (or a post-mortem after SIGKILL) sees every batch written before.
+// at the first row appended 2 s or more after the oldest unwritten one, on
+// flush(), and on destruction. Each batch is flushed to disk, so a reader (or
+// a post-mortem after SIGKILL) sees every batch written before: a kill loses
+// at most flush_every - 1 rows, all appended in the 2 s before the last one.
 class RunWriter {
  public:
+  static constexpr std::chrono::seconds kMaxRowAge{2};
   RunWriter(const std::string& path, const RunHeader& header, size_t flush_every = 16);
   // Goes on writing an existing run file (nanscope-train --resume): the rows
   // and events after `keep_through_step` are dropped (the resumed run redoes

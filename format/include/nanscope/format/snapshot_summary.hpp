@@ -47,6 +47,11 @@ struct SnapshotHeader {
   std::vector<float> layer_grad_norm;  // empty when not recorded
 };
 
+// The command that replays this snapshot (kept at `path`): nanscope-replay,
+// or for a Python run `python -m nanscope replay` with the interpreter it was
+// trained with (its config's "python").
+std::string replay_command(const SnapshotHeader& header, const std::string& path);
+
 // Writes the header's attributes and groups (not /model/name: the model's
 // writer puts it with the model).
 void write_snapshot_header(const Group& root, const SnapshotHeader& header);

@@ -9,8 +9,10 @@
 //    here: written into snapshots and handed back to the code that made it,
 //    e.g. the Python module).
 // Samples lie along `row_dim` of every tensor that has it at the batch's size
-// (1 for (seq, batch) data: rows are samples, never time steps); a tensor
-// without it (a flattened target, a scalar) is not cut when a row is removed.
+// (1 for (seq, batch) data: rows are samples, never time steps). A 1-D
+// tensor whose length is a multiple of the rows is a flattened target, laid
+// out (rows, m), or (m, rows) with row_dim 1, and cut so; any other tensor
+// without that dimension (a scalar) is not cut when a row is removed.
 #include <ATen/ATen.h>
 #include <torch/data/example.h>
 
@@ -39,6 +41,9 @@ struct Batch {
   // The number of samples: the size along row_dim of the first tensor that
   // has that dimension; 0 when none has.
   int64_t rows() const;
+  // The same batch with its own copy of every tensor (detached): what a
+  // loop's later in-place writes (a refilled label or staging buffer) cannot change.
+  Batch copied() const;
   // The same batch without sample `row`, cut from every tensor whose row_dim
   // has the batch's size.
   Batch without_row(int64_t row) const;

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,12 @@ class Probe {
   // Writes RUN_DIR/snapshots/[rank-R/]step-NNNNNNN.h5. Never throws: on failure (disk
   // full, no permission) it warns once on stderr and returns "".
   std::string save_snapshot(const SnapshotContents& contents);
+  // The first non-finite sample of the micro-batches, as the birth every op
+  // comes after (phase input), or nullopt when they are finite.
+  static std::optional<format::Birth> input_birth(const std::vector<Batch>& micro_batches);
+  // A capture of that birth alone, with no re-run: a step whose input is
+  // already non-finite needs none (0 ops seen; empty when the inputs are finite).
+  static format::Capture input_capture(const std::vector<Batch>& micro_batches);
   const std::string& last_error() const { return last_error_; }
 
   int64_t step() const { return step_; }

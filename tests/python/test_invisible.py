@@ -1,0 +1,434 @@
+"""Invisible until it matters: a guarded loop runs as the plain loop would,
+except the skipped update, and its record survives however the loop ends.
+Each loop is shaped like the public one it came from (nanoGPT's draws from
+the global generator, DCGAN's refilled label and sample calls, two guards,
+word_language_model's carried hidden state and manual update)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+BAD_TOKEN = 15  # its embedding row is zero: a sample holding it divides 0 by 0
+
+
+class Normalise(nn.Module):
+    def forward(self, x):
+        return x / x.abs().sum(-1, keepdim=True)
+
+
+class DropoutGPT(nn.Module):
+    """nanoGPT's contract, model(idx, targets) -> (logits, loss), with dropout:
+    its masks come from the global generator, as the batches do."""
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.drop = nn.Dropout(0.2)
+        self.norm = Normalise()
+        self.lm_head = nn.Linear(width, vocab)
+        with torch.no_grad():
+            self.wte.weight[BAD_TOKEN] = 0
+
+    def forward(self, idx, targets):
+        logits = self.lm_head(self.norm(self.drop(self.wte(idx))))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+def get_batch(poison_row=None):
+    """nanoGPT's get_batch: torch.randint on the global generator."""
+    x = torch.randint(0, BAD_TOKEN, (4, 6))
+    y = torch.randint(0, BAD_TOKEN, (4, 6))
+    if poison_row is not None:
+        x[poison_row, 2] = BAD_TOKEN
+    return x, y
+
+
+def nanogpt_loop(guarded, bad_iteration=3, bad_micro=1, iterations=7, accumulation=3):
+    """nanoGPT's train.py: prefetch between forward and backward; with
+    `guarded` False, the plain loop that drops the bad iteration's update by
+    hand (the reference a guarded loop must equal bit for bit)."""
+    torch.manual_seed(0)
+    model = DropoutGPT()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    guard = (nanscope.StepGuard(model, optimizer, run_dir=guarded, amp="fp32", fallback="off", log=False,
+                                loss_fn=lambda m, b: m(*b)[1]) if guarded else None)
+    drawn = []
+    X, Y = get_batch()
+    results = []
+    for it in range(iterations):
+        for micro in range(accumulation):
+            logits, loss = model(X, Y)
+            loss = loss / accumulation
+            nxt = it * accumulation + micro + 1
+            X, Y = get_batch(poison_row=2 if nxt == bad_iteration * accumulation + bad_micro else None)
+            drawn.append(X.sum().item())
+            (guard.scale(loss) if guard else loss).backward()
+        if guard:
+            results.append(guard.step(optimizer))
+            guard.update()
+        elif it != bad_iteration:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if guard:
+        guard.close()
+    return model, drawn, results
+
+
+def test_after_a_skip_every_draw_and_weight_is_the_plain_loop_that_dropped_that_update(tmp_path):
+    model, drawn, results = nanogpt_loop(str(tmp_path / "run"))
+    reference, drawn_plain, _ = nanogpt_loop(None)
+    assert [r.skipped for r in results] == [False, False, False, True, False, False, False]
+    # The forensic re-run happened (the birth is inside the model) and was named.
+    assert "aten::div" in results[3].first_birth and "micro-batch 1" in results[3].first_birth
+    assert "batch row 2" in results[3].first_birth
+    # The batches drawn after the skip are the plain loop's: the generator was put back.
+    assert drawn == drawn_plain
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_a_refilled_target_buffer_is_rerun_as_it_was_at_its_backward(tmp_path):
+    """A loop that refills its target tensor in place after each backward (a
+    reused buffer, DCGAN's label.fill_): a padding-only micro-batch (every
+    target ignored, a 0/0 cross-entropy) is named as the data's fault, never
+    'transient', and its snapshot holds the targets it was trained with."""
+    torch.manual_seed(0)
+    model = DropoutGPT()
+    model.drop.p = 0.0
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="auto",
+                               log=False, loss_fn=lambda m, b: m(*b)[1])
+    X = torch.empty(4, 6, dtype=torch.long)
+    Y = torch.empty(4, 6, dtype=torch.long)
+    results = []
+    for it in range(3):
+        for micro in range(2):
+            x, y = get_batch()
+            if (it, micro) == (1, 1):
+                y.fill_(-1)
+            X.copy_(x)
+            Y.copy_(y)
+            _, loss = model(X, Y)
+            guard.scale(loss / 2).backward()
+        results.append(guard.step(optimizer))
+        X.zero_()  # the buffers refilled before the next step (a staging buffer)
+        Y.zero_()
+    guard.close()
+    assert [r.skipped for r in results] == [False, True, False]
+    assert "micro-batch 1" in results[1].first_birth, results[1].first_birth
+    assert results[1].remedy == "data"
+    with h5py.File(results[1].snapshot, "r") as f:
+        leaves = f["batch/leaves"] if "batch/leaves" in f else None
+        targets = leaves["1"][()] if leaves is not None else f["batch/targets"][()]
+    assert (targets == -1).all()
+
+
+class SampleCallGPT(DropoutGPT):
+    pass
+
+
+def test_a_model_call_between_steps_is_not_taken_for_the_micro_batch(tmp_path):
+    """DCGAN calls netG(fixed_noise) for its sample images with gradients on,
+    between steps: the micro-batch is the call whose output the loss used."""
+    torch.manual_seed(0)
+    model = SampleCallGPT()
+    model.drop.p = 0.0
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = []
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
+                               log=False, loss_fn=lambda m, b: (calls.append(b), m(*b)[1])[1])
+    fixed = get_batch()
+    results = []
+    for it in range(4):
+        X, Y = get_batch(poison_row=1 if it == 2 else None)
+        poisoned = X if it == 2 else poisoned if it else None
+        _, loss = model(X, Y)
+        guard.backward(loss)
+        results.append(guard.step(optimizer))
+        model(*fixed)  # the sample images, gradients on, feeding no loss
+    guard.close()
+    assert [r.skipped for r in results] == [False, False, True, False]
+    assert "aten::div" in results[2].first_birth and "batch row 1" in results[2].first_birth
+    assert "transient" not in results[2].first_birth
+    assert torch.equal(calls[0][0], poisoned)  # the re-run ran the training call
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(4, 6))
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6), nn.Linear(6, 1))
+
+    def forward(self, x):
+        return self.main(x).view(-1)
+
+
+def test_two_guards_say_which_wrote_each_line(tmp_path, capfd):
+    torch.manual_seed(0)
+    netG, netD = Generator(), Discriminator()
+    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", model_name="G")
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="off", model_name="D")
+    for it in range(2):
+        real = torch.randn(4, 6)
+        if it == 1:
+            real[0, 0] = float("nan")
+        label = torch.ones(4)
+        gD.backward(F.binary_cross_entropy_with_logits(netD(real), label), (real, label))
+        gD.step(optD)
+        fake = netG(torch.randn(4, 4))
+        if it == 1:
+            fake = fake * float("nan")
+        gG.backward(F.binary_cross_entropy_with_logits(netD(fake), torch.ones(4)))
+        gG.step(optG)
+    lines = capfd.readouterr().err.splitlines()
+    assert any(line.startswith("[D] step 1:") for line in lines), lines
+    assert any(line.startswith("[G] step 1:") for line in lines), lines
+    gG.close()
+    gD.close()
+
+
+class WordRNN(nn.Module):
+    """word_language_model's RNNModel: (seq, batch) data, a carried hidden
+    state; token 11's embedding is zero, so a sample holding it divides 0 by 0."""
+
+    def __init__(self, vocab=12, width=8):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, width)
+        self.norm = Normalise()
+        self.rnn = nn.RNN(width, width)
+        self.decoder = nn.Linear(width, vocab)
+        with torch.no_grad():
+            self.encoder.weight[11] = 0
+
+    def forward(self, data, hidden):
+        output, hidden = self.rnn(self.norm(self.encoder(data)), hidden)
+        return self.decoder(output), hidden
+
+
+def word_loss(m, b):
+    return nn.CrossEntropyLoss()(m(b[0], b[2])[0].view(-1, 12), b[1])
+
+
+def word_language_model(run_dir, put_back, batches=8, bad_batch=3, counter=None, bad_token=False, **options):
+    """word_language_model's main.py: the target flattened (targets.view(-1)),
+    no optimizer (p.data.add_(p.grad, alpha=-lr)), the hidden state carried
+    on; at `bad_batch` sample column 3 turns sick (its state, or a token)."""
+    torch.manual_seed(0)
+    model = WordRNN()
+    criterion = nn.CrossEntropyLoss()
+
+    def loss_fn(m, b):
+        if counter is not None:
+            counter.append(1)
+        return word_loss(m, b)
+
+    guard = nanscope.StepGuard(model, None, row_dim=1, run_dir=run_dir, amp="fp32", fallback="auto", log=True,
+                               loss_fn=loss_fn, **options)
+    hidden = torch.zeros(1, 5, 8)
+    results = []
+    for i in range(batches):
+        data = torch.randint(0, 11, (7, 5))
+        targets = torch.randint(0, 11, (7, 5)).view(-1)
+        state = hidden.detach()
+        if i == bad_batch and bad_token:
+            data[4, 3] = 11
+        elif i == bad_batch:
+            state[:, 3] = float("nan")
+        model.zero_grad()
+        output, hidden = model(data, state)
+        loss = criterion(output.view(-1, 12), targets)
+        guard.backward(loss, (data, targets, state))
+        result = guard.step()
+        if put_back and result.skipped:  # the README's one line: a skipped step's state is not carried on
+            hidden = torch.zeros(1, 5, 8)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-0.1 * guard.lr_multiplier)
+        results.append(result)
+    guard.close()
+    return results
+
+
+def test_a_carried_state_put_back_on_a_skip_trains_on_and_costs_no_rerun(tmp_path):
+    reruns = []
+    results = word_language_model(str(tmp_path / "run"), put_back=True, counter=reruns)
+    assert [r.skipped for r in results] == [False, False, False, True, False, False, False, False]
+    assert "input" in results[3].first_birth and "batch row 3" in results[3].first_birth
+    assert reruns == []  # a non-finite input is the birth: no forensic re-run
+    assert results[3].remedy == "data"
+
+
+def test_a_one_sample_fault_with_a_flattened_target_is_data_and_its_replay_names_the_row(tmp_path):
+    results = word_language_model(str(tmp_path / "run"), put_back=True, bad_token=True)
+    assert [r.skipped for r in results] == [False, False, False, True, False, False, False, False]
+    assert "aten::div" in results[3].first_birth and "in module 'norm'" in results[3].first_birth
+    assert results[3].remedy == "data" and not results[3].fell_back  # no LR cut for one sample
+    report = nanscope.replay(results[3].snapshot, model=WordRNN, loss=word_loss, write=False)
+    assert report.rows == [3], report
+
+
+def test_a_carried_non_finite_state_is_told_and_a_stopped_run_raises(tmp_path, capfd):
+    with pytest.raises(nanscope.DeadRunError, match="stopped the run"):
+        word_language_model(str(tmp_path / "run"), put_back=False, batches=40, rollback=False, max_nonfinite_run=5)
+    err = capfd.readouterr().err
+    assert "State carried across steps" in err and "micro-batch 0" in err
+    assert err.count("State carried across steps") == 1
+
+
+LOOP = """
+import sys, time, torch, nanscope
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+guard = nanscope.StepGuard(model, optimizer, run_dir=sys.argv[1], amp="fp32", log=False)
+how, steps = sys.argv[2], int(sys.argv[3])
+for step in range(steps):
+    guard.backward(model(torch.randn(4, 3)).pow(2).mean())
+    guard.step(optimizer)
+    optimizer.zero_grad()
+    print(step, time.time(), flush=True)
+    if how == "raise" and step == 4:
+        raise RuntimeError("the loop's own error")
+    if how in ("kill", "interrupt"):
+        time.sleep(0.2)
+"""
+
+
+def run_rows(run_dir):
+    with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:  # a plain reader: the file was closed
+        return list(f["steps/step"][()])
+
+
+@pytest.mark.parametrize("how, steps, rows", [("normal", 12, 12), ("raise", 40, 5)])
+def test_every_row_is_written_and_the_file_closed_without_close(tmp_path, how, steps, rows):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), how, str(steps)], capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=120)
+    assert (run.returncode != 0) == (how == "raise"), run.stderr
+    assert run_rows(str(tmp_path / "run")) == list(range(rows))
+
+
+def test_ctrl_c_and_sigkill_lose_at_most_the_last_two_seconds(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    for how, sig in (("interrupt", signal.SIGINT), ("kill", signal.SIGKILL)):
+        run_dir = str(tmp_path / how)
+        process = subprocess.Popen([sys.executable, str(script), run_dir, how, "1000"], stdout=subprocess.PIPE,
+                                   text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        printed = []
+        start = time.time()
+        while len(printed) < 20 and time.time() - start < 60:
+            printed.append(process.stdout.readline().split())
+        process.send_signal(sig)
+        killed_at = time.time()
+        printed += [line.split() for line in process.stdout.read().splitlines()]
+        process.wait(timeout=60)
+        steps_done = [int(s) for s, _ in printed]
+        if sig == signal.SIGINT:  # KeyboardInterrupt: every row, the file closed
+            rows = run_rows(run_dir)
+            assert rows[:len(steps_done)] == steps_done and len(rows) - len(steps_done) <= 1
+        else:
+            old = [int(s) for s, t in printed if float(t) < killed_at - 2.5]
+            with h5py.File(os.path.join(run_dir, "run.h5"), "r", swmr=True) as f:
+                written = list(f["steps/step"][()])
+            assert written[:len(old)] == old and len(written) >= len(old)
+
+
+class Critic(nn.Module):
+    """A DCGAN-shaped discriminator: its BatchNorm statistics are written by
+    every call in train mode, the generator's phase included."""
+
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6), nn.Linear(6, 1))
+
+    def forward(self, x):
+        return self.main(x).view(-1)
+
+
+class NormalisingCritic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(Normalise(), nn.Linear(6, 1))
+
+    def forward(self, x):
+        return self.main(x).view(-1)
+
+
+def test_a_birth_in_another_model_says_so_and_borrows_no_path(tmp_path):
+    """The generator's loss runs the critic: a 0/0 in the critic is named as
+    outside the generator, never by a path of the generator's or of the
+    critic's own guard."""
+    torch.manual_seed(0)
+    netG, netD = nn.Sequential(nn.Linear(4, 6, bias=False)), NormalisingCritic()
+    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    bce = F.binary_cross_entropy_with_logits
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="off", log=False,
+                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
+                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(4)))
+    results = []
+    for it in range(3):
+        real = torch.randn(4, 6)
+        gD.backward(bce(netD(real), torch.ones(4)), (real, torch.ones(4)))
+        gD.step(optD)
+        z = torch.randn(4, 4)
+        if it == 1:
+            z[2] = 0  # a bias-free generator makes a zero sample: the critic's norm divides 0 by 0
+        gG.backward(bce(netD(netG(z)), torch.ones(4)))
+        results.append(gG.step(optG))
+    gG.close()
+    gD.close()
+    assert [r.skipped for r in results] == [False, True, False]
+    assert "in module '<not in the model> NormalisingCritic.main.0'" in results[1].first_birth
+    assert "batch row 2" in results[1].first_birth
+
+
+def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_run_trains_on(tmp_path):
+    torch.manual_seed(0)
+    netG, netD = nn.Sequential(nn.Linear(4, 6)), Critic()
+    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    bce = F.binary_cross_entropy_with_logits
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="whole", log=False,
+                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False)
+    results = []
+    for it in range(4):
+        real, label = torch.randn(4, 6), torch.ones(4)
+        gD.backward(bce(netD(real), label), (real, label))
+        fake = netG(torch.randn(4, 4))
+        label.fill_(0.0)
+        gD.backward(bce(netD(fake.detach()), label), (fake.detach(), label))
+        results.append(gD.step(optD))
+        if it == 1:
+            fake = fake * float("nan")  # a sick fake batch in the generator's phase
+        gG.backward(bce(netD(fake), torch.ones(4)))  # the critic in train mode: its statistics go NaN
+        gG.step(optG)
+    gG.close()
+    gD.close()
+    assert [r.skipped for r in results] == [False, False, True, False]
+    assert "already non-finite" in results[2].first_birth and "fed no loss" in results[2].first_birth
+    assert not results[2].fell_back
+    assert torch.isfinite(netD.main[1].running_mean).all() and torch.isfinite(netD.main[1].running_var).all()
