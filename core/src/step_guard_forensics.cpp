@@ -111,9 +111,11 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
         }
       }
     }
-    // Non-finite again though no op was seen making it (a fused or compiled
-    // kernel): reproduced, never "transient".
-    if (rerun_nonfinite && capture->ops_seen >= 0) capture->reproduced = true;
+    // With no birth, the re-run's own verdict says whether it reproduced the
+    // step: non-finite again though no op was seen making it (a fused or
+    // compiled kernel) is reproduced, never "transient"; finite is not, though
+    // ops made infinities on the way (a causal mask's masked_fill(-inf)).
+    if (capture->ops_seen >= 0 && !capture->first_birth) capture->reproduced = rerun_nonfinite;
     clear_grads(parameters_);
   }
   if (investigate) {

@@ -432,3 +432,44 @@ def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_ru
     assert "already non-finite" in results[2].first_birth and "fed no loss" in results[2].first_birth
     assert not results[2].fell_back
     assert torch.isfinite(netD.main[1].running_mean).all() and torch.isfinite(netD.main[1].running_var).all()
+
+
+class CausalMix(nn.Module):
+    """A causal attention-like mix: masked_fill(-inf) makes infinities on purpose."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+        self.register_buffer("causal", torch.tril(torch.ones(6, 6)).bool())
+
+    def forward(self, x):
+        scores = (x @ x.transpose(-1, -2)).masked_fill(~self.causal, float("-inf"))
+        return self.proj(scores.softmax(-1) @ x)
+
+
+def test_a_fault_that_does_not_come_back_is_transient_though_a_mask_makes_infinities(tmp_path):
+    """A NaN planted by a hook keyed on the loop's counters does not come back
+    on the re-run: 'transient' and no fallback, whatever infinities a causal
+    mask makes on the way."""
+    torch.manual_seed(0)
+    embed, mix, head = nn.Embedding(16, 8), CausalMix(), nn.Linear(8, 16)
+    model = nn.Sequential(embed, mix, head)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = [0]  # the hook fires on the model's second call only: the re-run is the third
+
+    def sick_once(module, inputs, output):
+        calls[0] += 1
+        return output * float("nan") if calls[0] == 2 else None
+    mix.register_forward_hook(sick_once)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="auto",
+                               log=False, loss_fn=lambda m, b: F.cross_entropy(m(b[0]).view(-1, 16), b[1].view(-1)))
+    results = []
+    for it in range(3):
+        x, y = get_batch()
+        loss = F.cross_entropy(model(x).view(-1, 16), y.view(-1))
+        guard.backward(loss, (x, y))
+        results.append(guard.step(optimizer))
+    guard.close()
+    assert [r.skipped for r in results] == [False, True, False]
+    assert results[1].first_birth == "not reproduced on re-run (transient)"
+    assert results[1].remedy == "transient" and not results[1].fell_back
