@@ -413,7 +413,7 @@ void StepGuard::end_model_call() {
 }
 
 at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
-                           const std::vector<Batch>& earlier_call_batches) {
+                            const std::vector<Batch>& earlier_call_batches) {
   refuse_if_stopped();
   if (!watched_ || (options_.probe && watched_->calls.empty())) begin_micro_batch();
   Watched& w = *watched_;

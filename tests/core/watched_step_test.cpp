@@ -132,9 +132,8 @@ TEST(WatchedStep, AfterAReRunTheGeneratorIsWhereTheLoopLeftItAndTheMicroBatchAsI
   Watched w(Amp::fp32, FallbackMode::off);
   StepGuard& guard = *w.guard;
   // Dropout draws from the CPU generator: the re-run replays those draws.
-  guard.set_loss_fn([&](const Batch& b) {
-    return torch::mse_loss(w.net.forward(at::dropout(b.inputs, 0.5, true)), b.targets);
-  });
+  guard.set_loss_fn(
+      [&](const Batch& b) { return torch::mse_loss(w.net.forward(at::dropout(b.inputs, 0.5, true)), b.targets); });
   const auto micro = micro_batches(2, 1, 3);
   for (const Batch& b : micro) {
     auto autocast = guard.autocast();

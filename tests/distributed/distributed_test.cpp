@@ -420,9 +420,14 @@ TEST(DataParallel, ResumeAfterAKillMidCheckpointRoundMatchesTheWholeRunOnEveryRa
     ASSERT_LT(rank_run(run_dir, 0, world).rows(), size_t(steps)) << "the job finished before the kill";
   }
   // Rank 1 a round behind: its newest checkpoint never made it into place.
+  // (A kill inside rank 0's own round can leave its previous checkpoint at
+  // its newest step, linked before the new one was renamed in: rank 0 then
+  // holds one step, and rank 1 stays where it is for the ranks to share one.)
   const std::string behind = rank_checkpoint(run_dir, 1);
+  const std::string ahead = rank_checkpoint(run_dir, 0);
   ASSERT_TRUE(fs::exists(previous_checkpoint_path(behind)));
-  fs::rename(previous_checkpoint_path(behind), behind);
+  if (checkpoint_step(previous_checkpoint_path(ahead)) < checkpoint_step(ahead))
+    fs::rename(previous_checkpoint_path(behind), behind);
   const int64_t rank1_step = checkpoint_step(behind);
   ASSERT_GE(checkpoint_step(rank_checkpoint(run_dir, 0)), rank1_step);
 

@@ -345,7 +345,7 @@ class StepGuard {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
-  std::string stopped_;  // "step S: why" once the run was stopped
+  std::string stopped_;         // "step S: why" once the run was stopped
   std::vector<Fault> planted_;  // plant_faults()
 };
 
