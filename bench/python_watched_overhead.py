@@ -92,11 +92,12 @@ def one_memory_run(a):
         base = peak_rss_mib()
         for it in range(a.steps):
             step(batches, it)
-        print(f"peak_above_model_mib={peak_rss_mib() - base:.1f} base_mib={base:.1f}")
+        print(f"peak_above_model_mib={peak_rss_mib() - base:.1f} base_mib={base:.1f} peak_mib={peak_rss_mib():.1f}")
 
 
 def memory(a):
     above = {"plain": [], "guarded": []}
+    whole = {"plain": [], "guarded": []}
     for _ in range(3):
         for which in ("plain", "guarded"):
             out = subprocess.run([sys.executable, __file__, "--one", which, "--steps", str(a.steps),
@@ -105,9 +106,12 @@ def memory(a):
                                   str(a.n_embd), "--vocab", str(a.vocab)],
                                  capture_output=True, text=True, check=True).stdout
             above[which].append(float(out.split("peak_above_model_mib=")[1].split()[0]))
+            whole[which].append(float(out.split("peak_mib=")[1].split()[0]))
     p, g = statistics.median(above["plain"]), statistics.median(above["guarded"])
-    print(f"peak RSS above the model, {a.micro_batches} micro-batches (medians of 3 processes each): "
-          f"plain {p:.1f} MiB, guarded {g:.1f} MiB, ratio {g / p:.3f}")
+    wp, wg = statistics.median(whole["plain"]), statistics.median(whole["guarded"])
+    print(f"peak RSS, {a.micro_batches} micro-batches, {a.steps} steps (medians of 3 processes each): the process "
+          f"plain {wp:.1f} MiB, guarded {wg:.1f} MiB, ratio {wg / wp:.3f}; above the model plain {p:.1f} MiB, "
+          f"guarded {g:.1f} MiB, ratio {g / p:.3f} (the guard's rollback ring keeps a state every 25 steps)")
 
 
 def timing(a):
@@ -119,16 +123,23 @@ def timing(a):
         for name, step in loops.items():  # warm-up
             step(batches, it)
             it += 1
+        block_ratios = []
         for _ in range(a.blocks):
+            block = {}
             for name, step in loops.items():
+                block[name] = []
                 for _ in range(a.steps):
                     t0 = time.perf_counter()
                     step(batches, it)
-                    times[name].append(time.perf_counter() - t0)
+                    block[name].append(time.perf_counter() - t0)
                     it += 1
+                times[name] += block[name]
+            # Neighbouring blocks see the same machine: their ratio holds where its speed drifts.
+            block_ratios.append(statistics.median(block["guarded"]) / statistics.median(block["plain"]))
     p, g = statistics.median(times["plain"]), statistics.median(times["guarded"])
     print(f"clean step, {a.micro_batches} micro-batches x {a.batch_size} rows (medians of {a.blocks} alternated "
-          f"blocks x {a.steps} steps): plain {p * 1e3:.2f} ms, guarded {g * 1e3:.2f} ms, ratio {g / p:.3f}")
+          f"blocks x {a.steps} steps): plain {p * 1e3:.2f} ms, guarded {g * 1e3:.2f} ms, ratio {g / p:.3f}; "
+          f"median of the blocks' ratios {statistics.median(block_ratios):.3f}")
 
 
 def main():

@@ -134,6 +134,7 @@ class Watch:
         if not torch.is_tensor(loss):
             raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
         self._watch_calls()
+        self._owner._open().refuse_if_stopped()  # a stopped run's hook stands aside: say why, not "no call seen"
         calls, self._calls = self._calls, []
         earlier = []
         if batch is None and calls and (calls[-1][0] or calls[-1][1]):
@@ -222,17 +223,25 @@ class _CallEnd(_CallRecorder):
 
 
 class _Autocast:
-    """guard.autocast(): re-entrant and reusable, at the precision the guard runs in now."""
+    """guard.autocast(): re-entrant and reusable, at the precision the guard runs in now.
+    One torch.autocast per precision and nesting depth, made once: making one
+    costs more than entering it (a quarter of a millisecond on CPU, per
+    micro-batch), which is why loops keep theirs (nanoGPT's ctx)."""
     _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
     def __init__(self, watch):
         self._watch = watch
         self._open = []
+        self._made = {}  # (precision, depth) -> its context
 
     def __enter__(self):
         amp = self._watch._owner.amp
-        context = (torch.autocast(self._watch.device_type(), dtype=self._DTYPES[amp]) if amp in self._DTYPES
-                   else contextlib.nullcontext())
+        key = (amp, len(self._open))
+        context = self._made.get(key)
+        if context is None:
+            context = (torch.autocast(self._watch.device_type(), dtype=self._DTYPES[amp]) if amp in self._DTYPES
+                       else contextlib.nullcontext())
+            self._made[key] = context
         context.__enter__()
         self._open.append(context)
         return self
