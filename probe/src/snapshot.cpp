@@ -98,4 +98,19 @@ SnapshotContents read_snapshot(const std::string& path) {
   return s;
 }
 
+void append_other_modules(const std::string& path, const NamedTensorList& tensors) {
+  format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind, /*writable=*/true);
+  format::Group root = archive.root();
+  root.remove("other_modules");
+  put_named(root.group("other_modules"), tensors);
+  archive.close();
+}
+
+NamedTensorList read_other_modules(const std::string& path) {
+  format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind);
+  format::Group root = archive.root();
+  if (!archive.version().at_least(1, 5) || !root.has("other_modules")) return {};
+  return get_named(root.group("other_modules"));
+}
+
 }  // namespace nanscope::probe

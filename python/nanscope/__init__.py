@@ -27,11 +27,13 @@ row), snapshots, the fallback, early warnings and rollback, and writes
 RUN_DIR/run.h5: the same C++ code and the same files as nanscope-train.
 """
 import atexit
+import functools
 import sys
 import weakref
 
 from . import _compiled
 from . import _distributed
+from . import _nanscope
 from . import _options
 from . import _scopes
 from . import _watch
@@ -139,12 +141,15 @@ class StepGuard:
             raise TypeError("nanscope: the closure form needs the step's batch: guard.step(closure, batch)")
 
         def closure_call():
-            return _distributed.call(self._ddp, _scopes.call, closure, self._paths)
+            return _distributed.call(self._ddp, functools.partial(_scopes.call, others=self._watch.others), closure,
+                                     self._paths)
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
         with self._watch.busy():
-            return guard.step(closure_call, batch, step)
+            result = guard.step(closure_call, batch, step)
+        self._watch.keep_others(result)
+        return result
 
     # --- The watched form: GradScaler's calls.
 
@@ -264,12 +269,34 @@ class StepGuard:
         self._guard.flush()
 
 
+def _load_other_modules(snapshot, others):
+    """The snapshot's /other_modules into the modules given for them, by label."""
+    import torch
+    saved = {}
+    for name, tensor in _nanscope.snapshot_other_modules(snapshot):
+        label, _, path = name.partition(".")
+        saved.setdefault(label, {})[path] = tensor
+    others = dict(others or {})
+    missing = sorted(set(saved) - set(others))
+    if missing:
+        raise ValueError(f"nanscope.replay: the failed step's loss ran other models ({', '.join(missing)}); pass "
+                         f"them, e.g. others={{{missing[0]!r}: module}}: their weights at that step are in the snapshot")
+    for label, module in others.items():
+        if label not in saved:
+            raise ValueError(f"nanscope.replay: the snapshot holds no model '{label}'"
+                             f" (it holds: {', '.join(sorted(saved)) or 'none'})")
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"nanscope.replay: others['{label}'] must be a torch.nn.Module, got {module!r}")
+        with torch.no_grad():
+            module.load_state_dict(saved[label], strict=True)
+
+
 def _is_optimizer(obj):
     import torch
     return isinstance(obj, torch.optim.Optimizer)
 
 
-def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_report=False, json=False):
+def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=True, print_report=False, json=False):
     """Replays a snapshot written from Python with nanscope-replay's engine and
     returns a ReplayReport (verdict, category, suggestion, the births, the
     rows without which the step is finite, the fp32 modules found; print()
@@ -282,8 +309,15 @@ def replay(snapshot, model, loss, *, write=True, repeats=3, bisect=True, print_r
     also prints the report (as JSON with json=True). A missing, corrupt or
     foreign snapshot, or one whose model the factory cannot hold, raises
     ValueError; a replay that failed RuntimeError; an exception model() raises
-    comes back as itself."""
+    comes back as itself.
+
+    others: the other models your loss runs besides the guarded one (a GAN's
+    critic in the generator's loss), by the name the snapshot gives them (its
+    class: others={"Discriminator": netD}); their weights at the failed step
+    are in the snapshot and are loaded into them first. A snapshot whose loss
+    ran another model must be given it (ValueError otherwise)."""
     import torch
+    _load_other_modules(str(snapshot), others)
     if not callable(model) or isinstance(model, torch.nn.Module):
         raise TypeError("nanscope.replay: model must be a function that builds the model (a class or a factory), "
                         f"got {model!r}")

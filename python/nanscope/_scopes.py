@@ -26,20 +26,35 @@ def module_paths(model):
 OUTSIDE = "<not in the model> "  # the start of a module name outside the guarded model
 
 
+def other_model_label(module, others):
+    """The name another model goes by in births and snapshots: its class,
+    CLASS#2 for a second one of that class. `others`: label -> module so far."""
+    for label, known in others.items():
+        if known is module:
+            return label
+    label, k = type(module).__name__, 1
+    while label in others:
+        k += 1
+        label = f"{type(module).__name__}#{k}"
+    others[label] = module
+    return label
+
+
 @contextlib.contextmanager
-def _hooked(paths):
+def _hooked(paths, others=None):
     open_modules = []  # ids of the modules whose scope is open, innermost last
     # Modules of other models the loss calls (a GAN's critic in the generator's
     # loss): named as outside, by their class and their path in it, never by a
-    # path of this model or of another guard's.
+    # path of this model or of another guard's; `others` collects them.
     outside = {}
+    others = {} if others is None else others
 
     def enter(module, inputs):
         path = paths.get(id(module))
         if path is None:
             path = outside.get(id(module))
         if path is None:  # the outermost module of another model
-            root = OUTSIDE + type(module).__name__
+            root = OUTSIDE + other_model_label(module, others)
             outside.update({id(m): root + ("." + name if name else "") for name, m in module.named_modules()})
             path = outside[id(module)]
         fp32 = _nanscope.push_scope_path(path)
@@ -87,9 +102,10 @@ def listening(paths):
         yield
 
 
-def call(function, paths, *args):
-    """function(*args), with module scopes when the core listens for them."""
+def call(function, paths, *args, others=None):
+    """function(*args), with module scopes when the core listens for them;
+    `others` (a dict) collects the other models it ran, by label."""
     if not _nanscope.scopes_active():
         return function(*args)
-    with _eager(), _hooked(paths):
+    with _eager(), _hooked(paths, others):
         return function(*args)

@@ -16,6 +16,7 @@ from . import _batch
 from . import _compiled
 from . import _distributed
 from . import _scopes
+from . import _nanscope
 
 
 def _inner(model):
@@ -43,6 +44,7 @@ class Watch:
         self._listening = None  # the fp32 modules' scopes over the loop's forward
         self._paths = _scopes.module_paths(named)
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
+        self.others = {}  # label -> another model the step's re-runs ran (a GAN's critic)
 
     def _watch_calls(self):
         """From the first use of the watched form (or loss_fn) on: a closure-form
@@ -121,8 +123,18 @@ class Watch:
 
         def run(batch):
             with self.busy():
-                return _scopes.call(loss_fn, paths, model, batch)
+                return _scopes.call(loss_fn, paths, model, batch, others=self.others)
         return run
+
+    def keep_others(self, result):
+        """The other models the failed step's loss ran go into its snapshot, as
+        they were, so that nanscope.replay can run that loss again."""
+        others, self.others = self.others, {}
+        if not result.snapshot or not others:
+            return
+        tensors = [(f"{label}.{name}", t.detach()) for label, module in others.items()
+                   for name, t in module.state_dict().items() if torch.is_tensor(t)]
+        _nanscope.append_other_modules(result.snapshot, tensors)
 
     def autocast(self):
         self._watch_calls()
@@ -162,6 +174,7 @@ class Watch:
         self._stop_listening()
         with self.busy():
             result = guard.step_watched()
+        self.keep_others(result)
         self._started, self._calls = False, []
         if result.skipped and self._owner._optimizer is None:
             # The loop applies its own update after this call: the weights

@@ -15,6 +15,7 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/snapshot.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "python_averager.hpp"
 #include "python_model.hpp"
@@ -334,6 +335,16 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("stopped", [](Guard& g) { return g.guard().stopped(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
 
+  m.def("append_other_modules", [](const std::string& path, const probe::NamedTensorList& tensors) {
+    probe::append_other_modules(path, tensors);
+  });
+  m.def("snapshot_other_modules", [](const std::string& path) {
+    try {
+      return probe::read_other_modules(path);
+    } catch (const format::FormatError& e) {
+      throw py::value_error(std::string("nanscope.replay: bad snapshot ") + e.what());
+    }
+  });
   m.def("guard_keyword_list", &guard_keyword_list);
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),

@@ -387,7 +387,7 @@ def test_a_birth_in_another_model_says_so_and_borrows_no_path(tmp_path):
     gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="off", log=False,
                             loss_fn=lambda m, b: bce(m(b[0]), b[1]))
     gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
-                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(4)))
+                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
     results = []
     for it in range(3):
         real = torch.randn(4, 6)
@@ -397,12 +397,28 @@ def test_a_birth_in_another_model_says_so_and_borrows_no_path(tmp_path):
         if it == 1:
             z[2] = 0  # a bias-free generator makes a zero sample: the critic's norm divides 0 by 0
         gG.backward(bce(netD(netG(z)), torch.ones(4)))
+        critic_then = {k: v.clone() for k, v in netD.state_dict().items()}
         results.append(gG.step(optG))
+        if it == 1:
+            critic_at_failure = critic_then
     gG.close()
     gD.close()
     assert [r.skipped for r in results] == [False, True, False]
     assert "in module '<not in the model> NormalisingCritic.main.0'" in results[1].first_birth
     assert "batch row 2" in results[1].first_birth
+
+    # The generator's snapshot replays with the critic as it was at that step.
+    def generator():
+        return nn.Sequential(nn.Linear(4, 6, bias=False))
+    critic = NormalisingCritic()
+    with pytest.raises(ValueError, match="others=.*NormalisingCritic"):
+        nanscope.replay(results[1].snapshot, model=generator, loss=lambda m, b: bce(critic(m(*b)), torch.ones(4)))
+    report = nanscope.replay(results[1].snapshot, model=generator, others={"NormalisingCritic": critic},
+                             loss=lambda m, b: bce(critic(m(*b)), torch.ones(len(b[0]))), write=False)
+    for name, tensor in critic.state_dict().items():
+        assert torch.equal(tensor, critic_at_failure[name]), name
+    assert report.verdict == "model_or_data" and report.first_birth.module == "<not in the model> NormalisingCritic.main.0"
+    assert report.rows == [2], report
 
 
 def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_run_trains_on(tmp_path):

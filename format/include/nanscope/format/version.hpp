@@ -17,8 +17,9 @@ namespace nanscope::format {
 //        @structure) and /batch@row_dim
 //   1.4  captures: @compiled_only and @compiled_region (a compiled model's
 //        step finite eagerly, non-finite compiled); run files: event `doom`
+//   1.5  snapshots: /other_modules (other models' tensors the loss ran)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 4;
+inline constexpr int kFormatMinor = 5;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

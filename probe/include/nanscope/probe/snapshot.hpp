@@ -42,6 +42,14 @@ struct SnapshotContents : format::SnapshotHeader {
 void write_snapshot(const std::string& path, const SnapshotContents& snapshot);
 SnapshotContents read_snapshot(const std::string& path);
 
+// The tensors of other models the step's loss ran (a GAN's critic in the
+// generator's loss), named "CLASS.path" ("Discriminator.main.0.weight"), so
+// a replay can run that loss as the step did: /other_modules (format 1.5).
+// Added to a written snapshot by the Python guard, which alone sees them.
+void append_other_modules(const std::string& path, const NamedTensorList& tensors);
+// Empty for a snapshot without them (or from before 1.5).
+NamedTensorList read_other_modules(const std::string& path);
+
 // snapshots/step-0000042.h5 under a run directory.
 std::string snapshot_path(const std::string& run_dir, int64_t step, int rank = 0, int world_size = 1);
 
