@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "bisect.hpp"
 #include "nanscope/common/torch_compat.hpp"
@@ -184,7 +185,16 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     }
     if (s.batch.rows() > 1 && !report.draws_random_numbers) {
       report.batch_bisected = true;
+      const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
       report.evidence.samples = samples_without_which_finite(setup);
+      if (report.evidence.samples.empty())
+        report.no_row_found =
+            setup.rerun_error.empty()
+                ? "the step stays non-finite without any one of its " + std::to_string(s.batch.rows()) + " rows"
+                : "the loss function failed on the batch without a row (" + setup.rerun_error +
+                      "): each of its tensors needs the rows along row_dim (a 1-D one is taken as a flattened "
+                      "(rows, m) target, or (m, rows) with row_dim 1)";
+      setup.rerun_error = step_error;
     }
   }
 

@@ -36,6 +36,8 @@ struct ReplayReport {
   // and is not run. Seen on the CPU generator.
   bool draws_random_numbers = false;
   bool batch_bisected = false;
+  // Bisected, no single row found: why, in one line ("" when rows were found).
+  std::string no_row_found;
   // The training run's search for the earlier step that doomed this one
   // (run.h5's `doom` event beside the snapshot), or "".
   std::string doomed_by;

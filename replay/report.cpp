@@ -78,7 +78,8 @@ std::string to_json(const ReplayReport& r) {
     << ",\n               \"draws_random_numbers\": " << (r.draws_random_numbers ? "true" : "false")
     << ",\n               \"batch_bisection\": "
     << (r.batch_bisected ? "{ \"samples\": " + list_json(r.evidence.samples, num) +
-                               ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) + " }"
+                               ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) +
+                               ", \"no_row_found\": " + or_null(r.no_row_found) + " }"
                          : "null")
     << " },\n"
     << "  \"doomed_by\": " << or_null(r.doomed_by) << ",\n"
@@ -134,6 +135,7 @@ std::string to_text(const ReplayReport& r) {
   if (r.draws_random_numbers)
     o << "  batch bisection:  not run: the step draws random numbers, so removing a sample shifts every "
          "later draw and cannot single one out\n";
+  if (!r.no_row_found.empty()) o << "  batch bisection:  no single row: " << r.no_row_found << "\n";
   if (r.batch_bisected && !r.evidence.samples.empty()) {
     o << "  finite without batch row(s):";
     for (size_t i = 0; i < r.evidence.samples.size(); ++i)

@@ -413,7 +413,7 @@ void StepGuard::end_model_call() {
 }
 
 at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
-                            const std::vector<Batch>& earlier_call_batches) {
+                            const std::vector<Batch>& earlier_call_batches, bool changed_since_call) {
   refuse_if_stopped();
   if (!watched_ || (options_.probe && watched_->calls.empty())) begin_micro_batch();
   Watched& w = *watched_;
@@ -428,6 +428,7 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
   std::vector<ModelCall> calls = std::exchange(w.calls, {});
   w.run.micro_batches.push_back(MicroBatch{rerunnable ? micro_batch.copied() : micro_batch,
                                            calls.empty() ? at::Tensor() : calls.back().cpu_rng_state, 1.0});
+  w.run.micro_batches.back().changed_since_call = changed_since_call;
   if (rerunnable && calls.size() > 1) {
     // The latest call is the likely one; the loss's graph decides if the step fails.
     for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)

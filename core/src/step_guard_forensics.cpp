@@ -137,7 +137,10 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
                   std::to_string(run.calls_outside_losses) +
                   " call(s) of the model that fed no loss given to this guard (another model's phase, a logging or "
                   "evaluation call in train mode); re-run from the buffers before them, the step is finite"
-            : format::capture_text(*capture);
+        : !capture->first_birth && !capture->reproduced && changed_micro_batch(run) >= 0
+            ? "not reproduced on re-run, but" + changed_micro_batch_text(run)
+            : format::capture_text(*capture) +
+                  (changed_micro_batch(run) >= 0 ? "; but" + changed_micro_batch_text(run) : std::string());
     journal_.record(step, format::EventKind::first_birth, result.first_birth,
                     "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
     const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
@@ -174,6 +177,23 @@ void StepGuard::say_carried_state(int64_t step, const std::vector<Batch>& micro_
       return;
     }
   }
+}
+
+int64_t StepGuard::changed_micro_batch(const Running& run) const {
+  int64_t changed = -1;
+  for (size_t k = 0; k < run.micro_batches.size(); ++k) {
+    const MicroBatch& micro = run.micro_batches[k];
+    if (!micro.changed_since_call) continue;
+    if (!std::isfinite(micro.recorded_loss)) return int64_t(k);  // the one whose loss went non-finite
+    if (changed < 0) changed = int64_t(k);
+  }
+  return changed;
+}
+
+std::string StepGuard::changed_micro_batch_text(const Running& run) const {
+  return " the loop changed micro-batch " + std::to_string(changed_micro_batch(run)) +
+         " in place between its model call and its backward, so the re-run saw the changed values (change a copy, "
+         "or name the micro-batch as the forward saw it: guard.backward(loss, batch))";
 }
 
 bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }

@@ -51,7 +51,8 @@ class ReplayReport:
     fp32_first_birth, fp32_modules (the smallest set that makes the step
     finite in fp32, or None when not searched), rows (the batch rows without
     which the step is finite, or None when the batch was not bisected) and
-    their dataset_rows, draws_random_numbers, anomaly and rerun_error."""
+    their dataset_rows, no_row_found (why a bisection found no row),
+    draws_random_numbers, anomaly and rerun_error."""
 
     def __init__(self, json_text, text):
         self._dict = json.loads(json_text)
@@ -80,6 +81,7 @@ class ReplayReport:
         rows = replay["batch_bisection"]
         self.rows = list(rows["samples"]) if rows else None
         self.dataset_rows = list(rows["dataset_rows"]) if rows else None
+        self.no_row_found = rows.get("no_row_found") if rows else None
 
     def to_dict(self):
         """The report as nanscope-replay --json prints it (a fresh copy)."""

@@ -47,13 +47,21 @@ def _hooked(paths, others=None):
     # loss): named as outside, by their class and their path in it, never by a
     # path of this model or of another guard's; `others` collects them.
     outside = {}
+    wrappers = set()  # ids of modules around the model (torch.compile's, DistributedDataParallel): no scope
     others = {} if others is None else others
 
     def enter(module, inputs):
         path = paths.get(id(module))
         if path is None:
             path = outside.get(id(module))
-        if path is None:  # the outermost module of another model
+        if path is None and id(module) in wrappers:
+            return None
+        if path is None:
+            inside = module.named_modules()
+            if any(id(m) in paths for _, m in inside):  # a wrapper of the guarded model, not another model
+                wrappers.add(id(module))
+                return None
+            # The outermost module of another model.
             root = OUTSIDE + other_model_label(module, others)
             outside.update({id(m): root + ("." + name if name else "") for name, m in module.named_modules()})
             path = outside[id(module)]

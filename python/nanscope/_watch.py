@@ -100,7 +100,8 @@ class Watch:
                 # forward runs them so, through the scopes the core listens for.
                 self._listening = contextlib.ExitStack()
                 self._listening.enter_context(_scopes.listening(self._paths))
-        self._calls.append((args, kwargs if kwargs is not None else {}))
+        kwargs = kwargs if kwargs is not None else {}
+        self._calls.append((args, kwargs, _versions(args, kwargs)))
         guard.begin_micro_batch()
         self._in_call = True
         return None
@@ -149,8 +150,11 @@ class Watch:
         self._owner._open().refuse_if_stopped()  # a stopped run's hook stands aside: say why, not "no call seen"
         calls, self._calls = self._calls, []
         earlier = []
+        changed = False  # the loop changed the call's tensors in place since the call (a refilled buffer)
         if batch is None and calls and (calls[-1][0] or calls[-1][1]):
-            batch = _batch.call_batch(*calls[-1])
+            args, kwargs, versions = calls[-1]
+            batch = _batch.call_batch(args, kwargs)
+            changed = self._loss_fn and _versions(args, kwargs) != versions
             # Several calls before this loss: the one it used is decided if the step fails.
             earlier = [_candidate(call) for call in calls[:-1]] if self._loss_fn else []
         elif batch is None and self._loss_fn:
@@ -161,7 +165,7 @@ class Watch:
         # skipped as a transaction, not re-run.
         self._started = False
         self._stop_listening()
-        return self._owner._open().scale(loss, batch, earlier)
+        return self._owner._open().scale(loss, batch, earlier, changed)
 
     def _stop_listening(self):
         if self._listening is not None:
@@ -198,8 +202,13 @@ class Watch:
 
 def _candidate(call):
     """An earlier call's micro-batch; () when it cannot be one (the core then keeps the latest)."""
-    args, kwargs = call
+    args, kwargs, _ = call
     return _batch.call_batch(args, kwargs) if not (args and kwargs) else ()
+
+
+def _versions(args, kwargs):
+    """The version counters of a call's tensors: they move with every in-place write."""
+    return tuple(t._version for t in (*args, *kwargs.values()) if torch.is_tensor(t))
 
 
 def _inert_hook(*_args):

@@ -105,12 +105,13 @@ class Guard {
     });
   }
   void begin_micro_batch() { guard().begin_micro_batch(); }
-  at::Tensor scale(const at::Tensor& loss, const py::object& batch, const py::list& earlier_calls) {
+  at::Tensor scale(const at::Tensor& loss, const py::object& batch, const py::list& earlier_calls,
+                   bool changed_since_call) {
     std::vector<Batch> earlier;
     for (const py::handle call : earlier_calls)
       earlier.push_back(batch_of(py::reinterpret_borrow<py::object>(call), row_dim_));
     // None: no micro-batch named and no model call seen; the step is checked and skipped, not re-run.
-    return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dim_), earlier);
+    return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dim_), earlier, changed_since_call);
   }
   void unscale() {
     py::gil_scoped_release release;

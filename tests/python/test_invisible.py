@@ -133,6 +133,41 @@ def test_a_refilled_target_buffer_is_rerun_as_it_was_at_its_backward(tmp_path):
     assert (targets == -1).all()
 
 
+class StagedGPT(DropoutGPT):
+    """Takes its batch from a staging buffer into tensors of its own (as
+    .to(device) does), so the loop may refill the buffer before the backward."""
+
+    def forward(self, idx, targets):
+        return super().forward(idx.clone(), targets.clone())
+
+
+def test_a_buffer_refilled_between_the_model_call_and_its_backward_is_said_never_transient(tmp_path):
+    """A loop that prefetches into the buffer it called the model with, before
+    the backward: the micro-batch the guard is given is no longer the
+    forward's, and the birth line says so."""
+    torch.manual_seed(0)
+    model = StagedGPT()
+    model.drop.p = 0.0
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
+                               log=False, loss_fn=lambda m, b: m(*b)[1])
+    X, Y = (t.clone() for t in get_batch())
+    results = []
+    for it in range(3):
+        for micro in range(2):
+            _, loss = model(X, Y)
+            x, y = get_batch(poison_row=1 if (it, micro) == (1, 0) else None)
+            X.copy_(x)  # the next micro-batch, into the same buffers, before this one's backward
+            Y.copy_(y)
+            guard.scale(loss / 2).backward()
+        results.append(guard.step(optimizer))
+    guard.close()
+    assert [r.skipped for r in results] == [False, True, False]
+    # Both micro-batches were refilled; the re-run of the changed copies is said to be one.
+    assert "the loop changed micro-batch 1 in place between its model call and its backward" in results[1].first_birth
+    assert "transient" not in results[1].first_birth
+
+
 class SampleCallGPT(DropoutGPT):
     pass
 
@@ -283,7 +318,15 @@ def test_a_one_sample_fault_with_a_flattened_target_is_data_and_its_replay_names
     assert "aten::div" in results[3].first_birth and "in module 'norm'" in results[3].first_birth
     assert results[3].remedy == "data" and not results[3].fell_back  # no LR cut for one sample
     report = nanscope.replay(results[3].snapshot, model=WordRNN, loss=word_loss, write=False)
-    assert report.rows == [3], report
+    assert report.rows == [3] and report.no_row_found is None, report
+
+    # A loss that cannot run the batch without a row says why the bisection found none.
+    def whole_batch_only(m, b):
+        assert b[0].size(1) == 5, "this loss needs all 5 samples"
+        return word_loss(m, b)
+    report = nanscope.replay(results[3].snapshot, model=WordRNN, loss=whole_batch_only, write=False)
+    assert report.rows == [] and "failed on the batch without a row" in report.no_row_found, report.no_row_found
+    assert "this loss needs all 5 samples" in report.no_row_found
 
 
 def test_a_carried_non_finite_state_is_told_and_a_stopped_run_raises(tmp_path, capfd):

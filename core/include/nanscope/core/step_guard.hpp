@@ -194,9 +194,11 @@ class StepGuard {
   // The same without the backward, for loops that call it (GradScaler's
   // scale()). `earlier_call_batches`: the arguments of the calls before the
   // latest since the last micro-batch (oldest first), when micro_batch is the
-  // latest call's: the re-run takes the one the loss used.
+  // latest call's: the re-run takes the one the loss used. `changed_since_call`:
+  // the loop wrote into micro_batch's tensors after the call (their version
+  // counters moved), so the copy kept here is not what the forward saw.
   at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch,
-                   const std::vector<Batch>& earlier_call_batches = {});
+                   const std::vector<Batch>& earlier_call_batches = {}, bool changed_since_call = false);
   // Unscales the gradients now, before the loop's own clipping (GradScaler's
   // unscale_); the step's grad norm is taken here, before the clip.
   void unscale();
@@ -269,6 +271,10 @@ class StepGuard {
   // A watched step with no loss function: its micro-batches cannot run again.
   bool watched_rerun_impossible(const Running& run) const;
   void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
+  // A micro-batch the loop changed in place after its model call (the first
+  // with a non-finite loss, else the first), or -1.
+  int64_t changed_micro_batch(const Running& run) const;
+  std::string changed_micro_batch_text(const Running& run) const;  // " the loop changed micro-batch K ..."
   // Each micro-batch that came after several model calls gets the call its loss used.
   void decide_micro_batches(Running& run);
   // The micro-batch a diagnosis re-runs: the one of the first birth.

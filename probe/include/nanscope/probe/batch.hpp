@@ -64,6 +64,9 @@ struct MicroBatch {
   // The loss the loop backpropagated for it (a watched step): a re-run whose
   // loss function gives an unweighted loss is weighted to match it. NaN: unknown.
   double recorded_loss = std::numeric_limits<double>::quiet_NaN();
+  // The loop changed its tensors in place between the model call and the
+  // backward: a re-run sees the changed values, not the forward's.
+  bool changed_since_call = false;
 };
 
 }  // namespace nanscope
