@@ -20,8 +20,13 @@ Journal::~Journal() { --alive_; }
 
 void Journal::say(int64_t step, const std::string& text) const {
   if (!log_) return;
-  *log_ << log_prefix_ << (alive_.load() > 1 ? "[" + model_name_ + "] " : std::string()) << "step " << step << ": "
-        << text << "\n";
+  // One write of the whole line: lines of ranks and threads do not interleave,
+  // and no locale facet formats the number (a Python extension built against
+  // a PyTorch wheel's libstdc++ crashed in num_put there).
+  const std::string line = log_prefix_ + (alive_.load() > 1 ? "[" + model_name_ + "] " : std::string()) + "step " +
+                           std::to_string(step) + ": " + text + "\n";
+  log_->write(line.data(), std::streamsize(line.size()));
+  log_->flush();
 }
 
 }  // namespace nanscope

@@ -99,6 +99,10 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = format::capture_text(*failed.capture);
     return choice;
   }
+  if (failed.capture->ops_seen < 0) {
+    choice.why = "not diagnosed: the forensic re-run failed";
+    return choice;
+  }
   if (!birth && !failed.capture->reproduced) {
     choice.remedy = Remedy::skip_transient;
     choice.why = "the re-run of the same step was finite";

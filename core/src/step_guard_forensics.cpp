@@ -135,15 +135,18 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
         : run.buffers_written_outside
             ? "none in this step: its buffers were already non-finite, written by " +
                   std::to_string(run.calls_outside_losses) +
-                  " call(s) of the model that fed no loss given to this guard (another model's phase, a logging or "
-                  "evaluation call in train mode); re-run from the buffers before them, the step is finite"
+                  " call(s) of the model that fed none of its losses (another model's phase, a logging call; train "
+                  "mode); re-run from the buffers before them, it is finite"
         : !capture->first_birth && !capture->reproduced && changed_micro_batch(run) >= 0
             ? "not reproduced on re-run, but" + changed_micro_batch_text(run)
             : format::capture_text(*capture) +
                   (changed_micro_batch(run) >= 0 ? "; but" + changed_micro_batch_text(run) : std::string());
     journal_.record(step, format::EventKind::first_birth, result.first_birth,
                     "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
-    const SnapshotPolicy::Decision decision = snapshot_policy_.decide(step, *capture);
+    const SnapshotPolicy::Decision decision =
+        run.buffers_written_outside
+            ? SnapshotPolicy::Decision{false, "the step's fault was written outside it: nothing to replay"}
+            : snapshot_policy_.decide(step, *capture);
     if (!decision.write) {
       journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
     } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture);
@@ -170,10 +173,11 @@ void StepGuard::say_carried_state(int64_t step, const std::vector<Batch>& micro_
       std::ostringstream shape;
       shape << t.sizes();
       journal_.say(step, "the input holds a NaN/Inf again after the skipped step " + std::to_string(step - 1) +
-                             ": tensor " + std::to_string(i) + " of " + std::to_string(tensors.size()) +
-                             " of micro-batch " + std::to_string(k) + " (shape " + shape.str() +
-                             ") is non-finite. State carried across steps (an RNN's hidden state) must go back to "
-                             "what the skipped step began with: if result.skipped: hidden = <the state before it>");
+                             ": tensor [" + std::to_string(i) + "] of micro-batch " + std::to_string(k) + "'s " +
+                             std::to_string(tensors.size()) + " (shape " + shape.str() +
+                             ") is non-finite. State carried across steps (an RNN's hidden state) must not carry a "
+                             "skipped step's on: restart it on a skip (if result.skipped: hidden = "
+                             "model.init_hidden(batch_size)), or give back the one the skipped step began with");
       return;
     }
   }
@@ -192,8 +196,8 @@ int64_t StepGuard::changed_micro_batch(const Running& run) const {
 
 std::string StepGuard::changed_micro_batch_text(const Running& run) const {
   return " the loop changed micro-batch " + std::to_string(changed_micro_batch(run)) +
-         " in place between its model call and its backward, so the re-run saw the changed values (change a copy, "
-         "or name the micro-batch as the forward saw it: guard.backward(loss, batch))";
+         " in place between its model call and backward: the re-run saw the new values (change a copy, or pass the "
+         "batch: guard.backward(loss, batch))";
 }
 
 bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }

@@ -26,7 +26,7 @@ std::string capture_text(const Capture& c) {
                 : " (module '" + *c.compiled_region + "' compiled alone breaks the step)");
   if (!c.first_birth)
     return c.reproduced ? "non-finite again on re-run, but no op was seen making it (a fused or compiled kernel, "
-                          "or values non-finite before the step)"
+                          "a NaN written as a constant, or values non-finite before the step)"
                         : "not reproduced on re-run (transient)";
   return birth_text(*c.first_birth);
 }

@@ -141,8 +141,8 @@ class StepGuard:
             raise TypeError("nanscope: the closure form needs the step's batch: guard.step(closure, batch)")
 
         def closure_call():
-            return _distributed.call(self._ddp, functools.partial(_scopes.call, others=self._watch.others), closure,
-                                     self._paths)
+            run = functools.partial(_scopes.call, others=self._watch.others, rerun=False)
+            return _distributed.call(self._ddp, run, closure, self._paths)
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)

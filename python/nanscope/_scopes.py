@@ -48,6 +48,7 @@ def _hooked(paths, others=None):
     # path of this model or of another guard's; `others` collects them.
     outside = {}
     wrappers = set()  # ids of modules around the model (torch.compile's, DistributedDataParallel): no scope
+    touched = []  # other models' buffers as they were before this re-run
     others = {} if others is None else others
 
     def enter(module, inputs):
@@ -61,10 +62,12 @@ def _hooked(paths, others=None):
             if any(id(m) in paths for _, m in inside):  # a wrapper of the guarded model, not another model
                 wrappers.add(id(module))
                 return None
-            # The outermost module of another model.
+            # The outermost module of another model: a re-run is no step of its,
+            # so its buffers (BatchNorm's statistics, in train mode) go back after.
             root = OUTSIDE + other_model_label(module, others)
             outside.update({id(m): root + ("." + name if name else "") for name, m in module.named_modules()})
             path = outside[id(module)]
+            touched.extend((b, b.detach().clone()) for b in module.buffers())
         fp32 = _nanscope.push_scope_path(path)
         open_modules.append(id(module))
         if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
@@ -87,6 +90,9 @@ def _hooked(paths, others=None):
     finally:
         pre.remove()
         post.remove()
+        with torch.no_grad():
+            for buffer, before in touched:
+                buffer.copy_(before)
         while open_modules:  # a forward that raised left its scopes open
             _nanscope.pop_scope()
             open_modules.pop()
@@ -110,10 +116,32 @@ def listening(paths):
         yield
 
 
-def call(function, paths, *args, others=None):
-    """function(*args), with module scopes when the core listens for them;
-    `others` (a dict) collects the other models it ran, by label."""
-    if not _nanscope.scopes_active():
+_rerunning = [0]  # re-runs (forensics, remedies, replay) under way: no loop's model call
+
+
+def rerunning():
+    """A guard is re-running a step: another guard's hooks must not take its
+    model calls for the loop's (a GAN's critic run by the generator's re-run)."""
+    return _rerunning[0] > 0
+
+
+def call(function, paths, *args, others=None, rerun=True):
+    """function(*args) as a re-run calls it: with module scopes when the core
+    listens for them; `others` (a dict) collects the other models it ran,
+    whose buffers a re-run leaves as it found them. rerun=False: a closure
+    the core also runs for the live step (a re-run only while it captures)."""
+    capturing = _nanscope.scopes_active()
+    if not (rerun or capturing):
         return function(*args)
-    with _eager(), _hooked(paths, others):
-        return function(*args)
+    kept = [(b, b.detach().clone()) for m in (others or {}).values() for b in m.buffers()]
+    _rerunning[0] += 1
+    try:
+        if not capturing:
+            return function(*args)
+        with _eager(), _hooked(paths, others):
+            return function(*args)
+    finally:
+        _rerunning[0] -= 1
+        with torch.no_grad():
+            for buffer, before in kept:
+                buffer.copy_(before)

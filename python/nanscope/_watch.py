@@ -86,7 +86,7 @@ class Watch:
             # DistributedDataParallel's sync on for its last micro-batch, as
             # nanoGPT does, is held off here, after its own setting.
             module.require_backward_grad_sync = False
-        if self._busy or not self._watched or not torch.is_grad_enabled():
+        if self._busy or not self._watched or not torch.is_grad_enabled() or _scopes.rerunning():
             return None
         guard = self._owner._guard
         if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business

@@ -164,7 +164,7 @@ def test_a_buffer_refilled_between_the_model_call_and_its_backward_is_said_never
     guard.close()
     assert [r.skipped for r in results] == [False, True, False]
     # Both micro-batches were refilled; the re-run of the changed copies is said to be one.
-    assert "the loop changed micro-batch 1 in place between its model call and its backward" in results[1].first_birth
+    assert "the loop changed micro-batch 1 in place between its model call and backward" in results[1].first_birth
     assert "transient" not in results[1].first_birth
 
 
@@ -472,7 +472,9 @@ def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_ru
     bce = F.binary_cross_entropy_with_logits
     gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="whole", log=False,
                             loss_fn=lambda m, b: bce(m(b[0]), b[1]))
-    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False)
+    # The generator's re-runs run the critic too: no call of the loop's, and its buffers left as found.
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
+                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
     results = []
     for it in range(4):
         real, label = torch.randn(4, 6), torch.ones(4)
@@ -488,7 +490,9 @@ def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_ru
     gG.close()
     gD.close()
     assert [r.skipped for r in results] == [False, False, True, False]
-    assert "already non-finite" in results[2].first_birth and "fed no loss" in results[2].first_birth
+    assert "already non-finite, written by 1 call(s)" in results[2].first_birth
+    assert "fed none of its losses" in results[2].first_birth
+    assert results[2].snapshot == ""  # nothing of this step's own to replay
     assert not results[2].fell_back
     assert torch.isfinite(netD.main[1].running_mean).all() and torch.isfinite(netD.main[1].running_var).all()
 
