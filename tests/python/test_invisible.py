@@ -418,19 +418,27 @@ class NormalisingCritic(nn.Module):
         return self.main(x).view(-1)
 
 
+bce = F.binary_cross_entropy_with_logits
+
+
+def gan(tmp_path, netG, netD, critic_fallback="off"):
+    """DCGAN's two models, two optimizers and a guard each, in fp32: the
+    critic's loss_fn takes (images, labels); the generator's runs the critic."""
+    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback=critic_fallback, log=False,
+                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
+                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
+    return netG, netD, optG, optD, gG, gD
+
+
 def test_a_birth_in_another_model_says_so_and_borrows_no_path(tmp_path):
     """The generator's loss runs the critic: a 0/0 in the critic is named as
     outside the generator, never by a path of the generator's or of the
     critic's own guard."""
     torch.manual_seed(0)
-    netG, netD = nn.Sequential(nn.Linear(4, 6, bias=False)), NormalisingCritic()
-    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
-    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
-    bce = F.binary_cross_entropy_with_logits
-    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="off", log=False,
-                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
-    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
-                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
+    netG, netD, optG, optD, gG, gD = gan(tmp_path, nn.Sequential(nn.Linear(4, 6, bias=False)), NormalisingCritic())
     results = []
     for it in range(3):
         real = torch.randn(4, 6)
@@ -465,16 +473,9 @@ def test_a_birth_in_another_model_says_so_and_borrows_no_path(tmp_path):
 
 
 def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_run_trains_on(tmp_path):
-    torch.manual_seed(0)
-    netG, netD = nn.Sequential(nn.Linear(4, 6)), Critic()
-    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
-    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
-    bce = F.binary_cross_entropy_with_logits
-    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="whole", log=False,
-                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
     # The generator's re-runs run the critic too: no call of the loop's, and its buffers left as found.
-    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
-                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
+    torch.manual_seed(0)
+    netG, netD, optG, optD, gG, gD = gan(tmp_path, nn.Sequential(nn.Linear(4, 6)), Critic(), critic_fallback="whole")
     results = []
     for it in range(4):
         real, label = torch.randn(4, 6), torch.ones(4)
