@@ -115,6 +115,8 @@ ReplaySetup rebuild(const std::string& path) {
   if (auto it = s.config.find("fp32_modules"); it != s.config.end())
     setup.fp32_modules = parse_fp32_modules(it->second);
   if (s.batch.empty()) throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
+  // Snapshots are read onto the host; a model built on a GPU runs the batch there.
+  if (!setup.parameters.empty()) setup.snapshot.batch = s.batch.to(setup.parameters.front().device());
   return setup;
 }
 

@@ -64,6 +64,18 @@ Batch Batch::copied() const {
   return out;
 }
 
+Batch Batch::to(const at::Device& device) const {
+  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  Batch out = *this;
+  if (is_nested()) {
+    for (at::Tensor& t : out.leaves) t = move(t);
+  } else {
+    out.inputs = move(inputs);
+    out.targets = move(targets);
+  }
+  return out;
+}
+
 Batch Batch::without_row(int64_t row) const {
   const int64_t n = rows();
   const at::Tensor keep = at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, n, at::kLong)});

@@ -44,6 +44,8 @@ struct Batch {
   // The same batch with its own copy of every tensor (detached): what a
   // loop's later in-place writes (a refilled label or staging buffer) cannot change.
   Batch copied() const;
+  // The same batch with every tensor on `device` (those already there shared).
+  Batch to(const at::Device& device) const;
   // The same batch without sample `row`, cut from every tensor whose row_dim
   // has the batch's size.
   Batch without_row(int64_t row) const;
