@@ -49,6 +49,8 @@ def _hooked(paths, others=None):
     outside = {}
     wrappers = set()  # ids of modules around the model (torch.compile's, DistributedDataParallel): no scope
     touched = []  # other models' buffers as they were before this re-run
+    closed_late = set()  # ids of modules with forward hooks of their own: closed after those
+    late_hooks = []  # their closing hooks (one call each; a forward that raised leaves its own)
     others = {} if others is None else others
 
     def enter(module, inputs):
@@ -70,11 +72,18 @@ def _hooked(paths, others=None):
             touched.extend((b, b.detach().clone()) for b in module.buffers())
         fp32 = _nanscope.push_scope_path(path)
         open_modules.append(id(module))
+        if module._forward_hooks:
+            # Global forward hooks run before the module's own: its scope closes
+            # after them instead, so an op in its forward hook (a clamp, a
+            # NaN guard) is its own, not its parent's.
+            closed_late.add(id(module))
+            handle = module.register_forward_hook(lambda m, i, o: (handle.remove(), close(m))[1])
+            late_hooks.append(handle)
         if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
             return tuple(x.float() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
         return None
 
-    def leave(module, _inputs, _output):
+    def close(module):
         if id(module) not in open_modules:
             return
         # A child that raised inside a forward that caught it left its scope open: close it too.
@@ -83,6 +92,12 @@ def _hooked(paths, others=None):
             if open_modules.pop() == id(module):
                 break
 
+    def leave(module, _inputs, _output):
+        if id(module) in closed_late:
+            closed_late.discard(id(module))  # its own last forward hook closes it
+            return
+        close(module)
+
     pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
     post = torch.nn.modules.module.register_module_forward_hook(leave)
     try:
@@ -90,6 +105,8 @@ def _hooked(paths, others=None):
     finally:
         pre.remove()
         post.remove()
+        for handle in late_hooks:
+            handle.remove()
         with torch.no_grad():
             for buffer, before in touched:
                 buffer.copy_(before)

@@ -537,3 +537,25 @@ def test_a_fault_that_does_not_come_back_is_transient_though_a_mask_makes_infini
     assert [r.skipped for r in results] == [False, True, False]
     assert results[1].first_birth == "not reproduced on re-run (transient)"
     assert results[1].remedy == "transient" and not results[1].fell_back
+
+
+def test_an_op_in_a_modules_own_forward_hook_is_named_by_that_module(tmp_path):
+    """A forward hook on a submodule (a clamp, a rescale, here a 0/0): its ops
+    run after the module's forward returned, and belong to that module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)), nn.Linear(4, 1))
+    inner = model[1][0]
+    inner.register_forward_hook(lambda m, i, o: o / o.abs().sum(-1, keepdim=True))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
+                               log=False, loss_fn=lambda m, b: m(b[0]).pow(2).mean())
+    with torch.no_grad():
+        inner.weight.zero_()
+        inner.bias.zero_()  # every sample's output is 0: the hook divides 0 by 0
+    x = torch.randn(3, 4)
+    guard.backward(model(x).pow(2).mean(), (x,))
+    result = guard.step(optimizer)
+    guard.close()
+    assert not result.counted
+    assert result.first_birth.startswith("nan at aten::div (forward) in module '1.0'"), result.first_birth
+    assert len(inner._forward_hooks) == 1  # the closing hook nanscope added is gone
