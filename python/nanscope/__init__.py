@@ -141,7 +141,7 @@ class StepGuard:
             raise TypeError("nanscope: the closure form needs the step's batch: guard.step(closure, batch)")
 
         def closure_call():
-            run = functools.partial(_scopes.call, others=self._watch.others, rerun=False)
+            run = functools.partial(_scopes.call, others=self._watch.others, kept=self._watch.kept_buffers, rerun=False)
             return _distributed.call(self._ddp, run, closure, self._paths)
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False

@@ -40,15 +40,30 @@ def other_model_label(module, others):
     return label
 
 
+def keep_buffers(module, kept):
+    """`kept` (id -> (buffer, its value)) gains the module's buffers as they
+    are now, where it has no older value of them."""
+    for b in module.buffers():
+        if id(b) not in kept:
+            kept[id(b)] = (b, b.detach().clone())
+
+
+def put_back(kept):
+    """The buffers `kept` holds, back as they were; `kept` is emptied."""
+    with torch.no_grad():
+        for buffer, before in kept.values():
+            buffer.copy_(before)
+    kept.clear()
+
+
 @contextlib.contextmanager
-def _hooked(paths, others=None):
+def _hooked(paths, others=None, kept=None):
     open_modules = []  # ids of the modules whose scope is open, innermost last
     # Modules of other models the loss calls (a GAN's critic in the generator's
     # loss): named as outside, by their class and their path in it, never by a
     # path of this model or of another guard's; `others` collects them.
     outside = {}
     wrappers = set()  # ids of modules around the model (torch.compile's, DistributedDataParallel): no scope
-    touched = []  # other models' buffers as they were before this re-run
     closed_late = set()  # ids of modules with forward hooks of their own: closed after those
     late_hooks = []  # their closing hooks (one call each; a forward that raised leaves its own)
     others = {} if others is None else others
@@ -65,11 +80,13 @@ def _hooked(paths, others=None):
                 wrappers.add(id(module))
                 return None
             # The outermost module of another model: a re-run is no step of its,
-            # so its buffers (BatchNorm's statistics, in train mode) go back after.
+            # so its buffers (BatchNorm's statistics, in train mode) go back
+            # after the step (after its backward, which may need them).
             root = OUTSIDE + other_model_label(module, others)
             outside.update({id(m): root + ("." + name if name else "") for name, m in module.named_modules()})
             path = outside[id(module)]
-            touched.extend((b, b.detach().clone()) for b in module.buffers())
+            if kept is not None:
+                keep_buffers(module, kept)
         fp32 = _nanscope.push_scope_path(path)
         open_modules.append(id(module))
         if module._forward_hooks:
@@ -107,9 +124,6 @@ def _hooked(paths, others=None):
         post.remove()
         for handle in late_hooks:
             handle.remove()
-        with torch.no_grad():
-            for buffer, before in touched:
-                buffer.copy_(before)
         while open_modules:  # a forward that raised left its scopes open
             _nanscope.pop_scope()
             open_modules.pop()
@@ -142,23 +156,23 @@ def rerunning():
     return _rerunning[0] > 0
 
 
-def call(function, paths, *args, others=None, rerun=True):
+def call(function, paths, *args, others=None, kept=None, rerun=True):
     """function(*args) as a re-run calls it: with module scopes when the core
-    listens for them; `others` (a dict) collects the other models it ran,
-    whose buffers a re-run leaves as it found them. rerun=False: a closure
-    the core also runs for the live step (a re-run only while it captures)."""
+    listens for them; `others` (a dict) collects the other models it ran, and
+    `kept` their buffers before the first re-run (put_back after the step).
+    rerun=False: a closure the core also runs for the live step (a re-run
+    only while it captures)."""
     capturing = _nanscope.scopes_active()
     if not (rerun or capturing):
         return function(*args)
-    kept = [(b, b.detach().clone()) for m in (others or {}).values() for b in m.buffers()]
+    if kept is not None:
+        for module in (others or {}).values():
+            keep_buffers(module, kept)
     _rerunning[0] += 1
     try:
         if not capturing:
             return function(*args)
-        with _eager(), _hooked(paths, others):
+        with _eager(), _hooked(paths, others, kept):
             return function(*args)
     finally:
         _rerunning[0] -= 1
-        with torch.no_grad():
-            for buffer, before in kept:
-                buffer.copy_(before)

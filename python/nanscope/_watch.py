@@ -45,6 +45,7 @@ class Watch:
         self._paths = _scopes.module_paths(named)
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
         self.others = {}  # label -> another model the step's re-runs ran (a GAN's critic)
+        self.kept_buffers = {}  # those models' buffers before the step's first re-run
 
     def _watch_calls(self):
         """From the first use of the watched form (or loss_fn) on: a closure-form
@@ -124,12 +125,14 @@ class Watch:
 
         def run(batch):
             with self.busy():
-                return _scopes.call(loss_fn, paths, model, batch, others=self.others)
+                return _scopes.call(loss_fn, paths, model, batch, others=self.others, kept=self.kept_buffers)
         return run
 
     def keep_others(self, result):
-        """The other models the failed step's loss ran go into its snapshot, as
-        they were, so that nanscope.replay can run that loss again."""
+        """After a step: the other models its re-runs ran get their buffers
+        back (a re-run is no step of theirs), and go into the failed step's
+        snapshot as they were, so that nanscope.replay can run its loss again."""
+        _scopes.put_back(self.kept_buffers)
         others, self.others = self.others, {}
         if not result.snapshot or not others:
             return

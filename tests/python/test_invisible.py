@@ -476,7 +476,7 @@ def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_ru
     # The generator's re-runs run the critic too: no call of the loop's, and its buffers left as found.
     torch.manual_seed(0)
     netG, netD, optG, optD, gG, gD = gan(tmp_path, nn.Sequential(nn.Linear(4, 6)), Critic(), critic_fallback="whole")
-    results = []
+    results, generator_results = [], []
     for it in range(4):
         real, label = torch.randn(4, 6), torch.ones(4)
         gD.backward(bce(netD(real), label), (real, label))
@@ -487,9 +487,12 @@ def test_buffers_made_non_finite_by_another_models_phase_are_put_back_and_the_ru
         if it == 1:
             fake = fake * float("nan")  # a sick fake batch in the generator's phase
         gG.backward(bce(netD(fake), torch.ones(4)))  # the critic in train mode: its statistics go NaN
-        gG.step(optG)
+        generator_results.append(gG.step(optG))
     gG.close()
     gD.close()
+    # The generator's re-run ran the critic's BatchNorm, whose statistics its
+    # backward reads: they go back after the step, not before that backward.
+    assert generator_results[1].skipped and "re-run failed" not in generator_results[1].first_birth
     assert [r.skipped for r in results] == [False, False, True, False]
     assert "already non-finite, written by 1 call(s)" in results[2].first_birth
     assert "fed none of its losses" in results[2].first_birth
