@@ -52,28 +52,26 @@ int64_t Batch::rows() const {
   return 0;
 }
 
-Batch Batch::copied() const {
-  auto copy = [](const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; };
-  Batch out = *this;
-  if (is_nested()) {
-    for (at::Tensor& t : out.leaves) t = copy(t);
+// The same batch with `f` applied to each of its defined tensors.
+template <class F>
+Batch with_each_tensor(const Batch& batch, const F& f) {
+  auto apply = [&](const at::Tensor& t) { return t.defined() ? f(t) : t; };
+  Batch out = batch;
+  if (batch.is_nested()) {
+    for (at::Tensor& t : out.leaves) t = apply(t);
   } else {
-    out.inputs = copy(inputs);
-    out.targets = copy(targets);
+    out.inputs = apply(batch.inputs);
+    out.targets = apply(batch.targets);
   }
   return out;
 }
 
+Batch Batch::copied() const {
+  return with_each_tensor(*this, [](const at::Tensor& t) { return t.detach().clone(); });
+}
+
 Batch Batch::to(const at::Device& device) const {
-  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  Batch out = *this;
-  if (is_nested()) {
-    for (at::Tensor& t : out.leaves) t = move(t);
-  } else {
-    out.inputs = move(inputs);
-    out.targets = move(targets);
-  }
-  return out;
+  return with_each_tensor(*this, [&](const at::Tensor& t) { return t.to(device); });
 }
 
 Batch Batch::without_row(int64_t row) const {
