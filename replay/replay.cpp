@@ -67,9 +67,12 @@ std::string with_forward_origin(std::string message, const format::Capture& capt
   const std::string prefix = "Error detected in ";
   if (message.rfind(prefix, 0) != 0) return message;
   const std::string node = message.substr(prefix.size(), message.find('.') - prefix.size());
-  std::vector<format::OpRecord> seen = capture.trail;
-  for (const auto* b : {&capture.first_birth, &capture.first_nan_birth, &capture.first_inf_birth})
+  // The node that returned a non-finite value: a birth's before any trail op
+  // of that name (an earlier layer's node of the same kind), and the latest of those.
+  std::vector<format::OpRecord> seen;
+  for (const auto* b : {&capture.first_nan_birth, &capture.first_inf_birth, &capture.first_birth})
     if (*b) seen.push_back((*b)->op);
+  seen.insert(seen.end(), capture.trail.rbegin(), capture.trail.rend());
   for (const format::OpRecord& op : seen)
     if (op.backward_node == node && !op.forward_op.empty())
       return message + " It is the backward of " + op.forward_op + " in module '" + op.module + "'.";

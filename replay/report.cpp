@@ -44,10 +44,12 @@ std::string birth_json(const std::optional<format::Birth>& b, const std::vector<
   o << "{ \"op\": " << json_quoted(b->op.op) << ", \"phase\": " << json_quoted(format::to_string(b->op.phase))
     << ", \"module\": " << json_quoted(b->op.module) << ", \"kind\": " << json_quoted(format::to_string(b->kind))
     << ", \"backward_node\": " << or_null(b->op.backward_node) << ", \"forward_op\": " << or_null(b->op.forward_op)
+    << ", \"site\": " << json_quoted(format::to_string(b->op.site))
     << ", \"sample\": " << (b->sample >= 0 ? std::to_string(b->sample) : "null")
     << ", \"micro_batch\": " << (b->micro_batch >= 0 ? std::to_string(b->micro_batch) : "null")
     << ", \"rows\": " << list_json(b->rows, num) << ", \"dataset_rows\": " << dataset_rows_json(batch_rows, rows_of(*b))
-    << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count << " }";
+    << ", \"nan_count\": " << b->op.output.nan_count << ", \"inf_count\": " << b->op.output.inf_count
+    << ", \"text\": " << json_quoted(format::birth_text(*b)) << " }";
   return o.str();
 }
 

@@ -15,6 +15,24 @@ namespace {
 
 std::string module_text(const std::string& module) { return module.empty() ? "the root module" : module; }
 
+// Where the birth's op ran, as a fix names it: its module, and for a backward
+// op what made its node: "the backward of GradPoison in blocks.1.norm", "a
+// gradient hook at MulBackward0 (of aten::mul) in blocks.1.norm".
+std::string birth_site(const format::Birth& b) {
+  const bool recomputed = b.op.site == format::OpSite::recomputation;
+  std::string site;
+  if (b.op.phase != format::Phase::backward)
+    site = module_text(b.op.module);
+  else if (b.op.site == format::OpSite::gradient_hook)
+    site = "a gradient hook at " + b.op.backward_node +
+           (b.op.forward_op.empty() ? std::string() : " (of " + b.op.forward_op + ")") + " in " +
+           module_text(b.op.module);
+  else
+    site = "the backward of " + (b.op.forward_op.empty() ? b.op.backward_node : b.op.forward_op) + " in " +
+           module_text(b.op.module);
+  return recomputed ? site + " (recomputed by activation checkpointing)" : site;
+}
+
 // The bare name of the op that made input `input` of the birth op, "" when the
 // trail does not show it.
 std::string producer_name(const format::Birth& b, const std::vector<format::OpRecord>& trail, size_t input) {
@@ -26,7 +44,7 @@ std::string producer_name(const format::Birth& b, const std::vector<format::OpRe
 // any other input of a log (a standard deviation, an activation) is clamped.
 std::string log_fix(const format::Birth& b, const std::vector<format::OpRecord>& trail,
                     const format::AdviceWords& words) {
-  const std::string where = module_text(b.op.module);
+  const std::string where = birth_site(b);
   const std::string op = probe::bare_op_name(b.op.op);
   const size_t arg = op == "xlogy" ? 1 : 0;  // xlogy(x, y) = x * log(y)
   const std::optional<format::OpRecord> producer = input_producer(b, trail, arg);
@@ -65,7 +83,7 @@ std::string division_fix(const format::Birth& b, const std::vector<format::OpRec
                                                              {"norm", "x.norm().clamp_min(1e-12)"},
                                                              {"linalg_vector_norm", "x.norm().clamp_min(1e-12)"},
                                                              {"frobenius_norm", "x.norm().clamp_min(1e-12)"}};
-  const std::string where = module_text(b.op.module);
+  const std::string where = birth_site(b);
   const std::string op = probe::bare_op_name(b.op.op);
   const std::string from = producer_name(b, trail, op == "div" ? 1 : 0);
   if (const auto fix = eps_inside.find(from); fix != eps_inside.end())
@@ -82,10 +100,11 @@ std::string division_fix(const format::Birth& b, const std::vector<format::OpRec
 std::string fix_for(format::Category category, const format::Birth& b, const VerdictInputs& in,
                     format::Precision precision) {
   const format::AdviceWords& words = format::advice_words(in.origin);
-  const std::string where = module_text(b.op.module);
+  const std::string where = birth_site(b);
   if (category == format::Category::log_nonpositive) return log_fix(b, in.trail, words);
   if (category == format::Category::sqrt_grad_zero)
-    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + where + " ((x + 1e-12).sqrt()) (P8)";
+    return "the gradient of sqrt at 0 is infinite: add eps inside the sqrt in " + module_text(b.op.module) +
+           " ((x + 1e-12).sqrt()) (P8)";
   if (category == format::Category::div_by_zero) return division_fix(b, in.trail);
   if (category == format::Category::exp_overflow)
     // Whether the exp is a hand-written softmax the trail cannot say (what

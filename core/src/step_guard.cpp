@@ -405,7 +405,8 @@ void StepGuard::begin_micro_batch() {
   }
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
   if (options_.probe)
-    watched_->calls.push_back(ModelCall{at::detail::getDefaultCPUGenerator().get_state(), next_autograd_node()});
+    watched_->calls.push_back(ModelCall{at::detail::getDefaultCPUGenerator().get_state(), next_autograd_node(),
+                                        std::numeric_limits<uint64_t>::max(), std::nullopt});
 }
 
 void StepGuard::end_model_call() {

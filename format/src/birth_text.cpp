@@ -4,7 +4,10 @@ namespace nanscope::format {
 
 std::string birth_text(const Birth& b) {
   std::string text = std::string(to_string(b.kind)) + " at " + b.op.op + " (" + to_string(b.op.phase);
-  if (!b.op.backward_node.empty()) text += ", in " + b.op.backward_node + " of " + b.op.forward_op;
+  if (!b.op.backward_node.empty())
+    text += (b.op.site == OpSite::gradient_hook ? ", in a gradient hook at " : ", in ") + b.op.backward_node +
+            (b.op.forward_op.empty() ? std::string() : " of " + b.op.forward_op);
+  if (b.op.site == OpSite::recomputation) text += ", recomputed";
   text += ") in module '" + b.op.module + "'";
   if (b.micro_batch >= 0) text += ", micro-batch " + std::to_string(b.micro_batch);
   if (b.sample >= 0) {

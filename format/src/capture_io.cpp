@@ -67,6 +67,7 @@ void write_op(const Group& g, const OpRecord& op) {
   g.set_attr("backward_node", op.backward_node);
   g.set_attr("forward_op", op.forward_op);
   g.set_attr("seq_nr", op.seq_nr);
+  if (op.site != OpSite::op) g.set_word("site", op.site);
   write_stats(g, "output_", op.output);
 }
 
@@ -79,6 +80,7 @@ OpRecord read_op(const Group& g) {
   op.backward_node = g.attr_string("backward_node");
   op.forward_op = g.attr_string("forward_op");
   op.seq_nr = g.attr_int("seq_nr");
+  if (g.has_attr("site")) op.site = g.word<OpSite>("site");  // absent: the op itself (and files before 1.6)
   op.output = read_stats(g, "output_");
   return op;
 }

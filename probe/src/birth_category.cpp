@@ -57,7 +57,8 @@ bool products_pass_range(const std::string& op, const format::Birth& b) {
 format::Category category_of(const format::Birth& b) {
   if (b.op.phase == format::Phase::input) return format::Category::nonfinite_input;
   if (b.op.phase == format::Phase::grad_norm) return format::Category::grad_explosion;
-  if (b.op.backward_node == "SqrtBackward0") return format::Category::sqrt_grad_zero;
+  if (b.op.backward_node == "SqrtBackward0" && b.op.site != format::OpSite::gradient_hook)
+    return format::Category::sqrt_grad_zero;
   if (b.kind == format::BirthKind::nan && b.counted_targets == 0) return format::Category::all_targets_ignored;
   const std::string op = bare_op_name(b.op.op);
   // log of a negative is NaN, log of exactly 0 is -inf (a bf16 sigmoid rounded to 1.0 in 1 - p).

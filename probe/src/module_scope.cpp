@@ -26,11 +26,14 @@ std::mutex g_names_mutex;
 std::vector<std::string>* g_scope_names = nullptr;  // a ScopeNameRecorder's
 }  // namespace
 
+void (*g_scope_listener)() = nullptr;
+
 void push_scope(const char* name) {
   push_scope_path(t_scopes.empty() || t_scopes.back().empty() ? std::string(name) : t_scopes.back() + "." + name);
 }
 
 bool push_scope_path(const std::string& path) {
+  if (g_scope_listener) g_scope_listener();
   t_scopes.push_back(path);
   if (g_scope_names) {
     std::lock_guard<std::mutex> lock(g_names_mutex);
@@ -51,6 +54,7 @@ bool push_scope_path(const std::string& path) {
 }
 
 void pop_scope() {
+  if (g_scope_listener) g_scope_listener();
   if (!t_fp32_regions.empty()) t_fp32_regions.pop_back();
   if (!t_scopes.empty()) t_scopes.pop_back();
 }
@@ -115,5 +119,7 @@ const std::string& current_module_scope() {
 }
 
 bool inside_module_scope() { return !detail::t_scopes.empty(); }
+
+size_t module_scope_depth() { return detail::t_scopes.size(); }
 
 }  // namespace nanscope::probe

@@ -1,5 +1,6 @@
 #include "nanscope/probe/op_capture.hpp"
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
@@ -12,6 +13,8 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -26,12 +29,32 @@ namespace nanscope::probe {
 
 namespace {
 
+// The custom autograd Function a node belongs to, "" for an aten op's node:
+// a Python Function's node is its class name + "Backward" (GradPoisonBackward),
+// a C++ torch::autograd::Function<T>'s is torch::autograd::CppNode<T>.
+// Generated aten nodes end in a digit (SqrtBackward0).
+std::string custom_function_name(const std::string& node) {
+  constexpr std::string_view cpp = "torch::autograd::CppNode<";
+  if (node.rfind(cpp, 0) == 0 && node.back() == '>') {
+    std::string function = node.substr(cpp.size(), node.size() - cpp.size() - 1);
+    constexpr std::string_view anonymous = "(anonymous namespace)::";
+    for (size_t at; (at = function.find(anonymous)) != std::string::npos;) function.erase(at, anonymous.size());
+    return function;
+  }
+  constexpr std::string_view python = "Backward";
+  if (node.find("::") == std::string::npos && node.size() > python.size() &&
+      node.compare(node.size() - python.size(), python.size(), python) == 0)
+    return node.substr(0, node.size() - python.size());
+  return "";
+}
+
 // RecordFunction callbacks are plain function pointers, so the capture's
 // state is global; one OpCapture may be alive at a time.
 struct Candidate {
   format::Birth birth;
   int64_t start_index = 0;     // order of the op's start: nesting = started later, ended earlier
   int64_t forward_index = -1;  // the forward op whose module it is named by (tensor_owners.hpp)
+  int64_t evaluation = -1;     // a backward op's node evaluation (CaptureState::evaluations)
 };
 
 // A trail entry: the record, and its output until its stats are computed.
@@ -39,6 +62,25 @@ struct TrailEntry {
   format::OpRecord record;
   at::Tensor output;  // detached; stats computed when the capture's result is read
   int64_t forward_index = -1;
+  int64_t evaluation = -1;
+};
+
+// Where an autograd node came from: the forward op that made it and that op's
+// module. Whatever made the node (an aten op, a custom autograd Function in
+// Python or C++, a view op the capture skips), its sequence number was taken
+// while a forward op or module ran on the forward's thread.
+struct NodeOrigin {
+  std::string op, module;
+  int64_t index = -1;       // the forward op's index (for module_of); for a node no op claimed, the next op's
+  bool recomputed = false;  // made by activation checkpointing's recomputation
+};
+
+// One run of a backward node by the autograd engine: its pre-hooks, the node,
+// its post-hooks. The node's sequence number is known once the node starts,
+// after its pre-hooks (a tensor's register_hook) ran.
+struct Evaluation {
+  std::string node;
+  int64_t seq_nr = -1;
 };
 
 struct CaptureState {
@@ -51,12 +93,9 @@ struct CaptureState {
   bool trail_frozen = false;        // set at the first birth of either kind
   int64_t frozen_birth_start = -1;  // start index of that birth
   std::optional<Candidate> first_nan, first_inf;
-  struct ForwardOp {
-    std::string op, module;
-    int64_t index = -1;
-  };
-  std::unordered_map<int64_t, ForwardOp> forward_ops;  // by autograd seqNr
-  std::vector<std::string> modules_seen;               // forward modules from scopes, first-seen order
+  std::unordered_map<int64_t, NodeOrigin> node_origins;  // by autograd seqNr
+  std::vector<Evaluation> evaluations;                   // by id, in start order
+  std::vector<std::string> modules_seen;                 // forward modules from scopes, first-seen order
   // A native model without scopes (tensor_owners.hpp): forward ops that read
   // a registered tensor, by op index.
   std::map<int64_t, std::string> owner_at;
@@ -83,12 +122,33 @@ struct CaptureState {
       return "";
     return common_module(std::prev(next)->second, next->second);
   }
+
+  // A backward op's record named after its node's origin (forward_op, module,
+  // a recomputation's site): the index of the forward op its module comes
+  // from, -1 when the node's origin was not seen.
+  int64_t name_backward_op(format::OpRecord& record, int64_t evaluation) const {
+    if (evaluation < 0 || evaluation >= int64_t(evaluations.size())) return -1;
+    const Evaluation& e = evaluations[size_t(evaluation)];
+    record.seq_nr = e.seq_nr;
+    const std::string function = custom_function_name(e.node);
+    const auto it = e.seq_nr >= 0 ? node_origins.find(e.seq_nr) : node_origins.end();
+    if (it == node_origins.end()) {
+      record.forward_op = function;
+      return -1;
+    }
+    record.forward_op = function.empty() ? it->second.op : function;
+    record.module = it->second.module;
+    if (it->second.recomputed && record.site == format::OpSite::op) record.site = format::OpSite::recomputation;
+    return it->second.index;
+  }
 };
 
 CaptureState* g_state = nullptr;
 bool g_scopes_were_enabled = false;
 bool g_installed = false;
 at::CallbackHandle g_handle = 0;
+uint64_t g_capture_count = 0;      // which capture a thread's bookkeeping below belongs to
+std::thread::id g_capture_thread;  // the thread that runs the step's forward (the capture's maker)
 
 // The callback's own reductions are ops too: this guard keeps it from
 // recording itself.
@@ -98,14 +158,66 @@ struct ReentryGuard {
   ~ReentryGuard() { t_in_callback = false; }
 };
 
-struct BackwardNode {
-  std::string name;
-  int64_t seq_nr;
+// The autograd work open on this thread, innermost last: an evaluation of a
+// node by the engine, and inside it the node's own record (its derivative).
+// An op inside an evaluation but outside its node ran in one of its hooks.
+struct BackwardFrame {
+  int64_t evaluation = -1;
+  bool inside_node = false;
+  // An evaluation whose node has run: what follows is the engine's (a
+  // broadcast gradient summed to its input's shape, gradients accumulated)
+  // and the node's post-hooks, the node's work; before the node, its pre-hooks.
+  bool node_done = false;
+  size_t scope_depth = 0;  // module scopes open when it began: one opened since is a recomputation's
 };
-thread_local std::vector<BackwardNode> t_backward_nodes;
+thread_local std::vector<BackwardFrame> t_backward;
+// Forward ops started and not ended on this thread, innermost last: a node no
+// op claimed (a skipped view's, a custom Function's) is named by the op around it.
+thread_local std::vector<std::string> t_open_forward_ops;
+// The sequence number up to which this thread's nodes have an origin.
+struct ClaimedNodes {
+  uint64_t capture = 0;
+  int64_t up_to = 0;
+};
+thread_local ClaimedNodes t_claimed;
+
+// The engine's record around each node it evaluates (hooks included):
+// "autograd::engine::evaluate_function: MulBackward0".
+constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
+
+// Nodes made on this thread since the last forward event and not claimed by
+// the op that made them (a custom Function's node, made before its forward
+// runs; a skipped view op's) belong to the module running now and the op
+// around them. Called at forward ops' starts and ends, capture only.
+void claim_new_nodes(CaptureState& st, const std::string& module, bool recomputed) {
+  const int64_t now = int64_t(at::sequence_number::peek());
+  if (t_claimed.capture != g_capture_count) {  // this thread's first event of this capture
+    t_claimed = {g_capture_count, now};
+    return;
+  }
+  for (int64_t seq = t_claimed.up_to; seq < now; ++seq)
+    st.node_origins.try_emplace(seq, NodeOrigin{t_open_forward_ops.empty() ? std::string() : t_open_forward_ops.back(),
+                                                module, st.next_end, recomputed});
+  t_claimed.up_to = std::max(t_claimed.up_to, now);
+}
+
+// Before a module scope opens or closes: the nodes made since the last op
+// were made in the module running until now (a custom Function called last in
+// a module's forward, a checkpointed block's node made before the block runs).
+void on_scope_change() {
+  if (!g_state || t_in_callback) return;
+  const bool in_backward = !t_backward.empty();
+  const bool recomputing = in_backward && module_scope_depth() > t_backward.back().scope_depth;
+  if (in_backward && !recomputing) return;
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  claim_new_nodes(*g_state, current_module_path(), recomputing);
+}
 
 struct OpContext : at::ObserverContext {
-  bool is_node = false;
+  bool is_node = false;  // an evaluation's or node's record: only its frame to pop
+  bool forward = false;  // ran as a forward op (a recomputation's included): on t_open_forward_ops
+  format::OpSite site = format::OpSite::op;
+  int64_t evaluation = -1;  // a backward op's
   int64_t start_index = 0;
   std::string module;
   bool input_nan = false, input_inf = false;
@@ -210,28 +322,64 @@ std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batc
   return std::vector<int64_t>(found.data_ptr<int64_t>(), found.data_ptr<int64_t>() + found.numel());
 }
 
-std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
-  if (t_in_callback || !g_state || inside_bookkeeping_ops()) return nullptr;
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
-    t_backward_nodes.push_back({fn.name(), fn.seqNr()});
-    auto ctx = std::make_unique<OpContext>();
-    ctx->is_node = true;
+std::unique_ptr<at::ObserverContext> node_frame(const at::RecordFunction& fn) {
+  auto ctx = std::make_unique<OpContext>();
+  ctx->is_node = true;
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  CaptureState& st = *g_state;
+  if (fn.scope() == at::RecordScope::FUNCTION) {  // an evaluation: its node starts after its pre-hooks
+    st.evaluations.push_back({std::string(fn.name()).substr(kEvaluatePrefix.size()), -1});
+    t_backward.push_back({int64_t(st.evaluations.size()) - 1, false, false, module_scope_depth()});
     return ctx;
   }
+  // The node of the evaluation around it, or one called outside the engine's evaluations.
+  const bool awaited = !t_backward.empty() && !t_backward.back().inside_node &&
+                       st.evaluations[size_t(t_backward.back().evaluation)].seq_nr < 0 &&
+                       st.evaluations[size_t(t_backward.back().evaluation)].node == fn.name();
+  if (awaited) {
+    st.evaluations[size_t(t_backward.back().evaluation)].seq_nr = fn.seqNr();
+  } else {
+    st.evaluations.push_back({fn.name(), fn.seqNr()});
+  }
+  t_backward.push_back(
+      {awaited ? t_backward.back().evaluation : int64_t(st.evaluations.size()) - 1, true, false, module_scope_depth()});
+  return ctx;
+}
+
+std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunction& fn) {
+  if (t_in_callback || !g_state || inside_bookkeeping_ops()) return nullptr;
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || std::string_view(fn.name()).rfind(kEvaluatePrefix, 0) == 0)
+    return node_frame(fn);
   if (fn.scope() != at::RecordScope::FUNCTION || makes_no_new_values(fn.name())) return nullptr;
+  // Another thread's ops outside a backward are not the step's: a data
+  // loader's workers preparing the next batches (a C++ DataLoader's threads).
+  if (t_backward.empty() && std::this_thread::get_id() != g_capture_thread) return nullptr;
   ReentryGuard guard;
   at::NoGradGuard no_grad;  // no graph nodes: they would shift every later seqNr
   auto ctx = std::make_unique<OpContext>();
+  // A module scope opened inside a backward node is a module's forward run
+  // again (activation checkpointing): a forward op, named by its scope.
+  const bool in_backward = !t_backward.empty();
+  const bool recomputing = in_backward && module_scope_depth() > t_backward.back().scope_depth;
+  ctx->forward = !in_backward || recomputing;
+  if (recomputing)
+    ctx->site = format::OpSite::recomputation;
+  else if (in_backward)
+    ctx->site = t_backward.back().inside_node || t_backward.back().node_done ? format::OpSite::op
+                                                                             : format::OpSite::gradient_hook;
+  if (!ctx->forward) ctx->evaluation = t_backward.back().evaluation;
+  ctx->module = ctx->forward ? current_module_path() : std::string();
   {
     std::lock_guard<std::mutex> lock(g_state->mutex);
     ctx->start_index = g_state->next_start++;
+    if (ctx->forward) claim_new_nodes(*g_state, ctx->module, recomputing);
   }
-  ctx->module = t_backward_nodes.empty() ? current_module_path() : std::string();
+  if (ctx->forward) t_open_forward_ops.push_back(fn.name());
   const std::string name = fn.name();
   const bool in_place = !name.empty() && name.back() == '_';
   bool first = true;
   ctx->arity = op_arity(fn);
-  const bool find_owner = ctx->module.empty() && t_backward_nodes.empty() && any_tensor_owners();
+  const bool find_owner = ctx->module.empty() && !in_backward && any_tensor_owners();
   for (const c10::IValue& input : op_arguments(fn, ctx->arity)) {
     note_input(input, in_place && first, *ctx);
     first = false;
@@ -249,7 +397,11 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   if (!raw || !g_state) return;
   auto* ctx = static_cast<OpContext*>(raw);
   if (ctx->is_node) {
-    if (!t_backward_nodes.empty()) t_backward_nodes.pop_back();
+    if (t_backward.empty()) return;
+    const BackwardFrame ended = t_backward.back();
+    t_backward.pop_back();
+    if (ended.inside_node && !t_backward.empty() && t_backward.back().evaluation == ended.evaluation)
+      t_backward.back().node_done = true;
     return;
   }
   ReentryGuard guard;
@@ -257,6 +409,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   bool output_nan = false, output_inf = false;
   format::OpRecord record;
   record.op = fn.name();
+  record.site = ctx->site;
   int64_t forward_index = -1;
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
@@ -278,7 +431,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   if (const std::optional<format::Phase> phase = current_phase_override()) {
     record.phase = *phase;
     record.module = ctx->module;
-  } else if (t_backward_nodes.empty()) {
+  } else if (ctx->forward) {
     record.phase = format::Phase::forward;
     record.module = ctx->module;
     record.seq_nr = fn.seqNr();
@@ -288,21 +441,19 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.modules_seen.push_back(record.module);
     if (ctx->owner) st.owner_at[record.index] = *ctx->owner;
     // Outer ops end after the ops inside them, so the op the model called wins.
-    for (int64_t seq : created_nodes) st.forward_ops[seq] = {record.op, record.module, record.index};
+    const bool recomputed = ctx->site == format::OpSite::recomputation;
+    for (int64_t seq : created_nodes) st.node_origins[seq] = {record.op, record.module, record.index, recomputed};
   } else {
-    const BackwardNode& node = t_backward_nodes.back();
     record.phase = format::Phase::backward;
-    record.backward_node = node.name;
-    record.seq_nr = node.seq_nr;
-    if (auto it = st.forward_ops.find(node.seq_nr); it != st.forward_ops.end()) {
-      record.forward_op = it->second.op;
-      record.module = it->second.module;
-      forward_index = it->second.index;
-    }
+    record.backward_node = st.evaluations[size_t(ctx->evaluation)].node;
+  }
+  if (ctx->forward) {
+    claim_new_nodes(st, ctx->module, ctx->site == format::OpSite::recomputation);
+    if (!t_open_forward_ops.empty()) t_open_forward_ops.pop_back();
   }
   st.any_nonfinite |= output_nan || output_inf;
   if (!st.trail_frozen) {
-    st.trail.push_back({record, first_output, forward_index});
+    st.trail.push_back({record, first_output, forward_index, ctx->evaluation});
     while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
   }
   auto consider = [&](std::optional<Candidate>& slot, format::BirthKind kind) {
@@ -313,10 +464,13 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     Candidate c;
     c.start_index = ctx->start_index;
     c.forward_index = forward_index;
+    c.evaluation = ctx->evaluation;
     c.birth.op = record;
     if (first_output.defined()) {
       c.birth.op.output = tensor_stats(first_output);
-      if (record.phase == format::Phase::forward)
+      // Forward or backward alike: an output with the batch along its row
+      // dimension names the samples (a derivative's, a hook's gradient).
+      if (record.phase == format::Phase::forward || record.phase == format::Phase::backward)
         c.birth.rows = nonfinite_batch_rows(first_output, st.options.batch_size, st.options.row_dim, kind);
     }
     c.birth.micro_batch = st.options.micro_batch;
@@ -331,7 +485,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       st.trail_frozen = true;
       st.frozen_birth_start = c.start_index;
     } else if (replaces_trail_end) {
-      st.trail.push_back({c.birth.op, {}, forward_index});
+      st.trail.push_back({c.birth.op, {}, forward_index, ctx->evaluation});
       st.frozen_birth_start = c.start_index;
     }
   };
@@ -347,6 +501,12 @@ OpCapture::OpCapture(CaptureOptions options) {
   if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
   g_state = new CaptureState();
   g_state->options = options;
+  ++g_capture_count;
+  g_capture_thread = std::this_thread::get_id();
+  t_backward.clear();
+  t_open_forward_ops.clear();
+  t_claimed = {g_capture_count, int64_t(at::sequence_number::peek())};
+  detail::g_scope_listener = on_scope_change;
   g_scopes_were_enabled = detail::g_scopes_enabled;
   detail::g_scopes_enabled = true;
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(capture_on_op_start, capture_on_op_end)
@@ -358,6 +518,7 @@ OpCapture::OpCapture(CaptureOptions options) {
 
 OpCapture::~OpCapture() {
   at::removeCallback(g_handle);
+  detail::g_scope_listener = nullptr;
   detail::g_scopes_enabled = g_scopes_were_enabled;
   g_installed = false;
   delete g_state;
@@ -387,7 +548,9 @@ format::Capture OpCapture::result() const {
   c.ops_seen = st.next_end;
   auto named = [&](const Candidate& candidate) {
     format::Birth birth = candidate.birth;
-    if (candidate.forward_index >= 0) birth.op.module = st.module_of(candidate.forward_index, birth.op.module);
+    const int64_t forward_index =
+        candidate.evaluation >= 0 ? st.name_backward_op(birth.op, candidate.evaluation) : candidate.forward_index;
+    if (forward_index >= 0) birth.op.module = st.module_of(forward_index, birth.op.module);
     return birth;
   };
   if (st.first_nan) c.first_nan_birth = named(*st.first_nan);
@@ -405,7 +568,9 @@ format::Capture OpCapture::result() const {
   at::NoGradGuard no_grad;
   for (const TrailEntry& entry : st.trail) {
     format::OpRecord record = entry.record;
-    if (entry.forward_index >= 0) record.module = st.module_of(entry.forward_index, record.module);
+    const int64_t forward_index =
+        entry.evaluation >= 0 ? st.name_backward_op(record, entry.evaluation) : entry.forward_index;
+    if (forward_index >= 0) record.module = st.module_of(forward_index, record.module);
     if (entry.output.defined()) record.output = tensor_stats(entry.output);
     c.trail.push_back(record);
   }

@@ -146,8 +146,11 @@ class StepGuard:
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
-        with self._watch.busy():
-            result = guard.step(closure_call, batch, step)
+        try:
+            with self._watch.busy():
+                result = guard.step(closure_call, batch, step)
+        finally:
+            _scopes.close_lingering()
         self._watch.keep_others(result)
         return result
 
@@ -329,7 +332,10 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
     def scoped_loss(m, batch):
         return _scopes.call(loss, _scopes.module_paths(_scopes.uncompiled(m)), m, batch)
 
-    json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
+    try:
+        json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
+    finally:
+        _scopes.close_lingering()
     report = ReplayReport(json_text, text)
     if print_report:
         print(report.to_json() if json else report, end="" if not json else "\n")

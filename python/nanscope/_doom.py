@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from . import _scopes
 from ._nanscope import _search_doom
 
 
@@ -92,7 +93,10 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
         def progress(line):
             print(f"nanscope: doom search: {line}", file=sys.stderr, flush=True)
     start = time.monotonic()
-    fields = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),
-                          -1 if failing_step is None else int(failing_step), float(clip), float(spike_ratio),
-                          int(budget), progress or None, int(row_dim))
+    try:
+        fields = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),
+                              -1 if failing_step is None else int(failing_step), float(clip), float(spike_ratio),
+                              int(budget), progress or None, int(row_dim))
+    finally:
+        _scopes.close_lingering()
     return DoomReport(fields, time.monotonic() - start)

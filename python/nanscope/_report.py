@@ -9,8 +9,12 @@ import json
 class Birth:
     """Where a NaN or Inf was first made: the op, its phase ('forward',
     'backward', 'input', ...), the module path ('' is the root), the kind ('nan'
-    or 'inf'), the micro-batch (None for a step of one batch), and the batch rows it made non-finite (rows) with their rows in
-    the data set (dataset_rows, None where unknown)."""
+    or 'inf'), for a backward op its autograd node and the forward op or custom
+    Function that made it (backward_node, forward_op), its site ('op',
+    'gradient_hook', 'recomputation'), the micro-batch (None for a step of one
+    batch), and the batch rows it made non-finite (rows) with their rows in the
+    data set (dataset_rows, None where unknown). str() is the birth's line as
+    the guard and nanscope-replay write it."""
 
     def __init__(self, fields):
         self._fields = fields
@@ -20,6 +24,7 @@ class Birth:
         self.kind = fields["kind"]
         self.backward_node = fields.get("backward_node")
         self.forward_op = fields.get("forward_op")
+        self.site = fields.get("site", "op")
         self.sample = fields.get("sample")
         self.micro_batch = fields.get("micro_batch")
         self.rows = list(fields.get("rows") or [])
@@ -29,7 +34,7 @@ class Birth:
         return dict(self._fields)
 
     def __str__(self):
-        return f"{self.kind} at {self.op} ({self.phase}) in module '{self.module}'"
+        return self._fields.get("text") or f"{self.kind} at {self.op} ({self.phase}) in module '{self.module}'"
 
     def __repr__(self):
         return f"Birth({self})"

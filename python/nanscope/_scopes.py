@@ -69,6 +69,8 @@ def _hooked(paths, others=None, kept=None):
     others = {} if others is None else others
 
     def enter(module, inputs):
+        if not _nanscope.scopes_active():  # kept for a backward that never came (_closes_after_backward)
+            return None
         path = paths.get(id(module))
         if path is None:
             path = outside.get(id(module))
@@ -156,6 +158,31 @@ def rerunning():
     return _rerunning[0] > 0
 
 
+_lingering = []  # the last re-run's hooks, kept open until its backward ends
+
+
+def close_lingering():
+    """Closes a re-run's hooks still open (a step or replay has ended; a
+    closure's backward ran before its hooks were kept)."""
+    while _lingering:
+        _lingering.pop().close()
+
+
+def _closes_after_backward(loss):
+    """Activation checkpointing runs modules' forwards again inside the
+    backward (torch.utils.checkpoint): a re-run's module hooks stay open until
+    the backward of `loss` ends, so those recomputed ops are named too. True
+    when `loss` has a backward to wait for; the next re-run closes hooks whose
+    backward never came, and a hook finding the core no longer listening does
+    nothing."""
+    node = getattr(loss, "grad_fn", None) if torch.is_tensor(loss) else None
+    if node is None:
+        return False
+    engine = torch.autograd.Variable._execution_engine
+    node.register_hook(lambda *_: engine.queue_callback(close_lingering))
+    return True
+
+
 def call(function, paths, *args, others=None, kept=None, rerun=True):
     """function(*args) as a re-run calls it: with module scopes when the core
     listens for them; `others` (a dict) collects the other models it ran, and
@@ -172,7 +199,12 @@ def call(function, paths, *args, others=None, kept=None, rerun=True):
     try:
         if not capturing:
             return function(*args)
-        with _eager(), _hooked(paths, others, kept):
-            return function(*args)
+        close_lingering()
+        with _eager(), contextlib.ExitStack() as hooks:
+            hooks.enter_context(_hooked(paths, others, kept))
+            out = function(*args)
+            if _closes_after_backward(out):
+                _lingering.append(hooks.pop_all())
+            return out
     finally:
         _rerunning[0] -= 1

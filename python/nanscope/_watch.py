@@ -179,8 +179,11 @@ class Watch:
         self._owner._check_optimizer(optimizer)
         guard = self._owner._open()
         self._stop_listening()
-        with self.busy():
-            result = guard.step_watched()
+        try:
+            with self.busy():
+                result = guard.step_watched()
+        finally:
+            _scopes.close_lingering()
         self.keep_others(result)
         self._started, self._calls = False, []
         if result.skipped and self._owner._optimizer is None:

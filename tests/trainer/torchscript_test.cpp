@@ -130,6 +130,27 @@ TEST_F(TorchScript, OpRaisingOnANanIsANonFiniteStepAndTheRunGoesOn) {
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/snapshots/step-0000000.h5"));
 }
 
+// llama2.c's RMSNorm with its eps outside the sqrt, and an all-zero sample:
+// the forward and loss are finite, sqrt's derivative divides by zero. The
+// birth is named by the scripted module that ran the sqrt, and by its row
+// (data set row 13 is the second batch's row 5 without shuffling).
+TEST_F(TorchScript, ABackwardBirthInAScriptedModuleNamesItsModuleAndRow) {
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  auto r =
+      test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("rmsnorm_regressor.pt") +
+                        " --data " + dir_->file("zero_row_data.h5") +
+                        " --steps 3 --batch-size 8 --no-shuffle --amp fp32 --quiet --threads 1 --run-dir " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'norm', batch row 5"),
+            std::string::npos)
+      << r.output;
+  auto run_file = format::read_run(run_dir + "/run.h5");
+  ASSERT_EQ(run_file.rows(), 3u);
+  EXPECT_TRUE(run_file.skipped[1]);
+  EXPECT_FALSE(run_file.skipped[0]);
+}
+
 TEST_F(TorchScript, ModelThatRaisesWithoutANanFailsTheRunInOneLine) {
   test::TempDir dir;
   auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("raises_always.pt") +

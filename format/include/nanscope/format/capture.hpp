@@ -26,10 +26,13 @@ struct OpRecord {
   std::string op;     // "aten::log"
   Phase phase = Phase::forward;
   std::string module;         // dotted path; "" is the root
-  std::string backward_node;  // "SqrtBackward0" for ops inside an autograd node
-  std::string forward_op;     // the forward op that made that node (via seqNr)
+  std::string backward_node;  // "SqrtBackward0" for ops inside an autograd node (or its hooks)
+  // The forward op that made that node (via seqNr): an aten op, or a custom
+  // autograd Function's name ("GradPoison" for GradPoisonBackward).
+  std::string forward_op;
   int64_t seq_nr = -1;
-  TensorStats output;  // the first floating output
+  TensorStats output;        // the first floating output
+  OpSite site = OpSite::op;  // a gradient hook's op, or one a recomputation ran
 };
 
 // Where a NaN or an Inf was born (docs/design.md: "first birth").
@@ -55,6 +58,8 @@ struct Birth {
 // The one wording of a birth, for logs, events, reports and the viewer:
 // "nan at aten::log (forward) in module 'blocks.0.mlp'",
 // "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'attn'",
+// "nan at aten::div (backward, in a gradient hook at MulBackward0 of aten::mul) in module 'norm'",
+// "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt, recomputed) in module 'norm'",
 // "nan at input (input) in module '', batch row 5", with ", micro-batch 3"
 // before the row in a step of several micro-batches; an internal birth whose
 // output went non-finite in some batch rows only names them the same way.

@@ -18,8 +18,9 @@ namespace nanscope::format {
 //   1.4  captures: @compiled_only and @compiled_region (a compiled model's
 //        step finite eagerly, non-finite compiled); run files: event `doom`
 //   1.5  snapshots: /other_modules (other models' tensors the loss ran)
+//   1.6  captured ops: @site (a gradient hook's op, or a recomputation's)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 5;
+inline constexpr int kFormatMinor = 6;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -41,6 +41,13 @@ namespace nanscope::format {
 // computation after backward, or the batch itself (a non-finite input).
 #define NANSCOPE_PHASES(X) X(forward, "forward") X(backward, "backward") X(grad_norm, "grad_norm") X(input, "input")
 
+// What ran an op, beyond its phase: the op itself (an aten op, or the
+// derivative of one in its autograd node), a gradient hook run with a
+// backward node (tensor.register_hook, a node's pre- or post-hook), or a
+// forward op that activation checkpointing recomputed during the backward
+// (and a backward op of a node that recomputation made).
+#define NANSCOPE_OP_SITES(X) X(op, "op") X(gradient_hook, "gradient_hook") X(recomputation, "recomputation")
+
 // Who wrote a run or snapshot: the wording of advice follows it (a flag for
 // nanscope-train, an option and C++ for the library, Python for the module).
 #define NANSCOPE_ORIGINS(X) X(nanscope_train, "nanscope-train") X(cpp, "cpp") X(python, "python")
@@ -103,6 +110,7 @@ constexpr const char* spelling_of(Word word) {
 
 NANSCOPE_DECLARE_WORDS(EventKind, NANSCOPE_EVENT_KINDS)
 NANSCOPE_DECLARE_WORDS(Phase, NANSCOPE_PHASES)
+NANSCOPE_DECLARE_WORDS(OpSite, NANSCOPE_OP_SITES)
 NANSCOPE_DECLARE_WORDS(BirthKind, NANSCOPE_BIRTH_KINDS)
 NANSCOPE_DECLARE_WORDS(Precision, NANSCOPE_PRECISIONS)
 NANSCOPE_DECLARE_WORDS(Verdict, NANSCOPE_VERDICTS)

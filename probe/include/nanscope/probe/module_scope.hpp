@@ -28,6 +28,9 @@ void push_scope(const char* name);  // relative to the enclosing scope
 // hands the module its floating inputs in fp32, as `module(x.float())` would.
 bool push_scope_path(const std::string& path);
 void pop_scope();
+// Called before a scope opens or closes, while op-level capture runs: the
+// autograd nodes made since the last op belong to the module that was running.
+extern void (*g_scope_listener)();
 }  // namespace detail
 
 class ModuleScope {
@@ -51,6 +54,10 @@ const std::string& current_module_scope();
 // every module, the root's included (the Python module's), leave nothing to
 // infer: an op in the root's own forward is the root's.
 bool inside_module_scope();
+// How many scopes are open on this thread. A scope opened while the backward
+// runs a node is a module's forward run again: activation checkpointing's
+// recomputation (op_capture.hpp).
+size_t module_scope_depth();
 
 // Ops nanscope runs for itself while op-level capture is on (keeping a model's
 // buffers before a re-run and putting them back after it): the capture does

@@ -11,8 +11,17 @@
 //  - inputs are judged as they were when the op started (in-place ops);
 //  - when a composite op and the op inside it both qualify, the outer one
 //    (what the model's code called) is reported.
-// Backward ops carry their autograd node's name; the node's seqNr links them
-// to the forward op and module that created it.
+// Ops are the step's when they run on the thread that made the capture, or in
+// the backward on any thread (the autograd engine's); another thread's (a data
+// loader's workers) are not seen.
+// Backward ops carry their autograd node's name and are named by the module
+// whose forward made the node, whatever made it (an aten op, a custom autograd
+// Function, a view): each node's sequence number is matched to the op and
+// module running when it was taken. An op of a hook the engine runs before a
+// node (tensor.register_hook) is that node's, with site gradient_hook; a
+// module's forward run again inside the backward (activation checkpointing) is
+// a forward op with site recomputation. A backward op's rows are named as a
+// forward op's are.
 //
 // Costly by design (every op's floating inputs and outputs are checked with a
 // reduction and a host copy; pure view ops are skipped): it runs on the
@@ -29,8 +38,9 @@ namespace nanscope::probe {
 
 struct CaptureOptions {
   size_t trail_length = 32;  // ops kept before (and including) the first birth
-  // The step's batch size: a forward birth whose output's first dimension is
-  // this records which rows went non-finite (Birth::rows). -1: not recorded.
+  // The step's batch size: a birth (forward or backward) whose output's
+  // dimension row_dim is this records which rows went non-finite
+  // (Birth::rows). -1: not recorded.
   int64_t batch_size = -1;
   int64_t row_dim = 0;       // the samples' dimension ((seq, batch) data: 1)
   int64_t micro_batch = -1;  // births carry it (Birth::micro_batch); -1: a step of one batch
