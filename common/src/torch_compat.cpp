@@ -1,6 +1,8 @@
 #include "nanscope/common/torch_compat.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 namespace nanscope::compat {
 
@@ -87,5 +89,14 @@ WarningCollector::WarningCollector() : previous_(c10::Warning::get_warning_handl
 WarningCollector::~WarningCollector() { c10::Warning::set_warning_handler(previous_); }
 void WarningCollector::process(const c10::SourceLocation&, const std::string& msg, bool) { messages_.push_back(msg); }
 #endif
+
+std::optional<at::Tensor> leaf_being_accumulated() {
+#if TORCH_VERSION_MAJOR >= 2
+  const std::shared_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
+  if (const auto* accumulate = dynamic_cast<const torch::autograd::AccumulateGrad*>(node.get()))
+    return accumulate->variable;
+#endif
+  return std::nullopt;
+}
 
 }  // namespace nanscope::compat

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "module_path.hpp"
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/tensor_owners.hpp"
 #include "op_arguments.hpp"
@@ -81,6 +82,9 @@ struct NodeOrigin {
 struct Evaluation {
   std::string node;
   int64_t seq_nr = -1;
+  // AccumulateGrad, which has no sequence number: the module of the leaf it
+  // accumulates into, where the engine says which (compat::leaf_being_accumulated).
+  std::string leaf_module;
 };
 
 struct CaptureState {
@@ -134,6 +138,7 @@ struct CaptureState {
     const auto it = e.seq_nr >= 0 ? node_origins.find(e.seq_nr) : node_origins.end();
     if (it == node_origins.end()) {
       record.forward_op = function;
+      record.module = e.leaf_module;
       return -1;
     }
     record.forward_op = function.empty() ? it->second.op : function;
@@ -328,7 +333,9 @@ std::unique_ptr<at::ObserverContext> node_frame(const at::RecordFunction& fn) {
   std::lock_guard<std::mutex> lock(g_state->mutex);
   CaptureState& st = *g_state;
   if (fn.scope() == at::RecordScope::FUNCTION) {  // an evaluation: its node starts after its pre-hooks
-    st.evaluations.push_back({std::string(fn.name()).substr(kEvaluatePrefix.size()), -1});
+    st.evaluations.push_back({std::string(fn.name()).substr(kEvaluatePrefix.size()), -1, {}});
+    if (const std::optional<at::Tensor> leaf = compat::leaf_being_accumulated())
+      st.evaluations.back().leaf_module = tensor_owner(*leaf).value_or("");
     t_backward.push_back({int64_t(st.evaluations.size()) - 1, false, false, module_scope_depth()});
     return ctx;
   }
@@ -339,7 +346,7 @@ std::unique_ptr<at::ObserverContext> node_frame(const at::RecordFunction& fn) {
   if (awaited) {
     st.evaluations[size_t(t_backward.back().evaluation)].seq_nr = fn.seqNr();
   } else {
-    st.evaluations.push_back({fn.name(), fn.seqNr()});
+    st.evaluations.push_back({fn.name(), fn.seqNr(), {}});
   }
   t_backward.push_back(
       {awaited ? t_backward.back().evaluation : int64_t(st.evaluations.size()) - 1, true, false, module_scope_depth()});

@@ -56,6 +56,22 @@ def put_back(kept):
     kept.clear()
 
 
+def _always_call():
+    """Forward hooks that run when a forward raises too (torch 2.1 on): a
+    module whose forward was stopped (non-reentrant checkpointing stops its
+    recomputation once it has the tensors it needs) closes its scope. Without
+    it, a later module's hook closes the scopes left open inside it."""
+    import inspect
+    try:
+        return {"always_call": True} if "always_call" in inspect.signature(
+            torch.nn.modules.module.register_module_forward_hook).parameters else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+_ALWAYS = _always_call()
+
+
 @contextlib.contextmanager
 def _hooked(paths, others=None, kept=None):
     open_modules = []  # ids of the modules whose scope is open, innermost last
@@ -96,7 +112,7 @@ def _hooked(paths, others=None, kept=None):
             # after them instead, so an op in its forward hook (a clamp, a
             # NaN guard) is its own, not its parent's.
             closed_late.add(id(module))
-            handle = module.register_forward_hook(lambda m, i, o: (handle.remove(), close(m))[1])
+            handle = module.register_forward_hook(lambda m, i, o: (handle.remove(), close(m))[1], **_ALWAYS)
             late_hooks.append(handle)
         if fp32:  # a module run in fp32 takes its inputs in fp32: module(x.float())
             return tuple(x.float() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
@@ -118,7 +134,7 @@ def _hooked(paths, others=None, kept=None):
         close(module)
 
     pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
-    post = torch.nn.modules.module.register_module_forward_hook(leave)
+    post = torch.nn.modules.module.register_module_forward_hook(leave, **_ALWAYS)
     try:
         yield
     finally:

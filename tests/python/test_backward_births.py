@@ -12,6 +12,9 @@ import torch.utils.checkpoint as checkpoint
 import nanscope
 
 BATCH, SICK_ROW = 4, 2
+TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+# checkpoint_sequential's kind: torch 2.x asks for it (reentrant, its old default); 1.13 takes no such argument.
+SEQUENTIAL_KIND = {"use_reentrant": True} if TORCH_2 else {}
 
 
 class GradPoison(torch.autograd.Function):
@@ -41,6 +44,7 @@ class Norm(nn.Module):
         super().__init__()
         self.how = how
         self.calls = 0
+        self.gain = nn.Parameter(torch.ones(()))
 
     def forward(self, x):
         if self.how == "function":
@@ -54,7 +58,10 @@ class Norm(nn.Module):
         rms = x.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()
         if self.how == "recomputed":
             self.calls += 1
-            return x / (rms + (1e-3 if self.calls == 1 else 0.0))
+            # The gain's gradient needs the quotient, so a recomputation that
+            # stops once it has what the backward needs (non-reentrant, torch 2.x)
+            # still runs the division.
+            return x / (rms + (1e-3 if self.calls == 1 else 0.0)) * self.gain
         return x / (rms + 1e-3)
 
 
@@ -84,7 +91,7 @@ class Net(nn.Module):
         # blocks.0 runs as it is: reentrant checkpointing needs an input that requires grad.
         x = self.blocks[0](x)
         if self.checkpointing == "sequential":
-            x = checkpoint.checkpoint_sequential(self.blocks[1:], 2, x)  # checkpoints blocks.1
+            x = checkpoint.checkpoint_sequential(self.blocks[1:], 2, x, **SEQUENTIAL_KIND)  # checkpoints blocks.1
         else:
             for block in self.blocks[1:]:
                 x = block(x) if self.checkpointing is None else checkpoint.checkpoint(
@@ -182,3 +189,25 @@ def test_the_replay_of_a_backward_birth_names_its_module_node_and_row(tmp_path, 
     assert names in report.suggestion, report.suggestion
     assert "root module" not in report.suggestion, report.suggestion
     assert "batch row 2" in report.suggestion, report.suggestion
+
+
+@pytest.mark.skipif(not TORCH_2,
+                    reason="LibTorch 1.x's autograd engine does not say which parameter a gradient hook runs for")
+def test_a_parameters_gradient_hook_is_named_by_the_parameters_module(tmp_path):
+    """A hook on a parameter (per-parameter clipping or scaling, as
+    DistributedDataParallel's reducer hooks each one) runs with its
+    AccumulateGrad node, which no forward op made: it is named by the module
+    that owns the parameter."""
+    torch.manual_seed(0)
+    model = Net("derivative")
+    zero = torch.zeros(())
+    model.blocks[1].lin.weight.register_hook(lambda g: g / zero)  # a scale that went to 0
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
+                               log=False, loss_fn=lambda m, b: loss_of(m, *b))
+    guard.scale(model(torch.randn(BATCH, 5, 8))).backward()
+    result = guard.step(optimizer)
+    guard.close()
+    assert result.skipped
+    assert "(backward, in a gradient hook at torch::autograd::AccumulateGrad) in module 'blocks.1.lin'" in \
+        result.first_birth, result.first_birth

@@ -73,6 +73,12 @@ class WarningCollector : public c10::WarningHandler {
   std::vector<std::string> messages_;
 };
 
+// The leaf (a parameter) whose gradient the autograd node the engine is
+// evaluating on this thread accumulates: the tensor a hook on that leaf
+// (param.register_hook, DistributedDataParallel's reducer) runs for. nullopt
+// for any other node, and in 1.13, whose engine does not say which node runs.
+std::optional<at::Tensor> leaf_being_accumulated();
+
 namespace detail {
 template <typename StateMap>
 const torch::optim::OptimizerParamState* find_state(const StateMap& states, c10::TensorImpl* impl) {
