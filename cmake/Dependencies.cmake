@@ -2,6 +2,20 @@
 # CMAKE_PREFIX_PATH (an official LibTorch archive, a PyTorch wheel's
 # torch/share/cmake). Nothing is downloaded or vendored.
 find_package(HDF5 REQUIRED COMPONENTS C)
+# The HDF5 C library by path, for format/ to link: FindHDF5 gives paths with
+# HDF5 1.x, and with 2.x (found through its own CMake config) the names of its
+# targets (hdf5-shared), which an installed nanscope's users could not resolve.
+set(NANSCOPE_HDF5_C_LIBRARIES "")
+foreach(_hdf5_library IN LISTS HDF5_C_LIBRARIES)
+  if(TARGET "${_hdf5_library}")
+    get_target_property(_hdf5_aliased "${_hdf5_library}" ALIASED_TARGET)
+    if(_hdf5_aliased)
+      set(_hdf5_library "${_hdf5_aliased}")
+    endif()
+    get_target_property(_hdf5_library "${_hdf5_library}" LOCATION)
+  endif()
+  list(APPEND NANSCOPE_HDF5_C_LIBRARIES "${_hdf5_library}")
+endforeach()
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
 if(NANSCOPE_LIGHT)
@@ -16,6 +30,13 @@ add_library(nanscope_torch INTERFACE)
 set_target_properties(nanscope_torch PROPERTIES EXPORT_NAME torch)
 target_link_libraries(nanscope_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(nanscope_torch INTERFACE ${NANSCOPE_TORCH_FLAGS})
+# LibTorch's headers may need a newer C++ than nanscope's own (2.14's refuse
+# C++17): its CMake config says which on the torch target, and every target
+# that includes them gets it through this one.
+get_target_property(_torch_standard torch CXX_STANDARD)
+if(_torch_standard AND _torch_standard GREATER CMAKE_CXX_STANDARD)
+  target_compile_features(nanscope_torch INTERFACE cxx_std_${_torch_standard})
+endif()
 # Torch's headers are noisy under -Wall; treat them as system headers.
 get_target_property(_torch_includes torch INTERFACE_INCLUDE_DIRECTORIES)
 if(_torch_includes)

@@ -2,8 +2,8 @@
 # Installs everything nanscope needs from Debian bookworm's packages (root).
 # Cheap to re-run: packages already installed are not fetched again.
 set -euo pipefail
-# Every package of scripts/debian-packages.txt (both lanes' and the host's).
-mapfile -t packages < <(sed 's/#.*//' "$(dirname "$0")/debian-packages.txt" | awk 'NF {print $1}')
+# The packages of scripts/debian-packages.txt for this machine (every lane's and the host's; not one chroot's alone).
+mapfile -t packages < <(sed 's/#.*//' "$(dirname "$0")/debian-packages.txt" | awk '$2 == "both" || $2 == "host" {print $1}')
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The LibTorch 2.x lane: builds this tree against Debian trixie's libtorch-dev
-# 2.6 inside a debootstrap chroot and runs the whole test suite there.
+# The LibTorch 2.x lane: builds this tree against a Debian suite's
+# libtorch-dev inside a debootstrap chroot (scripts/torch2-chroot.sh) and runs
+# the whole test suite there, in build-torch2-SUITE.
 # Usage: scripts/test-torch2.sh [CTEST_ARG...]   (root; the chroot is made on first use)
 #        e.g. scripts/test-torch2.sh -L corpus
+#        NANSCOPE_TORCH2_SUITE=forky scripts/test-torch2.sh   (LibTorch 2.14; default trixie, 2.6)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-root=${NANSCOPE_CHROOT:-/var/tmp/nanscope-trixie}
-"$repo/scripts/torch2-chroot.sh" "$root"
+suite=${NANSCOPE_TORCH2_SUITE:-trixie}
+root=${NANSCOPE_CHROOT:-/var/tmp/nanscope-$suite}
+"$repo/scripts/torch2-chroot.sh" "$suite" "$root"
 
 mkdir -p "$root/src"
 cleanup() {
@@ -21,14 +24,14 @@ mount --bind "$repo" "$root/src"
 
 # The viewer links no LibTorch, so its window is built and screenshot-tested in
 # the bookworm lane only; its model library and tests are built here too.
-echo "torch2 lane: LibTorch $(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev)"
+echo "torch2 lane: $suite, LibTorch $(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev)"
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCACHE_DIR=/root/.ccache \
-  /bin/bash -c '
+  BUILD=build-torch2-$suite /bin/bash -c '
     set -euo pipefail
     cd /src
-    cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANSCOPE_BUILD_VIEWER=OFF >/tmp/torch2-configure.log \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANSCOPE_BUILD_VIEWER=OFF >/tmp/torch2-configure.log \
       || { cat /tmp/torch2-configure.log; exit 1; }
-    ninja -C build-torch2 -j2
-    cd build-torch2
+    ninja -C "$BUILD" -j2
+    cd "$BUILD"
     ctest -j2 --output-on-failure --timeout 600 "$@"
   ' torch2-lane "$@"

@@ -92,7 +92,7 @@ void WarningCollector::process(const c10::SourceLocation&, const std::string& ms
 
 std::optional<at::Tensor> leaf_being_accumulated() {
 #if TORCH_VERSION_MAJOR >= 2
-  const std::shared_ptr<torch::autograd::Node> node = torch::autograd::get_current_node();
+  const auto node = torch::autograd::get_current_node();  // shared_ptr in 2.6, intrusive_ptr in 2.14
   if (const auto* accumulate = dynamic_cast<const torch::autograd::AccumulateGrad*>(node.get()))
     return accumulate->variable;
 #endif

@@ -10,10 +10,6 @@ namespace nanscope {
 
 uint64_t next_autograd_node() { return at::sequence_number::peek(); }
 
-std::shared_ptr<torch::autograd::Node> loss_root_of(const at::Tensor& loss) {
-  return loss.requires_grad() ? torch::autograd::impl::gradient_edge(loss).function : nullptr;
-}
-
 std::optional<size_t> call_the_loss_used(const UndecidedMicroBatch& undecided) {
   const std::vector<ModelCall>& calls = undecided.calls;
   // A call's nodes run from its first number to the end it was seen to
@@ -25,7 +21,11 @@ std::optional<size_t> call_the_loss_used(const UndecidedMicroBatch& undecided) {
   std::vector<bool> reached(calls.size(), false);
   std::vector<torch::autograd::Node*> stack;
   std::unordered_set<torch::autograd::Node*> seen;
-  if (undecided.loss_root) stack.push_back(undecided.loss_root.get());
+  // Edge::function is a shared_ptr in LibTorch 1.13 and 2.6, an intrusive_ptr in 2.14: only .get() is used.
+  const auto root = undecided.loss.defined() && undecided.loss.requires_grad()
+                        ? torch::autograd::impl::gradient_edge(undecided.loss).function
+                        : decltype(torch::autograd::Edge::function){};
+  if (root) stack.push_back(root.get());
   while (!stack.empty()) {
     torch::autograd::Node* node = stack.back();
     stack.pop_back();

@@ -11,15 +11,10 @@
 
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <vector>
 
 #include "nanscope/probe/batch.hpp"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace nanscope {
 
@@ -36,14 +31,14 @@ uint64_t next_autograd_node();
 // A micro-batch whose loss came after several calls of the model.
 struct UndecidedMicroBatch {
   size_t micro_batch = 0;  // its index in the step
-  std::shared_ptr<torch::autograd::Node> loss_root;
+  // The loss its backward ran from: its graph's root node stays alive with
+  // it (the saved tensors are freed by backward, the edges kept).
+  at::Tensor loss;
   std::vector<ModelCall> calls;  // oldest first
 };
 
 // The latest call whose nodes the loss's graph reaches, or nullopt when it
 // reaches none of them (a loss built outside the model's calls).
 std::optional<size_t> call_the_loss_used(const UndecidedMicroBatch& undecided);
-
-std::shared_ptr<torch::autograd::Node> loss_root_of(const at::Tensor& loss);
 
 }  // namespace nanscope

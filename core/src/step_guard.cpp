@@ -434,8 +434,7 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
     // The latest call is the likely one; the loss's graph decides if the step fails.
     for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)
       calls[i].batch = earlier_call_batches[i].copied();
-    w.run.undecided.push_back(
-        UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss_root_of(loss), std::move(calls)});
+    w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
   w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
   if (options_.probe) {
