@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "nanscope/common/cli_help.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/format/error.hpp"
@@ -23,6 +24,7 @@ int replay_main(int argc, char** argv) {
       "precision, the model or the data, or transient, with a fix from the playbook.\n"
       "Exit codes: 0 a verdict, 1 replay failed, 2 bad input.",
       "nanscope-replay"};
+  nanscope::use_nanscope_help(app);
   app.add_option("SNAPSHOT", options.snapshot, "A snapshots/step-NNNNNNN.h5 file")->required();
   app.add_flag("--json", json, "Print one JSON object (its fields are in the README) instead of the report");
   app.add_option("--repeats", options.repeats, "Re-runs at the original precision (0 of N: transient)")

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "nanscope/common/cli_help.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "report.hpp"
 
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
       "that is not a run file or is corrupt: one line naming it; a snapshot that cannot be read is\n"
       "listed as unreadable, not an error); 130 --follow ended by Ctrl-C.",
       "nanscope-report"};
+  nanscope::use_nanscope_help(app);
   app.add_option("RUN", options.input, "A run directory (run.h5 or run-rank-R.h5, snapshots/) or one run file")
       ->required();
   auto* follow = app.add_flag("--follow", options.follow, "Follow a live run until it ends (see above)");

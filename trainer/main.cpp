@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/cli_help.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/guard_errors.hpp"
@@ -17,6 +18,7 @@
 int main(int argc, char** argv) {
   nanscope::trainer::TrainOptions options;
   CLI::App app{"", "nanscope-train"};  // the description is add_train_options's
+  nanscope::use_nanscope_help(app);
   nanscope::trainer::add_train_options(app, options);
   std::vector<std::string> args(argv, argv + argc);
   args = nanscope::trainer::with_resume_config(args);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/common/cli_help.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/common/stats.hpp"
 #include "panels.hpp"
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
       "row or a table row to plot that layer.\n"
       "Exit codes: 0 ok, 1 no window or screenshot not written, 2 bad usage or an input not opened.",
       "nanscope-view"};
+  nanscope::use_nanscope_help(app);
   app.add_option("paths", options.paths, "run directories (run.h5 + snapshots/), run.h5 files, snapshots")->required();
   app.add_option("--screenshot", options.screenshot,
                  "render --frames frames, write the window as this PNG and exit (use xvfb-run without a display)");
