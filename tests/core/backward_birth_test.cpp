@@ -81,25 +81,32 @@ at::Tensor batch_with_zero_row(int64_t row) {
   return x;
 }
 
-GuardOptions quiet(const std::string& run_dir) {
-  GuardOptions o{run_dir, Amp::fp32};
-  o.log = nullptr;
-  o.fallback = FallbackMode::off;
-  return o;
-}
+// A quiet fp32 guard without fallback over a fresh Net (seeded), stepping SGD.
+struct Guarded {
+  explicit Guarded(Sick how) : net((torch::manual_seed(0), how)) {}
+  GuardOptions options() const {
+    GuardOptions o{dir.file("run"), Amp::fp32};
+    o.log = nullptr;
+    o.fallback = FallbackMode::off;
+    return o;
+  }
+  // One closure step on `x`.
+  GuardedStep step(const at::Tensor& x) {
+    return guard.step([&] { return net.forward(x); }, {x, torch::zeros({x.size(0)})});
+  }
+  TempDir dir;
+  Net net;
+  torch::optim::SGD optimizer{net.parameters(), 0.1};
+  StepGuard guard{net, optimizer, options()};
+};
 
 }  // namespace backward_births
 
 using namespace backward_births;
 
 TEST(BackwardBirth, ACustomFunctionsBackwardIsNamedByItsModuleFunctionAndRow) {
-  TempDir dir;
-  torch::manual_seed(0);
-  Net net(Sick::function);
-  torch::optim::SGD optimizer(net.parameters(), 0.1);
-  StepGuard guard(net, optimizer, quiet(dir.file("run")));
-  const at::Tensor x = batch_with_zero_row(2), y = torch::zeros({4});
-  const GuardedStep r = guard.step([&] { return net.forward(x); }, {x, y});
+  Guarded g(Sick::function);
+  const GuardedStep r = g.step(batch_with_zero_row(2));
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.first_birth,
             "inf at aten::div (backward, in torch::autograd::CppNode<GradPoison> of GradPoison) in module "
@@ -107,13 +114,8 @@ TEST(BackwardBirth, ACustomFunctionsBackwardIsNamedByItsModuleFunctionAndRow) {
 }
 
 TEST(BackwardBirth, AnAtenDerivativesBirthNamesItsRow) {
-  TempDir dir;
-  torch::manual_seed(0);
-  Net net(Sick::derivative);
-  torch::optim::SGD optimizer(net.parameters(), 0.1);
-  StepGuard guard(net, optimizer, quiet(dir.file("run")));
-  const at::Tensor x = batch_with_zero_row(1), y = torch::zeros({4});
-  const GuardedStep r = guard.step([&] { return net.forward(x); }, {x, y});
+  Guarded g(Sick::derivative);
+  const GuardedStep r = g.step(batch_with_zero_row(1));
   EXPECT_FALSE(r.counted());
   // sqrt's derivative is grad / (2 sqrt(0)): the gradient reaching it decides NaN or Inf.
   EXPECT_NE(r.first_birth.find(" at aten::div (backward, in SqrtBackward0 of aten::sqrt) in module 'blocks.1.norm', "
@@ -123,17 +125,13 @@ TEST(BackwardBirth, AnAtenDerivativesBirthNamesItsRow) {
 }
 
 TEST(BackwardBirth, TheWatchedFormNamesTheMicroBatchOfABackwardBirth) {
-  TempDir dir;
-  torch::manual_seed(0);
-  Net net(Sick::function);
-  torch::optim::SGD optimizer(net.parameters(), 0.1);
-  StepGuard guard(net, optimizer, quiet(dir.file("run")));
-  guard.set_loss_fn([&](const Batch& b) { return net.forward(b.inputs); });
+  Guarded g(Sick::function);
+  g.guard.set_loss_fn([&](const Batch& b) { return g.net.forward(b.inputs); });
   for (int micro = 0; micro < 2; ++micro) {
     const at::Tensor x = micro == 1 ? batch_with_zero_row(3) : torch::randn({4, 8});
-    guard.backward(net.forward(x) / 2.0, {x, torch::zeros({4})});
+    g.guard.backward(g.net.forward(x) / 2.0, {x, torch::zeros({4})});
   }
-  const GuardedStep r = guard.step();
+  const GuardedStep r = g.guard.step();
   EXPECT_FALSE(r.counted());
   EXPECT_NE(r.first_birth.find("(backward, in torch::autograd::CppNode<GradPoison> of GradPoison) in module "
                                "'blocks.1.norm', micro-batch 1, batch row 3"),
