@@ -1,6 +1,14 @@
-# Fails unless README contains EXAMPLE's text verbatim (inside its cpp block).
+# Fails unless README contains EXAMPLE's text verbatim (inside its code block).
+# With FROM, the README shows the file from its first line that holds FROM on.
 file(READ "${README}" readme)
 file(READ "${EXAMPLE}" example)
+if(DEFINED FROM)
+  string(FIND "${example}" "${FROM}" from)
+  if(from EQUAL -1)
+    message(FATAL_ERROR "${EXAMPLE} has no line with '${FROM}'")
+  endif()
+  string(SUBSTRING "${example}" ${from} -1 example)
+endif()
 string(FIND "${readme}" "${example}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "README.md does not show ${EXAMPLE} as it is: copy the file into its example block")

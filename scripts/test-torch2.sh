@@ -4,10 +4,10 @@
 # the whole test suite there, in build-torch2-SUITE.
 # Usage: scripts/test-torch2.sh [CTEST_ARG...]   (root; the chroot is made on first use)
 #        e.g. scripts/test-torch2.sh -L corpus
-#        NANSCOPE_TORCH2_SUITE=forky scripts/test-torch2.sh   (LibTorch 2.14; default trixie, 2.6)
+#        NANSCOPE_TORCH2_SUITE=trixie scripts/test-torch2.sh   (LibTorch 2.6; default forky, 2.14)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-suite=${NANSCOPE_TORCH2_SUITE:-trixie}
+suite=${NANSCOPE_TORCH2_SUITE:-forky}
 root=${NANSCOPE_CHROOT:-/var/tmp/nanscope-$suite}
 "$repo/scripts/torch2-chroot.sh" "$suite" "$root"
 
@@ -22,14 +22,12 @@ mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
 mountpoint -q "$root/dev/shm" || mount -t tmpfs shm "$root/dev/shm"
 mount --bind "$repo" "$root/src"
 
-# The viewer links no LibTorch, so its window is built and screenshot-tested in
-# the bookworm lane only; its model library and tests are built here too.
 echo "torch2 lane: $suite, LibTorch $(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev)"
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCACHE_DIR=/root/.ccache \
   BUILD=build-torch2-$suite /bin/bash -c '
     set -euo pipefail
     cd /src
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANSCOPE_BUILD_VIEWER=OFF >/tmp/torch2-configure.log \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/tmp/torch2-configure.log \
       || { cat /tmp/torch2-configure.log; exit 1; }
     ninja -C "$BUILD" -j2
     cd "$BUILD"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian bookworm machine (root):
 # dependencies, the LibTorch 1.13 build and its tests, then the LibTorch 2.x
-# lane in a trixie chroot; between them the sanitizer lane (scripts/sanitize.sh).
+# lane (LibTorch 2.14) in a Debian testing (forky) chroot; between them the
+# sanitizer lane (scripts/sanitize.sh). The LibTorch 2.6 lane (trixie):
+# NANSCOPE_TORCH2_SUITE=trixie scripts/test-torch2.sh
 # Set NANSCOPE_SKIP_TORCH2=1 to skip the 2.x lane, NANSCOPE_FUZZ_RUNS for longer fuzzing.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +31,7 @@ MAIN_BUILD_DIR="${BUILD_DIR:-$repo/build}" "$repo/scripts/sanitize.sh" "${NANSCO
 
 
 if [ -n "$chroot_pid" ]; then
-  echo "== LibTorch 2.x lane (Debian trixie chroot)"
+  echo "== LibTorch 2.14 lane (Debian testing, forky chroot)"
   status=0
   wait "$chroot_pid" || status=$?
   chroot_pid=

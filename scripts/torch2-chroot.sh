@@ -4,11 +4,11 @@
 #   trixie  LibTorch 2.6, Python 3.13
 #   forky   Debian testing: LibTorch 2.14, Python 3.14, Accelerate, Ignite
 # Usage: scripts/torch2-chroot.sh [SUITE [CHROOT_DIR]]
-#        (SUITE defaults to $NANSCOPE_TORCH2_SUITE, else trixie; CHROOT_DIR to
+#        (SUITE defaults to $NANSCOPE_TORCH2_SUITE, else forky; CHROOT_DIR to
 #        $NANSCOPE_CHROOT, else /var/tmp/nanscope-SUITE)
 # Re-running is cheap: a chroot that already has its packages is left as it is.
 set -euo pipefail
-suite=${1:-${NANSCOPE_TORCH2_SUITE:-trixie}}
+suite=${1:-${NANSCOPE_TORCH2_SUITE:-forky}}
 root=${2:-${NANSCOPE_CHROOT:-/var/tmp/nanscope-$suite}}
 mirror=${NANSCOPE_MIRROR:-http://deb.debian.org/debian}
 case "$suite" in

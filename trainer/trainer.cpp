@@ -105,31 +105,44 @@ ResumeState resume_state(const TrainableModel& model, const torch::optim::Optimi
           at::detail::getDefaultCPUGenerator().get_state(), guard.state()};
 }
 
-// The checkpoint after `steps_done` steps, unless the state is sick: then the
-// file at PATH (the last healthy one) stays, and run.h5 and the log say so.
-void write_checkpoint(const std::string& path, TrainableModel& model, torch::optim::Optimizer& optimizer,
+// The checkpoint after `steps_done` steps, unless the state is sick or (a
+// periodic one, with training still to come) the disk is full: then the file
+// at PATH (the last whole one) stays, and run.h5 and the log say so. Returns
+// whether it was written.
+bool write_checkpoint(const std::string& path, TrainableModel& model, torch::optim::Optimizer& optimizer,
                       StepGuard& guard, int64_t steps_done, bool keep_previous, TrainSummary& summary,
-                      std::ostream& log, const std::string& who) {
+                      std::ostream& log, const std::string& who, bool periodic) {
   // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
   guard.writer().flush();
   const ResumeState state = resume_state(model, optimizer, guard);
   const double loss = summary.last_finite_step >= 0 ? summary.last_finite_loss : std::nan("");
   // The file now at PATH becomes the one before it only if a new one replaces it.
-  const StateHealth health = save_checkpoint(path, model, steps_done, &state, &optimizer, loss, keep_previous);
-  if (health.finite()) {
-    summary.saved_step = steps_done;
-    summary.saved_path = path;
-    return;
+  std::string why;
+  try {
+    const StateHealth health = save_checkpoint(path, model, steps_done, &state, &optimizer, loss, keep_previous);
+    if (health.finite()) {
+      summary.saved_step = steps_done;
+      summary.saved_path = path;
+      return true;
+    }
+    why = health.text() + " non-finite";
+  } catch (const format::WriteError& e) {
+    // A full disk fails this checkpoint, not the run: the last one stays whole
+    // at PATH, and the next checkpoint tries again. The last save of a run is
+    // its result: failing it is the run's failure (exit 1).
+    if (!periodic) throw;
+    why = e.what();
   }
   ++summary.saves_refused;
   const std::string kept = summary.saved_step >= 0
                                ? path + " keeps the model after step " + std::to_string(summary.saved_step - 1)
                                : "nothing written";
-  const std::string text = "checkpoint after step " + std::to_string(steps_done - 1) +
-                           " not written: " + health.text() + " non-finite; " + kept;
+  const std::string text =
+      "checkpoint after step " + std::to_string(steps_done - 1) + " not written: " + why + "; " + kept;
   guard.writer().event(steps_done - 1, format::EventKind::save_refused, text);
   guard.writer().flush();
   log << who << text << "\n";
+  return false;
 }
 
 GuardOptions guard_options(const TrainOptions& o, std::map<std::string, std::string> config, std::ostream& log,
@@ -270,7 +283,7 @@ TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interr
     const std::string path = checkpoint_path_for_rank(o.save, o.dist);
     if (!path.empty() && checkpoint_saved_after != summary.steps_run)
       write_checkpoint(path, *s.model, *s.optimizer, *s.guard, summary.steps_run,
-                       o.dist.enabled() || o.checkpoint_every > 0, summary, log, s.who);
+                       o.dist.enabled() || o.checkpoint_every > 0, summary, log, s.who, false);
   }
   if (s.ranks.group) {
     s.ranks.group->set_context("end of run");
@@ -314,8 +327,8 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     if (buffer_poisoned_after(s.faults, step)) poison_first_buffer(*s.model);
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       if (const std::string path = checkpoint_path_for_rank(o.save, o.dist); !path.empty()) {
-        write_checkpoint(path, *s.model, *s.optimizer, *s.guard, step + 1, true, tally.summary, log, s.who);
-        checkpoint_saved_after = step + 1;
+        if (write_checkpoint(path, *s.model, *s.optimizer, *s.guard, step + 1, true, tally.summary, log, s.who, true))
+          checkpoint_saved_after = step + 1;
         if (o.keep_checkpoints > 0 && tally.summary.saved_step == step + 1)
           keep_by_step(path, step + 1, o.keep_checkpoints);
       }
@@ -347,7 +360,7 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
         << (s.saved_step >= 0 ? s.saved_path + " (the model after step " + std::to_string(s.saved_step - 1) + ")"
                               : std::string("nothing"))
         << (s.saves_refused > 0
-                ? ", " + std::to_string(s.saves_refused) + " checkpoint(s) refused: the state was non-finite"
+                ? ", " + std::to_string(s.saves_refused) + " checkpoint(s) not written (a non-finite state, or no room)"
                 : std::string())
         << "\n";
   out << "run file: " << s.run_file << "\n";

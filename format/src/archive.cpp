@@ -1,8 +1,12 @@
 #include "nanscope/format/archive.hpp"
 
+#include <sys/statvfs.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <utility>
 
@@ -19,6 +23,29 @@ struct Archive::File {
   std::string part;  // created: written as PATH.part, renamed over PATH by close()
   h5::Handle handle;
   FileVersion version;  // opened: the file's; created: this nanscope's
+  size_t datasets = 0;  // written so far: each leaves metadata for the close to write
+
+  // HDF5 2.x aborts the process (an assertion in H5F__dest) when a file's
+  // metadata cannot be written at its close, where 1.10 returned an error; a
+  // full disk would end the training run. So a created archive never lets
+  // HDF5 meet a full disk: before each dataset it checks that the file system
+  // has room for the data and for the metadata still to come, and throws the
+  // WriteError a failed write would have given, while the close can still
+  // write what exists so far.
+  void make_room(uint64_t bytes) {
+    if (part.empty()) return;
+    ++datasets;
+    constexpr uint64_t kMetadataMargin = 256 << 10, kMetadataPerDataset = 8 << 10;
+    const uint64_t needed = bytes + kMetadataMargin + kMetadataPerDataset * datasets;
+    const std::string dir = std::filesystem::path(part).parent_path().string();
+    struct statvfs fs {};
+    if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) != 0) return;  // cannot tell: the write says
+    const uint64_t free = uint64_t(fs.f_bavail) * fs.f_frsize;
+    if (free < needed)
+      throw WriteError(path, "cannot write file (disk full?): " + std::to_string(free >> 10) + " KiB free, " +
+                                 std::to_string(needed >> 10) + " KiB needed");
+  }
+
   // An archive dropped before close() (an error while writing it) leaves nothing behind.
   ~File() {
     if (part.empty()) return;
@@ -155,6 +182,7 @@ void Group::put_tensor(const std::string& name, DType dtype, const std::vector<i
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
+  state_->file->make_room(uint64_t(numel) * H5Tget_size(h5::file_type(dtype)));
   h5::Handle space =
       h5::space_handle(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
                        path, "H5Screate");
@@ -188,6 +216,7 @@ TensorData Group::tensor(const std::string& name) const {
 void Group::put_blob(const std::string& name, const void* data, size_t size) const {
   const std::string& path = state_->file->path;
   hsize_t n = size;
+  state_->file->make_room(size);
   h5::Handle space = h5::space_handle(H5Screate_simple(1, &n, nullptr), path, "H5Screate");
   h5::Handle ds = h5::dataset_handle(
       H5Dcreate2(state_->handle.get(), name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -274,7 +303,13 @@ Archive Archive::create(const std::string& path, const std::string& kind) {
   // Straight to disk, one tensor at a time, so writing a model costs no copy
   // of it in memory; as PATH.part, so no reader ever sees half a file.
   const std::string part = path + ".part";
-  archive.file_->handle = h5::file_handle(H5Fcreate(part.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path,
+  // close() renames the file into place: it must be closed for good by then,
+  // with groups of the writer's still alive. HDF5 2.x writes the file's last
+  // bytes (up to the end its superblock records) only at that final close, so
+  // a file renamed after a weak close and then SIGKILLed was short by them.
+  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate");
+  h5::check(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), path, "H5Pset_fclose_degree");
+  archive.file_->handle = h5::file_handle(H5Fcreate(part.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
                                           "cannot create file (directory missing or not writable?)");
   archive.file_->part = part;
   h5::write_identity(archive.file_->handle.get(), kind, path);
@@ -304,9 +339,9 @@ const std::string& Archive::path() const { return file_->path; }
 void Archive::close() {
   if (!file_ || !file_->handle.valid()) return;
   const bool flushed = H5Fflush(file_->handle.get(), H5F_SCOPE_GLOBAL) >= 0;
-  // Groups still alive keep their own handles; the library closes the file
-  // for good once they go (H5F_CLOSE_WEAK, the default). Everything is on
-  // disk after the flush.
+  // A created file closes with the groups still open (H5F_CLOSE_STRONG: their
+  // handles' own closes later fail quietly); one opened to be read closes for
+  // good once its groups go (H5F_CLOSE_WEAK, the default).
   const bool closed = H5Fclose(file_->handle.release()) >= 0;
   if (file_->part.empty()) {
     if (!flushed || !closed) throw FormatError(file_->path, "cannot flush (disk full?)");

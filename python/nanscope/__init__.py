@@ -31,10 +31,12 @@ import functools
 import sys
 import weakref
 
+from . import _accelerate
 from . import _compiled
 from . import _distributed
 from . import _nanscope
 from . import _options
+from . import _ignite
 from . import _scopes
 from . import _watch
 from ._nanscope import DeadRunError
@@ -45,7 +47,13 @@ from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport
 
 __all__ = ["StepGuard", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
-           "DoomReport"]
+           "DoomReport", "GuardEvents"]
+
+
+def __getattr__(name):
+    if name == "GuardEvents":  # Ignite's event type: imported only by a loop that asks for it
+        return _ignite.guard_events()
+    raise AttributeError(f"module 'nanscope' has no attribute {name!r}")
 
 # Guards not closed yet. A loop rarely calls close(): each is closed (run.h5's
 # buffered rows written, the file closed and unmarked) when it is collected,
@@ -84,6 +92,12 @@ class StepGuard:
     them (guard.lr_multiplier; a loop with its own update rule multiplies its
     LR by it). scheduler= is accepted and needs nothing more.
 
+    accelerator=: a Hugging Face Accelerate loop (model and optimizer from
+    accelerator.prepare): the guard takes the place of Accelerate's GradScaler,
+    so accelerator.backward(loss), the prepared optimizer's step() and
+    accelerator.clip_grad_norm_ run through it and the loop stays as written;
+    amp is the accelerator's mixed_precision. For an Ignite Engine, see attach().
+
     Under torch.distributed (initialised by you; Gloo, or process_group=),
     every rank builds a guard: ranks agree on each skip, fallback, rollback and
     stop, each writes run-rank-R.h5, and only a rank whose own step went
@@ -95,7 +109,11 @@ class StepGuard:
     """
 
     def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True, scheduler=None,
-                 process_group=None, **options):
+                 process_group=None, accelerator=None, **options):
+        prepared = optimizer
+        if accelerator is not None:
+            options.setdefault("amp", _accelerate.precision(accelerator))
+            optimizer = _accelerate.unwrapped(optimizer)
         average, rank, world_size = _distributed.averager(model, process_group)
         self._averages = average is not None
         if loss_fn is not None and not callable(loss_fn):
@@ -114,10 +132,16 @@ class StepGuard:
         self._wrapper_unchecked = self._ddp is None and _distributed.initialized() and named is model
         self._model = model
         self._optimizer = optimizer
+        self._prepared_optimizer = prepared  # what the loop calls: Accelerate's wrapper, or the optimizer itself
+        self._last_result = None  # the StepResult of the latest step
         self._paths = _scopes.module_paths(named)
         self._watch = _watch.Watch(self, model, named)
         if loss_fn is not None:
             self._guard.set_loss_fn(self._watch.rerun(loss_fn))
+        self._accelerated = None
+        if accelerator is not None:
+            _accelerate.check_precision(accelerator, self.amp)
+            self._accelerated = _accelerate.Installed(self, accelerator, prepared)
         _open_guards.add(self)
 
     # --- The closure form.
@@ -134,7 +158,8 @@ class StepGuard:
         StepResult either way."""
         guard = self._open()
         if closure is None or _is_optimizer(closure):
-            return self._watch.step(closure)
+            self._last_result = self._watch.step(closure)
+            return self._last_result
         if not callable(closure):
             raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
         if batch is None:
@@ -152,6 +177,7 @@ class StepGuard:
         finally:
             _scopes.close_lingering()
         self._watch.keep_others(result)
+        self._last_result = result
         return result
 
     # --- The watched form: GradScaler's calls.
@@ -169,11 +195,19 @@ class StepGuard:
         given, or else the arguments of the model's latest call (a tuple of its
         positional arguments, or the dict of its keyword arguments)."""
         self._open()
+        if self._accelerated is not None:
+            batch = self._accelerated.batch if batch is None else batch
+            self._accelerated.micro_batch_began()
         return self._watch.scale(loss, batch)
 
     def backward(self, loss, batch=None):
-        """guard.scale(loss, batch).backward()."""
-        self.scale(loss, batch).backward()
+        """guard.scale(loss, batch).backward(); with accelerator=,
+        accelerator.backward(loss) with the micro-batch named."""
+        if self._accelerated is not None:
+            self._open()
+            self._accelerated.backward(loss, batch)
+        else:
+            self.scale(loss, batch).backward()
 
     def unscale_(self, optimizer=None):
         """Divides the gradients by the loss scale now, before your own clipping,
@@ -197,8 +231,19 @@ class StepGuard:
     def is_enabled(self):
         return True
 
+    def attach(self, engine):
+        """Fits the guard to a PyTorch-Ignite Engine whose update function uses
+        the watched form (guard.backward(loss, batch), guard.step(optimizer)):
+        each update runs under guard.autocast(); engine.state.step_result is the
+        iteration's StepResult (None when it made no update: accumulation); on
+        a skipped iteration the trainer's metrics and TerminateOnNan leave it out
+        (their NaN is the guard's business now) and GuardEvents.STEP_SKIPPED
+        fires; the step that stops the run terminates the engine."""
+        self._open()
+        _ignite.attach(self, engine)
+
     def _check_optimizer(self, optimizer):
-        if optimizer is not None and optimizer is not self._optimizer:
+        if optimizer is not None and optimizer is not self._optimizer and optimizer is not self._prepared_optimizer:
             raise ValueError("nanscope.StepGuard: this guard steps the optimizer it was built with; got another one "
                              "(use one guard per model and optimizer)")
 
@@ -232,7 +277,7 @@ class StepGuard:
             _open_guards.discard(self)
             self._watch.close()
             # The model, a DistributedDataParallel wrapper and the optimizer are the loop's: no reference kept.
-            self._model = self._ddp = self._optimizer = None
+            self._model = self._ddp = self._optimizer = self._prepared_optimizer = self._accelerated = None
             guard.close()
 
     def __del__(self):

@@ -224,8 +224,10 @@ def test_a_step_non_finite_only_compiled_gets_the_compilers_verdict_and_its_modu
     with caplog.at_level(logging.ERROR, logger="torch._dynamo"):
         report = nanscope.replay(failed.snapshot, lambda: torch.compile(GeluNet(), backend=CorruptingBackend()),
                                  _gelu_loss, write=False)
-    assert not caplog.records, "Dynamo logged errors during the replay: " + "; ".join(r.getMessage()
-                                                                                      for r in caplog.records)
+    # Only errors count: torch 2.14's structured trace ("torch.__trace") sends
+    # empty DEBUG records through the same handler.
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, "Dynamo logged errors during the replay: " + "; ".join(r.getMessage() for r in errors)
     assert report.verdict == "compiler", report
     assert report.category == "compiled_program"
     assert report.eager_finite is True and report.reproduced_count == report.repeats

@@ -292,6 +292,32 @@ TEST(Cli, FullDiskWhileAppendingTheRunFileStopsCleanlyWithTheRowsSoFarReadable) 
   for (size_t i = 0; i < run.rows(); ++i) ASSERT_EQ(run.step[i], int64_t(i));
 }
 
+// The disk fills while a periodic checkpoint is written: that checkpoint is
+// not written (a line, an event), training goes on to its last step with
+// every row in run.h5, and the run's last save, which cannot be written
+// either, is the run's failure (exit 1, naming the file). HDF5 2.x aborts the
+// process where it cannot write a file's metadata: the archive checks for room
+// first, so this holds on HDF5 1.10 and 2.x alike.
+TEST(Cli, FullDiskWhileACheckpointIsWrittenLeavesTrainingRunning) {
+  TempDir dir;
+  const std::string full = dir.file("full");
+  std::filesystem::create_directories(full);
+  const TmpfsMount disk(full, "1m");  // run.h5 fits, a 5 MiB checkpoint does not
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  auto r = run_command(kTrain +
+                       " --model gpt --n-layer 2 --n-embd 128 --seq-len 16 --batch-size 1 --steps 6"
+                       " --checkpoint-every 2 --quiet --threads 1 --save " +
+                       full + "/ckpt.h5 --run-dir " + full + "/run");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint after step 1 not written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint after step 3 not written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("disk full"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Assertion"), std::string::npos) << r.output;
+  const auto run = nanscope::format::read_run(full + "/run/run.h5");
+  ASSERT_EQ(run.rows(), 6u) << "training went on after the failed checkpoints";
+  EXPECT_FALSE(std::filesystem::exists(full + "/ckpt.h5.part")) << "a failed write leaves nothing behind";
+}
+
 TEST(Cli, RunFileIsReadableWhileWrittenAndAfterSigkill) {
   TempDir dir;
   const std::string run_file = dir.file("r/run.h5");
