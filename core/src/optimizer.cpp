@@ -35,6 +35,26 @@ void scale_lr(torch::optim::Optimizer& optimizer, double factor) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(group.options().get_lr() * factor);
 }
 
+std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer) {
+  std::vector<double> out;
+  for (const auto& group : optimizer.param_groups()) out.push_back(group.options().get_lr());
+  return out;
+}
+
+GroupLrScope::GroupLrScope(torch::optim::Optimizer& optimizer) : optimizer_(optimizer), kept_(group_lrs(optimizer)) {}
+
+GroupLrScope::~GroupLrScope() {
+  for (size_t i = 0; i < kept_.size(); ++i) optimizer_.param_groups()[i].options().set_lr(kept_[i]);
+}
+
+void GroupLrScope::scale(double multiplier) {
+  for (size_t i = 0; i < kept_.size(); ++i) optimizer_.param_groups()[i].options().set_lr(kept_[i] * multiplier);
+}
+
+void GroupLrScope::set(const std::vector<double>& lrs) {
+  for (size_t i = 0; i < kept_.size() && i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
+}
+
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> out;
   for (const auto& [key, state] : optimizer.state()) {

@@ -151,7 +151,7 @@ StepGuard::StepGuard(TrainableModel& model, torch::optim::Optimizer& optimizer, 
       parameters_(trainable_tensors(model)),
       probe_(probe_options(options_), trainable_names(model)),
       scaler_(scaler_config(options_.amp)),
-      fallback_(options_.fallback, options_.lr_backoff, options_.fallback_min_scale),
+      fallback_(options_.fallback, options_.lr_backoff),
       snapshot_policy_(options_.max_snapshots),
       journal_(options_.log, options_.log_prefix, options_.model_name),
       amp_(options_.amp),
@@ -359,11 +359,17 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
     rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
     on_nonfinite_step(run, row.layer_grad_norm, undone);
   }
-  if (rollback_.trouble_persists() && result.rolled_back_to < 0)
-    act_on_persisting_trouble(step, result,
-                              outcome.skipped_as_spike
-                                  ? "loss spikes through the probation after a rollback"
-                                  : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row");
+  if (rollback_.trouble_persists() && result.rolled_back_to < 0) {
+    StepFacts trouble;
+    trouble.trigger = RecoveryTrigger::persisting_trouble;
+    trouble.what = outcome.skipped_as_spike
+                       ? "loss spikes through the probation after a rollback"
+                       : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row";
+    trouble.amp = amp_;
+    trouble.loss_finite = outcome.loss_finite;
+    apply_recovery(step, result, RecoveryTrigger::persisting_trouble,
+                   decide_recovery(trouble, recovery_state(step), [] { return RemedyChoice{}; }));
+  }
   model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
   return result;
 }
@@ -617,47 +623,40 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 
   const std::optional<format::Capture> capture = investigate(run, layer_grad_norm);
-  if (run.buffers_written_outside) {
-    // Not this step's fault, nor a precision problem: the skip's transaction
-    // put back the buffers from before those calls, and the run trains on.
-    journal_.say(step, what + where + " -> skipped; the buffers from before those calls are back, no fallback");
-    journal_.flush();
-    return;
-  }
 
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
-  if (options_.doom_search.enabled && nonfinite_in_a_row_ == 0 && search_dooming_step(run, capture)) {
+  if (!run.buffers_written_outside && options_.doom_search.enabled && nonfinite_in_a_row_ == 0 &&
+      search_dooming_step(run, capture)) {
     journal_.flush();
     journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
     return;
   }
 
-  // A skip saves the model only if its state is intact: non-finite weights
-  // (or buffers, or optimizer state) make every later step non-finite, or the
-  // model sick at evaluation, and skipping would go on for ever.
-  if (const StateHealth health = this->health(); !health.finite()) {
-    const std::string broken =
-        "the training state is non-finite (" + health.text() + "; the last update that reached the weights: " +
-        (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
-    if (rollback_.can_roll_back() && roll_back(step, result, broken)) {
-      loop_generators.keep_as_is();  // the saved state's generators, as its weights
-      return;
+  StepFacts facts;
+  facts.trigger = RecoveryTrigger::nonfinite_step;
+  facts.what = what + where;
+  facts.amp = result.amp;
+  facts.loss_finite = outcome.loss_finite;
+  facts.several_ranks = context.averager != nullptr;
+  facts.buffers_written_outside = run.buffers_written_outside;
+  facts.rerunnable = rerunnable(run);
+  if (!facts.buffers_written_outside) {
+    if (const StateHealth health = this->health(); !health.finite()) {
+      facts.state_finite = false;
+      facts.broken_state =
+          "the training state is non-finite (" + health.text() + "; the last update that reached the weights: " +
+          (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
     }
-    stop_dead_run(step, broken + "; skipping cannot save them" +
-                            (options_.rollback.enabled ? " and no rollback is left" : "") + ": the run stops");
   }
-
-  if (fallback_.should_fire(result.amp, outcome, scaler_) && fallback_.mode() == FallbackMode::automatic)
-    apply_remedy(run, what + where, capture);
-  else if (fallback_.should_fire(result.amp, outcome, scaler_))
-    fall_back(step, result, what + where);
-  else
-    journal_.say(
-        step, what + where + " -> skipped" + (scaler_.enabled() ? ", loss scale " + number_text(scaler_.scale()) : ""));
-  journal_.flush();  // a skip is exactly what a post-mortem wants on disk
-  if (nonfinite_in_a_row_++ == 0) nonfinite_since_ = step;
-  stop_if_nothing_left_to_try(step);
+  const std::string birth = capture && capture->first_birth ? birth_key(*capture) : std::string();
+  if (auto seen = remedy_of_birth_.find(birth); !birth.empty() && seen != remedy_of_birth_.end()) {
+    facts.same_birth_step = seen->second.first;
+    facts.same_birth_as = seen->second.second;
+  }
+  const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] { return diagnose(run, capture); });
+  if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
+  apply_recovery(step, result, RecoveryTrigger::nonfinite_step, recovery, birth);
 }
 
 }  // namespace nanscope

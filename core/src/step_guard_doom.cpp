@@ -38,7 +38,7 @@ void StepGuard::record_for_doom_search(const Running& run) {
   StepRecord record;
   record.step = run.step;
   record.micro_batches = replayable(run.micro_batches);
-  for (const auto& group : optimizer_.param_groups()) record.lrs.push_back(group.options().get_lr() * lr_multiplier());
+  for (double lr : group_lrs(optimizer_)) record.lrs.push_back(lr * lr_multiplier());
   record.amp = run.result.amp;
   record.loss_scale = run.result.loss_scale;
   record.fault = run.fault;
@@ -64,8 +64,8 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     return not_searched("the birth is the batch's own");
   if (!applies_update_) return not_searched("the loop applies its own update, which a replay cannot repeat");
   if (run.context.averager) return not_searched("several ranks (the search runs in one process)");
-  if (run.watched && !loss_fn_) return not_searched("no loss function to replay steps with");
-  if (owned_model_ && !loss_fn_ && !closure_model().runs_any_batch())
+  if (!rerunnable(run)) return not_searched("no loss function to replay steps with");
+  if (!runs_other_batches(run))
     return not_searched("the closure runs its own batch only (give a loss function of the batch)");
   const TrainingState* from = ring_.oldest();
   if (!from) return not_searched("no state saved yet to replay from");
@@ -85,8 +85,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   const auto start = std::chrono::steady_clock::now();
   // The live state, put back after the search unless the recovery replaces
   // it; the groups' LR is the loop's either way.
-  std::vector<double> lrs;
-  for (const auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
+  std::optional<GroupLrScope> loop_lrs(std::in_place, optimizer_);
   StateRing live(1, std::numeric_limits<size_t>::max());
   live.save(step, model_, optimizer_, scaler_);
   const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
@@ -97,7 +96,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   failing.loss_scale = result.loss_scale;
   failing.fault = run.fault;
   std::optional<ClosureModel::Step> with_loss_fn;
-  if (owned_model_ && loss_fn_) with_loss_fn.emplace(closure_model(), loss_fn_, failing.micro_batches.front().batch);
+  run_batches_through_loss_fn(with_loss_fn, run, failing.micro_batches.front().batch);
   // The replays run the modules the fallback moved to fp32 in fp32, as the steps did.
   std::optional<Fp32ModuleRegions> fp32;
   if (!fp32_modules_.empty()) fp32.emplace(model_, fp32_modules_);
@@ -111,7 +110,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     LossScaler scaler = scaler_;
     StateRing::restore(*live.oldest(), model_, optimizer_, scaler);
   }
-  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
+  loop_lrs.reset();
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(rng);

@@ -54,11 +54,10 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     capture = probe::Probe::input_capture(batches);
     if (!capture->first_birth) capture.reset();  // another rank's batch: this one re-runs as usual
   }
-  const bool rerunnable = !watched_rerun_impossible(run);
   const bool investigate =
-      options_.probe && (rerunnable || capture) &&
+      options_.probe && (rerunnable(run) || capture) &&
       (!outcome.locally_finite() || !outcome.buffers_finite || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
-  if (options_.probe && !rerunnable && !capture) {
+  if (options_.probe && !rerunnable(run) && !capture) {
     result.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
@@ -200,7 +199,18 @@ std::string StepGuard::changed_micro_batch_text(const Running& run) const {
          "batch: guard.backward(loss, batch))";
 }
 
-bool StepGuard::watched_rerun_impossible(const Running& run) const { return run.watched && !loss_fn_; }
+bool StepGuard::rerunnable(const Running& run) const { return !run.watched || loss_fn_; }
+
+bool StepGuard::runs_other_batches(const Running& run) const {
+  if (run.watched || (owned_model_ && !owned_model_->runs_any_batch())) return bool(loss_fn_);
+  return true;
+}
+
+void StepGuard::run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const Running& run,
+                                            const Batch& batch) {
+  if (loss_fn_ && (run.watched || (owned_model_ && !owned_model_->runs_any_batch())))
+    scope.emplace(closure_model(), loss_fn_, batch);
+}
 
 size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {
   if (capture && capture->first_birth && capture->first_birth->micro_batch >= 0)
@@ -254,90 +264,20 @@ std::string StepGuard::write_snapshot(const Running& run, size_t micro, const st
   return probe_.save_snapshot(s);
 }
 
-void StepGuard::apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture) {
-  const int64_t step = run.step;
-  GuardedStep& result = run.result;
-  const StepContext& context = run.context;
-  // The whole-model fallback's remedy event has no line: fall_back's says it.
-  auto remedy_event = [&](Remedy remedy, const std::string& text) {
-    result.remedy = remedy;
-    journal_.event(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text);
-  };
-  // A remedy that is the step's whole outcome: its event and its line in one.
-  auto remedy_record = [&](Remedy remedy, const std::string& text) {
-    result.remedy = remedy;
-    journal_.record(step, format::EventKind::remedy, std::string(remedy_name(remedy)) + ": " + text,
-                    what + " -> skipped; ");
-  };
-  // The diagnosis runs on the rank that failed; the ranks must act alike.
-  if (context.averager) {
-    remedy_event(Remedy::whole_fp32, "several ranks: the whole-model fallback (the ranks act alike)");
-    fall_back(step, result, what);
-    return;
-  }
-  // A remedy that did not hold: non-finite step after step.
-  if (options_.max_nonfinite_run > 0 && nonfinite_in_a_row_ + 1 >= options_.max_nonfinite_run) {
-    remedy_event(Remedy::whole_fp32, std::to_string(nonfinite_in_a_row_ + 1) + " non-finite steps in a row");
-    fall_back(step, result, what);
-    return;
-  }
-  // The same first birth as an earlier diagnosis: data again is skipped again;
-  // after its modules went to fp32 it means they were not enough.
-  const std::string key = capture && capture->first_birth ? birth_key(*capture) : std::string();
-  if (auto seen = remedy_of_birth_.find(key); !key.empty() && seen != remedy_of_birth_.end()) {
-    const auto& [first_step, earlier] = seen->second;
-    const std::string same = "the same first birth as step " + std::to_string(first_step);
-    if (earlier.remedy == Remedy::skip_data) {
-      remedy_record(Remedy::skip_data, same + " (" + earlier.why + "); no fallback");
-      return;
-    }
-    remedy_event(Remedy::whole_fp32, same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
-    fall_back(step, result, what);
-    return;
-  }
+RemedyChoice StepGuard::diagnose(Running& run, const std::optional<format::Capture>& capture) {
   FailedStep failed;
-  failed.amp = result.amp;
-  failed.batch_finite = result.outcome.batch_finite;
+  failed.amp = run.result.amp;
+  failed.batch_finite = run.result.outcome.batch_finite;
   failed.capture = capture;
   // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
   // are searched within it, never across micro-batches).
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
-  // A closure over its own batch cannot run the batch without a sample.
-  const bool rows_searchable = run.watched || !owned_model_ || owned_model_->runs_any_batch();
-  failed.batch_size = rows_searchable ? micro.batch.rows() : 0;
+  failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules_;
-  if (watched_rerun_impossible(run)) {
-    remedy_event(Remedy::whole_fp32, "no loss function to diagnose the step with");
-    fall_back(step, result, what);
-    return;
-  }
-  LiveStepReruns reruns(model_, parameters_, result.loss_scale, run.fault, micro);
+  LiveStepReruns reruns(model_, parameters_, run.result.loss_scale, run.fault, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
-  if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, micro.batch);
-  const RemedyChoice choice = choose_remedy(failed, reruns);
-  if (!key.empty() && (choice.remedy == Remedy::skip_data || choice.remedy == Remedy::fp32_modules))
-    remedy_of_birth_.emplace(key, std::make_pair(step, choice));
-  switch (choice.remedy) {
-    case Remedy::skip_data:
-    case Remedy::skip_transient:
-    case Remedy::skip_compiler: remedy_record(choice.remedy, choice.why + "; no fallback"); return;
-    case Remedy::fp32_modules: {
-      fp32_modules_.insert(fp32_modules_.end(), choice.modules.begin(), choice.modules.end());
-      std::ostringstream cost;
-      cost.precision(3);
-      cost << "; a re-run of the step: " << choice.seconds_before * 1e3 << " ms -> " << choice.seconds_after * 1e3
-           << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
-      remedy_record(Remedy::fp32_modules, fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why +
-                                              "), the rest stays " + precision_name(result.amp) + cost.str());
-      return;
-    }
-    case Remedy::none:
-    case Remedy::whole_fp32:
-    case Remedy::unknown:
-      remedy_event(Remedy::whole_fp32, choice.why);
-      fall_back(step, result, what);
-      return;
-  }
+  run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
+  return choose_remedy(failed, reruns);
 }
 
 }  // namespace nanscope

@@ -4,6 +4,7 @@
 #include "nanscope/core/step_guard.hpp"
 
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,25 +13,6 @@
 #include "nanscope/format/event_text.hpp"
 
 namespace nanscope {
-
-// Finite weights can still be wrecked (a burst of huge samples through SGD
-// without clipping): every later step overflows and is skipped. Once neither
-// the fallback nor a rollback is left to try, a long run of non-finite steps
-// is a dead run, and it stops rather than skip to the end.
-void StepGuard::stop_if_nothing_left_to_try(int64_t step) {
-  if (options_.max_nonfinite_run <= 0 || nonfinite_in_a_row_ < options_.max_nonfinite_run) return;
-  if (fallback_.available(amp_)) return;
-  if (options_.rollback.enabled && rollback_.can_roll_back() && ring_.size() > 0) return;
-  const std::string tried = std::string(fallback_.fired()   ? "after the fp32 fallback"
-                                        : amp_ == Amp::fp32 ? "at fp32"
-                                                            : "fallback off") +
-                            (!options_.rollback.enabled  ? ", rollback off"
-                             : rollback_.rollbacks() > 0 ? ", no rollback left"
-                                                         : ", no good state to roll back to");
-  stop_dead_run(step, "non-finite on " + std::to_string(nonfinite_in_a_row_) +
-                          " steps in a row; the trouble began at step " + std::to_string(nonfinite_since_) + " (" +
-                          tried + "): the run stops");
-}
 
 void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
   fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
@@ -76,35 +58,82 @@ void StepGuard::save_state_if_due(int64_t step) {
   }
 }
 
-void StepGuard::act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why) {
-  if (!options_.rollback.enabled) return;  // the stock loop: skip and go on
-  if (rollback_.can_roll_back() && roll_back(step, result, why)) return;
-  rollback_.escalated();
-  if (fallback_.available(amp_)) {
-    fall_back(
-        step, result,
-        why + (rollback_.rollbacks() > 0 ? " after " + std::to_string(rollback_.rollbacks()) + " rollback(s)" : ""));
-    journal_.flush();
-    return;
-  }
-  // With no rollback tried (no good state saved yet) nothing has failed but
-  // the step itself: the stock loop skips and goes on.
-  if (rollback_.rollbacks() == 0) return;
-  stop_dead_run(step, why + " after " + std::to_string(rollback_.rollbacks()) +
-                          " rollback(s) and at fp32: the model itself is unstable; the run stops");
+RecoveryState StepGuard::recovery_state(int64_t step) const {
+  RecoveryState s;
+  s.mode = fallback_.mode();
+  s.fallback_fired = fallback_.fired();
+  s.scaler_enabled = scaler_.enabled();
+  s.loss_scale = scaler_.scale();
+  s.fallback_min_scale = options_.fallback_min_scale;
+  s.rollback_enabled = options_.rollback.enabled;
+  s.rollback_left = rollback_.can_roll_back();
+  s.good_state_saved = ring_.newest_before(rollback_.trouble_began()) != nullptr;
+  s.rollbacks = rollback_.rollbacks();
+  s.nonfinite_in_a_row = nonfinite_in_a_row_;
+  s.nonfinite_since = nonfinite_since_;
+  s.max_nonfinite_run = options_.max_nonfinite_run;
+  s.step = step;
+  return s;
 }
 
-bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
+// The one place a recovery is carried out: only here do the precision, the
+// LR cut and the saved states change for a failed step.
+void StepGuard::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& r,
+                               const std::string& birth) {
+  // A remedy that is the step's whole outcome: its event and its line in one.
+  auto remedy_record = [&] {
+    result.remedy = r.remedy;
+    journal_.record(step, format::EventKind::remedy, std::string(remedy_name(r.remedy)) + ": " + r.why,
+                    r.subject + " -> skipped; ");
+  };
+  switch (r.action) {
+    case RecoveryAction::skip:
+      if (!r.subject.empty()) journal_.say(step, r.subject + " -> skipped" + r.why);
+      break;
+    case RecoveryAction::skip_data:
+    case RecoveryAction::skip_transient:
+    case RecoveryAction::skip_compiler: remedy_record(); break;
+    case RecoveryAction::fp32_modules:
+      fp32_modules_.insert(fp32_modules_.end(), r.modules.begin(), r.modules.end());
+      remedy_record();
+      break;
+    case RecoveryAction::whole_fallback:
+      // The whole-model fallback's remedy event has no line: fall_back's says it.
+      if (r.remedy != Remedy::none) {
+        result.remedy = r.remedy;
+        journal_.event(step, format::EventKind::remedy, std::string(remedy_name(r.remedy)) + ": " + r.why);
+      }
+      fall_back(step, result, r.subject);
+      break;
+    case RecoveryAction::roll_back: roll_back(step, result, r.subject); break;
+    case RecoveryAction::stop: stop_dead_run(step, r.why);
+    case RecoveryAction::unknown: break;
+  }
+  // --fallback auto: the same first birth later needs no new diagnosis.
+  if (r.diagnosis && !birth.empty() &&
+      (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules))
+    remedy_of_birth_.emplace(birth, std::make_pair(step, *r.diagnosis));
+  if (trigger == RecoveryTrigger::persisting_trouble && r.action != RecoveryAction::roll_back) rollback_.escalated();
+  journal_.flush();  // a skip is exactly what a post-mortem wants on disk
+  if (trigger == RecoveryTrigger::nonfinite_step && r.action != RecoveryAction::roll_back && r.counted &&
+      nonfinite_in_a_row_++ == 0)
+    nonfinite_since_ = step;
+  if (r.then_stop) stop_dead_run(step, *r.then_stop);
+}
+
+void StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
   const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
-  if (!state) return false;
+  if (!state) throw std::logic_error("StepGuard: a rollback was decided with no good state saved");
   const int64_t to = state->step;
-  // The groups' LR is the loop's: restored as it was, the cut is the guard's multiplier.
   std::vector<double> lrs;
-  for (const auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
-  const bool scaling = scaler_.enabled();
-  StateRing::restore(*state, model_, optimizer_, scaler_);
-  if (!scaling) scaler_.disable();  // the fp32 fallback stays
-  for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
+  {
+    // The groups' LR is the loop's: restored as it was, the cut is the guard's multiplier.
+    const GroupLrScope loop_lrs(optimizer_);
+    lrs = loop_lrs.kept();
+    const bool scaling = scaler_.enabled();
+    StateRing::restore(*state, model_, optimizer_, scaler_);
+    if (!scaling) scaler_.disable();  // the fp32 fallback stays
+  }
   rollback_lr_multiplier_ *= options_.lr_backoff;
   clear_grads(parameters_);
   ring_.forget_from(to + 1);
@@ -118,7 +147,6 @@ bool StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& 
   journal_.record(step, format::EventKind::rollback, text, "rollback ");
   journal_.flush();
   nonfinite_in_a_row_ = 0;
-  return true;
 }
 
 }  // namespace nanscope

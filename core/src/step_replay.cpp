@@ -69,12 +69,9 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
     ok = r.finite() && r.loss.item<double>() <= loss_band;
     if (ok && update) {
       clip_gradients(parameters_, r.total_norm.item<double>(), clip_);
-      std::vector<double> lrs;
-      for (auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
-      for (size_t i = 0; i < lrs.size() && i < record.lrs.size(); ++i)
-        optimizer_.param_groups()[i].options().set_lr(record.lrs[i]);
+      GroupLrScope as_recorded(optimizer_);
+      as_recorded.set(record.lrs);
       optimizer_.step();
-      for (size_t i = 0; i < lrs.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs[i]);
     }
   } catch (const std::exception& e) {
     last_error_ = one_line_error(e);

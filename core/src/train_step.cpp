@@ -307,30 +307,6 @@ UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Te
 
 namespace {
 
-// Every group's LR times `multiplier` for one optimizer step, then back: the
-// loop's own LR (a schedule, or a value it sets by hand each iteration) stays
-// the loop's, and the guard's cut applies to every update whatever the loop set.
-class ScaledLr {
- public:
-  ScaledLr(torch::optim::Optimizer& optimizer, double multiplier) : optimizer_(optimizer), multiplier_(multiplier) {
-    if (multiplier_ == 1.0) return;
-    for (auto& group : optimizer_.param_groups()) {
-      lrs_.push_back(group.options().get_lr());
-      group.options().set_lr(lrs_.back() * multiplier_);
-    }
-  }
-  ~ScaledLr() {
-    for (size_t i = 0; i < lrs_.size(); ++i) optimizer_.param_groups()[i].options().set_lr(lrs_[i]);
-  }
-  ScaledLr(const ScaledLr&) = delete;
-  ScaledLr& operator=(const ScaledLr&) = delete;
-
- private:
-  torch::optim::Optimizer& optimizer_;
-  double multiplier_;
-  std::vector<double> lrs_;
-};
-
 void zero_grads_in_place(const std::vector<at::Tensor>& parameters) {
   at::NoGradGuard no_grad;
   for (const auto& p : parameters)
@@ -359,7 +335,9 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
   } else if (finish.optimizer) {
     NANSCOPE_NVTX_RANGE("optimizer");
     clip_gradients(parameters, out.grad_norm, settings.clip);
-    ScaledLr lr(*finish.optimizer, finish.lr_multiplier);
+    // The guard's cut applies to this update only: the loop's LR stays the loop's.
+    std::optional<GroupLrScope> cut;
+    if (finish.lr_multiplier != 1.0) cut.emplace(*finish.optimizer).scale(finish.lr_multiplier);
     finish.optimizer->step();
   } else {
     clip_gradients(parameters, out.grad_norm, settings.clip);

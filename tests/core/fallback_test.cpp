@@ -22,7 +22,7 @@ TEST(Fallback, CastsModelAndOptimizerStateToFp32AndDisablesTheScaler) {
   config.enabled = true;
   LossScaler scaler(config);
 
-  FallbackPolicy policy(FallbackMode::whole, 0.5, 1.0);
+  FallbackPolicy policy(FallbackMode::whole, 0.5);
   EXPECT_DOUBLE_EQ(policy.lr_multiplier(), 1.0);
   policy.fire(*model, *optimizer, scaler, at::kCPU, 3);
   for (const auto& [name, p] : model->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << name;
@@ -30,27 +30,4 @@ TEST(Fallback, CastsModelAndOptimizerStateToFp32AndDisablesTheScaler) {
   EXPECT_FALSE(scaler.enabled());
   EXPECT_DOUBLE_EQ(policy.lr_multiplier(), 0.5);
   EXPECT_EQ(policy.fired_step(), 3);
-}
-
-TEST(Fallback, FiresOnlyOnceAndLeavesFp16OverflowToTheScaler) {
-  StepOutcome bad_grads;
-  bad_grads.grads_finite = false;
-  StepOutcome bad_loss;
-  bad_loss.loss_finite = false;
-  LossScalerConfig config;
-  config.enabled = true;
-  LossScaler scaler(config);
-  FallbackPolicy policy(FallbackMode::whole, 0.5, 1.0);
-  EXPECT_FALSE(policy.should_fire(Amp::fp16, bad_grads, scaler)) << "scale 65536: the scaler's job";
-  EXPECT_TRUE(policy.should_fire(Amp::fp16, bad_loss, scaler));
-  EXPECT_TRUE(policy.should_fire(Amp::bf16, bad_grads, scaler));
-  for (int i = 0; i < 17; ++i) scaler.update(true);  // 65536 * 0.5^17 = 0.5 < 1
-  EXPECT_TRUE(policy.should_fire(Amp::fp16, bad_grads, scaler));
-  auto model = test::tiny_mlp();
-  std::vector<at::Tensor> params;
-  for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
-  auto optimizer = make_optimizer(OptimizerKind::sgd, params, 1e-3, 0.0);
-  policy.fire(*model, *optimizer, scaler, at::kCPU, 0);
-  EXPECT_FALSE(policy.should_fire(Amp::fp32, bad_loss, scaler)) << "one shot only";
-  EXPECT_FALSE(FallbackPolicy(FallbackMode::off, 0.5, 1.0).should_fire(Amp::bf16, bad_loss, scaler));
 }

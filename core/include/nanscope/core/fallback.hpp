@@ -1,36 +1,28 @@
 #pragma once
 // The stock loop's one-shot fallback: on the first non-finite step, disable
 // AMP, cast model and optimizer state to fp32 and multiply the LR by the
-// backoff; never more than once. FallbackMode::automatic fires it only when
-// the step's diagnosis finds nothing smaller to do (remedy.hpp).
+// backoff; never more than once. When it fires is decided with every other
+// recovery (recovery.hpp): FallbackMode::automatic fires it only when the
+// step's diagnosis finds nothing smaller to do (remedy.hpp).
 #include <torch/optim/optimizer.h>
 
 #include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
-#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 
 class FallbackPolicy {
  public:
-  FallbackPolicy(FallbackMode mode, double lr_backoff, double min_loss_scale)
-      : mode_(mode), enabled_(mode != FallbackMode::off), lr_backoff_(lr_backoff), min_loss_scale_(min_loss_scale) {}
+  FallbackPolicy(FallbackMode mode, double lr_backoff) : mode_(mode), lr_backoff_(lr_backoff) {}
   FallbackMode mode() const { return mode_; }
-
-  // Whether a skipped step at `amp` triggers the fallback now. fp16 gradient
-  // overflow with a finite loss is the scaler's business (P5/P10: skip and back
-  // off) until the scale has collapsed below min_loss_scale.
-  bool should_fire(Amp amp, const StepOutcome& outcome, const LossScaler& scaler) const;
 
   // Casts model and optimizer state to fp32 and turns the scaler off. The
   // caller switches autocast off and applies lr_multiplier().
   void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
             int64_t step);
 
-  // Not used yet, enabled, and the run not already in fp32.
-  bool available(Amp amp) const { return enabled_ && !fired() && amp != Amp::fp32; }
   bool fired() const { return fired_step_ >= 0; }
   // A resumed run whose fallback had fired (the caller restores precision and scaler).
   void restore_fired(int64_t step) { fired_step_ = step; }
@@ -40,9 +32,7 @@ class FallbackPolicy {
 
  private:
   FallbackMode mode_;
-  bool enabled_;
   double lr_backoff_;
-  double min_loss_scale_;
   int64_t fired_step_ = -1;
 };
 

@@ -15,6 +15,28 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, cons
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
 // Every parameter group's LR times `factor` (groups keep their ratios).
 void scale_lr(torch::optim::Optimizer& optimizer, double factor);
+// Each group's LR as the scope found it, put back when it ends. The groups'
+// LR is the loop's (a schedule's, or set by hand each iteration): whatever
+// the guard sets for one update, a replay or a restored state, the loop's
+// stays.
+class GroupLrScope {
+ public:
+  explicit GroupLrScope(torch::optim::Optimizer& optimizer);
+  ~GroupLrScope();
+  GroupLrScope(const GroupLrScope&) = delete;
+  GroupLrScope& operator=(const GroupLrScope&) = delete;
+  // For the scope: each group's LR times `multiplier`; or set to `lrs` (the
+  // first lrs.size() groups).
+  void scale(double multiplier);
+  void set(const std::vector<double>& lrs);
+  const std::vector<double>& kept() const { return kept_; }
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  std::vector<double> kept_;
+};
+// Each group's LR.
+std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer);
 // Every tensor of the optimizer's per-parameter state (exp_avg, momentum...).
 std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 // The state of each named parameter's slots, as "NAME/exp_avg", "NAME/step"...

@@ -66,6 +66,7 @@
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/recovery.hpp"
 #include "nanscope/core/remedy.hpp"
 #include "nanscope/core/rollback.hpp"
 #include "nanscope/core/sentinel.hpp"
@@ -268,8 +269,13 @@ class StepGuard {
   Running begin_step(int64_t step, const StepContext& context);
   GuardedStep end_step(Running& run, const std::vector<float>& act_absmax);
   GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
-  // A watched step with no loss function: its micro-batches cannot run again.
-  bool watched_rerun_impossible(const Running& run) const;
+  // The step's micro-batches can run again (a watched step needs a loss function).
+  bool rerunnable(const Running& run) const;
+  // Batches other than the step's own (a row left out, an earlier step) can
+  // run: through the loss function, or a closure that takes its batch.
+  bool runs_other_batches(const Running& run) const;
+  // Installs the loss function where runs_other_batches needs it.
+  void run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const Running& run, const Batch& batch);
   void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
   // A micro-batch the loop changed in place after its model call (the first
   // with a non-finite loss, else the first), or -1.
@@ -295,16 +301,18 @@ class StepGuard {
   // rollback on, goes back and replays the run without it. True when the
   // run was recovered so (nothing more to do for this step).
   bool search_dooming_step(Running& run, const std::optional<format::Capture>& capture);
-  // --fallback auto: the remedy this failed step's diagnosis supports.
-  void apply_remedy(Running& run, const std::string& what, const std::optional<format::Capture>& capture);
+  // --fallback auto's diagnosis of this failed step (re-runs of it).
+  RemedyChoice diagnose(Running& run, const std::optional<format::Capture>& capture);
+  // RecoveryPlan (step_guard_recovery.cpp): what decide_recovery needs of the
+  // guard, and the one place its decision is carried out.
+  RecoveryState recovery_state(int64_t step) const;
+  void apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& recovery,
+                      const std::string& birth = "");
   std::string undo_skipped_step(GuardedStep& result);
   // Throws std::invalid_argument naming planned fp32 modules the step did not run.
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
-  // Trouble outlasted patience: roll back, else fall back, else stop (rollback on).
-  void act_on_persisting_trouble(int64_t step, GuardedStep& result, const std::string& why);
-  bool roll_back(int64_t step, GuardedStep& result, const std::string& why);
+  void roll_back(int64_t step, GuardedStep& result, const std::string& why);
   void fall_back(int64_t step, GuardedStep& result, const std::string& what);
-  void stop_if_nothing_left_to_try(int64_t step);
   [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
 
   std::unique_ptr<ClosureModel> owned_model_;  // a guard built from a module (declared first: model_ refers to it)
