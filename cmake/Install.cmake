@@ -26,5 +26,6 @@ install(TARGETS nanscope-train nanscope-replay nanscope-report RUNTIME DESTINATI
 if(TARGET nanscope-view)
   install(TARGETS nanscope-view RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(FILES docs/design.md docs/format.md docs/playbook.md docs/corpus.md README.md
-        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Every page of docs/ (README.md links them) beside the README.
+file(GLOB nanscope_docs ${PROJECT_SOURCE_DIR}/docs/*.md)
+install(FILES ${nanscope_docs} README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -6,7 +6,7 @@
 # A precompiled header did not pay: GCC's image of those headers was 592 MB and
 # loading it cost 9-14 s per file, so even files that use no LibTorch at all
 # took that long (bench/build_time.sh; a cold build went from 486 s to the
-# figure in the README). A unity batch parses the headers once for up to
+# figure in docs/install.md). A unity batch parses the headers once for up to
 # NANSCOPE_UNITY_BATCH files, so keep file-local names unique within a target
 # (a helper in an anonymous namespace is visible to the rest of its batch).
 #

@@ -4,7 +4,7 @@
 //     "origin", "writer_open", "config", "summary", "event_counts", "events",
 //     "rollbacks", "snapshots" }, ... ] }
 // One entry in "runs" per run file: one for a one-process run ("rank": null),
-// one per rank otherwise. README.md lists the fields.
+// one per rank otherwise. docs/report.md lists the fields.
 #include <ostream>
 
 #include "run_report.hpp"

@@ -1,6 +1,6 @@
 """What nanscope.replay returns: the replay of one snapshot as an object.
 
-The fields are those of `nanscope-replay --json` (the README lists them), read
+The fields are those of `nanscope-replay --json` (docs/replay.md lists them), read
 from the one JSON the C++ engine writes, so the object, its to_dict() and the
 command line never disagree; str() is nanscope-replay's text report."""
 import json

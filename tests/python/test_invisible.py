@@ -294,7 +294,7 @@ def word_language_model(run_dir, put_back, batches=8, bad_batch=3, counter=None,
         loss = criterion(output.view(-1, 12), targets)
         guard.backward(loss, (data, targets, state))
         result = guard.step()
-        if put_back and result.skipped:  # the README's one line: a skipped step's state is not carried on
+        if put_back and result.skipped:  # docs/python.md's one line: a skipped step's state is not carried on
             hidden = torch.zeros(1, 5, 8)
         for p in model.parameters():
             p.data.add_(p.grad, alpha=-0.1 * guard.lr_multiplier)
