@@ -285,7 +285,11 @@ void write_options_file(const CLI::App& app, const std::string& run_dir) {
     // transform made of it, which the transform accepts back.
     const std::vector<std::string>& values = opt->results();
     if (opt->get_expected_max() == 0) {
-      out << name << "=" << (values.empty() ? "true" : values.back()) << "\n";  // a flag: its value, unquoted
+      // A flag: whether it was given, as the config reader takes it. Its
+      // parsed value is not that: --no-shuffle{false} gives "false", which
+      // read back would mean the flag was not given.
+      const bool given = values.empty() || values.back() == opt->get_flag_value(name, "");
+      out << name << "=" << (given ? "true" : "false") << "\n";
     } else if (opt->get_expected_max() > 1) {
       out << name << "=[";
       for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << quoted(values[i]);
