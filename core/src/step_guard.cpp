@@ -399,8 +399,16 @@ ScopedAutocast StepGuard::autocast() {
   return ScopedAutocast(parameters_.front().device().type(), amp_);
 }
 
+void StepGuard::undo_loops_update() {
+  if (weights_before_loops_update_.empty()) return;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].copy_(weights_before_loops_update_[i]);
+  weights_before_loops_update_.clear();
+}
+
 void StepGuard::begin_micro_batch() {
   refuse_if_stopped();
+  undo_loops_update();
   if (!watched_) {
     watched_ = std::make_unique<Watched>();
     watched_->run = begin_step(next_step_, {});
@@ -513,7 +521,10 @@ GuardedStep StepGuard::step(const StepContext& context) {
   };
   try {
     GuardedStep result = end_step(run, {});
-    if (result.outcome.skipped && !applies_update_) leave_nothing_to_apply();
+    if (result.outcome.skipped && !applies_update_) {
+      leave_nothing_to_apply();
+      for (const at::Tensor& p : parameters_) weights_before_loops_update_.push_back(p.detach().clone());
+    }
     return result;
   } catch (const DeadRunError&) {
     if (!applies_update_) leave_nothing_to_apply();

@@ -90,7 +90,7 @@ class StepGuard:
     the guard makes and leave the LR in your optimizer's groups alone: a loop
     that sets param_group['lr'] by hand every iteration, or a scheduler, keeps
     them (guard.lr_multiplier; a loop with its own update rule multiplies its
-    LR by it). scheduler= is accepted and needs nothing more.
+    LR by it). Your scheduler needs nothing from the guard.
 
     accelerator=: a Hugging Face Accelerate loop (model and optimizer from
     accelerator.prepare): the guard takes the place of Accelerate's GradScaler,
@@ -108,8 +108,12 @@ class StepGuard:
     DistributedDataParallel model with buffers needs broadcast_buffers=False.
     """
 
-    def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True, scheduler=None,
+    def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True,
                  process_group=None, accelerator=None, **options):
+        if "scheduler" in options:
+            raise TypeError("nanscope.StepGuard: scheduler= is no keyword of the guard: it never touches your "
+                            "scheduler (call scheduler.step() in your loop as before; the guard's LR cuts leave "
+                            "the groups' LR alone)")
         prepared = optimizer
         if accelerator is not None:
             options.setdefault("amp", _accelerate.precision(accelerator))
@@ -221,15 +225,16 @@ class StepGuard:
         puts the weights back as they were before it."""
         if new_scale is not None:
             raise ValueError("nanscope.StepGuard.update: the guard keeps its own loss scale (no new_scale)")
-        self._open()
-        self._watch.undo_own_update()
+        self._open().undo_loops_update()
 
     def get_scale(self):
         """The fp16 loss scale (1.0 when there is none), as GradScaler.get_scale()."""
         return self._open().loss_scale
 
     def is_enabled(self):
-        return True
+        """Whether losses are scaled (fp16 with its loss scaler on), as
+        GradScaler.is_enabled(); False at bf16, at fp32 and after the fallback."""
+        return self._open().scaling
 
     def attach(self, engine):
         """Fits the guard to a PyTorch-Ignite Engine whose update function uses
@@ -344,7 +349,7 @@ def _is_optimizer(obj):
     return isinstance(obj, torch.optim.Optimizer)
 
 
-def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=True, print_report=False, json=False):
+def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=True, **gone):
     """Replays a snapshot written from Python with nanscope-replay's engine and
     returns a ReplayReport (verdict, category, suggestion, the births, the
     rows without which the step is finite, the fp32 modules found; print()
@@ -353,8 +358,7 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
     model() builds the model (any weights: the snapshot's are loaded), and
     loss(model, batch) returns the loss of `batch` as it was given to
     guard.step. write=False leaves the snapshot as it is (else the result is
-    appended to it, for nanscope-view and nanscope-report); print_report=True
-    also prints the report (as JSON with json=True). A missing, corrupt or
+    appended to it, for nanscope-view and nanscope-report). A missing, corrupt or
     foreign snapshot, or one whose model the factory cannot hold, raises
     ValueError; a replay that failed RuntimeError; an exception model() raises
     comes back as itself.
@@ -365,6 +369,11 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
     are in the snapshot and are loaded into them first. A snapshot whose loss
     ran another model must be given it (ValueError otherwise)."""
     import torch
+    for keyword in gone:
+        if keyword in ("print_report", "json"):
+            raise TypeError(f"nanscope.replay: {keyword}= is gone: print(report) prints nanscope-replay's report, "
+                            "print(report.to_json()) its JSON")
+        raise TypeError(f"nanscope.replay() got an unexpected keyword argument {keyword!r}")
     _load_other_modules(str(snapshot), others)
     if not callable(model) or isinstance(model, torch.nn.Module):
         raise TypeError("nanscope.replay: model must be a function that builds the model (a class or a factory), "
@@ -381,7 +390,4 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
         json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
     finally:
         _scopes.close_lingering()
-    report = ReplayReport(json_text, text)
-    if print_report:
-        print(report.to_json() if json else report, end="" if not json else "\n")
-    return report
+    return ReplayReport(json_text, text)

@@ -38,14 +38,15 @@ def main(argv=None):
     sys.path.insert(0, "")
     model, loss = _load(args.model, "model"), _load(args.loss, "loss")
     try:
-        replay(args.snapshot, model, loss, json=args.json, write=not args.no_write, repeats=args.repeats,
-               bisect=not args.no_bisect, print_report=True)
+        report = replay(args.snapshot, model, loss, write=not args.no_write, repeats=args.repeats,
+                        bisect=not args.no_bisect)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
     except RuntimeError as e:
         print(e, file=sys.stderr)
         return 1
+    print(report.to_json() if args.json else report, end="\n" if args.json else "")
     return 0
 
 

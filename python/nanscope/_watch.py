@@ -35,7 +35,6 @@ class Watch:
         self._started = False  # a micro-batch's forward began since the last scale()
         self._calls = []  # the model's calls since the last scale(): their (args, kwargs), oldest first
         self._in_call = False  # the latest call was recorded and has not returned yet
-        self._before_skip = None  # a skipped step's weights (no optimizer of the guard's): the loop's update is undone
         self._autocast = None
         self._model = model
         self._hook = None
@@ -69,7 +68,6 @@ class Watch:
             self._hook.remove()
             self._end_hook.remove()
             self._hook = self._end_hook = None
-        self._before_skip = None
         self._model = self._named = self._owner = None
 
     @contextlib.contextmanager
@@ -93,7 +91,6 @@ class Watch:
         if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business
             return None
         if not self._started:
-            self.undo_own_update()
             self._started = True
             self._stop_listening()
             if self._owner.fp32_modules and self._owner.amp != "fp32":
@@ -186,19 +183,7 @@ class Watch:
             _scopes.close_lingering()
         self.keep_others(result)
         self._started, self._calls = False, []
-        if result.skipped and self._owner._optimizer is None:
-            # The loop applies its own update after this call: the weights
-            # before it go back at update() or at the next micro-batch.
-            self._before_skip = [p.detach().clone() for p in self._named.parameters()]
         return result
-
-    def undo_own_update(self):
-        if self._before_skip is None:
-            return
-        with torch.no_grad():
-            for p, before in zip(self._named.parameters(), self._before_skip):
-                p.copy_(before)
-        self._before_skip = None
 
     def device_type(self):
         for p in self._named.parameters():

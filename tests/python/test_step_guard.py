@@ -107,8 +107,8 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", scheduler=scheduler,
-                               fallback="whole", lr_backoff=0.5, log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", fallback="whole",
+                               lr_backoff=0.5, log=False)
     x, y = data()
     for step in range(4):
         model.blocks[0].poison = "functional" if step == 1 else None
@@ -118,6 +118,28 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     assert result.lr == pytest.approx(0.05)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
     assert guard.lr_multiplier == 0.5
+
+
+def test_keywords_that_are_gone_say_what_to_use_instead(tmp_path):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    with pytest.raises(TypeError, match="scheduler= is no keyword of the guard: it never touches your scheduler"):
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", scheduler=scheduler)
+    for gone in ("print_report", "json"):
+        with pytest.raises(TypeError, match=f"{gone}= is gone: print\\(report\\)"):
+            nanscope.replay(tmp_path / "none.h5", Net, lambda m, b: m(b[0]).sum(), **{gone: True})
+
+
+def test_is_enabled_says_whether_losses_are_scaled_as_gradscalers_does(tmp_path):
+    model = Net()
+    # fp16 autocast on the CPU needs torch 2.x (the 1.13 lane has none).
+    amps = ("fp32", "bf16", "fp16") if int(torch.__version__.split(".")[0]) >= 2 else ("fp32", "bf16")
+    for amp in amps:
+        guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / amp,
+                                   amp=amp, log=False)
+        assert guard.is_enabled() is (amp == "fp16"), amp
+        guard.close()
 
 
 def test_tied_parameters_count_once(tmp_path):

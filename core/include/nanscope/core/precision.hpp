@@ -15,7 +15,5 @@ using Amp = format::Precision;  // Amp::fp32 is autocast off
 const char* amp_name(Amp amp);
 // "fp32", "bf16", "fp16": the precision the step ran in (snapshots, reports).
 inline const char* precision_name(Amp amp) { return format::to_string(amp); }
-// Accepts both spellings ("off" and "fp32" are the same); nullopt otherwise.
-std::optional<Amp> parse_amp(const std::string& text);
 
 }  // namespace nanscope

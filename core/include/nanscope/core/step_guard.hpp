@@ -213,6 +213,11 @@ class StepGuard {
   void refuse_if_stopped() const;  // throws that DeadRunError when stopped()
   // The guard applies the optimizer's update (false: the loop's own rule).
   bool applies_update() const { return applies_update_; }
+  // Without an optimizer: after a skipped step the loop applies its own
+  // update anyway. Zeroed gradients make `p -= lr * grad` add nothing, but
+  // weight decay or momentum in its rule would still move the weights: they go
+  // back to the step's at the next micro-batch, or here (GradScaler's update()).
+  void undo_loops_update();
 
   // The step number a step without one gets: one after the last step run.
   int64_t next_step() const { return next_step_; }
@@ -359,8 +364,9 @@ class StepGuard {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
-  std::string stopped_;         // "step S: why" once the run was stopped
-  std::vector<Fault> planted_;  // plant_faults()
+  std::string stopped_;                                  // "step S: why" once the run was stopped
+  std::vector<Fault> planted_;                           // plant_faults()
+  std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
 };
 
 // Autocast for one micro-batch's forward and loss at the guard's precision
