@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/replay/verdict.hpp"
 #include "rebuild.hpp"
-#include "verdict.hpp"
 
 namespace nanscope::replay {
 

@@ -9,8 +9,8 @@
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/replay/model_registry.hpp"
-#include "replay.hpp"
-#include "report.hpp"
+#include "nanscope/replay/replay.hpp"
+#include "nanscope/replay/replay_report.hpp"
 
 namespace nanscope::replay {
 

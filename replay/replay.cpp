@@ -1,4 +1,4 @@
-#include "replay.hpp"
+#include "nanscope/replay/replay.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>

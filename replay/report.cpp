@@ -1,4 +1,4 @@
-#include "report.hpp"
+#include "nanscope/replay/replay_report.hpp"
 
 #include <cstdio>
 #include <sstream>

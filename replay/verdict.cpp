@@ -1,4 +1,4 @@
-#include "verdict.hpp"
+#include "nanscope/replay/verdict.hpp"
 
 #include "input_producer.hpp"
 #include "nanscope/common/number_text.hpp"

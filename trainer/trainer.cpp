@@ -113,7 +113,7 @@ bool write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
                       StepGuard& guard, int64_t steps_done, bool keep_previous, TrainSummary& summary,
                       std::ostream& log, const std::string& who, bool periodic) {
   // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
-  guard.writer().flush();
+  guard.journal().flush();
   const ResumeState state = resume_state(model, optimizer, guard);
   const double loss = summary.last_finite_step >= 0 ? summary.last_finite_loss : std::nan("");
   // The file now at PATH becomes the one before it only if a new one replaces it.
@@ -139,8 +139,8 @@ bool write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
                                : "nothing written";
   const std::string text =
       "checkpoint after step " + std::to_string(steps_done - 1) + " not written: " + why + "; " + kept;
-  guard.writer().event(steps_done - 1, format::EventKind::save_refused, text);
-  guard.writer().flush();
+  guard.journal().event(steps_done - 1, format::EventKind::save_refused, text);
+  guard.journal().flush();
   log << who << text << "\n";
   return false;
 }
@@ -239,8 +239,8 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   try {
     return s.guard->step(step, inputs, targets, context);
   } catch (const DistributedError& e) {
-    s.guard->writer().event(step, format::EventKind::dist_error, e.what());
-    s.guard->writer().flush();
+    s.guard->journal().event(step, format::EventKind::dist_error, e.what());
+    s.guard->journal().flush();
     throw;
   }
 }
@@ -278,7 +278,7 @@ TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interr
   summary.rollbacks = guard.rollbacks();
   summary.snapshots = guard.snapshots();
   summary.first_nonfinite_ranks = guard.first_nonfinite_ranks();
-  s.guard->writer().flush();
+  s.guard->journal().flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, o.dist);
     if (!path.empty() && checkpoint_saved_after != summary.steps_run)

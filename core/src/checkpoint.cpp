@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/version.hpp"
@@ -21,21 +22,37 @@ using probe::put_tensor;
 
 namespace {
 
+// The guard's state as /training's attributes, one per field of its list
+// (guard_state.hpp): a word for the precision, 0/1 for a flag, a list of
+// names comma-joined (and left out when empty).
+void put_field(const format::Group& t, const char* name, Amp amp) {
+  t.set_attr(name, std::string(precision_name(amp)));
+}
+void put_field(const format::Group& t, const char* name, bool on) { t.set_attr(name, int64_t(on)); }
+void put_field(const format::Group& t, const char* name, int64_t v) { t.set_attr(name, v); }
+void put_field(const format::Group& t, const char* name, double v) { t.set_attr(name, v); }
+void put_field(const format::Group& t, const char* name, const std::vector<std::string>& names) {
+  if (!names.empty()) t.set_attr(name, fp32_modules_flag_value(names));
+}
+
+void get_field(const format::Group& t, const std::string& path, const char* name, Amp& amp) {
+  const std::string word = t.attr_string(name);
+  const std::optional<Amp> read = format::from_string<format::Precision>(word);
+  if (!read) throw format::FormatError(path, "/training: unknown precision '" + word + "'");
+  amp = *read;
+}
+void get_field(const format::Group& t, const std::string&, const char* name, bool& on) { on = t.attr_int(name) != 0; }
+void get_field(const format::Group& t, const std::string&, const char* name, int64_t& v) { v = t.attr_int(name); }
+void get_field(const format::Group& t, const std::string&, const char* name, double& v) { v = t.attr_double(name); }
+void get_field(const format::Group& t, const std::string&, const char* name, std::vector<std::string>& names) {
+  if (t.has_attr(name)) names = parse_fp32_modules(t.attr_string(name));  // none: absent
+}
+
 void put_resume_state(format::Group root, const ResumeState& r) {
   format::Group t = root.group("training");
   probe::put_named(t.group("optimizer"), r.optimizer_state);
   put_tensor(t, "cpu_rng", r.cpu_rng);
-  const GuardState& g = r.guard;
-  t.set_attr("amp", std::string(precision_name(g.amp)));
-  t.set_attr("fallback_step", g.fallback_step);
-  t.set_attr("rollback_lr_multiplier", g.rollback_lr_multiplier);
-  t.set_attr("rollbacks", g.rollbacks);
-  t.set_attr("scaling", int64_t(g.scaling));
-  t.set_attr("loss_scale", g.loss_scale);
-  t.set_attr("growth_tracker", g.growth_tracker);
-  t.set_attr("last_applied_step", g.last_applied_step);
-  t.set_attr("applied_steps", g.applied_steps);
-  if (!g.fp32_modules.empty()) t.set_attr("fp32_modules", fp32_modules_flag_value(g.fp32_modules));
+  for_each_guard_state_field(r.guard, [&](const char* name, const auto& field) { put_field(t, name, field); });
 }
 
 }  // namespace
@@ -122,25 +139,15 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   r.optimizer_state = probe::get_named(t.group("optimizer"));
   r.cpu_rng = get_tensor(t, "cpu_rng");
   GuardState& g = r.guard;
-  const std::optional<Amp> amp = format::from_string<format::Precision>(t.attr_string("amp"));
-  if (!amp) throw format::FormatError(path, "/training: unknown precision '" + t.attr_string("amp") + "'");
-  g.amp = *amp;
-  g.fallback_step = t.attr_int("fallback_step");
-  g.rollback_lr_multiplier = t.attr_double("rollback_lr_multiplier");
-  g.rollbacks = t.attr_int("rollbacks");
-  g.scaling = t.attr_int("scaling") != 0;
-  g.loss_scale = t.attr_double("loss_scale");
-  g.growth_tracker = t.attr_int("growth_tracker");
-  g.last_applied_step = t.attr_int("last_applied_step");
-  if (archive.version().at_least(1, 1)) {
-    g.applied_steps = t.attr_int("applied_steps");
-    if (t.has_attr("fp32_modules")) g.fp32_modules = parse_fp32_modules(t.attr_string("fp32_modules"));  // none: absent
-  } else {
-    // 1.0 counted no updates: every step up to the last applied one is as
-    // good a guess as any (it is exact for a run without skips), and had no
-    // fp32 modules.
-    g.applied_steps = g.last_applied_step + 1;
-  }
+  // 1.0 had neither applied_steps nor fp32_modules.
+  const bool version_1_0 = !archive.version().at_least(1, 1);
+  for_each_guard_state_field(g, [&](const char* name, auto& field) {
+    if (version_1_0 && !t.has_attr(name)) return;
+    get_field(t, path, name, field);
+  });
+  // 1.0 counted no updates: every step up to the last applied one is as good
+  // a guess as any (it is exact for a run without skips).
+  if (version_1_0) g.applied_steps = g.last_applied_step + 1;
   return r;
 }
 

@@ -144,7 +144,7 @@ bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& param
                      bool* switchable, std::string* error) {
   bool finite = false;
   try {
-    Fp32ModuleRegions regions(model, amp == Amp::fp32 ? std::vector<std::string>{} : fp32_modules);
+    Fp32ModuleRegions regions(model, fp32_regions_apply(amp, fp32_modules) ? fp32_modules : std::vector<std::string>{});
     // The loss scale belongs to fp16; an fp32 re-run has none.
     const double scale = amp == Amp::fp16 ? loss_scale : 1.0;
     finite = recompute_step(model, parameters, amp, scale, fault, std::vector<MicroBatch>{micro}).finite();

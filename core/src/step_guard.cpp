@@ -282,7 +282,7 @@ GuardedStep StepGuard::run_closure_step(int64_t step, const Batch& batch, const 
       activations.emplace(probe_.layers().layer_names());
     // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
     std::optional<Fp32ModuleRegions> fp32;
-    if (!fp32_modules_.empty() && amp_ != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    if (fp32_regions_apply(amp_, fp32_modules_)) fp32.emplace(model_, fp32_modules_);
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !model_.is_torchscript() && !model_.scopes_named_by_hooks()) scope_names.emplace();
     run.result.outcome = train_step(model_, optimizer_, scaler_, parameters_, settings, batch, lr_multiplier());
@@ -415,7 +415,7 @@ void StepGuard::begin_micro_batch() {
     watched_->run.watched = true;
     if (options_.probe) probe_.begin_step(watched_->run.step, at::full({0}, -1, at::kLong));
     // Planned fp32 modules run in fp32 inside the loop's forward too.
-    if (!fp32_modules_.empty() && amp_ != Amp::fp32) watched_->fp32.emplace(model_, fp32_modules_);
+    if (fp32_regions_apply(amp_, fp32_modules_)) watched_->fp32.emplace(model_, fp32_modules_);
   }
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
   if (options_.probe)

@@ -97,7 +97,8 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   failing.fault = run.fault;
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, failing.micro_batches.front().batch);
-  // The replays run the modules the fallback moved to fp32 in fp32, as the steps did.
+  // The replays run the modules the fallback moved to fp32 in fp32, as the
+  // steps did; each step replays at its own precision (at fp32 they switch nothing).
   std::optional<Fp32ModuleRegions> fp32;
   if (!fp32_modules_.empty()) fp32.emplace(model_, fp32_modules_);
   LiveEarlierSteps replays(model_, optimizer_, parameters_, options_.clip, *from, records, failing,

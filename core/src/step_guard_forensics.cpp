@@ -72,7 +72,7 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     // and planted fault.
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
     std::optional<Fp32ModuleRegions> fp32;
-    if (run.watched && !fp32_modules_.empty() && result.amp != Amp::fp32) fp32.emplace(model_, fp32_modules_);
+    if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(model_, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
       rerun_nonfinite =
           !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches, &op_capture)

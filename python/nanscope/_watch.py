@@ -93,7 +93,7 @@ class Watch:
         if not self._started:
             self._started = True
             self._stop_listening()
-            if self._owner.fp32_modules and self._owner.amp != "fp32":
+            if guard.fp32_regions:
                 # Modules in fp32 (planned, or --fallback auto's remedy): the loop's
                 # forward runs them so, through the scopes the core listens for.
                 self._listening = contextlib.ExitStack()

@@ -17,11 +17,11 @@
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/replay/model_registry.hpp"
+#include "nanscope/replay/replay.hpp"
+#include "nanscope/replay/replay_report.hpp"
 #include "python_averager.hpp"
 #include "python_model.hpp"
 #include "python_optimizer.hpp"
-#include "replay.hpp"  // nanscope-replay's engine (replay/)
-#include "report.hpp"
 
 namespace nanscope::python {
 
@@ -48,6 +48,18 @@ Amp amp_of(const std::string& amp) {
   if (parsed == Amp::unknown)
     throw py::value_error("nanscope: amp must be 'fp32', 'bf16' or 'fp16', not '" + amp + "'");
   return parsed;
+}
+
+// A field of the guard's state in state_dict(): the precision as its word, the rest as itself.
+py::object state_value(Amp amp) { return py::str(format::to_string(amp)); }
+template <typename T>
+py::object state_value(const T& value) {
+  return py::cast(value);
+}
+void read_state_value(py::handle value, Amp& amp) { amp = amp_of(value.cast<std::string>()); }
+template <typename T>
+void read_state_value(py::handle value, T& field) {
+  field = value.cast<T>();
 }
 
 class Guard {
@@ -298,20 +310,13 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
       .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
       .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
+      .def_property_readonly("fp32_regions",
+                             [](Guard& g) { return fp32_regions_apply(g.guard().amp(), g.guard().fp32_modules()); })
       .def("state_dict",
            [](Guard& g) {
              const GuardState s = g.guard().state();
              py::dict d;
-             d["amp"] = std::string(format::to_string(s.amp));
-             d["fallback_step"] = s.fallback_step;
-             d["rollback_lr_multiplier"] = s.rollback_lr_multiplier;
-             d["rollbacks"] = s.rollbacks;
-             d["scaling"] = s.scaling;
-             d["loss_scale"] = s.loss_scale;
-             d["growth_tracker"] = s.growth_tracker;
-             d["last_applied_step"] = s.last_applied_step;
-             d["applied_steps"] = s.applied_steps;
-             d["fp32_modules"] = s.fp32_modules;
+             for_each_guard_state_field(s, [&](const char* name, const auto& field) { d[name] = state_value(field); });
              d["next_step"] = g.guard().next_step();
              d["sentinel"] = s.sentinel;
              return d;
@@ -319,21 +324,12 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("load_state_dict",
            [](Guard& g, const py::dict& d) {
              GuardState s;
-             s.amp = amp_of(d["amp"].cast<std::string>());
-             s.fallback_step = d["fallback_step"].cast<int64_t>();
-             s.rollback_lr_multiplier = d["rollback_lr_multiplier"].cast<double>();
-             s.rollbacks = d["rollbacks"].cast<int64_t>();
-             s.scaling = d["scaling"].cast<bool>();
-             s.loss_scale = d["loss_scale"].cast<double>();
-             s.growth_tracker = d["growth_tracker"].cast<int64_t>();
-             s.last_applied_step = d["last_applied_step"].cast<int64_t>();
-             s.applied_steps = d["applied_steps"].cast<int64_t>();
-             s.fp32_modules = d["fp32_modules"].cast<std::vector<std::string>>();
+             for_each_guard_state_field(s, [&](const char* name, auto& field) { read_state_value(d[name], field); });
              if (d.contains("sentinel")) s.sentinel = d["sentinel"].cast<Sentinel::State>();
              g.guard().restore(s);
              g.guard().number_steps_from(d["next_step"].cast<int64_t>());
            })
-      .def("flush", [](Guard& g) { g.guard().writer().flush(); })
+      .def("flush", [](Guard& g) { g.guard().journal().flush(); })
       .def("close", &Guard::close)
       .def_property_readonly("stopped", [](Guard& g) { return g.guard().stopped(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });

@@ -181,7 +181,7 @@ const std::vector<Row>& rows() {
        RecoveryAction::whole_fallback, Remedy::none, false, ""},
       {"a limit of 0 never stops",
        all(failed_bf16_step, long_run_of_skips,
-           [](StepFacts& f, RecoveryState& s) {
+           [](StepFacts&, RecoveryState& s) {
              s.mode = FallbackMode::off;
              s.max_nonfinite_run = 0;
            }),
@@ -243,8 +243,12 @@ TEST_P(RecoveryDecision, GivesTheActionItsRowSays) {
   EXPECT_EQ(r.then_stop.has_value(), row.stops_after) << r.then_stop.value_or("");
   const std::string said = row.stops_after ? r.then_stop.value_or("") : r.why;
   EXPECT_NE(said.find(row.says), std::string::npos) << said;
-  if (r.action == RecoveryAction::fp32_modules) EXPECT_EQ(r.modules, std::vector<std::string>{"blocks.0.attn"});
-  if (r.diagnosis) EXPECT_EQ(r.diagnosis->remedy, row.diagnosis) << "the diagnosis is kept for the same birth later";
+  if (r.action == RecoveryAction::fp32_modules) {
+    EXPECT_EQ(r.modules, std::vector<std::string>{"blocks.0.attn"});
+  }
+  if (r.diagnosis) {
+    EXPECT_EQ(r.diagnosis->remedy, row.diagnosis) << "the diagnosis is kept for the same birth later";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, RecoveryDecision, testing::Range(size_t(0), rows().size()),

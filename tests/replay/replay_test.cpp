@@ -15,7 +15,7 @@
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "verdict.hpp"
+#include "nanscope/replay/verdict.hpp"
 
 using namespace nanscope;
 namespace fs = std::filesystem;

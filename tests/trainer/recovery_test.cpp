@@ -146,7 +146,7 @@ TEST_F(Recovery, AFiniteStepThatLeavesABufferNonFiniteDoesNotCount) {
   EXPECT_FALSE(huge.outcome.buffers_finite);
   EXPECT_TRUE(huge.outcome.skipped);
   expect_same_state(before, copy_of_state(*model, optimizer));
-  guard.writer().flush();
+  guard.journal().flush();
   const auto skips = test::event_lines(format::read_run(guard.run_file()), format::EventKind::skip);
   ASSERT_EQ(skips.size(), 1u);
   EXPECT_NE(skips[0].find("non-finite buffers"), std::string::npos) << skips[0];

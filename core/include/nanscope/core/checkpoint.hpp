@@ -14,9 +14,9 @@
 
 #include <optional>
 
+#include "nanscope/core/guard_state.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/state_health.hpp"
-#include "nanscope/core/step_guard.hpp"
 
 namespace nanscope {
 

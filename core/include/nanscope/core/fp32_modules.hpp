@@ -11,6 +11,7 @@
 
 #include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/model.hpp"
+#include "nanscope/core/precision.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/scripted_fp32_regions.hpp"
 
@@ -32,6 +33,12 @@ class Fp32ModuleRegions {
   std::optional<probe::Fp32Regions> native_;
   std::optional<probe::ScriptedFp32Regions> scripted_;
 };
+
+// The rule, written once: a step below fp32 runs the listed modules in fp32;
+// a step at fp32 runs everything so already, and switches nothing.
+inline bool fp32_regions_apply(Amp amp, const std::vector<std::string>& modules) {
+  return amp != Amp::fp32 && !modules.empty();
+}
 
 // What a precision search tries: re-runs of one step with some modules in fp32.
 class Fp32Trial {

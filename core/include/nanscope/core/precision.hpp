@@ -2,8 +2,6 @@
 // The precision a step runs in: autocast off (fp32), or autocast to bf16 or
 // fp16 (fp16 with the loss scaler). One type for the trainer, run.h5's
 // /steps/amp, snapshots, replay and the step guard: format::Precision.
-#include <optional>
-#include <string>
 
 #include "nanscope/format/vocabulary.hpp"
 

@@ -61,6 +61,7 @@
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/guard_options.hpp"
+#include "nanscope/core/guard_state.hpp"
 #include "nanscope/core/journal.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
@@ -79,22 +80,6 @@
 #include "nanscope/probe/probe.hpp"
 
 namespace nanscope {
-
-// What the guard has learnt that a resumed run needs back besides the
-// weights and the optimizer: precision and fallback, scaler, backoffs.
-struct GuardState {
-  Amp amp = Amp::fp32;
-  int64_t fallback_step = -1;
-  double rollback_lr_multiplier = 1;
-  int64_t rollbacks = 0;
-  bool scaling = false;
-  double loss_scale = 1;
-  int64_t growth_tracker = 0;
-  int64_t last_applied_step = -1;
-  int64_t applied_steps = 0;              // updates that reached the weights
-  std::vector<std::string> fp32_modules;  // in fp32 (planned, or --fallback auto's remedy)
-  Sentinel::State sentinel;               // the early warnings' baselines (not in checkpoints); empty: start afresh
-};
 
 class ScopedAutocast;
 
@@ -249,7 +234,9 @@ class StepGuard {
   const LossScaler& scaler() const { return scaler_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const probe::Probe& probe() const { return probe_; }
-  format::RunWriter& writer() { return journal_.writer(); }
+  // run.h5 and the log: what a loop around the guard records of its own
+  // (nanscope-train's refused checkpoint, a collective's error) goes here too.
+  Journal& journal() { return journal_; }
   // nanscope-train's --fault and nanscope's own tests, not a user's loop: the
   // faults planted in the model at their steps (core/fault.hpp). Each step,
   // its re-runs and replays run with the one planted at its step.

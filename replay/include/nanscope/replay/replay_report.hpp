@@ -1,9 +1,9 @@
 #pragma once
-// Renders a replay: a report for people, the JSON of the README's contract, and
+// Renders a replay: a report for people, the JSON of docs/replay.md, and
 // a `replay` group appended to the snapshot for the viewer.
 #include <string>
 
-#include "replay.hpp"
+#include "nanscope/replay/replay.hpp"
 
 namespace nanscope::replay {
 

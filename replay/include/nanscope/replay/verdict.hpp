@@ -1,5 +1,5 @@
 #pragma once
-// Verdicts and categories (README, nanscope-replay), with suggestions drawn from the
+// Verdicts and categories (docs/replay.md, nanscope-replay), with suggestions drawn from the
 // precision-and-stability playbook, docs/playbook.md (P1-P19).
 #include <optional>
 #include <string>

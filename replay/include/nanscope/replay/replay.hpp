@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
-#include "verdict.hpp"
+#include "nanscope/replay/verdict.hpp"
 
 namespace nanscope::replay {
 
