@@ -4,7 +4,6 @@ file, and only rank 1 writes a snapshot, which names the birth. For a plain
 model (the guard averages) and a DistributedDataParallel one."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,7 +16,9 @@ import torch.distributed as dist
 import nanscope
 
 rank, world, run_dir, ddp = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3] == "ddp"
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=rank, world_size=world)
+# A file store in the test's own directory: no port picked ahead of time that
+# another process may take before rank 0 listens on it (Gloo's own sockets bind port 0).
+dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=world)
 torch.manual_seed(rank)  # different initial weights: the guard (or DDP) starts every rank from rank 0's
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 if ddp:
@@ -57,18 +58,12 @@ dist.destroy_process_group()
 '''
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("kind, form", [("plain", "closure"), ("ddp", "closure"), ("plain", "watched"),
                                         ("ddp", "watched")])
 def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool, kind, form):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    env = dict(os.environ, PORT=str(free_port()), USE_LIBUV="0", OMP_NUM_THREADS="1")
+    env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1")
     extra = ["watched"] if form == "watched" else []
     procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(tmp_path / "run"), kind] + extra, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]

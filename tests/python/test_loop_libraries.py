@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -134,16 +133,10 @@ import os, runpy, sys
 import torch.distributed as dist
 rank = int(sys.argv[1])
 os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=rank, world_size=2)
+dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2)
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @needs_accelerate
@@ -153,7 +146,8 @@ def test_an_accelerate_loop_over_two_processes_skips_on_both_and_only_the_sick_r
     planted sample reaches rank 1 alone."""
     launcher = tmp_path / "launch.py"
     launcher.write_text(LAUNCH)
-    env = dict(os.environ, PORT=str(_free_port()), USE_LIBUV="0", OMP_NUM_THREADS="1", PYTHONPATH=_python_path())
+    # A file store, not a port picked ahead (another process may take it before rank 0 listens).
+    env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1", PYTHONPATH=_python_path())
     accumulation = 2
     procs = [subprocess.Popen([sys.executable, str(launcher), str(rank), str(SAMPLES / "accelerate_loop.py"),
                                str(tmp_path / "run"), str(accumulation), "blank"], env=env, stdout=subprocess.PIPE,
