@@ -260,14 +260,17 @@ std::vector<std::string> with_resume_config(const std::vector<std::string>& args
   return out;
 }
 
+bool kept_in_options_file(const std::string& long_name) {
+  static const std::set<std::string> kLeftOut{"help",        "config", "resume",     "search-doom", "failing-step",
+                                              "doom-budget", "rank",   "local-rank", "master-addr", "master-port"};
+  return kLeftOut.count(long_name) == 0;
+}
+
 void write_options_file(const CLI::App& app, const std::string& run_dir) {
   std::filesystem::create_directories(run_dir);
   const std::filesystem::path path = std::filesystem::path(run_dir) / kOptionsFile;
   std::ofstream out(path);
   out << "# The options this run started with, as given; nanscope-train --resume RUN_DIR reads them.\n";
-  // Not what would make the resumed run another run, or resume it again.
-  static const std::set<std::string> kSkipped{"config", "resume",     "search-doom", "failing-step", "doom-budget",
-                                              "rank",   "local-rank", "master-addr", "master-port"};
   auto quoted = [](const std::string& v) {
     std::string q = "\"";
     for (char c : v) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
@@ -280,7 +283,7 @@ void write_options_file(const CLI::App& app, const std::string& run_dir) {
   for (const CLI::Option* opt : options) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
-    if (kSkipped.count(name)) continue;
+    if (!kept_in_options_file(name)) continue;
     // The values as parsed: a transformed one (--amp bf16) holds what its
     // transform made of it, which the transform accepts back.
     const std::vector<std::string>& values = opt->results();

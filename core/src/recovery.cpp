@@ -56,14 +56,14 @@ RecoveryPlan automatic_remedy(const StepFacts& facts, const RecoveryState& state
   RecoveryPlan r;
   switch (choice.remedy) {
     case Remedy::skip_data:
-      r = make(RecoveryAction::skip_data, facts.what, choice.why + "; no fallback", choice.remedy);
-      break;
     case Remedy::skip_transient:
-      r = make(RecoveryAction::skip_transient, facts.what, choice.why + "; no fallback", choice.remedy);
+    case Remedy::skip_compiler: {
+      const RecoveryAction skip = choice.remedy == Remedy::skip_data        ? RecoveryAction::skip_data
+                                  : choice.remedy == Remedy::skip_transient ? RecoveryAction::skip_transient
+                                                                            : RecoveryAction::skip_compiler;
+      r = make(skip, facts.what, choice.why + "; no fallback", choice.remedy);
       break;
-    case Remedy::skip_compiler:
-      r = make(RecoveryAction::skip_compiler, facts.what, choice.why + "; no fallback", choice.remedy);
-      break;
+    }
     case Remedy::fp32_modules: {
       std::ostringstream cost;
       cost.precision(3);

@@ -201,15 +201,17 @@ std::string StepGuard::changed_micro_batch_text(const Running& run) const {
 
 bool StepGuard::rerunnable(const Running& run) const { return !run.watched || loss_fn_; }
 
-bool StepGuard::runs_other_batches(const Running& run) const {
-  if (run.watched || (owned_model_ && !owned_model_->runs_any_batch())) return bool(loss_fn_);
-  return true;
+// A watched step, or a closure over its own batch only, runs another batch
+// through the loss function alone.
+bool StepGuard::other_batches_need_loss_fn(const Running& run) const {
+  return run.watched || (owned_model_ && !owned_model_->runs_any_batch());
 }
+
+bool StepGuard::runs_other_batches(const Running& run) const { return !other_batches_need_loss_fn(run) || loss_fn_; }
 
 void StepGuard::run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const Running& run,
                                             const Batch& batch) {
-  if (loss_fn_ && (run.watched || (owned_model_ && !owned_model_->runs_any_batch())))
-    scope.emplace(closure_model(), loss_fn_, batch);
+  if (loss_fn_ && other_batches_need_loss_fn(run)) scope.emplace(closure_model(), loss_fn_, batch);
 }
 
 size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {

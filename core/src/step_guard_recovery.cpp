@@ -80,11 +80,11 @@ RecoveryState StepGuard::recovery_state(int64_t step) const {
 // LR cut and the saved states change for a failed step.
 void StepGuard::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& r,
                                const std::string& birth) {
+  const std::string remedy_text = std::string(remedy_name(r.remedy)) + ": " + r.why;
   // A remedy that is the step's whole outcome: its event and its line in one.
   auto remedy_record = [&] {
     result.remedy = r.remedy;
-    journal_.record(step, format::EventKind::remedy, std::string(remedy_name(r.remedy)) + ": " + r.why,
-                    r.subject + " -> skipped; ");
+    journal_.record(step, format::EventKind::remedy, remedy_text, r.subject + " -> skipped; ");
   };
   switch (r.action) {
     case RecoveryAction::skip:
@@ -101,7 +101,7 @@ void StepGuard::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigge
       // The whole-model fallback's remedy event has no line: fall_back's says it.
       if (r.remedy != Remedy::none) {
         result.remedy = r.remedy;
-        journal_.event(step, format::EventKind::remedy, std::string(remedy_name(r.remedy)) + ": " + r.why);
+        journal_.event(step, format::EventKind::remedy, remedy_text);
       }
       fall_back(step, result, r.subject);
       break;

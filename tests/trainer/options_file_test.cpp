@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -26,11 +25,6 @@ std::vector<const CLI::Option*> all_options(const CLI::App& app) {
     for (const CLI::Option* opt : group->get_options()) out.push_back(opt);
   return out;
 }
-
-// What the run directory's file leaves out on purpose: the file itself, the
-// commands that read it, and each rank's own settings.
-const std::set<std::string> kNotRecorded{"help",        "config", "resume",     "search-doom", "failing-step",
-                                         "doom-budget", "rank",   "local-rank", "master-addr", "master-port"};
 
 // Values to give an option, its own words (not its default) first: the first
 // it accepts is the test's.
@@ -60,7 +54,9 @@ TEST(OptionsFile, EveryOptionOfNanscopeTrainSurvivesItAndResume) {
   nanscope::trainer::add_train_options(declared, defaults);
   size_t checked = 0;
   for (const CLI::Option* option : all_options(declared)) {
-    if (option->get_lnames().empty() || kNotRecorded.count(option->get_lnames().front())) continue;
+    // What the file leaves out on purpose is not read back either.
+    if (option->get_lnames().empty() || !nanscope::trainer::kept_in_options_file(option->get_lnames().front()))
+      continue;
     const std::string name = option->get_lnames().front();
     SCOPED_TRACE(name);
     TempDir dir;

@@ -266,6 +266,7 @@ class StepGuard {
   // Batches other than the step's own (a row left out, an earlier step) can
   // run: through the loss function, or a closure that takes its batch.
   bool runs_other_batches(const Running& run) const;
+  bool other_batches_need_loss_fn(const Running& run) const;
   // Installs the loss function where runs_other_batches needs it.
   void run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const Running& run, const Batch& batch);
   void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);

@@ -20,6 +20,10 @@ void apply_defaults(TrainOptions& options);
 // The options a run started with, written into its run directory (rank 0),
 // which --resume reads back as its --config.
 inline constexpr const char* kOptionsFile = "options.toml";
+// Options options.toml leaves out: the file itself and the commands that read
+// it (which would make the resumed run another run, or resume it again), and
+// each rank's own settings.
+bool kept_in_options_file(const std::string& long_name);
 // argv with "--config RUN_DIR/options.toml" added after the program name when
 // it holds "--resume RUN_DIR" (or "--search-doom RUN_DIR") and no --config.
 std::vector<std::string> with_resume_config(const std::vector<std::string>& args);
