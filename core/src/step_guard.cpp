@@ -604,6 +604,17 @@ void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missi
                               " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
 }
 
+namespace {
+
+// True when `mine` is true on every rank (one collective).
+bool every_rank_says(GradientAverager& ranks, bool mine) {
+  at::Tensor no = at::full({1}, mine ? 0.0f : 1.0f);
+  ranks.sum(no);
+  return no.item<float>() == 0.0f;
+}
+
+}  // namespace
+
 void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone) {
   const int64_t step = run.step;
   GuardedStep& result = run.result;
@@ -653,10 +664,15 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
   facts.buffers_written_outside = run.buffers_written_outside;
   facts.rerunnable = rerunnable(run);
   if (!facts.buffers_written_outside) {
-    if (const StateHealth health = this->health(); !health.finite()) {
+    const StateHealth health = this->health();
+    // A sharded model's state is in shards: the ranks act on every shard's health alike.
+    const bool sick_elsewhere =
+        context.averager && context.averager->sharded() && !every_rank_says(*context.averager, health.finite());
+    if (!health.finite() || sick_elsewhere) {
       facts.state_finite = false;
       facts.broken_state =
-          "the training state is non-finite (" + health.text() + "; the last update that reached the weights: " +
+          "the training state is non-finite (" + (health.finite() ? "on another rank's shard" : health.text()) +
+          "; the last update that reached the weights: " +
           (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
     }
   }

@@ -44,6 +44,13 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
   const StepOutcome& outcome = result.outcome;
   // Forensics where the fault is: a rank whose own check failed re-runs its
   // own batch; if none did (only the averaged gradients overflowed), rank 0.
+  // A sharded model's forward and backward are collectives (they gather the
+  // parameters and scatter the gradients, and its reduce-scatter spreads one
+  // rank's NaN to every rank): every rank re-runs its own micro-batches in
+  // lockstep, each finds the births of its own, and one collective tells every
+  // rank which ranks found one.
+  GradientAverager* const ranks = run.context.averager;
+  const bool lockstep = ranks && ranks->sharded();
   // A watched step's micro-batches can be run again only through the loop's loss function.
   std::vector<Batch> batches;
   for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
@@ -54,9 +61,14 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     capture = probe::Probe::input_capture(batches);
     if (!capture->first_birth) capture.reset();  // another rank's batch: this one re-runs as usual
   }
-  const bool investigate =
-      options_.probe && (rerunnable(run) || capture) &&
-      (!outcome.locally_finite() || !outcome.buffers_finite || (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  const bool investigate = options_.probe && (rerunnable(run) || capture) &&
+                           (lockstep ? !outcome.finite()
+                                     : !outcome.locally_finite() || !outcome.buffers_finite ||
+                                           (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  // In lockstep a rank whose input holds the NaN re-runs too (its peers'
+  // re-runs wait for its part of each collective); its input stays the birth.
+  std::optional<format::Capture> input_birth;
+  if (lockstep && capture && rerunnable(run)) input_birth = std::exchange(capture, std::nullopt);
   if (options_.probe && !rerunnable(run) && !capture) {
     result.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
@@ -83,7 +95,7 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
       if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
       const auto start = std::chrono::steady_clock::now();
       capture = probe_.investigate(rerun, batches);
-      if (model_.compiled()) {
+      if (model_.compiled() && !lockstep) {
         // The re-run ran eagerly, op by op: a compiled program's fault is
         // not there to see. Finite and no birth: run the step compiled too.
         compiled_cost = "eager re-run " +
@@ -117,6 +129,9 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     if (capture->ops_seen >= 0 && !capture->first_birth) capture->reproduced = rerun_nonfinite;
     clear_grads(parameters_);
   }
+  if (input_birth) capture = std::move(input_birth);
+  std::optional<RanksBorn> born;
+  if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, capture, run);
   if (investigate) {
     if (!result.error.empty() && !capture->first_birth) {
       journal_.flush();
@@ -138,17 +153,19 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
                   "mode); re-run from the buffers before them, it is finite"
         : !capture->first_birth && !capture->reproduced && changed_micro_batch(run) >= 0
             ? "not reproduced on re-run, but" + changed_micro_batch_text(run)
+        : born && !capture->first_birth && !born->births.empty()
+            ? "none on rank " + std::to_string(options_.rank) + ": born on rank(s) " +
+                  format::rank_list_text(born->births) + " (their " +
+                  format::run_file_name(born->births.front(), options_.world_size) + " names it)"
             : format::capture_text(*capture) +
                   (changed_micro_batch(run) >= 0 ? "; but" + changed_micro_batch_text(run) : std::string());
     journal_.record(step, format::EventKind::first_birth, result.first_birth,
                     "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
-    const SnapshotPolicy::Decision decision =
-        run.buffers_written_outside
-            ? SnapshotPolicy::Decision{false, "the step's fault was written outside it: nothing to replay"}
-            : snapshot_policy_.decide(step, *capture);
+    const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born);
     if (!decision.write) {
       journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
-    } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture);
+    } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture,
+                                                 born ? born->gathered : model_.named_parameters());
                !path.empty()) {
       journal_.event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
@@ -156,8 +173,47 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     } else {
       journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
     }
+  } else if (born && !born->gathered.empty()) {
+    born->gathered.clear();  // gathered for a peer's snapshot
   }
   return capture;
+}
+
+// Which ranks found a birth and which write a snapshot, summed in one
+// collective; when any writes one, every rank takes part in gathering the
+// whole parameters (each holds a shard), and the writers keep them.
+StepGuard::RanksBorn StepGuard::agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
+                                                const Running& run) {
+  const int world = ranks.world_size(), rank = ranks.rank();
+  const bool born_here = capture && capture->first_birth;
+  at::Tensor flags = at::zeros({2 * world}, at::kFloat);
+  flags[rank] = born_here ? 1.0f : 0.0f;
+  RanksBorn out;
+  if (born_here && !run.buffers_written_outside) out.decision = snapshot_policy_.decide(run.step, *capture);
+  flags[world + rank] = out.decision && out.decision->write ? 1.0f : 0.0f;
+  ranks.sum(flags);
+  bool any_snapshot = false;
+  for (int r = 0; r < world; ++r) {
+    if (flags[r].item<float>() > 0) out.births.push_back(r);
+    any_snapshot |= flags[world + r].item<float>() > 0;
+  }
+  if (any_snapshot) {
+    NamedTensors whole = model_.gathered_parameters();
+    if (out.decision && out.decision->write) out.gathered = std::move(whole);
+  }
+  return out;
+}
+
+// Whether this step's snapshot is written, and if not why. In lockstep only a
+// rank that found a birth writes one (its peers' re-runs were finite).
+SnapshotPolicy::Decision StepGuard::snapshot_decision(const Running& run, const format::Capture& capture,
+                                                      const std::optional<RanksBorn>& born) {
+  if (run.buffers_written_outside) return {false, "the step's fault was written outside it: nothing to replay"};
+  if (born) {
+    if (born->decision) return *born->decision;
+    return {false, born->births.empty() ? "no rank found the birth" : "the snapshot is written where it was born"};
+  }
+  return snapshot_policy_.decide(run.step, capture);
 }
 
 // The step before was skipped and this one's input is non-finite: most often
@@ -226,7 +282,7 @@ size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<
 // Everything needed to replay the step elsewhere (nanscope-replay), written
 // before the fallback changes weights, optimizer state or precision.
 std::string StepGuard::write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
-                                      const format::Capture& capture) {
+                                      const format::Capture& capture, NamedTensors parameters) {
   const int64_t step = run.step;
   const GuardedStep& result = run.result;
   const MicroBatch& kept = run.micro_batches.at(micro);
@@ -236,7 +292,7 @@ std::string StepGuard::write_snapshot(const Running& run, size_t micro, const st
   s.model_name = spec.name;
   s.model_hparams = spec.hparams;
   s.torchscript_bytes = spec.script_bytes;
-  s.parameters = model_.named_parameters();
+  s.parameters = std::move(parameters);
   s.buffers = model_.named_buffers();
   s.optimizer = options_.optimizer_name;
   s.optimizer_state = optimizer_state_by_name(optimizer_, s.parameters);

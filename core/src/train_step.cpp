@@ -120,46 +120,69 @@ bool StepRecomputation::finite() const {
 
 namespace {
 
-// Data parallel: one [3 x world + 2] flag vector rides with the gradient
+// Data parallel: one [4 x world + 1] flag vector rides with the gradient
 // buckets (reduced with MAX): each rank's "gradients non-finite" and "loss
 // non-finite" slots, one "stop" slot for Ctrl-C, each rank's loss (the others'
-// slots hold -inf), and the batch's abs-max. Every rank then holds every
+// slots hold -inf) and each rank's batch abs-max. Every rank then holds every
 // verdict and loss, so all of them skip, warn and roll back alike. The global
 // norm is taken over the averaged gradients. Still on the device: the host
 // read comes after.
+//
+// A sharded model's gradients are reduced already, each rank holding a shard
+// of each: the same slots (the others' losses 0) and the squared norm of each
+// parameter's shard are summed in one collective, which gives every rank the
+// norms of the whole gradients (per parameter and in all) without gathering them.
 struct FlagLayout {
   int world;
   int grads(int r) const { return r; }
   int loss_bad(int r) const { return world + r; }
   int stop() const { return 2 * world; }
   int loss(int r) const { return 2 * world + 1 + r; }
-  int absmax() const { return 3 * world + 1; }
-  int size() const { return 3 * world + 2; }
+  int absmax(int r) const { return 3 * world + 1 + r; }
+  int size() const { return 4 * world + 1; }
 };
 struct AveragedGradients {
   at::Tensor flags, total_norm;
-  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> norms;  // per parameter with a gradient; a sharded model's: per parameter
   double seconds = 0;
 };
 AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
                                        const at::Tensor& loss, const at::Tensor& found_inf,
-                                       const at::Tensor& local_norm) {
+                                       const UnscaledGradients& unscaled) {
   NANSCOPE_NVTX_RANGE("all_reduce");
-  const FlagLayout at_{settings.buckets->world_size()};
-  const int rank = settings.buckets->rank();
+  GradientAverager& ranks = *settings.buckets;
+  const FlagLayout at_{ranks.world_size()};
+  const int rank = ranks.rank();
   AveragedGradients out;
   out.flags = at::zeros({at_.size()}, found_inf.options().dtype(at::kFloat));
-  out.flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
+  if (!ranks.sharded()) out.flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
   if (settings.stop_requested) out.flags[at_.stop()].fill_(1);
-  out.flags[at_.grads(rank)].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(local_norm)).to(at::kFloat));
+  out.flags[at_.grads(rank)].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(unscaled.total_norm)).to(at::kFloat));
   const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
   out.flags[at_.loss_bad(rank)].copy_((~at::isfinite(l)).to(at::kFloat));
   out.flags[at_.loss(rank)].copy_(l);
-  if (settings.batch_absmax.defined()) out.flags[at_.absmax()].copy_(settings.batch_absmax.reshape({}));
+  if (settings.batch_absmax.defined()) out.flags[at_.absmax(rank)].copy_(settings.batch_absmax.reshape({}));
   const auto start = std::chrono::steady_clock::now();
-  settings.buckets->average(out.flags);
+  if (!ranks.sharded()) {
+    ranks.average(out.flags);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::tie(out.norms, out.total_norm) = grad_norms(defined_grads(parameters));
+    return out;
+  }
+  // Each parameter's squared shard norm (0 for a shard without a gradient), after the flags.
+  std::vector<at::Tensor> squares;
+  squares.reserve(parameters.size());
+  const at::Tensor none = at::zeros({}, out.flags.options());
+  size_t next = 0;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    squares.push_back(unscaled.had_grad[i] ? unscaled.norms[next++].to(at::kFloat).square() : none);
+  at::Tensor both = squares.empty() ? out.flags : at::cat({out.flags, at::stack(squares)});
+  ranks.sum(both);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::tie(out.norms, out.total_norm) = grad_norms(defined_grads(parameters));
+  out.flags = both.narrow(0, 0, at_.size());
+  const at::Tensor global = both.narrow(0, at_.size(), int64_t(squares.size()));
+  out.total_norm = global.sum().sqrt();
+  out.norms = global.sqrt().unbind();
   return out;
 }
 
@@ -222,7 +245,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   AveragedGradients averaged;
   if (settings.buckets)
     averaged = average_across_ranks(settings, parameters, loss,
-                                    buffers_bad.defined() ? found_inf + buffers_bad : found_inf, local_norm);
+                                    buffers_bad.defined() ? found_inf + buffers_bad : found_inf, unscaled);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
 
   // The step's one host sync: everything below, each part named by where it lands.
@@ -237,9 +260,13 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const size_t at_flags = settings.buckets ? read.add(averaged.flags) : HostRead::kNone;
   const size_t at_absmax =
       settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
-  const size_t at_norms = settings.parameter_norms && !norms.empty() ? read.add(at::stack(norms)) : HostRead::kNone;
+  // A sharded model's norms are the whole gradients': only the summed ones mean anything.
+  const bool sharded = settings.buckets && settings.buckets->sharded();
+  const size_t at_norms =
+      settings.parameter_norms && !norms.empty() && !sharded ? read.add(at::stack(norms)) : HostRead::kNone;
   const size_t at_micro = settings.micro_losses.defined() ? read.add(settings.micro_losses) : HostRead::kNone;
-  const bool want_averaged = settings.parameter_norms && settings.averaged_parameter_norms && settings.buckets;
+  const bool want_averaged =
+      settings.parameter_norms && settings.buckets && (settings.averaged_parameter_norms || sharded);
   const size_t at_averaged_norms =
       want_averaged && !averaged.norms.empty() ? read.add(at::stack(averaged.norms)) : HostRead::kNone;
   read.to_host();
@@ -265,7 +292,8 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
     }
     out.stop_requested = flags[at_.stop()] != 0.0f;
     out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
-    if (settings.batch_absmax.defined()) out.batch_absmax = flags[at_.absmax()];
+    if (settings.batch_absmax.defined())
+      for (int r = 0; r < at_.world; ++r) out.batch_absmax = std::max(out.batch_absmax, double(flags[at_.absmax(r)]));
     out.loss_finite = !any_loss;
     out.grads_finite = !any_grads && std::isfinite(out.grad_norm);
     out.allreduce_seconds = averaged.seconds;
@@ -283,10 +311,12 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
     out.parameter_norms.assign(parameters.size(), 0.0f);
     const float* norm = at_norms != HostRead::kNone ? read.at(at_norms) : nullptr;
     for (size_t i = 0; i < parameters.size(); ++i)
-      if (had_grad[i]) out.parameter_norms[i] = *norm++;
+      if (had_grad[i] && norm) out.parameter_norms[i] = *norm++;
     // After averaging every parameter has a gradient.
     if (at_averaged_norms != HostRead::kNone && averaged.norms.size() == parameters.size())
       out.global_parameter_norms.assign(read.at(at_averaged_norms), read.at(at_averaged_norms) + averaged.norms.size());
+    // A shard's norm is a part: the run records the whole gradients' norms.
+    if (sharded) out.parameter_norms = out.global_parameter_norms;
   }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "tensor_stats.hpp"
 
+#include <ATen/EmptyTensor.h>
+
 #include <cmath>
 #include <string>
 #include <unordered_set>
@@ -55,11 +57,23 @@ FiniteFlags finite_flags(const at::Tensor& t) {
   return {f[0], f[1]};
 }
 
+namespace {
+
+// A tensor kept from an op whose storage was released since (FSDP resizes an
+// unsharded parameter's storage to 0 once its module ran): its values are gone.
+bool storage_released(const at::Tensor& t) {
+  if (!t.has_storage()) return false;
+  return t.storage().nbytes() <
+         at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(), size_t(t.storage_offset()));
+}
+
+}  // namespace
+
 format::TensorStats tensor_stats(const at::Tensor& tensor) {
   format::TensorStats s;
   s.dtype = c10::toString(tensor.scalar_type());
   s.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
-  if (!is_floating(tensor) || tensor.numel() == 0) return s;
+  if (!is_floating(tensor) || tensor.numel() == 0 || storage_released(tensor)) return s;
   at::Tensor t = tensor.detach().to(at::kFloat);
   at::Tensor finite = at::isfinite(t);
   at::Tensor finite_values = t.masked_select(finite);

@@ -106,6 +106,12 @@ class StepGuard:
     sync is held off with no_sync(), so each rank's gradients are checked
     before they mix); a plain model starts from rank 0's weights. A
     DistributedDataParallel model with buffers needs broadcast_buffers=False.
+    A sharded model (FSDP2's fully_shard, FSDP1 with use_orig_params=True) is
+    given as it is: the guard checks each rank's shards, sums the flags and
+    shard norms in its one collective (norms of the whole gradients), and on a
+    non-finite step every rank re-runs in lockstep; the rank that made the
+    birth names it and writes the snapshot, with the whole parameters
+    (docs/python.md, "Sharded models").
     """
 
     def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True,
@@ -118,8 +124,8 @@ class StepGuard:
         if accelerator is not None:
             options.setdefault("amp", _accelerate.precision(accelerator))
             optimizer = _accelerate.unwrapped(optimizer)
-        average, rank, world_size = _distributed.averager(model, process_group)
-        self._averages = average is not None
+        ranks, rank, world_size = _distributed.averager(model, process_group)
+        self._averages = ranks is not None
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
         # A torch.compile'd model is named as the user wrote it ('mid', not
@@ -127,7 +133,7 @@ class StepGuard:
         # compiled one, and both hold the same parameters.
         named = _scopes.uncompiled(model)
         own = dict(model_name=model_name, log=bool(log), row_dim=int(row_dim))
-        self._guard = _StepGuard(named, optimizer, options, own, average, rank, world_size,
+        self._guard = _StepGuard(named, optimizer, options, own, ranks, rank, world_size,
                                  _compiled.program_of(model))
         self._ddp = model if _distributed.is_ddp(model) else None
         # Only a plain model under torch.distributed can be the inside of a

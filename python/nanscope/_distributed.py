@@ -7,6 +7,8 @@ the rank a NaN came from, and a forensic re-run on that rank alone must not
 wait for the others."""
 import torch
 
+from . import _sharded
+
 
 def _dist():
     import torch.distributed as dist
@@ -21,8 +23,40 @@ def is_ddp(model):
     return isinstance(model, torch.nn.parallel.DistributedDataParallel)
 
 
+class Ranks:
+    """The guard's collectives over one process group (python_averager.hpp):
+    average(flags) averages each parameter's gradient and reduces the flags
+    with MAX; sum(values) sums; sharded: the model is sharded (FSDP), its own
+    backward reduced the gradients, and the guard only sums."""
+
+    def __init__(self, dist, group, world, params, sharded):
+        self._dist, self._group, self._world, self._params = dist, group, world, params
+        self.sharded = sharded
+
+    def average(self, flags):
+        dist, group = self._dist, self._group
+        grads = []
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        if grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=group)
+            flat /= self._world
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+
+    def sum(self, values):
+        self._dist.all_reduce(values, group=self._group)
+
+
 def averager(model, group):
-    """(average(flags) or None, rank, world size) for the current process group."""
+    """(Ranks or None, rank, world size) for the current process group."""
+    sharded = _sharded.is_sharded(model)  # also refuses a model FSDP1 flattened
     dist = _dist()
     if dist is None:
         if group is not None:
@@ -32,30 +66,12 @@ def averager(model, group):
     rank = dist.get_rank(group)
     if world < 2:
         return None, rank, world
-    ddp = is_ddp(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    if not ddp:  # every rank starts from rank 0's weights, as DistributedDataParallel does
+    if not is_ddp(model) and not sharded:  # every rank starts from rank 0's weights, as DistributedDataParallel does
         with torch.no_grad():
             for tensor in list(model.parameters()) + list(model.buffers()):
                 dist.broadcast(tensor, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
-
-    def average(flags):
-        grads = []
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
-        if grads:
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, group=group)
-            flat /= world
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
-
-    return average, rank, world
+    return Ranks(dist, group, world, params, sharded), rank, world
 
 
 def call(ddp, function, *args):

@@ -10,6 +10,7 @@ import contextlib
 import torch
 
 from . import _nanscope
+from . import _sharded
 
 
 def uncompiled(model):
@@ -19,8 +20,9 @@ def uncompiled(model):
 
 
 def module_paths(model):
-    """id(module) -> its dotted path; the root is ''."""
-    return {id(module): name for name, module in model.named_modules()}
+    """id(module) -> its dotted path, without a sharding or checkpointing
+    wrapper's own parts (the path a plain model gives it); the root is ''."""
+    return {id(module): _sharded.clean_name(name) for name, module in model.named_modules()}
 
 
 OUTSIDE = "<not in the model> "  # the start of a module name outside the guarded model

@@ -1,8 +1,8 @@
 #pragma once
 // Data parallel through the user's own torch.distributed process group: the
-// guard's one all-reduce per step (gradients averaged, flags reduced with MAX)
-// is a Python function the nanscope package builds for that group, so every
-// rank agrees on each skip, rollback and stop.
+// guard's one collective per step is a Python object the nanscope package
+// builds for that group (nanscope/_distributed.py), so every rank agrees on
+// each skip, rollback and stop.
 #include <torch/csrc/utils/pybind.h>
 
 #include "nanscope/core/gradient_averager.hpp"
@@ -12,21 +12,31 @@ namespace nanscope::python {
 
 class PythonAverager : public GradientAverager {
  public:
-  // average(flags): averages the parameters' .grad over the group (or leaves
-  // them, when DistributedDataParallel did it in backward) and all-reduces
-  // `flags` with MAX, in place.
-  PythonAverager(py::object average, int rank, int world_size)
-      : average_(share(std::move(average))), rank_(rank), world_size_(world_size) {}
+  // `ranks`: average(flags) averages the parameters' .grad over the group (or
+  // leaves them, when DistributedDataParallel did it in backward) and
+  // all-reduces `flags` with MAX, in place; sum(values) all-reduces with SUM;
+  // sharded is True for a sharded model (FSDP).
+  PythonAverager(py::object ranks, int rank, int world_size)
+      : ranks_(share(std::move(ranks))), rank_(rank), world_size_(world_size) {
+    py::gil_scoped_acquire gil;
+    sharded_ = ranks_->attr("sharded").cast<bool>();
+  }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   void average(const at::Tensor& flags) override {
     py::gil_scoped_acquire gil;
-    (*average_)(flags);
+    ranks_->attr("average")(flags);
+  }
+  bool sharded() const override { return sharded_; }
+  void sum(const at::Tensor& values) override {
+    py::gil_scoped_acquire gil;
+    ranks_->attr("sum")(values);
   }
 
  private:
-  SharedObject average_;
+  SharedObject ranks_;
   int rank_, world_size_;
+  bool sharded_ = false;
 };
 
 }  // namespace nanscope::python

@@ -66,7 +66,11 @@ at::Tensor PythonModel::loss(const Batch& batch) {
 
 namespace {
 
-NamedTensors named_tensors(const py::object& items) {
+// Names, parameters and gradients as nanscope/_sharded.py gives them: a
+// sharded model's (FSDP) are this rank's shards, named without the wrappers.
+py::object sharded(const char* name) { return py::module_::import("nanscope._sharded").attr(name); }
+
+NamedTensors named_tensors(const py::handle& items) {
   NamedTensors out;
   for (const py::handle item : items) {
     const py::tuple pair = item.cast<py::tuple>();
@@ -79,20 +83,27 @@ NamedTensors named_tensors(const py::object& items) {
 
 NamedTensors PythonModel::all_named_parameters() const {
   py::gil_scoped_acquire gil;
-  return named_tensors(named_->attr("named_parameters")());
+  return named_tensors(sharded("named_parameters")(*named_));
+}
+
+NamedTensors PythonModel::trainable_parameters() const {
+  py::gil_scoped_acquire gil;
+  return named_tensors(sharded("named_parameters")(*named_, py::arg("trainable") = true));
+}
+
+NamedTensors PythonModel::gathered_parameters() {
+  py::gil_scoped_acquire gil;
+  return named_tensors(sharded("gathered_parameters")(*named_));
 }
 
 NamedTensors PythonModel::named_buffers() const {
   py::gil_scoped_acquire gil;
-  return named_tensors(named_->attr("named_buffers")());
+  return named_tensors(sharded("named_buffers")(*named_));
 }
 
 std::vector<std::string> PythonModel::module_paths() const {
   py::gil_scoped_acquire gil;
-  std::vector<std::string> out;
-  for (const py::handle item : named_->attr("named_modules")())
-    out.push_back(item.cast<py::tuple>()[0].cast<std::string>());
-  return out;
+  return sharded("module_names")(*named_).cast<std::vector<std::string>>();
 }
 
 void PythonModel::set_training(bool on) {

@@ -2,7 +2,13 @@
 // What the step needs from data parallelism: every rank's gradients averaged
 // in place, with a small flag vector reduced (MAX) in the same round trip.
 // The trainer's c10d gradient buckets implement it; the core links no c10d.
+//
+// A sharded model (FSDP) is the other kind: its own backward reduced the
+// gradients (each rank holds a shard of each), and its forward and backward
+// are collectives themselves, so every rank re-runs a failing step together.
 #include <ATen/ATen.h>
+
+#include <stdexcept>
 
 namespace nanscope {
 
@@ -12,7 +18,16 @@ class GradientAverager {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   // Averages each parameter's .grad across ranks and reduces `flags` with MAX.
+  // Not called for a sharded model.
   virtual void average(const at::Tensor& flags) = 0;
+  // The model is sharded: its backward reduced the gradients, and a re-run of
+  // its forward is a collective every rank takes part in.
+  virtual bool sharded() const { return false; }
+  // Sums `values` across ranks in place (one collective): a sharded model's
+  // flags and the squared norms of its gradient shards.
+  virtual void sum(const at::Tensor& /*values*/) {
+    throw std::logic_error("GradientAverager::sum: only a sharded model's averager sums");
+  }
 };
 
 }  // namespace nanscope

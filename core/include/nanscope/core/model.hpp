@@ -42,6 +42,10 @@ class TrainableModel {
   // norms (it counts under its first name's module), checkpoints, snapshots
   // and the gradient buckets, as it is in PyTorch's parameters().
   NamedTensors named_parameters() const;
+  // A sharded model's parameters are this process's shards of them; these
+  // are the whole ones, gathered from every rank (a collective: every rank
+  // calls it at once), as a snapshot holds them. Else named_parameters().
+  virtual NamedTensors gathered_parameters() { return named_parameters(); }
   // Every (dotted name, tensor) pair the model holds, a shared tensor under each of its names.
   virtual NamedTensors all_named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
@@ -78,7 +82,8 @@ class TrainableModel {
   int64_t parameter_count() const;
   // named_parameters() that require a gradient: what the optimizer, the
   // grad norms and the probe's layer table see, in this order.
-  NamedTensors trainable_parameters() const;
+  // A sharded model's shards say it themselves (they hold no gradient of their own).
+  virtual NamedTensors trainable_parameters() const;
 };
 
 // A model that hosts nanscope-train's planted faults (--fault): the built-in

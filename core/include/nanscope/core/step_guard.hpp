@@ -284,7 +284,17 @@ class StepGuard {
   // Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
   std::optional<format::Capture> investigate(Running& run, const std::vector<float>& layer_grad_norm);
   std::string write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
-                             const format::Capture& capture);
+                             const format::Capture& capture, NamedTensors parameters);
+  // A sharded model's forensics in lockstep: the ranks that found a birth,
+  // this rank's snapshot decision, and the whole parameters it writes.
+  struct RanksBorn {
+    std::vector<int> births;
+    std::optional<SnapshotPolicy::Decision> decision;  // this rank found a birth
+    NamedTensors gathered;                             // this rank writes the snapshot
+  };
+  RanksBorn agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture, const Running& run);
+  SnapshotPolicy::Decision snapshot_decision(const Running& run, const format::Capture& capture,
+                                             const std::optional<RanksBorn>& born);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   void save_state_if_due(int64_t step);

@@ -1,0 +1,137 @@
+"""One rank of a sharded training run for test_sharded.py, over Gloo on CPU:
+FSDP2 (fully_shard) or FSDP1 (use_orig_params=True), the guard's closure or
+watched form, or the plain FSDP loop that leaves out one step's update by hand.
+
+usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
+  ENGINE: fsdp2 | fsdp1      FORM: closure | watched | plain
+  FAULT:  forward (rank 1's batch has a blank row: 0/0 in Normalize's forward)
+          backward (rank 0's batch has a blank row: sqrt'(0) in Magnitude's backward)
+          input (rank 1's batch holds a NaN)
+Prints one JSON line: the StepResults, the whole weights and each step's grad norm."""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+STEPS, FAULT_STEP, BLANK_ROW, NAN_ROW = int(os.environ.get("STEPS", 5)), 3, 5, 6
+
+
+class Normalize(nn.Module):
+    """Each row over its length: a blank row is 0/0 in the forward."""
+
+    def forward(self, x):
+        return x / x.norm(dim=1, keepdim=True)
+
+
+class Magnitude(nn.Module):
+    """Each row's length as one more feature: finite for a blank row, but its
+    gradient there is 0 x 1/(2 sqrt(0)) = NaN (a backward-only birth)."""
+
+    def forward(self, x):
+        return torch.cat([x, x.square().sum(1, keepdim=True).sqrt()], 1)
+
+
+class Net(nn.Module):
+    """A blank input row stays blank through the first layer (no bias), where
+    body.1 meets it."""
+
+    def __init__(self, fault):
+        super().__init__()
+        prep, width = (Normalize(), 16) if fault == "forward" else (Magnitude(), 17)
+        self.body = nn.Sequential(nn.Linear(8, 16, bias=False), prep, nn.Linear(width, 32), nn.GELU(),
+                                  nn.Linear(32, 32), nn.GELU())
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def loss_of(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def batch(step, rank, fault):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x, y = torch.randn(8, 8, generator=g) + 0.5, torch.randint(0, 3, (8,), generator=g)
+    if step == FAULT_STEP:
+        if fault == "forward" and rank == 1 or fault == "backward" and rank == 0:
+            x[BLANK_ROW] = 0.0
+        if fault == "input" and rank == 1:
+            x[NAN_ROW, 2] = float("nan")
+    return x, y
+
+
+def shard(model, engine):
+    if engine == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        for layer in (model.body, model.head):
+            fully_shard(layer)
+        return fully_shard(model)
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    return FullyShardedDataParallel(model, use_orig_params=True, device_id=torch.device("cpu"),
+                                    auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))
+
+
+def whole_weights(model):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    return {name.replace("_fsdp_wrapped_module.", ""): t.flatten().tolist() for name, t in sorted(state.items())}
+
+
+def total_norm(model, engine):
+    """The whole gradient's norm, as PyTorch takes it for a sharded model."""
+    if engine == "fsdp1":
+        return float(model.clip_grad_norm_(float("inf")))
+    return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).full_tensor())
+
+
+def main():
+    rank, run_dir, engine, form, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2)
+    torch.manual_seed(0)  # every rank builds the same weights; FSDP keeps its shard of them
+    model = shard(Net(fault), engine)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    out = {"results": [], "norms": []}
+    guard = None
+    if form != "plain":
+        import nanscope
+        options = json.loads(os.environ.get("GUARD_OPTIONS", "{}"))
+        guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=os.environ.get("LOG") == "1", loss_fn=loss_of,
+                                   **options)
+    for step in range(STEPS):
+        x, y = batch(step, rank, fault)
+        if form == "closure":
+            result = guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
+        elif form == "watched":
+            with guard.autocast():
+                loss = loss_of(model, (x, y))
+            guard.scale(loss, (x, y)).backward()
+            result = guard.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+        else:  # the plain FSDP loop, bf16 autocast as the guard's, the fault step's update left out by hand
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_of(model, (x, y))
+            loss.backward()
+            out["norms"].append(total_norm(model, engine))
+            if step != FAULT_STEP or fault == "none":
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            continue
+        out["results"].append({"skipped": result.skipped, "grad_norm": result.grad_norm,
+                                "first_birth": result.first_birth, "snapshot": result.snapshot})
+    if guard is not None:
+        out["snapshots"] = guard.snapshots
+        guard.close()
+    out["weights"] = whole_weights(model)
+    print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The guard on a sharded model: two Gloo ranks on CPU under FSDP2
+(fully_shard) and FSDP1 (use_orig_params=True), a fault planted in one rank's
+batch (sharded_worker.py). Every rank skips the same step and ends with the
+weights of the plain FSDP loop that left that step's update out by hand; the
+guard's grad norms are the whole gradients' (as PyTorch's own sharded norm
+gives them); the sick rank names the birth's op, module and row, its peer
+names the sick rank, and the snapshot replays on one process with the plain
+model's factory to the same birth."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14):
+    pytest.skip("FSDP2 and FSDP1 train on CPU over Gloo from torch 2.14", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sharded_worker  # noqa: E402  (the model and loss the replay rebuilds)
+
+WORKER = Path(__file__).parent / "sharded_worker.py"
+SICK_RANK = {"forward": 1, "backward": 0, "input": 1}
+EXPECTED = {  # by construction: the blank row 5 meets body.1; the NaN sits in input row 6
+    "forward": ("aten::div", "forward", "body.1", [sharded_worker.BLANK_ROW]),
+    "backward": (None, "backward", "body.1", [sharded_worker.BLANK_ROW]),
+    "input": ("input", "input", "", [sharded_worker.NAN_ROW]),
+}
+
+
+def run_ranks(tmp_path, engine, form, fault):
+    where = tmp_path / f"{engine}-{form}-{fault}"
+    where.mkdir()
+    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1",
+               GUARD_OPTIONS=json.dumps({"fallback": "off"}))
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(where / "run"), engine, form, fault],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    return outs
+
+
+@pytest.fixture(scope="module")
+def plain_runs(tmp_path_factory):
+    cache = {}
+
+    def get(engine, fault):
+        if (engine, fault) not in cache:
+            cache[engine, fault] = run_ranks(tmp_path_factory.mktemp("plain"), engine, "plain", fault)
+        return cache[engine, fault]
+    return get
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
+@pytest.mark.parametrize("form, fault", [("closure", "forward"), ("closure", "backward"), ("closure", "input"),
+                                         ("watched", "forward"), ("watched", "backward")])
+def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path, plain_runs, engine, form, fault):
+    guarded = run_ranks(tmp_path, engine, form, fault)
+    plain = plain_runs(engine, fault)
+    sick = SICK_RANK[fault]
+    for rank, out in enumerate(guarded):
+        skipped = [r["skipped"] for r in out["results"]]
+        assert skipped == [step == sharded_worker.FAULT_STEP for step in range(sharded_worker.STEPS)], rank
+        # The skip is a transaction on every shard: the plain loop that dropped the update by hand.
+        assert out["weights"] == plain[rank]["weights"], f"rank {rank}'s weights differ from the plain run's"
+        # Norms of the whole gradients, not of this rank's shards.
+        for step, (result, norm) in enumerate(zip(out["results"], plain[rank]["norms"])):
+            if step != sharded_worker.FAULT_STEP:
+                assert result["grad_norm"] == pytest.approx(norm, rel=1e-5), step
+    op, phase, module, rows = EXPECTED[fault]
+    birth = guarded[sick]["results"][sharded_worker.FAULT_STEP]["first_birth"]
+    assert f"({phase}" in birth and f"in module '{module}'" in birth and f"batch row {rows[0]}" in birth, birth
+    if op:
+        assert birth.startswith(f"nan at {op} "), birth
+    peer = guarded[1 - sick]["results"][sharded_worker.FAULT_STEP]["first_birth"]
+    assert peer == f"none on rank {1 - sick}: born on rank(s) {sick} (their run-rank-{sick}.h5 names it)"
+    assert guarded[1 - sick]["snapshots"] == []
+    (snapshot,) = guarded[sick]["snapshots"]
+    assert Path(snapshot).name == f"step-{sharded_worker.FAULT_STEP:07d}.h5" and f"rank-{sick}" in snapshot
+
+    # The sick rank's snapshot holds the whole parameters: one process replays
+    # it with the plain model's factory to the birth the rank named.
+    import nanscope
+    report = nanscope.replay(snapshot, model=lambda: sharded_worker.Net(fault), loss=sharded_worker.loss_of,
+                             write=False, repeats=1)
+    assert report.first_birth is not None
+    replayed_rows = report.first_birth.rows or [report.first_birth.sample]  # an input birth names its sample
+    assert (report.first_birth.module, report.first_birth.phase, replayed_rows) == (module, phase, rows)
+    assert str(report.first_birth) in birth or report.first_birth.op in birth
+
+
+def test_a_flat_parameter_fsdp1_model_is_refused_with_what_to_do(tmp_path):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    import nanscope
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = FullyShardedDataParallel(torch.nn.Linear(4, 2), use_orig_params=False, device_id=torch.device("cpu"))
+        with pytest.raises(ValueError, match="use_orig_params=True"):
+            nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               log=False)
+    finally:
+        dist.destroy_process_group()
