@@ -84,6 +84,17 @@ class GplBatches:
         return self.inputs[rows], self.targets[rows]
 
 
+def alternated_arguments(description, threads):
+    """The options of a bench that alternates blocks of plain and guarded steps."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--blocks", type=int, default=8, help="alternating blocks per loop")
+    p.add_argument("--steps", type=int, default=10, help="steps per block")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--threads", type=int, default=threads, help="threads per process")
+    return p
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)

@@ -9,7 +9,6 @@ own NaN tool. Prints each one's median step time and the ratios.
 
 usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_guard_overhead.py [--blocks 8] [--steps 10]
 """
-import argparse
 import os
 import statistics
 import sys
@@ -20,19 +19,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_gpt_loop import Gpt  # noqa: E402
+from python_gpt_loop import Gpt, alternated_arguments  # noqa: E402
 
 import nanscope  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blocks", type=int, default=8, help="alternating blocks per loop")
-    p.add_argument("--steps", type=int, default=10, help="steps per block")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
+    a = alternated_arguments(__doc__, threads=2).parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     vocab = 256

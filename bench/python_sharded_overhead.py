@@ -10,7 +10,6 @@ see the same machine; rank 0 prints each loop's median step time and the ratio.
 
 usage: PYTHONPATH=BUILD/python python3 bench/python_sharded_overhead.py [--blocks 8] [--steps 10]
 """
-import argparse
 import os
 import statistics
 import sys
@@ -22,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_gpt_loop import Gpt  # noqa: E402
+from python_gpt_loop import Gpt, alternated_arguments  # noqa: E402
 
 
 def sharded_gpt(vocab, seq_len):
@@ -93,13 +92,7 @@ def rank_main(rank, a, store, run_dir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blocks", type=int, default=8, help="alternating blocks per loop")
-    p.add_argument("--steps", type=int, default=10, help="steps per block")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1, help="threads per rank")
-    a = p.parse_args()
+    a = alternated_arguments(__doc__, threads=1).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(rank_main, args=(a, os.path.join(tmp, "store"), tmp), nprocs=2)
 

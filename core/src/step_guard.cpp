@@ -254,6 +254,26 @@ GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Te
 
 GuardedStep StepGuard::run_closure_step(int64_t step, const Batch& batch, const StepContext& context) {
   refuse_if_stopped();
+  return stopping_if_a_rank_fails(context.averager, [&] { return closure_step(step, batch, context); });
+}
+
+GuardedStep StepGuard::stopping_if_a_rank_fails(const GradientAverager* ranks,
+                                                const std::function<GuardedStep()>& body) {
+  if (!ranks) return body();
+  try {
+    return body();
+  } catch (const DeadRunError&) {
+    throw;  // the ranks agreed to stop: said already
+  } catch (const std::exception& e) {
+    // Its peers wait in a collective (the sharded forward's all-gathers, the
+    // guard's own sum) that this rank will not join: they end with the
+    // process group's error, at once or at its timeout, and stop here too.
+    stop_for_failed_rank(ranks->rank(), one_line_error(e));
+    throw;
+  }
+}
+
+GuardedStep StepGuard::closure_step(int64_t step, const Batch& batch, const StepContext& context) {
   if (watched_ && watched_->run.micro_batches.empty()) {
     // A forward outside the closure (an evaluation with gradients on) opened
     // no step of the loop's: forgotten, its number given back.
@@ -353,7 +373,7 @@ GuardedStep StepGuard::end_step(Running& run, const std::vector<float>& act_absm
       warn_if_heading_for_trouble(step, result, global_layers.empty() ? row.layer_grad_norm : global_layers,
                                   row.layer_act_absmax);
     }
-    if (!trouble) save_state_if_due(step);
+    if (!trouble) save_state_if_due(step, run.context.averager);
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
     rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
@@ -487,6 +507,10 @@ GuardedStep StepGuard::step(const StepContext& context) {
     throw std::logic_error(
         "StepGuard::step(): no backward through the guard since the last step (call "
         "guard.backward(loss, micro_batch) for each micro-batch first)");
+  return stopping_if_a_rank_fails(context.averager, [&] { return watched_step(context); });
+}
+
+GuardedStep StepGuard::watched_step(const StepContext& context) {
   std::unique_ptr<Watched> w = std::move(watched_);
   Running& run = w->run;
   w->fp32.reset();
@@ -604,17 +628,6 @@ void StepGuard::check_planned_fp32_modules(const std::vector<std::string>& missi
                               " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
 }
 
-namespace {
-
-// True when `mine` is true on every rank (one collective).
-bool every_rank_says(GradientAverager& ranks, bool mine) {
-  at::Tensor no = at::full({1}, mine ? 0.0f : 1.0f);
-  ranks.sum(no);
-  return no.item<float>() == 0.0f;
-}
-
-}  // namespace
-
 void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_grad_norm, const std::string& undone) {
   const int64_t step = run.step;
   GuardedStep& result = run.result;
@@ -667,7 +680,7 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
     const StateHealth health = this->health();
     // A sharded model's state is in shards: the ranks act on every shard's health alike.
     const bool sick_elsewhere =
-        context.averager && context.averager->sharded() && !every_rank_says(*context.averager, health.finite());
+        context.averager && context.averager->sharded() && !context.averager->every_rank(health.finite());
     if (!health.finite() || sick_elsewhere) {
       facts.state_finite = false;
       facts.broken_state =

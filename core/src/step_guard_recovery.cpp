@@ -11,6 +11,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
+#include "step_guard_running.hpp"
 
 namespace nanscope {
 
@@ -33,6 +34,18 @@ void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
   throw DeadRunError(stopped_);
 }
 
+void StepGuard::stop_for_failed_rank(int rank, const std::string& error) {
+  const int64_t step = watched_ ? watched_->run.step : next_step_ - 1;
+  watched_.reset();
+  plant_fault(model_, {FaultKind::none});
+  const std::string text = "failed on rank " + std::to_string(rank) + ": " + error +
+                           "; a step of several ranks cannot go on without every rank: the run stops on each (the "
+                           "others end with the process group's error, at once or at its timeout)";
+  journal_.record(step, format::EventKind::stop, text);
+  journal_.flush();
+  stopped_ = "step " + std::to_string(step) + ": " + text;
+}
+
 void StepGuard::refuse_if_stopped() const {
   // A loop that misses the stop would otherwise pay a forensic re-run on
   // every later step of a run nothing can save.
@@ -41,19 +54,29 @@ void StepGuard::refuse_if_stopped() const {
                        " (no further step: end the loop, or start again from a healthy checkpoint)");
 }
 
-void StepGuard::save_state_if_due(int64_t step) {
+void StepGuard::save_state_if_due(int64_t step, GradientAverager* ranks) {
   if (!rollback_.wants_state(step)) return;
+  // A sharded model's state is every rank's shards: sick if any rank's is,
+  // kept by every rank or by none (each rank's budget meets its own shards).
+  const bool sharded = ranks && ranks->sharded();
   // A sick state is never kept: a rollback to it would restore the sickness.
-  if (const StateHealth health = this->health(); !health.finite()) {
-    journal_.record(
-        step, format::EventKind::save_refused,
-        "rollback state after step " + std::to_string(step) + " not kept: " + health.text() + " non-finite");
+  const StateHealth health = this->health();
+  if (sharded ? !ranks->every_rank(health.finite()) : !health.finite()) {
+    journal_.record(step, format::EventKind::save_refused,
+                    "rollback state after step " + std::to_string(step) + " not kept: " +
+                        (health.finite() ? std::string("another rank's shards") : health.text()) + " non-finite");
     return;
   }
-  if (!ring_.save(step, model_, optimizer_, scaler_) && ring_.size() == 0 && ring_.max_states() > 0) {
+  bool saved = ring_.save(step, model_, optimizer_, scaler_);
+  if (sharded && !ranks->every_rank(saved)) {
+    ring_.forget_from(step);
+    saved = false;
+  }
+  if (!saved && ring_.size() == 0 && ring_.max_states() > 0) {
     // One state is over the memory budget: say so once, and stop trying.
     journal_.say(step, "rollback: one saved state is larger than the " + number_text(options_.rollback.memory_mb) +
-                           " MB budget (--rollback-memory); no rollback possible");
+                           " MB budget (--rollback-memory" + (sharded ? ", on some rank" : "") +
+                           "); no rollback possible");
     ring_ = StateRing(0, 0);
   }
 }

@@ -283,13 +283,18 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
     const float* flags = read.at(at_flags);
     bool any_grads = false, any_loss = false;
     double loss_sum = 0;
+    std::vector<int> loss_ranks;
     for (int r = 0; r < at_.world; ++r) {
       const bool grads_bad = flags[at_.grads(r)] != 0.0f, loss_bad = flags[at_.loss_bad(r)] != 0.0f;
       if (grads_bad || loss_bad) out.nonfinite_ranks.push_back(r);
+      if (loss_bad) loss_ranks.push_back(r);
       any_grads |= grads_bad;
       any_loss |= loss_bad;
       loss_sum += flags[at_.loss(r)];
     }
+    // A sharded model's reduce-scatter spreads one rank's non-finite gradient
+    // into every rank's shards: there the losses name the ranks, where they can.
+    if (sharded && !loss_ranks.empty()) out.nonfinite_ranks = loss_ranks;
     out.stop_requested = flags[at_.stop()] != 0.0f;
     out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
     if (settings.batch_absmax.defined())

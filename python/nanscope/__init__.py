@@ -126,6 +126,7 @@ class StepGuard:
             optimizer = _accelerate.unwrapped(optimizer)
         ranks, rank, world_size = _distributed.averager(model, process_group)
         self._averages = ranks is not None
+        self._rank = rank
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
         # A torch.compile'd model is named as the user wrote it ('mid', not

@@ -14,6 +14,8 @@ into the plain model."""
 import sys
 import weakref
 
+import torch
+
 WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
 
@@ -42,7 +44,9 @@ def _fsdp1_type():
 
 def kind(model):
     """'fsdp2' (parameters are DTensors), 'fsdp1' (a FullyShardedDataParallel
-    inside), or None for a model that is not sharded."""
+    inside), or None for a model that is not sharded (or no module: the guard says so)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
     dtensor = _dtensor_type()
     if dtensor is not None and any(isinstance(p, dtensor) for p in model.parameters()):
         return "fsdp2"

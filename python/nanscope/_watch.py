@@ -9,6 +9,7 @@ GAN's critic in the generator's phase): of the calls before a micro-batch's
 loss, the core takes the one the loss's graph holds, decided on a failing
 step only. Two Python calls per model call; nothing per op."""
 import contextlib
+import sys
 
 import torch
 
@@ -35,6 +36,7 @@ class Watch:
         self._started = False  # a micro-batch's forward began since the last scale()
         self._calls = []  # the model's calls since the last scale(): their (args, kwargs), oldest first
         self._in_call = False  # the latest call was recorded and has not returned yet
+        self._rank_failed = False  # several ranks: a forward raised here, and the guard stopped the run
         self._autocast = None
         self._model = model
         self._hook = None
@@ -53,10 +55,19 @@ class Watch:
         if self._hook is not None:
             return
         recorder = _CallRecorder(self)
+        # Several ranks: first, before a sharded model's all-gather, so that a
+        # refused call joins no collective.
+        first = {"prepend": True} if self._owner._averages else {}
         try:
-            self._hook = self._model.register_forward_pre_hook(recorder, with_kwargs=True)
+            self._hook = self._model.register_forward_pre_hook(recorder, with_kwargs=True, **first)
         except TypeError:  # torch 1.x: pre-hooks see positional arguments only
             self._hook = self._model.register_forward_pre_hook(recorder)
+        if self._owner._averages:
+            try:  # several ranks: a forward that raises is seen (torch 2)
+                self._end_hook = self._model.register_forward_hook(_CallEnd(self), always_call=True)
+                return
+            except TypeError:
+                pass
         self._end_hook = self._model.register_forward_hook(_CallEnd(self))
 
     def close(self):
@@ -88,7 +99,9 @@ class Watch:
         if self._busy or not self._watched or not torch.is_grad_enabled() or _scopes.rerunning():
             return None
         guard = self._owner._guard
-        if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business
+        if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business,
+            if self._rank_failed:  # unless a rank failed: the ranks' collectives are out of step, say so
+                guard.refuse_if_stopped()
             return None
         if not self._started:
             self._started = True
@@ -103,6 +116,17 @@ class Watch:
         guard.begin_micro_batch()
         self._in_call = True
         return None
+
+    def _call_failed(self, error):
+        """Several ranks: the loop's forward raised (this rank's own error, or a
+        collective its peers left) while the guard watched the step. Its peers
+        cannot go on without this rank: the guard stops the run with one line,
+        and the error goes on to the loop."""
+        self._in_call = False
+        guard = self._owner._guard
+        if guard is not None and not guard.stopped and not self._busy:
+            self._rank_failed = True
+            guard.stop_for_failed_rank(self._owner._rank, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
     def _call_ended(self):
         if self._in_call:
@@ -232,7 +256,11 @@ class _CallEnd(_CallRecorder):
     """The forward hook: where the call's autograd nodes end."""
 
     def __call__(self, module, args, output):
-        self._watch._call_ended()
+        error = sys.exc_info()[1] if output is None else None  # always_call: the forward raised
+        if error is not None and self._watch._owner._averages:
+            self._watch._call_failed(error)
+        else:
+            self._watch._call_ended()
 
 
 class _Autocast:

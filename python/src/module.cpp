@@ -296,6 +296,8 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("begin_micro_batch", &Guard::begin_micro_batch)
       .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
       .def("refuse_if_stopped", [](Guard& g) { g.guard().refuse_if_stopped(); })
+      .def("stop_for_failed_rank",
+           [](Guard& g, int rank, const std::string& error) { g.guard().stop_for_failed_rank(rank, error); })
       .def("scale", &Guard::scale)
       .def("unscale", &Guard::unscale)
       .def("step_watched", &Guard::step_watched)

@@ -7,10 +7,15 @@ usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
   FAULT:  forward (rank 1's batch has a blank row: 0/0 in Normalize's forward)
           backward (rank 0's batch has a blank row: sqrt'(0) in Magnitude's backward)
           input (rank 1's batch holds a NaN)
+          raises (rank 1's batch is one column short: its forward raises; env
+          AFTER=exit: rank 1 then ends, AFTER=stay: it stays, and its peer ends
+          at the process group's timeout, env PG_TIMEOUT seconds)
 Prints one JSON line: the StepResults, the whole weights and each step's grad norm."""
+import datetime
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -18,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STEPS, FAULT_STEP, BLANK_ROW, NAN_ROW = int(os.environ.get("STEPS", 5)), 3, 5, 6
+FAULT_STEPS = [int(s) for s in os.environ.get("FAULT_STEPS", str(FAULT_STEP)).split(",")]  # a fault on each
 
 
 class Normalize(nn.Module):
@@ -58,11 +64,13 @@ def loss_of(model, batch):
 def batch(step, rank, fault):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x, y = torch.randn(8, 8, generator=g) + 0.5, torch.randint(0, 3, (8,), generator=g)
-    if step == FAULT_STEP:
+    if step in FAULT_STEPS:
         if fault == "forward" and rank == 1 or fault == "backward" and rank == 0:
             x[BLANK_ROW] = 0.0
         if fault == "input" and rank == 1:
             x[NAN_ROW, 2] = float("nan")
+        if fault == "raises" and rank == 1:
+            x = x[:, :-1]
     return x, y
 
 
@@ -91,9 +99,35 @@ def total_norm(model, engine):
     return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).full_tensor())
 
 
+def failed_step(guard, model, optimizer, form, x, y, step):
+    """The step where one rank's forward raises: what each rank's step raised,
+    in how long, and what the guard says to a next step."""
+    import nanscope
+
+    def one_step(x, y):
+        if form == "closure":
+            return guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
+        with guard.autocast():
+            loss = loss_of(model, (x, y))
+        guard.scale(loss, (x, y)).backward()
+        return guard.step(optimizer)
+    start = time.monotonic()
+    try:
+        one_step(x, y)
+        return {"raised": None}
+    except Exception as e:  # noqa: BLE001 (the test asserts which)
+        failed = {"raised": type(e).__name__, "seconds": time.monotonic() - start}
+    try:
+        one_step(*batch(step + 1, dist.get_rank(), "none"))
+    except nanscope.DeadRunError as e:
+        failed["next_step"] = str(e)
+    return failed
+
+
 def main():
     rank, run_dir, engine, form, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", 1800))))
     torch.manual_seed(0)  # every rank builds the same weights; FSDP keeps its shard of them
     model = shard(Net(fault), engine)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -106,6 +140,12 @@ def main():
                                    **options)
     for step in range(STEPS):
         x, y = batch(step, rank, fault)
+        if fault == "raises" and step >= FAULT_STEP:
+            out["failed"] = failed_step(guard, model, optimizer, form, x, y, step)
+            if rank == 1 and os.environ.get("AFTER") == "stay":
+                print(json.dumps(out), flush=True)
+                time.sleep(600)  # alive, out of every collective: the peer must end at the timeout
+            break
         if form == "closure":
             result = guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
         elif form == "watched":
@@ -115,7 +155,12 @@ def main():
             result = guard.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
         else:  # the plain FSDP loop, bf16 autocast as the guard's, the fault step's update left out by hand
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            # (env FALLBACK=LR_BACKOFF: and then fp32 at that LR cut, as the guard's whole-model fallback)
+            fell_back = "FALLBACK" in os.environ and step > FAULT_STEP
+            if fell_back:
+                for group in optimizer.param_groups:
+                    group["lr"] = 1e-2 * float(os.environ["FALLBACK"])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not fell_back):
                 loss = loss_of(model, (x, y))
             loss.backward()
             out["norms"].append(total_norm(model, engine))
@@ -124,7 +169,14 @@ def main():
             optimizer.zero_grad(set_to_none=True)
             continue
         out["results"].append({"skipped": result.skipped, "grad_norm": result.grad_norm,
-                                "first_birth": result.first_birth, "snapshot": result.snapshot})
+                                "first_birth": result.first_birth, "snapshot": result.snapshot,
+                                "rolled_back_to": result.rolled_back_to, "amp": result.amp, "lr": result.lr})
+        if os.environ.get("TRACE") == "1":  # the whole weights after each step
+            out.setdefault("trace", []).append(whole_weights(model))
+    if fault == "raises":
+        guard.close()
+        print(json.dumps(out), flush=True)
+        os._exit(0)  # a process group whose peer is gone cannot be torn down in step
     if guard is not None:
         out["snapshots"] = guard.snapshots
         guard.close()

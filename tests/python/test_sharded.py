@@ -30,11 +30,11 @@ EXPECTED = {  # by construction: the blank row 5 meets body.1; the NaN sits in i
 }
 
 
-def run_ranks(tmp_path, engine, form, fault):
+def run_ranks(tmp_path, engine, form, fault, options=None, **env_vars):
     where = tmp_path / f"{engine}-{form}-{fault}"
     where.mkdir()
-    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1",
-               GUARD_OPTIONS=json.dumps({"fallback": "off"}))
+    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1", LOG="1",
+               GUARD_OPTIONS=json.dumps(options or {"fallback": "off"}), **env_vars)
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(where / "run"), engine, form, fault],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for rank in range(2)]
@@ -42,7 +42,7 @@ def run_ranks(tmp_path, engine, form, fault):
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+        outs.append(dict(json.loads(out.strip().splitlines()[-1]), log=err))
     return outs
 
 
@@ -73,6 +73,8 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
         for step, (result, norm) in enumerate(zip(out["results"], plain[rank]["norms"])):
             if step != sharded_worker.FAULT_STEP:
                 assert result["grad_norm"] == pytest.approx(norm, rel=1e-5), step
+        if fault != "backward":  # the sick rank's loss names it; a backward birth's spreads through every shard
+            assert f"step {sharded_worker.FAULT_STEP}: non-finite loss on rank(s) {sick} -> skipped" in out["log"], rank
     op, phase, module, rows = EXPECTED[fault]
     birth = guarded[sick]["results"][sharded_worker.FAULT_STEP]["first_birth"]
     assert f"({phase}" in birth and f"in module '{module}'" in birth and f"batch row {rows[0]}" in birth, birth
@@ -93,6 +95,75 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
     replayed_rows = report.first_birth.rows or [report.first_birth.sample]  # an input birth names its sample
     assert (report.first_birth.module, report.first_birth.phase, replayed_rows) == (module, phase, rows)
     assert str(report.first_birth) in birth or report.first_birth.op in birth
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
+def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, engine):
+    """A forward birth on rank 1 with fallback='whole': both ranks skip, go to
+    fp32 and cut the LR, and end with the weights of the plain FSDP loop that
+    dropped the update and went on in fp32 at the cut LR."""
+    guarded = run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "whole", "lr_backoff": 0.5}, STEPS="6")
+    plain = run_ranks(tmp_path, engine, "plain", "forward", STEPS="6", FALLBACK="0.5")
+    for rank, out in enumerate(guarded):
+        results = out["results"]
+        assert [r["skipped"] for r in results] == [s == sharded_worker.FAULT_STEP for s in range(6)], rank
+        assert [r["amp"] for r in results[sharded_worker.FAULT_STEP + 1:]] == ["fp32", "fp32"], rank
+        assert results[-1]["lr"] == pytest.approx(0.005), rank
+        assert out["weights"] == plain[rank]["weights"], f"rank {rank}'s weights differ from the plain run's"
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
+def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path, engine):
+    """Births on two steps in a row (rollback's patience): every rank goes back
+    to the state saved after step 2, its shards of the weights and of AdamW's
+    state, and trains on alike."""
+    fault_steps = (sharded_worker.FAULT_STEP, sharded_worker.FAULT_STEP + 1)
+    guarded = run_ranks(tmp_path, engine, "closure", "forward",
+                        {"fallback": "off", "rollback_every": 1, "lr_backoff": 0.5}, STEPS="7",
+                        FAULT_STEPS=",".join(map(str, fault_steps)), TRACE="1")
+    for rank, out in enumerate(guarded):
+        results, trace = out["results"], out["trace"]
+        rolled = [(step, r["rolled_back_to"]) for step, r in enumerate(results) if r["rolled_back_to"] >= 0]
+        assert rolled == [(fault_steps[1], fault_steps[0] - 1)], rank
+        assert trace[fault_steps[1]] == trace[fault_steps[0] - 1], "the weights saved after step 2 are back"
+        assert not any(r["skipped"] for r in results[fault_steps[1] + 1:]), rank
+        assert results[-1]["lr"] == pytest.approx(0.005), rank
+
+
+@pytest.mark.parametrize("engine, form, after", [("fsdp2", "closure", "stay"), ("fsdp2", "watched", "exit"),
+                                                  ("fsdp1", "closure", "exit")])
+def test_a_rank_that_raises_ends_the_step_on_every_rank(tmp_path, engine, form, after):
+    """Rank 1's forward raises mid-step while rank 0 waits in a collective:
+    rank 1 lets its error through and stops, rank 0's collective fails (at
+    once when rank 1 ends, at the process group's timeout when it stays), and
+    each says so in one line and refuses a next step."""
+    timeout = 10
+    where = tmp_path / "run"
+    env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1", LOG="1", AFTER=after,
+               PG_TIMEOUT=str(timeout), GUARD_OPTIONS=json.dumps({"fallback": "off"}))
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(where), engine, form, "raises"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(2)]
+    try:
+        out0, err0 = procs[0].communicate(timeout=timeout + 60)
+        if after == "stay":
+            assert procs[1].poll() is None  # still alive, out of every collective: rank 0 ended at the timeout
+            procs[1].kill()
+        out1, err1 = procs[1].communicate(timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == 0, err0[-3000:]
+    failed = [json.loads(out.strip().splitlines()[-1])["failed"] for out in (out0, out1)]
+    step = sharded_worker.FAULT_STEP
+    assert failed[1]["raised"] == "RuntimeError"  # the shape error, as the model raised it
+    assert failed[0]["raised"] is not None and failed[0]["seconds"] < timeout + 20, failed[0]
+    for rank, (f, err) in enumerate(zip(failed, (err0, err1))):
+        lines = [line for line in err.splitlines() if f"step {step}: failed on rank {rank}: " in line]
+        assert len(lines) == 1, err[-3000:]
+        assert "the run stops on each" in lines[0]
+        assert f"the guard stopped the run at step {step}: failed on rank {rank}" in f["next_step"]
+    assert "mat1 and mat2 shapes cannot be multiplied" in err1
 
 
 def test_a_flat_parameter_fsdp1_model_is_refused_with_what_to_do(tmp_path):

@@ -28,6 +28,13 @@ class GradientAverager {
   virtual void sum(const at::Tensor& /*values*/) {
     throw std::logic_error("GradientAverager::sum: only a sharded model's averager sums");
   }
+  // Whether every rank's `mine` holds (one sum): a verdict each rank of a
+  // sharded model reaches on its own shards, made common.
+  bool every_rank(bool mine) {
+    at::Tensor no = at::full({1}, mine ? 0.0f : 1.0f);
+    sum(no);
+    return no.item<float>() == 0.0f;
+  }
 };
 
 }  // namespace nanscope

@@ -196,6 +196,11 @@ class StepGuard {
   // micro-batch, throws DeadRunError at once, saying why.
   bool stopped() const { return !stopped_.empty(); }
   void refuse_if_stopped() const;  // throws that DeadRunError when stopped()
+  // Several ranks: this rank's step raised (`error`, one line), or its
+  // collective with the others failed. The step cannot go on without every
+  // rank, so the run stops here with one line (the step's open micro-batches
+  // are dropped); the exception itself is the caller's to let through.
+  void stop_for_failed_rank(int rank, const std::string& error);
   // The guard applies the optimizer's update (false: the loop's own rule).
   bool applies_update() const { return applies_update_; }
   // Without an optimizer: after a skipped step the loop applies its own
@@ -261,6 +266,10 @@ class StepGuard {
   Running begin_step(int64_t step, const StepContext& context);
   GuardedStep end_step(Running& run, const std::vector<float>& act_absmax);
   GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
+  GuardedStep closure_step(int64_t step, const Batch& batch, const StepContext& context);
+  GuardedStep watched_step(const StepContext& context);
+  // body(), and with several ranks its exception stops the run first (stop_for_failed_rank).
+  GuardedStep stopping_if_a_rank_fails(const GradientAverager* ranks, const std::function<GuardedStep()>& body);
   // The step's micro-batches can run again (a watched step needs a loss function).
   bool rerunnable(const Running& run) const;
   // Batches other than the step's own (a row left out, an earlier step) can
@@ -297,7 +306,8 @@ class StepGuard {
                                              const std::optional<RanksBorn>& born);
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
-  void save_state_if_due(int64_t step);
+  // Several ranks of a sharded model save alike: each its own shards, on the same steps.
+  void save_state_if_due(int64_t step, GradientAverager* ranks);
   // GuardOptions::doom_search: keeps what a replay of this step needs.
   void record_for_doom_search(const Running& run);
   // Searches back for the update that doomed this failing step; with

@@ -64,7 +64,8 @@ struct StepOutcome {
   bool skipped_as_spike = false;  // finite, but its loss was above StepSettings::skip_loss_above
   bool local_loss_finite = true;
   bool local_grads_finite = true;
-  std::vector<int> nonfinite_ranks;    // ranks whose own check failed (one process: {0} or {})
+  std::vector<int>
+      nonfinite_ranks;  // ranks whose own check failed (one process: {0} or {}; sharded: whose loss, if any did)
   double allreduce_seconds = 0;        // wall time in the gradient all-reduce (0: one process)
   bool stop_requested = false;         // some rank was interrupted (several ranks)
   std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
