@@ -31,6 +31,15 @@ std::vector<MicroBatch> replayable(const std::vector<MicroBatch>& micro_batches)
   return out;
 }
 
+// Whether every rank can search (`mine`) and keeps as many steps as this one
+// (`steps`): two sums, on a failing step only.
+bool every_rank_can_search(GradientAverager& ranks, bool mine, size_t steps) {
+  at::Tensor counts = at::full({1}, double(steps), at::kDouble);
+  ranks.sum(counts);
+  const bool same_steps = counts.item<double>() == double(steps) * ranks.world_size();
+  return ranks.every_rank(mine && same_steps);
+}
+
 }  // namespace
 
 void StepGuard::record_for_doom_search(const Running& run) {
@@ -56,21 +65,38 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     journal_.say(step, "doomed by: " + result.doomed_by);
     return false;
   };
-  // The step's own batch is the cause: no earlier step to look for.
-  if (!result.outcome.batch_finite) return not_searched("the batch holds a non-finite value");
-  if (capture && capture->first_birth &&
-      (capture->first_birth->op.phase == format::Phase::input ||
-       probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
-    return not_searched("the birth is the batch's own");
-  if (!applies_update_) return not_searched("the loop applies its own update, which a replay cannot repeat");
-  if (run.context.averager) return not_searched("several ranks (the search runs in one process)");
-  if (!rerunnable(run)) return not_searched("no loss function to replay steps with");
-  if (!runs_other_batches(run))
-    return not_searched("the closure runs its own batch only (give a loss function of the batch)");
+  GradientAverager* const ranks = run.context.averager;
   const TrainingState* from = ring_.oldest();
-  if (!from) return not_searched("no state saved yet to replay from");
+  const std::vector<const StepRecord*> records =
+      from ? history_.between(from->step, step) : std::vector<const StepRecord*>{};
+  std::string why;
+  // The step's own batch is the cause: no earlier step to look for.
+  if (!result.outcome.batch_finite)
+    why = "the batch holds a non-finite value";
+  else if (capture && capture->first_birth &&
+           (capture->first_birth->op.phase == format::Phase::input ||
+            probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
+    why = "the birth is the batch's own";
+  else if (!applies_update_)
+    why = "the loop applies its own update, which a replay cannot repeat";
+  else if (ranks && !ranks->sums())
+    why = "several ranks of nanscope-train (its ranks cannot replay together yet)";
+  else if (!rerunnable(run))
+    why = "no loss function to replay steps with";
+  else if (!runs_other_batches(run))
+    why = "the closure runs its own batch only (give a loss function of the batch)";
+  else if (!from)
+    why = "no state saved yet to replay from";
   // The weights the earlier finding blamed are still the run's: no new search.
-  if (doom_found_ && doom_found_->finding.step > from->step) {
+  const bool found_before = why.empty() && doom_found_ && doom_found_->finding.step > from->step;
+  if (why.empty() && !found_before && records.empty() && step > from->step + 1)
+    why = "the steps since the saved state are no longer kept (doom_search.memory_mb)";
+  // Several ranks replay together, each its own batches (a sharded forward is
+  // a collective): every rank searches, over the same steps, or none does.
+  if (ranks && ranks->sums() && !every_rank_can_search(*ranks, why.empty(), records.size()) && why.empty())
+    why = "another rank cannot (its run-rank-R.h5 says why)";
+  if (!why.empty()) return not_searched(why);
+  if (found_before) {
     const DoomFinding& f = doom_found_->finding;
     result.doomed_by = doom_text(f) + " (found at step " + std::to_string(doom_found_->at_step) + ")";
     result.doomed_by_step = f.step;
@@ -78,9 +104,6 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
     journal_.say(step, "doomed by: " + result.doomed_by);
     return false;
   }
-  const std::vector<const StepRecord*> records = history_.between(from->step, step);
-  if (records.empty() && step > from->step + 1)
-    return not_searched("the steps since the saved state are no longer kept (doom_search.memory_mb)");
 
   const auto start = std::chrono::steady_clock::now();
   // The live state, put back after the search unless the recovery replaces
@@ -103,6 +126,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   if (!fp32_modules_.empty()) fp32.emplace(model_, fp32_modules_);
   LiveEarlierSteps replays(model_, optimizer_, parameters_, options_.clip, *from, records, failing,
                            rollback_.spike_threshold());
+  replays.set_ranks(ranks);
   const DoomFinding finding = find_dooming_step(replays);
 
   const bool recover = finding.outcome == DoomOutcome::dooming_step && options_.rollback.enabled &&

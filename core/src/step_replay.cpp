@@ -67,18 +67,48 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
   try {
     const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, micro);
     ok = r.finite() && r.loss.item<double>() <= loss_band;
+    double norm = ranks_ ? 0.0 : r.total_norm.item<double>();
+    if (ranks_) ok = across_ranks(ok, norm);
     if (ok && update) {
-      clip_gradients(parameters_, r.total_norm.item<double>(), clip_);
+      clip_gradients(parameters_, norm, clip_);
       GroupLrScope as_recorded(optimizer_);
       as_recorded.set(record.lrs);
       optimizer_.step();
     }
   } catch (const std::exception& e) {
+    // A sharded replay's peers wait in its forward's and backward's
+    // collectives: no going on without this rank (the guard stops the run).
+    if (ranks_ && ranks_->sharded()) throw;
     last_error_ = one_line_error(e);
     ok = false;  // an op that raised on the values a replay made: no survival
+    double unused = 0;
+    if (ranks_) across_ranks(false, unused);  // the peers wait for this rank's verdict
   }
   clear_grads(parameters_);
   return ok;
+}
+
+bool LiveEarlierSteps::across_ranks(bool ok, double& norm) {
+  at::NoGradGuard no_grad;
+  auto squares = [&] {  // of this rank's gradients
+    at::Tensor sum = at::zeros({}, at::kDouble);
+    for (const at::Tensor& p : parameters_)
+      if (p.grad().defined()) sum += p.grad().to(at::kDouble).square().sum();
+    return sum;
+  };
+  if (!ranks_->sharded()) {
+    // Data parallel: the gradients averaged as the step did, the flag (MAX) with them.
+    at::Tensor bad = at::full({1}, ok ? 0.0f : 1.0f);
+    ranks_->average(bad);
+    if (bad.item<float>() != 0.0f) return false;
+    norm = std::sqrt(squares().item<double>());
+    return true;
+  }
+  // Sharded: the backward reduced the gradients; each rank holds a shard of each.
+  at::Tensor both = at::stack({at::full({}, ok ? 0.0 : 1.0, at::kDouble), squares()});
+  ranks_->sum(both);
+  norm = std::sqrt(both[1].item<double>());
+  return both[0].item<double>() == 0.0;
 }
 
 bool LiveEarlierSteps::budget_left() const { return budget_ - steps_run_ >= int64_t(steps_.size()) + 1; }
@@ -109,6 +139,7 @@ bool LiveEarlierSteps::survives(const LeaveOut& leave_out) {
 }
 
 int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {
+  if (ranks_) return 0;  // each rank's rows are its own batch's: the step is named whole
   const auto it = std::find_if(steps_.begin(), steps_.end(), [&](const StepRecord* r) { return r->step == step; });
   if (it == steps_.end()) return 0;
   const StepRecord& record = **it;

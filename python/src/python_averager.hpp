@@ -28,6 +28,7 @@ class PythonAverager : public GradientAverager {
     ranks_->attr("average")(flags);
   }
   bool sharded() const override { return sharded_; }
+  bool sums() const override { return true; }
   void sum(const at::Tensor& values) override {
     py::gil_scoped_acquire gil;
     ranks_->attr("sum")(values);

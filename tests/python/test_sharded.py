@@ -8,6 +8,7 @@ names the sick rank, and the snapshot replays on one process with the plain
 model's factory to the same birth."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,33 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
     assert str(report.first_birth) in birth or report.first_birth.op in birth
 
 
+def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool):
+    """The run directory of two FSDP2 ranks reads as a DDP one does: a run per
+    rank in nanscope-report, the sick rank named as the first non-finite one
+    and as the birth's, and a heatmap per rank in nanscope-view."""
+    report_exe = tool("NANSCOPE_REPORT")
+    run_ranks(tmp_path, "fsdp2", "closure", "forward")
+    run_dir = tmp_path / "fsdp2-closure-forward" / "run"
+    report = json.loads(subprocess.run([report_exe, str(run_dir), "--json"], check=True, capture_output=True,
+                                       text=True).stdout)
+    events = {run["rank"]: {e["kind"]: e["text"] for e in run["events"]} for run in report["runs"]}
+    assert sorted(events) == [0, 1]
+    for rank in (0, 1):
+        assert events[rank]["first_nonfinite"] == "1", events[rank]
+    assert events[1]["first_birth"].startswith("nan at aten::div (forward) in module 'body.1'")
+    assert events[0]["first_birth"].startswith("none on rank 0: born on rank(s) 1")
+    xvfb = shutil.which("xvfb-run")
+    if xvfb is None:
+        pytest.skip("xvfb-run not installed")
+    shot = tmp_path / "view.png"
+    view = subprocess.run([xvfb, "-a", tool("NANSCOPE_VIEW"), str(run_dir), "--screenshot", str(shot), "--frames",
+                           "3"], capture_output=True, text=True, timeout=120)
+    assert view.returncode == 0, view.stderr
+    for region in ("region heatmap-rank-0", "region heatmap-rank-1", "region plot.loss"):
+        assert region in view.stdout, view.stdout
+    assert shot.stat().st_size > 10000
+
+
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
 def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, engine):
     """A forward birth on rank 1 with fallback='whole': both ranks skip, go to
@@ -128,6 +156,54 @@ def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path,
         assert trace[fault_steps[1]] == trace[fault_steps[0] - 1], "the weights saved after step 2 are back"
         assert not any(r["skipped"] for r in results[fault_steps[1] + 1:]), rank
         assert results[-1]["lr"] == pytest.approx(0.005), rank
+
+
+DOOM_WORKER = Path(__file__).parent / "doom_ranks_worker.py"
+
+
+def run_doom_ranks(tmp_path, engine, rollback):
+    env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(DOOM_WORKER), str(rank), str(tmp_path / "run"), engine,
+                               "1" if rollback else "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    return outs
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
+def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, engine):
+    """Rank 1's finite update at step P dooms its step P + D: every rank
+    replays its own batches together, and every rank names step P (whole:
+    each rank's rows are its own batch's, so no row is blamed)."""
+    import doom_ranks_worker as w
+    outs = run_doom_ranks(tmp_path, engine, rollback=False)
+    for rank, out in enumerate(outs):
+        results = out["results"]
+        assert all(r["counted"] for r in results[:w.POISON + w.D]), rank
+        failed = results[w.POISON + w.D]
+        assert not failed["counted"], rank
+        assert (failed["doomed_by_step"], failed["doom_rows"], failed["doomed_by"]) == (w.POISON, [],
+                                                                                         f"step {w.POISON}"), rank
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "ddp"])
+def test_every_rank_goes_on_without_the_dooming_update(tmp_path, engine):
+    """With rollback on, every rank puts back the state saved before step P
+    and replays the steps since without P's update: the run goes on finite,
+    the ranks' weights alike."""
+    import doom_ranks_worker as w
+    outs = run_doom_ranks(tmp_path, engine, rollback=True)
+    failed = [out["results"][w.POISON + w.D] for out in outs]
+    assert failed[0]["rolled_back_to"] == failed[1]["rolled_back_to"]  # the same saved state
+    for rank, out in enumerate(outs):
+        assert failed[rank]["doomed_by_step"] == w.POISON and 0 <= failed[rank]["rolled_back_to"] < w.POISON, failed
+        assert failed[rank]["doomed_by"].startswith(f"step {w.POISON}"), failed
+        assert all(r["counted"] for r in out["results"][w.POISON + w.D + 1:]), rank
+    assert outs[0]["weights"] == outs[1]["weights"]
 
 
 @pytest.mark.parametrize("engine, form, after", [("fsdp2", "closure", "stay"), ("fsdp2", "watched", "exit"),

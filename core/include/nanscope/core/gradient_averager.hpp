@@ -24,9 +24,11 @@ class GradientAverager {
   // its forward is a collective every rank takes part in.
   virtual bool sharded() const { return false; }
   // Sums `values` across ranks in place (one collective): a sharded model's
-  // flags and the squared norms of its gradient shards.
+  // flags and the squared norms of its gradient shards, the verdicts of a
+  // search's replays. Only where sums() says so.
+  virtual bool sums() const { return false; }
   virtual void sum(const at::Tensor& /*values*/) {
-    throw std::logic_error("GradientAverager::sum: only a sharded model's averager sums");
+    throw std::logic_error("GradientAverager::sum: this averager does not sum");
   }
   // Whether every rank's `mine` holds (one sum): a verdict each rank of a
   // sharded model reaches on its own shards, made common.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_history.hpp"
@@ -35,6 +36,11 @@ class LiveEarlierSteps : public EarlierSteps {
   // A replay is started only if the steps it may run keep the total within `budget_steps`.
   bool budget_left() const override;
   void set_budget(int64_t budget_steps) { budget_ = budget_steps; }
+  // Several ranks replay together, each its own micro-batches: each replayed
+  // step's gradients are the whole step's (averaged across the ranks, or
+  // reduced by a sharded backward) and its verdict is every rank's. Rows are
+  // not searched then (each rank's rows are its own batch's).
+  void set_ranks(GradientAverager* ranks) { ranks_ = ranks; }
   // Called before each replay with what it leaves out: a progress line.
   void on_replay(std::function<void(const LeaveOut&)> callback) { on_replay_ = std::move(callback); }
   // Runs every step as the run did, nothing left out, calling `before` ahead
@@ -51,6 +57,9 @@ class LiveEarlierSteps : public EarlierSteps {
   // Recomputes one step (some rows left out) and applies its update: false
   // when it was non-finite or its loss above `loss_band`.
   bool run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update, double loss_band);
+  // Several ranks: every rank's verdict on a replayed step (`ok` is this
+  // rank's), and the norm of the whole step's gradients, for the clip.
+  bool across_ranks(bool ok, double& norm);
 
   TrainableModel& model_;
   torch::optim::Optimizer& optimizer_;
@@ -60,6 +69,7 @@ class LiveEarlierSteps : public EarlierSteps {
   std::vector<const StepRecord*> steps_;
   const StepRecord& failing_;
   double loss_band_;
+  GradientAverager* ranks_ = nullptr;
   int64_t steps_run_ = 0;
   std::string last_error_;
   int64_t budget_ = std::numeric_limits<int64_t>::max();
