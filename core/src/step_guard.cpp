@@ -661,7 +661,8 @@ void StepGuard::on_nonfinite_step(Running& run, const std::vector<float>& layer_
 
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
-  if (!run.buffers_written_outside && options_.doom_search.enabled && nonfinite_in_a_row_ == 0 &&
+  // Several ranks all enter the search (it is collective) and agree there whether it runs.
+  if ((!run.buffers_written_outside || context.averager) && options_.doom_search.enabled && nonfinite_in_a_row_ == 0 &&
       search_dooming_step(run, capture)) {
     journal_.flush();
     journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");

@@ -70,8 +70,10 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   const std::vector<const StepRecord*> records =
       from ? history_.between(from->step, step) : std::vector<const StepRecord*>{};
   std::string why;
-  // The step's own batch is the cause: no earlier step to look for.
-  if (!result.outcome.batch_finite)
+  // Not this step's updates, or its own batch: no earlier step to look for.
+  if (run.buffers_written_outside)
+    why = "its buffers were written outside its steps";
+  else if (!result.outcome.batch_finite)
     why = "the batch holds a non-finite value";
   else if (capture && capture->first_birth &&
            (capture->first_birth->op.phase == format::Phase::input ||
