@@ -10,7 +10,8 @@ usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
           raises (rank 1's batch is one column short: its forward raises; env
           AFTER=exit: rank 1 then ends, AFTER=stay: it stays, and its peer ends
           at the process group's timeout, env PG_TIMEOUT seconds)
-Prints one JSON line: the StepResults, the whole weights and each step's grad norm."""
+Prints one JSON line: the StepResults, the whole weights and each step's grad norm.
+Env: OPTIMIZER=sgd (AdamW unless), CLIP=C (the plain loop clips at C)."""
 import datetime
 import json
 import os
@@ -130,7 +131,8 @@ def main():
                             timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", 1800))))
     torch.manual_seed(0)  # every rank builds the same weights; FSDP keeps its shard of them
     model = shard(Net(fault), engine)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer = (torch.optim.SGD(model.parameters(), lr=0.5) if os.environ.get("OPTIMIZER") == "sgd" else
+                 torch.optim.AdamW(model.parameters(), lr=1e-2))
     out = {"results": [], "norms": []}
     guard = None
     if form != "plain":
@@ -164,6 +166,12 @@ def main():
                 loss = loss_of(model, (x, y))
             loss.backward()
             out["norms"].append(total_norm(model, engine))
+            if "CLIP" in os.environ:  # the loop's own clip, as PyTorch does it on a sharded model
+                clip = float(os.environ["CLIP"])
+                if engine == "fsdp1":
+                    model.clip_grad_norm_(clip)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             if step != FAULT_STEP or fault == "none":
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)

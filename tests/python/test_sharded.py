@@ -98,6 +98,20 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
     assert str(report.first_birth) in birth or report.first_birth.op in birth
 
 
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
+def test_the_guards_clip_uses_the_whole_gradients_norm(tmp_path, engine):
+    """clip= on a sharded model scales every rank's shards by the whole
+    gradients' norm: SGD ends where the plain FSDP loop's own
+    clip_grad_norm_ takes it (a clip by a shard's own norm would not)."""
+    clip = 0.05  # below every step's norm: each step is clipped
+    guarded = run_ranks(tmp_path, engine, "closure", "none", {"fallback": "off", "clip": clip}, OPTIMIZER="sgd")
+    plain = run_ranks(tmp_path, engine, "plain", "none", OPTIMIZER="sgd", CLIP=str(clip))
+    assert all(norm > clip for norm in plain[0]["norms"])
+    for rank in (0, 1):
+        for name, values in plain[rank]["weights"].items():
+            assert guarded[rank]["weights"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), (rank, name)
+
+
 def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool):
     """The run directory of two FSDP2 ranks reads as a DDP one does: a run per
     rank in nanscope-report, the sick rank named as the first non-finite one
