@@ -18,6 +18,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
+#include "nanscope/core/journal.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"

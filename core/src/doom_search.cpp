@@ -1,5 +1,7 @@
 #include "nanscope/core/doom_search.hpp"
 
+#include "nanscope/common/json_text.hpp"
+
 namespace nanscope {
 
 namespace {
@@ -105,9 +107,20 @@ std::string doom_sentence(const DoomFinding& f, int64_t failing, const std::stri
              std::to_string(f.last) + " together, not one";
     case DoomOutcome::no_earlier_step:
       return "no earlier step doomed step " + k + ": non-finite with every update since the saved state left out";
-    case DoomOutcome::budget_spent: break;
+    case DoomOutcome::budget_spent:
+    case DoomOutcome::unknown: break;
   }
   return doom_text(f);
+}
+
+std::string doom_json(const DoomFinding& f, int64_t failing, int64_t steps_run, const std::string& sentence) {
+  std::string rows;
+  for (int64_t row : f.rows) rows += (rows.empty() ? "" : ", ") + std::to_string(row);
+  return "{ \"outcome\": " + json_quoted(to_string(f.outcome)) + ", \"failing_step\": " + std::to_string(failing) +
+         ", \"step\": " + (f.outcome == DoomOutcome::dooming_step ? std::to_string(f.step) : "null") + ", \"rows\": [" +
+         rows + "], \"first\": " + std::to_string(f.first) + ", \"last\": " + std::to_string(f.last) +
+         ", \"replays\": " + std::to_string(f.replays) + ", \"steps_run\": " + std::to_string(steps_run) +
+         ", \"text\": " + json_quoted(sentence) + " }";
 }
 
 }  // namespace nanscope

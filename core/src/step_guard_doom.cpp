@@ -12,7 +12,7 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/core/step_replay.hpp"
 #include "nanscope/probe/birth_category.hpp"
-#include "step_guard_running.hpp"
+#include "step_guard_impl.hpp"
 
 namespace nanscope {
 
@@ -42,12 +42,12 @@ bool every_rank_can_search(GradientAverager& ranks, bool mine, size_t steps) {
 
 }  // namespace
 
-void StepGuard::record_for_doom_search(const Running& run) {
-  if (!applies_update_) return;  // a loop's own update rule cannot be replayed
+void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
+  if (!steered_.applies_update) return;  // a loop's own update rule cannot be replayed
   StepRecord record;
   record.step = run.step;
   record.micro_batches = replayable(run.micro_batches);
-  for (double lr : group_lrs(optimizer_)) record.lrs.push_back(lr * lr_multiplier());
+  for (double lr : group_lrs(steered_.optimizer)) record.lrs.push_back(lr * lr_multiplier());
   record.amp = run.result.amp;
   record.loss_scale = run.result.loss_scale;
   record.fault = run.fault;
@@ -57,7 +57,7 @@ void StepGuard::record_for_doom_search(const Running& run) {
   if (const TrainingState* oldest = ring_.oldest()) history_.forget_through(oldest->step);
 }
 
-bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Capture>& capture) {
+bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
   const int64_t step = run.step;
   GuardedStep& result = run.result;
   auto not_searched = [&](const std::string& why) {
@@ -79,7 +79,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
            (capture->first_birth->op.phase == format::Phase::input ||
             probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
     why = "the birth is the batch's own";
-  else if (!applies_update_)
+  else if (!steered_.applies_update)
     why = "the loop applies its own update, which a replay cannot repeat";
   else if (ranks && !ranks->sums())
     why = "several ranks of nanscope-train (its ranks cannot replay together yet)";
@@ -110,9 +110,9 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   const auto start = std::chrono::steady_clock::now();
   // The live state, put back after the search unless the recovery replaces
   // it; the groups' LR is the loop's either way.
-  std::optional<GroupLrScope> loop_lrs(std::in_place, optimizer_);
+  std::optional<GroupLrScope> loop_lrs(std::in_place, steered_.optimizer);
   StateRing live(1, std::numeric_limits<size_t>::max());
-  live.save(step, model_, optimizer_, scaler_);
+  live.save(step, steered_.model, steered_.optimizer, scaler_);
   const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   StepRecord failing;
   failing.step = step;
@@ -125,8 +125,8 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
   // The replays run the modules the fallback moved to fp32 in fp32, as the
   // steps did; each step replays at its own precision (at fp32 they switch nothing).
   std::optional<Fp32ModuleRegions> fp32;
-  if (!fp32_modules_.empty()) fp32.emplace(model_, fp32_modules_);
-  LiveEarlierSteps replays(model_, optimizer_, parameters_, options_.clip, *from, records, failing,
+  if (!fp32_modules_.empty()) fp32.emplace(steered_.model, fp32_modules_);
+  LiveEarlierSteps replays(steered_.model, steered_.optimizer, parameters_, options_.clip, *from, records, failing,
                            rollback_.spike_threshold());
   replays.set_ranks(ranks);
   const DoomFinding finding = find_dooming_step(replays);
@@ -135,7 +135,7 @@ bool StepGuard::search_dooming_step(Running& run, const std::optional<format::Ca
                        rollback_.can_roll_back() && replays.survives({finding.step, finding.step, finding.rows});
   if (!recover) {
     LossScaler scaler = scaler_;
-    StateRing::restore(*live.oldest(), model_, optimizer_, scaler);
+    StateRing::restore(*live.oldest(), steered_.model, steered_.optimizer, scaler);
   }
   loop_lrs.reset();
   {

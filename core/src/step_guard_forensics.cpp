@@ -4,7 +4,7 @@
 // diagnosis.
 #include "nanscope/core/step_guard.hpp"
 
-#include "step_guard_running.hpp"
+#include "step_guard_impl.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
 
@@ -38,7 +38,8 @@ namespace nanscope {
 // Forensics: the failing step re-run under op-level capture (eagerly, and
 // compiled again for a compiled model), its first birth said, its snapshot
 // written. nullopt when it was not re-run.
-std::optional<format::Capture> StepGuard::investigate(Running& run, const std::vector<float>& layer_grad_norm) {
+std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
+                                                            const std::vector<float>& layer_grad_norm) {
   const int64_t step = run.step;
   GuardedStep& result = run.result;
   const StepOutcome& outcome = result.outcome;
@@ -84,29 +85,29 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     // and planted fault.
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
     std::optional<Fp32ModuleRegions> fp32;
-    if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(model_, fp32_modules_);
+    if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
-      rerun_nonfinite =
-          !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches, &op_capture)
-               .finite();
+      rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.fault,
+                                        run.micro_batches, &op_capture)
+                             .finite();
     };
     {
       std::optional<ClosureModel::Step> with_loss_fn;
-      if (run.watched) with_loss_fn.emplace(closure_model(), loss_fn_, batches.front());
+      if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
       const auto start = std::chrono::steady_clock::now();
       capture = probe_.investigate(rerun, batches);
-      if (model_.compiled() && !lockstep) {
+      if (steered_.model.compiled() && !lockstep) {
         // The re-run ran eagerly, op by op: a compiled program's fault is
         // not there to see. Finite and no birth: run the step compiled too.
         compiled_cost = "eager re-run " +
                         seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         if (!rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth) {
-          const CompiledCheck check = check_compiled_program(model_, [&] {
+          const CompiledCheck check = check_compiled_program(steered_.model, [&] {
             bool nonfinite = false;
             try {
-              nonfinite =
-                  !recompute_step(model_, parameters_, result.amp, result.loss_scale, run.fault, run.micro_batches)
-                       .finite();
+              nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.fault,
+                                          run.micro_batches)
+                               .finite();
             } catch (const std::exception&) {
               // A compiled run that raised says nothing of the values it makes.
             }
@@ -165,7 +166,7 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
     if (!decision.write) {
       journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
     } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture,
-                                                 born ? born->gathered : model_.named_parameters());
+                                                 born ? born->gathered : steered_.model.named_parameters());
                !path.empty()) {
       journal_.event(step, format::EventKind::snapshot, path);
       snapshots_.push_back(path);
@@ -182,8 +183,9 @@ std::optional<format::Capture> StepGuard::investigate(Running& run, const std::v
 // Which ranks found a birth and which write a snapshot, summed in one
 // collective; when any writes one, every rank takes part in gathering the
 // whole parameters (each holds a shard), and the writers keep them.
-StepGuard::RanksBorn StepGuard::agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
-                                                const Running& run) {
+StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ranks,
+                                                            const std::optional<format::Capture>& capture,
+                                                            const RunningStep& run) {
   const int world = ranks.world_size(), rank = ranks.rank();
   const bool born_here = capture && capture->first_birth;
   at::Tensor flags = at::zeros({2 * world}, at::kFloat);
@@ -198,7 +200,7 @@ StepGuard::RanksBorn StepGuard::agree_on_births(GradientAverager& ranks, const s
     any_snapshot |= flags[world + r].item<float>() > 0;
   }
   if (any_snapshot) {
-    NamedTensors whole = model_.gathered_parameters();
+    NamedTensors whole = steered_.model.gathered_parameters();
     if (out.decision && out.decision->write) out.gathered = std::move(whole);
   }
   return out;
@@ -206,8 +208,8 @@ StepGuard::RanksBorn StepGuard::agree_on_births(GradientAverager& ranks, const s
 
 // Whether this step's snapshot is written, and if not why. In lockstep only a
 // rank that found a birth writes one (its peers' re-runs were finite).
-SnapshotPolicy::Decision StepGuard::snapshot_decision(const Running& run, const format::Capture& capture,
-                                                      const std::optional<RanksBorn>& born) {
+SnapshotPolicy::Decision StepGuard::Impl::snapshot_decision(const RunningStep& run, const format::Capture& capture,
+                                                            const std::optional<RanksBorn>& born) {
   if (run.buffers_written_outside) return {false, "the step's fault was written outside it: nothing to replay"};
   if (born) {
     if (born->decision) return *born->decision;
@@ -219,7 +221,7 @@ SnapshotPolicy::Decision StepGuard::snapshot_decision(const Running& run, const 
 // The step before was skipped and this one's input is non-finite: most often
 // state the loop carries across steps (an RNN's hidden state) that it took
 // from the skipped step. Said once per run of such steps, naming the tensor.
-void StepGuard::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
+void StepGuard::Impl::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     const std::vector<at::Tensor> tensors = micro_batches[k].tensors();
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -238,7 +240,7 @@ void StepGuard::say_carried_state(int64_t step, const std::vector<Batch>& micro_
   }
 }
 
-int64_t StepGuard::changed_micro_batch(const Running& run) const {
+int64_t StepGuard::Impl::changed_micro_batch(const RunningStep& run) const {
   int64_t changed = -1;
   for (size_t k = 0; k < run.micro_batches.size(); ++k) {
     const MicroBatch& micro = run.micro_batches[k];
@@ -249,28 +251,31 @@ int64_t StepGuard::changed_micro_batch(const Running& run) const {
   return changed;
 }
 
-std::string StepGuard::changed_micro_batch_text(const Running& run) const {
+std::string StepGuard::Impl::changed_micro_batch_text(const RunningStep& run) const {
   return " the loop changed micro-batch " + std::to_string(changed_micro_batch(run)) +
          " in place between its model call and backward: the re-run saw the new values (change a copy, or pass the "
          "batch: guard.backward(loss, batch))";
 }
 
-bool StepGuard::rerunnable(const Running& run) const { return !run.watched || loss_fn_; }
+bool StepGuard::Impl::rerunnable(const RunningStep& run) const { return !run.watched || steered_.loss_fn; }
 
 // A watched step, or a closure over its own batch only, runs another batch
 // through the loss function alone.
-bool StepGuard::other_batches_need_loss_fn(const Running& run) const {
-  return run.watched || (owned_model_ && !owned_model_->runs_any_batch());
+bool StepGuard::Impl::other_batches_need_loss_fn(const RunningStep& run) const {
+  return run.watched || (steered_.closure && !steered_.closure->runs_any_batch());
 }
 
-bool StepGuard::runs_other_batches(const Running& run) const { return !other_batches_need_loss_fn(run) || loss_fn_; }
-
-void StepGuard::run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const Running& run,
-                                            const Batch& batch) {
-  if (loss_fn_ && other_batches_need_loss_fn(run)) scope.emplace(closure_model(), loss_fn_, batch);
+bool StepGuard::Impl::runs_other_batches(const RunningStep& run) const {
+  return !other_batches_need_loss_fn(run) || steered_.loss_fn;
 }
 
-size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<format::Capture>& capture) const {
+void StepGuard::Impl::run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const RunningStep& run,
+                                                  const Batch& batch) {
+  if (steered_.loss_fn && other_batches_need_loss_fn(run)) scope.emplace(closure_model(), steered_.loss_fn, batch);
+}
+
+size_t StepGuard::Impl::diagnosed_micro_batch(const RunningStep& run,
+                                              const std::optional<format::Capture>& capture) const {
   if (capture && capture->first_birth && capture->first_birth->micro_batch >= 0)
     return size_t(capture->first_birth->micro_batch);
   const std::vector<float>& losses = run.result.outcome.micro_losses;
@@ -281,21 +286,22 @@ size_t StepGuard::diagnosed_micro_batch(const Running& run, const std::optional<
 
 // Everything needed to replay the step elsewhere (nanscope-replay), written
 // before the fallback changes weights, optimizer state or precision.
-std::string StepGuard::write_snapshot(const Running& run, size_t micro, const std::vector<float>& layer_grad_norm,
-                                      const format::Capture& capture, NamedTensors parameters) {
+std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro,
+                                            const std::vector<float>& layer_grad_norm, const format::Capture& capture,
+                                            NamedTensors parameters) {
   const int64_t step = run.step;
   const GuardedStep& result = run.result;
   const MicroBatch& kept = run.micro_batches.at(micro);
   probe::SnapshotContents s;
   s.step = step;
-  const ModelSpec spec = model_.spec();
+  const ModelSpec spec = steered_.model.spec();
   s.model_name = spec.name;
   s.model_hparams = spec.hparams;
   s.torchscript_bytes = spec.script_bytes;
   s.parameters = std::move(parameters);
-  s.buffers = model_.named_buffers();
+  s.buffers = steered_.model.named_buffers();
   s.optimizer = options_.optimizer_name;
-  s.optimizer_state = optimizer_state_by_name(optimizer_, s.parameters);
+  s.optimizer_state = optimizer_state_by_name(steered_.optimizer, s.parameters);
   // A step of several micro-batches keeps the one its first birth was in, as
   // it was, with its RNG state and loss weight: what replay and the row
   // search re-run (never a regrouping of the step's rows).
@@ -322,7 +328,7 @@ std::string StepGuard::write_snapshot(const Running& run, size_t micro, const st
   return probe_.save_snapshot(s);
 }
 
-RemedyChoice StepGuard::diagnose(Running& run, const std::optional<format::Capture>& capture) {
+RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture) {
   FailedStep failed;
   failed.amp = run.result.amp;
   failed.batch_finite = run.result.outcome.batch_finite;
@@ -332,7 +338,7 @@ RemedyChoice StepGuard::diagnose(Running& run, const std::optional<format::Captu
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules_;
-  LiveStepReruns reruns(model_, parameters_, run.result.loss_scale, run.fault, micro);
+  LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.fault, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
   return choose_remedy(failed, reruns);

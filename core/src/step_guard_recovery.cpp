@@ -11,12 +11,12 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
-#include "step_guard_running.hpp"
+#include "step_guard_impl.hpp"
 
 namespace nanscope {
 
-void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
-  fallback_.fire(model_, optimizer_, scaler_, parameters_.front().device(), step);
+void StepGuard::Impl::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
+  fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), step);
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
@@ -27,17 +27,17 @@ void StepGuard::fall_back(int64_t step, GuardedStep& result, const std::string& 
   amp_ = Amp::fp32;
 }
 
-void StepGuard::stop_dead_run(int64_t step, const std::string& text) {
+void StepGuard::Impl::stop_dead_run(int64_t step, const std::string& text) {
   journal_.record(step, format::EventKind::stop, text);
   journal_.flush();
   stopped_ = "step " + std::to_string(step) + ": " + text;
   throw DeadRunError(stopped_);
 }
 
-void StepGuard::stop_for_failed_rank(int rank, const std::string& error) {
+void StepGuard::Impl::stop_for_failed_rank(int rank, const std::string& error) {
   const int64_t step = watched_ ? watched_->run.step : next_step_ - 1;
   watched_.reset();
-  plant_fault(model_, {FaultKind::none});
+  plant_fault(steered_.model, {FaultKind::none});
   const std::string text = "failed on rank " + std::to_string(rank) + ": " + error +
                            "; a step of several ranks cannot go on without every rank: the run stops on each (the "
                            "others end with the process group's error, at once or at its timeout)";
@@ -46,7 +46,7 @@ void StepGuard::stop_for_failed_rank(int rank, const std::string& error) {
   stopped_ = "step " + std::to_string(step) + ": " + text;
 }
 
-void StepGuard::refuse_if_stopped() const {
+void StepGuard::Impl::refuse_if_stopped() const {
   // A loop that misses the stop would otherwise pay a forensic re-run on
   // every later step of a run nothing can save.
   if (!stopped_.empty())
@@ -54,20 +54,20 @@ void StepGuard::refuse_if_stopped() const {
                        " (no further step: end the loop, or start again from a healthy checkpoint)");
 }
 
-void StepGuard::save_state_if_due(int64_t step, GradientAverager* ranks) {
+void StepGuard::Impl::save_state_if_due(int64_t step, GradientAverager* ranks) {
   if (!rollback_.wants_state(step)) return;
-  // A sharded model's state is every rank's shards: sick if any rank's is,
-  // kept by every rank or by none (each rank's budget meets its own shards).
+  // A sharded model's state is kept by every rank or by none (each rank's
+  // budget meets its own shards).
   const bool sharded = ranks && ranks->sharded();
   // A sick state is never kept: a rollback to it would restore the sickness.
   const StateHealth health = this->health();
-  if (sharded ? !ranks->every_rank(health.finite()) : !health.finite()) {
+  if (!state_finite_on_every_rank(health, ranks)) {
     journal_.record(step, format::EventKind::save_refused,
                     "rollback state after step " + std::to_string(step) + " not kept: " +
                         (health.finite() ? std::string("another rank's shards") : health.text()) + " non-finite");
     return;
   }
-  bool saved = ring_.save(step, model_, optimizer_, scaler_);
+  bool saved = ring_.save(step, steered_.model, steered_.optimizer, scaler_);
   if (sharded && !ranks->every_rank(saved)) {
     ring_.forget_from(step);
     saved = false;
@@ -81,7 +81,13 @@ void StepGuard::save_state_if_due(int64_t step, GradientAverager* ranks) {
   }
 }
 
-RecoveryState StepGuard::recovery_state(int64_t step) const {
+bool StepGuard::Impl::state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const {
+  // A sharded model's state is every rank's shards: sick if any rank's is, so
+  // that every rank acts alike (one all-reduce, on every rank).
+  return ranks && ranks->sharded() ? ranks->every_rank(local.finite()) : local.finite();
+}
+
+RecoveryState StepGuard::Impl::recovery_state(int64_t step) const {
   RecoveryState s;
   s.mode = fallback_.mode();
   s.fallback_fired = fallback_.fired();
@@ -101,8 +107,8 @@ RecoveryState StepGuard::recovery_state(int64_t step) const {
 
 // The one place a recovery is carried out: only here do the precision, the
 // LR cut and the saved states change for a failed step.
-void StepGuard::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& r,
-                               const std::string& birth) {
+void StepGuard::Impl::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& r,
+                                     const std::string& birth) {
   const std::string remedy_text = std::string(remedy_name(r.remedy)) + ": " + r.why;
   // A remedy that is the step's whole outcome: its event and its line in one.
   auto remedy_record = [&] {
@@ -144,17 +150,17 @@ void StepGuard::apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigge
   if (r.then_stop) stop_dead_run(step, *r.then_stop);
 }
 
-void StepGuard::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
+void StepGuard::Impl::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
   const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
   if (!state) throw std::logic_error("StepGuard: a rollback was decided with no good state saved");
   const int64_t to = state->step;
   std::vector<double> lrs;
   {
     // The groups' LR is the loop's: restored as it was, the cut is the guard's multiplier.
-    const GroupLrScope loop_lrs(optimizer_);
+    const GroupLrScope loop_lrs(steered_.optimizer);
     lrs = loop_lrs.kept();
     const bool scaling = scaler_.enabled();
-    StateRing::restore(*state, model_, optimizer_, scaler_);
+    StateRing::restore(*state, steered_.model, steered_.optimizer, scaler_);
     if (!scaling) scaler_.disable();  // the fp32 fallback stays
   }
   rollback_lr_multiplier_ *= options_.lr_backoff;

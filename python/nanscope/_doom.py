@@ -6,6 +6,7 @@ precision and loss scale; batches(step) gives each step's batch as the guard
 was given it; the checkpoint gives the state the replays start from. The
 search is the one the guard runs live with doom_search=True (a bisection over
 updates left out, then over the dooming step's rows)."""
+import json
 import os
 import sys
 import time
@@ -19,23 +20,23 @@ class DoomReport:
     when some batch rows alone did it; [] is the step's whole update, an LR
     spike), 'no_earlier_step' (the failing step fails with every update since
     the checkpoint left out), 'several_steps' (only first..last together) or
-    'budget_spent' (first..last still suspected). str() is the sentence."""
+    'budget_spent' (first..last still suspected). The fields are read from the
+    one JSON the C++ search writes, so the object, to_dict() and to_json()
+    never disagree; str() is the sentence."""
 
-    def __init__(self, fields, seconds):
-        self.outcome = fields["outcome"]
-        self.failing_step = fields["failing_step"]
-        self.step = fields["step"]
-        self.rows = list(fields["rows"])
-        self.first = fields["first"]
-        self.last = fields["last"]
-        self.replays = fields["replays"]
-        self.steps_run = fields["steps_run"]
+    _FIELDS = ("outcome", "failing_step", "step", "rows", "first", "last", "replays", "steps_run", "text")
+
+    def __init__(self, json_text, seconds):
+        fields = json.loads(json_text)
+        for name in self._FIELDS:
+            setattr(self, name, fields[name])
         self.seconds = seconds
-        self.text = fields["text"]
 
     def to_dict(self):
-        return {k: getattr(self, k) for k in ("outcome", "failing_step", "step", "rows", "first", "last",
-                                               "replays", "steps_run", "seconds", "text")}
+        return {name: getattr(self, name) for name in self._FIELDS + ("seconds",)}
+
+    def to_json(self):
+        return json.dumps(self.to_dict())
 
     def __str__(self):
         return self.text
@@ -94,9 +95,9 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
             print(f"nanscope: doom search: {line}", file=sys.stderr, flush=True)
     start = time.monotonic()
     try:
-        fields = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),
+        found = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),
                               -1 if failing_step is None else int(failing_step), float(clip), float(spike_ratio),
                               int(budget), progress or None, int(row_dim))
     finally:
         _scopes.close_lingering()
-    return DoomReport(fields, time.monotonic() - start)
+    return DoomReport(found, time.monotonic() - start)

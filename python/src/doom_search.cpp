@@ -16,19 +16,9 @@ namespace nanscope::python {
 
 namespace {
 
-const char* outcome_name(DoomOutcome outcome) {
-  switch (outcome) {
-    case DoomOutcome::dooming_step: return "dooming_step";
-    case DoomOutcome::several_steps: return "several_steps";
-    case DoomOutcome::no_earlier_step: return "no_earlier_step";
-    case DoomOutcome::budget_spent: return "budget_spent";
-  }
-  return "?";
-}
-
-py::dict search_doom(const std::string& run_file, py::object module, py::object optimizer, py::object loss,
-                     py::object batches, int64_t start_step, int64_t failing_step, double clip, double spike_ratio,
-                     int64_t budget, py::object progress, int64_t row_dim) {
+std::string search_doom(const std::string& run_file, py::object module, py::object optimizer, py::object loss,
+                        py::object batches, int64_t start_step, int64_t failing_step, double clip, double spike_ratio,
+                        int64_t budget, py::object progress, int64_t row_dim) {
   format::RunData run;
   try {
     run = format::read_run(run_file);
@@ -71,17 +61,7 @@ py::dict search_doom(const std::string& run_file, py::object module, py::object 
                              "the batches or the RNG state are not the run's" +
                              (found.error.empty() ? std::string() : "; a step raised: " + found.error));
   const DoomFinding& f = found.finding;
-  py::dict out;
-  out["outcome"] = outcome_name(f.outcome);
-  out["failing_step"] = failing;
-  out["step"] = f.outcome == DoomOutcome::dooming_step ? py::cast(f.step) : py::none();
-  out["rows"] = f.rows;
-  out["first"] = f.first;
-  out["last"] = f.last;
-  out["replays"] = f.replays;
-  out["steps_run"] = found.steps_run;
-  out["text"] = doom_sentence(f, failing, found.rows_text);
-  return out;
+  return doom_json(f, failing, found.steps_run, doom_sentence(f, failing, found.rows_text));
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 
 #include "guard_keywords.hpp"
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/journal.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/probe/module_scope.hpp"

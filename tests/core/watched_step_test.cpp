@@ -176,3 +176,38 @@ TEST(WatchedStep, AStoppedRunRefusesEveryLaterCallSayingWhereItStopped) {
         << e.what();
   }
 }
+
+// The watched step's order: model calls and losses, unscale() at most once,
+// then step(). Each call out of order throws std::logic_error, and leaves the
+// guard able to run the next step in order.
+TEST(WatchedStep, CallsOutOfOrderThrowAndTheNextStepInOrderStillRuns) {
+  Watched w(Amp::fp32);
+  StepGuard& guard = *w.guard;
+  const Batch b = micro_batches(1, -1, 0).front();
+  auto loss = [&] { return w.loss_of(b); };
+  auto message_of = [](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const std::logic_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(nothing thrown)");
+  };
+  EXPECT_NE(message_of([&] { guard.unscale(); }).find("no backward"), std::string::npos);
+  EXPECT_FALSE(guard.step_open());
+  guard.begin_micro_batch();  // a forward, no loss yet
+  EXPECT_TRUE(guard.step_open());
+  EXPECT_NE(message_of([&] { guard.unscale(); }).find("no backward"), std::string::npos);
+  EXPECT_NE(message_of([&] { guard.step(); }).find("no backward"), std::string::npos);
+  guard.backward(loss(), b);
+  EXPECT_NE(message_of([&] { guard.step(w.loss_of, b); }).find("a watched step is open"), std::string::npos);
+  guard.unscale();
+  guard.unscale();  // once or twice: the gradients are unscaled once
+  EXPECT_NE(message_of([&] { guard.backward(loss(), b); }).find("a backward after unscale()"), std::string::npos);
+  EXPECT_TRUE(guard.step().counted());
+  EXPECT_FALSE(guard.step_open());
+  EXPECT_NE(message_of([&] { guard.step(); }).find("no backward"), std::string::npos);
+  guard.backward(loss(), b);  // the next step, in order
+  EXPECT_TRUE(guard.step().counted());
+  EXPECT_EQ(guard.applied_steps(), 2);
+}

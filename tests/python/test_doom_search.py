@@ -14,6 +14,7 @@ non-finite on a harmless batch: the glitched sample's inputs come again (as in
 the next epoch) with a plausible count, and so they do on every later step,
 failing each unless the run goes on without that update. Nothing between P
 and P + d uses the probe."""
+import json
 import math
 
 import pytest
@@ -218,6 +219,9 @@ def test_after_the_run_the_dooming_step_is_found_from_the_users_checkpoint(tmp_p
     assert (found.failing_step, found.step, found.rows) == (poison + d, poison, [3]), found
     assert str(found).startswith(f"step {poison} doomed step {poison + d}: without batch row 3"), found
     assert found.steps_run > poison + d - 40 and found.replays >= 3
+    # One JSON behind the object: to_json() reads back as to_dict(), every field there.
+    assert json.loads(found.to_json()) == found.to_dict()
+    assert found.to_dict()["rows"] == [3] and found.to_dict()["text"] == str(found)
     assert "nanscope: doom search: replay 1, without steps 40-54;" in capsys.readouterr().err
     # A budget too small: the steps still suspected, narrowed from 40-54.
     short = search_after(tmp_path, trunk, plan, checkpoint, 40, budget=60, progress=False)

@@ -18,6 +18,7 @@
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/checkpoint.hpp"
+#include "nanscope/core/journal.hpp"
 #include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/optimizer.hpp"

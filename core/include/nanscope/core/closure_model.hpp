@@ -15,13 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/core/loss_closure.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
-
-using LossClosure = std::function<at::Tensor()>;                  // forward + loss on the step's batch
-using BatchLoss = std::function<at::Tensor(const Batch& batch)>;  // forward + loss on any batch
 
 class ClosureModel final : public TrainableModel {
  public:

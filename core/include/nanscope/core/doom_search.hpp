@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/vocabulary.hpp"
+
 namespace nanscope {
 
 // Which updates a replay leaves out: those of the steps first..last; with
@@ -49,12 +51,15 @@ class EarlierSteps {
   virtual bool budget_left() const { return true; }
 };
 
-enum class DoomOutcome {
-  dooming_step,     // `step` (and `rows`, when some rows alone did it)
-  several_steps,    // no single step: the smallest range found, first..last
-  no_earlier_step,  // fails with every update since the saved state left out
-  budget_spent,     // stopped by the budget: the range still suspected, first..last
-};
+// What the search found, as a closed vocabulary (its words are the JSON's):
+//   dooming_step     `step` (and `rows`, when some rows alone did it)
+//   several_steps    no single step: the smallest range found, first..last
+//   no_earlier_step  fails with every update since the saved state left out
+//   budget_spent     stopped by the budget: the range still suspected, first..last
+#define NANSCOPE_DOOM_OUTCOMES(X) \
+  X(dooming_step, "dooming_step") \
+  X(several_steps, "several_steps") X(no_earlier_step, "no_earlier_step") X(budget_spent, "budget_spent")
+NANSCOPE_DECLARE_WORDS_IN(format::Words, DoomOutcome, NANSCOPE_DOOM_OUTCOMES)
 
 struct DoomFinding {
   DoomOutcome outcome = DoomOutcome::no_earlier_step;
@@ -73,5 +78,8 @@ std::string doom_text(const DoomFinding& finding);
 // step doomed step 16: ...". `rows_text`: the dooming step's rows as said
 // (dooming_rows_text in step_replay.hpp).
 std::string doom_sentence(const DoomFinding& finding, int64_t failing, const std::string& rows_text);
+// The finding as one JSON object (outcome, failing_step, step, rows, first,
+// last, replays, steps_run, text): what nanscope.DoomReport is read from.
+std::string doom_json(const DoomFinding& finding, int64_t failing, int64_t steps_run, const std::string& sentence);
 
 }  // namespace nanscope

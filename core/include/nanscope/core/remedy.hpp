@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/fault.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
@@ -29,13 +30,6 @@
 #include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
-
-#define NANSCOPE_REMEDIES(X) \
-  X(none, "none")            \
-  X(skip_data, "data")       \
-  X(skip_transient, "transient") X(skip_compiler, "compiler") X(fp32_modules, "fp32-modules") X(whole_fp32, "whole")
-NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)
-inline const char* remedy_name(Remedy remedy) { return to_string(remedy); }
 
 struct RemedyChoice {
   Remedy remedy = Remedy::whole_fp32;

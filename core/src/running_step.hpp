@@ -1,19 +1,20 @@
 #pragma once
-// StepGuard's step in progress, shared by the files that implement the guard
-// (step_guard.cpp, step_guard_doom.cpp): not part of the public interface.
+// A guarded step between its begin and end phases, whichever form runs it
+// (the closure step, or the watched step the loop runs). Private to the
+// guard's files.
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model_calls.hpp"
-#include "nanscope/core/fp32_modules.hpp"
-#include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/fault.hpp"
+#include "nanscope/core/guarded_step.hpp"
+#include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
 
-// A step between its begin and end phases, whichever form runs it.
-struct StepGuard::Running {
+struct RunningStep {
   int64_t step = 0;
   StepContext context;
   Fault fault;  // planted at this step (plant_faults)
@@ -21,7 +22,7 @@ struct StepGuard::Running {
   GuardedStep result;
   std::chrono::steady_clock::time_point start;
   std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
-  bool watched = false;                   // the loop ran forward and backward: re-runs go through loss_fn_
+  bool watched = false;                   // the loop ran forward and backward: re-runs go through its loss_fn
   std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
   // Micro-batches whose loss came after several calls of the model: which
   // call it used is decided if the step fails (decide_micro_batches).
@@ -30,15 +31,6 @@ struct StepGuard::Running {
   // The step's buffers were non-finite, its re-run from the buffers the skip
   // put back was finite, and calls outside its losses ran in it: they wrote them.
   bool buffers_written_outside = false;
-};
-
-// The watched step in progress: its begin phase done, micro-batches coming in.
-struct StepGuard::Watched {
-  Running run;
-  std::vector<at::Tensor> losses;  // each micro-batch's loss as the loop gave it (detached)
-  std::vector<ModelCall> calls;    // the model's calls since the last micro-batch's loss
-  std::optional<UnscaledGradients> unscaled;
-  std::optional<Fp32ModuleRegions> fp32;
 };
 
 }  // namespace nanscope

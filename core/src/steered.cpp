@@ -1,0 +1,32 @@
+#include "steered.hpp"
+
+#include <stdexcept>
+
+#include <torch/optim/sgd.h>
+
+#include "nanscope/core/module_model.hpp"
+
+namespace nanscope {
+
+std::unique_ptr<ClosureModel> Steered::closure_of(GuardedModel& given, const std::string& model_name) {
+  if (given.module_)  // borrowed: a shared_ptr that owns nothing
+    return std::make_unique<ClosureModel>(ModuleModel::borrowing(model_name, *given.module_));
+  if (given.owned_) return std::make_unique<ClosureModel>(std::move(given.owned_));
+  if (!given.model_) throw std::invalid_argument("nanscope::StepGuard: no model (an empty module holder?)");
+  return nullptr;
+}
+
+TrainableModel& Steered::trained(const std::unique_ptr<ClosureModel>& closure, const GuardedModel& given) {
+  return closure ? *closure : *given.model_;
+}
+
+Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const std::string& model_name)
+    : closure(closure_of(given, model_name)),
+      stand_in(optimizer ? nullptr
+                         : std::make_unique<torch::optim::SGD>(trainable_tensors(trained(closure, given)),
+                                                               torch::optim::SGDOptions(0.0))),
+      model(trained(closure, given)),
+      optimizer(optimizer ? *optimizer : *stand_in),
+      applies_update(optimizer != nullptr) {}
+
+}  // namespace nanscope

@@ -1,0 +1,35 @@
+#pragma once
+// What a StepGuard steers: the model it trains and the optimizer that applies
+// the update (or a stand-in without one), and the loop's loss function for
+// re-runs. Private to the guard's files.
+#include <memory>
+#include <string>
+
+#include <torch/optim/optimizer.h>
+
+#include "nanscope/core/closure_model.hpp"
+#include "nanscope/core/loss_closure.hpp"
+#include "nanscope/core/step_guard.hpp"
+
+namespace nanscope {
+
+struct Steered {
+  // `optimizer` null: the loop applies its own update rule.
+  Steered(GuardedModel model, torch::optim::Optimizer* optimizer, const std::string& model_name);
+  // The closure step's model (a guard given a module or an owned body); null
+  // for a borrowed TrainableModel. Declared first: `model` refers to it.
+  std::unique_ptr<ClosureModel> closure;
+  // Without the loop's optimizer: a stand-in holding the parameters (rollback
+  // states, checkpoints), never stepped. Declared first: `optimizer` refers to it.
+  std::unique_ptr<torch::optim::Optimizer> stand_in;
+  TrainableModel& model;
+  torch::optim::Optimizer& optimizer;
+  bool applies_update;  // false: the loop's own rule applies it
+  BatchLoss loss_fn;    // the watched form's: what re-runs a micro-batch
+
+ private:
+  static std::unique_ptr<ClosureModel> closure_of(GuardedModel& given, const std::string& model_name);
+  static TrainableModel& trained(const std::unique_ptr<ClosureModel>& closure, const GuardedModel& given);
+};
+
+}  // namespace nanscope

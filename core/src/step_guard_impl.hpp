@@ -1,0 +1,177 @@
+#pragma once
+// StepGuard's insides, behind its public header: what it steers, the step
+// runner (both forms), forensics, recovery and the doom search, each
+// implemented in its own step_guard_*.cpp. Private to core.
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/buffer_transaction.hpp"
+#include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/fallback.hpp"
+#include "nanscope/core/gradient_averager.hpp"
+#include "nanscope/core/guard_errors.hpp"
+#include "nanscope/core/journal.hpp"
+#include "nanscope/core/loss_scaler.hpp"
+#include "nanscope/core/recovery.hpp"
+#include "nanscope/core/remedy.hpp"
+#include "nanscope/core/rollback.hpp"
+#include "nanscope/core/sentinel.hpp"
+#include "nanscope/core/snapshot_policy.hpp"
+#include "nanscope/core/state_health.hpp"
+#include "nanscope/core/state_ring.hpp"
+#include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/step_history.hpp"
+#include "nanscope/format/run_file.hpp"
+#include "nanscope/probe/probe.hpp"
+#include "running_step.hpp"
+#include "steered.hpp"
+#include "watched_step.hpp"
+
+namespace nanscope {
+
+struct StepGuard::Impl {
+  Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options);
+
+  // --- The step runner (step_guard_running.cpp: both forms' begin and end; step_guard_watched.cpp: the watched form).
+  RunningStep begin_step(int64_t step, const StepContext& context);
+  GuardedStep end_step(RunningStep& run, const std::vector<float>& act_absmax);
+  GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context);
+  GuardedStep step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context);
+  GuardedStep step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context);
+  GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
+  GuardedStep closure_step(int64_t step, const Batch& batch, const StepContext& context);
+  ClosureModel& closure_model();
+  ScopedAutocast autocast();
+  void begin_micro_batch();
+  void end_model_call();
+  at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch, const std::vector<Batch>& earlier_call_batches,
+                   bool changed_since_call);
+  void unscale();
+  GuardedStep step(const StepContext& context);
+  GuardedStep watched_step(const StepContext& context);
+  void undo_loops_update();
+  WatchedPhase watched_phase() const { return watched_ ? watched_->phase : WatchedPhase::closed; }
+  // The watched step after `call`, opened if none is (or std::logic_error: a call out of order).
+  WatchedStep& advance_watched(WatchedCall call);
+  // body(), and with several ranks its exception stops the run first (stop_for_failed_rank).
+  GuardedStep stopping_if_a_rank_fails(const GradientAverager* ranks, const std::function<GuardedStep()>& body);
+  // Each micro-batch that came after several model calls gets the call its loss used.
+  void decide_micro_batches(RunningStep& run);
+  // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
+  void check_scope_names(int64_t step, const std::vector<std::string>& opened);
+  // Throws std::invalid_argument naming planned fp32 modules the step did not run.
+  void check_planned_fp32_modules(const std::vector<std::string>& missing);
+  void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
+                                   const std::vector<float>& layer_act_absmax);
+  std::string undo_skipped_step(GuardedStep& result);
+  void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+
+  // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
+  std::optional<format::Capture> investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
+                             const format::Capture& capture, NamedTensors parameters);
+  // A sharded model's forensics in lockstep: the ranks that found a birth,
+  // this rank's snapshot decision, and the whole parameters it writes.
+  struct RanksBorn {
+    std::vector<int> births;
+    std::optional<SnapshotPolicy::Decision> decision;  // this rank found a birth
+    NamedTensors gathered;                             // this rank writes the snapshot
+  };
+  RanksBorn agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
+                            const RunningStep& run);
+  SnapshotPolicy::Decision snapshot_decision(const RunningStep& run, const format::Capture& capture,
+                                             const std::optional<RanksBorn>& born);
+  void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
+  // The step's micro-batches can run again (a watched step needs a loss function).
+  bool rerunnable(const RunningStep& run) const;
+  // Batches other than the step's own (a row left out, an earlier step) can
+  // run: through the loss function, or a closure that takes its batch.
+  bool runs_other_batches(const RunningStep& run) const;
+  bool other_batches_need_loss_fn(const RunningStep& run) const;
+  // Installs the loss function where runs_other_batches needs it.
+  void run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const RunningStep& run,
+                                   const Batch& batch);
+  // A micro-batch the loop changed in place after its model call (the first
+  // with a non-finite loss, else the first), or -1.
+  int64_t changed_micro_batch(const RunningStep& run) const;
+  std::string changed_micro_batch_text(const RunningStep& run) const;  // " the loop changed micro-batch K ..."
+  // The micro-batch a diagnosis re-runs: the one of the first birth.
+  size_t diagnosed_micro_batch(const RunningStep& run, const std::optional<format::Capture>& capture) const;
+  // --fallback auto's diagnosis of this failed step (re-runs of it).
+  RemedyChoice diagnose(RunningStep& run, const std::optional<format::Capture>& capture);
+
+  // --- Recovery (step_guard_recovery.cpp): what decide_recovery needs of the
+  // guard, and the one place its decision is carried out.
+  RecoveryState recovery_state(int64_t step) const;
+  void apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& recovery,
+                      const std::string& birth = "");
+  void roll_back(int64_t step, GuardedStep& result, const std::string& why);
+  void fall_back(int64_t step, GuardedStep& result, const std::string& what);
+  [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
+  void stop_for_failed_rank(int rank, const std::string& error);
+  void refuse_if_stopped() const;
+  // Several ranks of a sharded model save alike: each its own shards, on the same steps.
+  void save_state_if_due(int64_t step, GradientAverager* ranks);
+  // Every rank's training state finite (one rank's `local` verdict, all-reduced under a sharded model).
+  bool state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const;
+  double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
+  GuardState state() const;
+  void restore(const GuardState& state);
+  StateHealth health() const;
+
+  // --- The doom search (step_guard_doom.cpp).
+  // GuardOptions::doom_search: keeps what a replay of this step needs.
+  void record_for_doom_search(const RunningStep& run);
+  // Searches back for the update that doomed this failing step; with
+  // rollback on, goes back and replays the run without it. True when the
+  // run was recovered so (nothing more to do for this step).
+  bool search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
+
+  Steered steered_;                       // declared first: the members below are built from it
+  std::unique_ptr<WatchedStep> watched_;  // the watched step in progress
+  GuardOptions options_;
+  std::vector<at::Tensor> parameters_;
+  probe::Probe probe_;
+  LossScaler scaler_;
+  FallbackPolicy fallback_;
+  SnapshotPolicy snapshot_policy_;
+  Journal journal_;  // run.h5 and the log: each decision's event and line from one call
+  Amp amp_;
+  std::vector<std::string> snapshots_;
+  std::vector<int> first_nonfinite_ranks_;
+  Sentinel sentinel_;
+  RollbackPolicy rollback_;
+  StateRing ring_;
+  StepHistory history_;  // the steps since the oldest saved state (doom search only)
+  // The last dooming step found and where (no recovery since): a later
+  // failure it still explains is not searched again.
+  struct DoomFound {
+    int64_t at_step = -1;
+    DoomFinding finding;
+  };
+  std::optional<DoomFound> doom_found_;
+  double rollback_lr_multiplier_ = 1;
+  int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
+  int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)
+  int64_t nonfinite_since_ = -1;    // the first of them
+  int64_t applied_steps_ = 0;
+  BufferTransaction transaction_;
+  std::vector<std::string> fp32_modules_;
+  // --fallback auto: the remedy chosen for each first birth (birth_key), and
+  // at which step: the same birth again needs no new diagnosis.
+  std::map<std::string, std::pair<int64_t, RemedyChoice>> remedy_of_birth_;
+  bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
+  bool scope_names_checked_ = false;
+  std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
+  int64_t next_step_ = 0;
+  std::string stopped_;                                  // "step S: why" once the run was stopped
+  std::vector<Fault> planted_;                           // plant_faults()
+  std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
+};
+
+}  // namespace nanscope

@@ -1,0 +1,384 @@
+// The step runner: a step's begin and end phases, which both forms share, and
+// the closure form (the guard runs forward, loss and backward).
+#include "step_guard_impl.hpp"
+
+#include "nanscope/core/cpu_kernels.hpp"
+#include "nanscope/core/generator_states.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <torch/optim/sgd.h>
+#include "nanscope/common/error_text.hpp"
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/guard_option_list.hpp"
+#include "nanscope/core/optimizer.hpp"
+#include "nanscope/format/advice_words.hpp"
+#include "nanscope/format/event_text.hpp"
+#include "nanscope/format/run_layout.hpp"
+#include "nanscope/probe/activation_recorder.hpp"
+#include "nanscope/probe/module_scope.hpp"
+#include "nanscope/probe/op_capture.hpp"
+
+namespace nanscope {
+
+namespace {
+
+// The outcome of a step whose forward or backward raised: nothing finite came
+// of it, so it is skipped like a non-finite loss (gradients dropped, the fp16
+// scale backs off).
+StepOutcome raised_step_outcome(LossScaler& scaler, const std::vector<at::Tensor>& parameters) {
+  clear_grads(parameters);
+  StepOutcome out;
+  out.loss = std::numeric_limits<double>::quiet_NaN();
+  out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+  out.loss_finite = out.local_loss_finite = false;
+  out.skipped = true;
+  out.nonfinite_ranks = {0};
+  scaler.update(true);
+  return out;
+}
+
+double current_lr(const torch::optim::Optimizer& optimizer) {
+  return optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
+}
+
+}  // namespace
+
+RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context) {
+  RunningStep run;
+  run.step = step;
+  run.context = context;
+  run.start = std::chrono::steady_clock::now();
+  model_exception_ = nullptr;
+  run.result.amp = amp_;
+  // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
+  run.result.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
+  run.result.loss_scale = scaler_.scale();
+  run.fault = model_fault_at(planted_, step);
+  plant_fault(steered_.model, run.fault);
+  transaction_.begin(steered_.model);
+  run.settings = StepSettings{amp_, options_.clip, options_.probe, {}};
+  run.settings.written_buffers = &transaction_.written_floating();
+  run.settings.buckets = context.averager;
+  run.settings.averaged_parameter_norms = options_.warn;
+  run.settings.stop_requested = context.stop_requested;
+  run.settings.skip_loss_above = rollback_.skip_loss_above(step);
+  next_step_ = step + 1;
+  return run;
+}
+
+GuardedStep StepGuard::Impl::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
+                                  const StepContext& context) {
+  return run_closure_step(step, Batch(inputs, targets), context);
+}
+
+GuardedStep StepGuard::Impl::run_closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+  refuse_if_stopped();
+  return stopping_if_a_rank_fails(context.averager, [&] { return closure_step(step, batch, context); });
+}
+
+GuardedStep StepGuard::Impl::stopping_if_a_rank_fails(const GradientAverager* ranks,
+                                                      const std::function<GuardedStep()>& body) {
+  if (!ranks) return body();
+  try {
+    return body();
+  } catch (const DeadRunError&) {
+    throw;  // the ranks agreed to stop: said already
+  } catch (const std::exception& e) {
+    // Its peers wait in a collective (the sharded forward's all-gathers, the
+    // guard's own sum) that this rank will not join: they end with the
+    // process group's error, at once or at its timeout, and stop here too.
+    stop_for_failed_rank(ranks->rank(), one_line_error(e));
+    throw;
+  }
+}
+
+GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+  if (watched_phase() == WatchedPhase::calls) {
+    // A forward outside the closure (an evaluation with gradients on) opened
+    // no step of the loop's: forgotten, its number given back.
+    next_step_ = watched_->run.step;
+    watched_.reset();
+  }
+  if (watched_phase() != WatchedPhase::closed)
+    throw std::logic_error("StepGuard::step(closure, batch): a watched step is open (call step() first)");
+  RunningStep run = begin_step(step, context);
+  StepSettings& settings = run.settings;
+  if (options_.probe) {
+    // Without the data set rows, they are unknown (-1), not guessed.
+    probe_.begin_step(step,
+                      context.batch_rows.defined() ? context.batch_rows : at::full({batch.rows()}, -1, at::kLong));
+    settings.batch_nonfinite = probe_.batch_nonfinite(batch);
+  }
+  run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
+  // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
+  if (options_.warn && batch.inputs.defined() && batch.inputs.is_floating_point())
+    settings.batch_absmax = batch.inputs.detach().abs().max();
+  std::vector<float> act_absmax;
+  try {
+    std::optional<probe::OpCapture> live_capture;
+    if (options_.capture_every_step) live_capture.emplace();
+    std::optional<probe::ActivationRecorder> activations;
+    if (options_.probe && options_.act_absmax_every > 0 && step % options_.act_absmax_every == 0)
+      activations.emplace(probe_.layers().layer_names());
+    // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
+    std::optional<Fp32ModuleRegions> fp32;
+    if (fp32_regions_apply(amp_, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
+    std::optional<probe::ScopeNameRecorder> scope_names;
+    if (!scope_names_checked_ && !steered_.model.is_torchscript() && !steered_.model.scopes_named_by_hooks())
+      scope_names.emplace();
+    run.result.outcome =
+        train_step(steered_.model, steered_.optimizer, scaler_, parameters_, settings, batch, lr_multiplier());
+    if (scope_names) check_scope_names(step, scope_names->names());
+    if (activations) act_absmax = activations->result();
+    if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
+  } catch (const std::exception& e) {
+    // An op that raised on a NaN (binary_cross_entropy checks its input) is a
+    // non-finite step if the forensic re-run finds a birth before it;
+    // otherwise (or with no probe to look, or peers waiting in a collective)
+    // it is an error in the model.
+    plant_fault(steered_.model, {FaultKind::none});
+    if (!options_.probe || context.averager) throw;
+    run.result.error = one_line_error(e);
+    model_exception_ = std::current_exception();
+    run.result.outcome = raised_step_outcome(scaler_, parameters_);
+  }
+  return end_step(run, act_absmax);
+}
+
+GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>& act_absmax_in) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  plant_fault(steered_.model, {FaultKind::none});
+  if (run.fp32_not_entered) check_planned_fp32_modules(*run.fp32_not_entered);
+  // A step that does not count leaves the model as it found it.
+  std::string undone;
+  if (result.outcome.skipped) {
+    undone = undo_skipped_step(result);
+  } else {
+    transaction_.commit();
+    ++applied_steps_;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
+  result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
+  if (options_.doom_search.enabled) {
+    decide_micro_batches(run);  // the search replays each step's micro-batches
+    record_for_doom_search(run);
+  }
+
+  format::StepRow row;
+  row.step = step;
+  row.loss = result.outcome.loss;
+  row.lr = result.lr;
+  row.loss_scale = result.loss_scale;
+  row.grad_norm = result.outcome.grad_norm;
+  row.skipped = result.outcome.skipped;
+  row.amp = result.amp;
+  row.step_time = result.seconds;
+  if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
+  row.layer_act_absmax = act_absmax_in;
+  journal_.writer().append(row);
+  const StepOutcome& outcome = result.outcome;
+  if (outcome.skipped_as_spike) {
+    journal_.record(step, format::EventKind::skip,
+                    "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
+                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
+    rollback_.observe(step, outcome.global_loss, false, true);
+  } else if (outcome.finite()) {
+    if (!outcome.skipped) last_applied_step_ = step;
+    nonfinite_in_a_row_ = 0;
+    const bool trouble = rollback_.observe(step, outcome.global_loss, false, false);
+    if (options_.warn) {
+      // Several ranks: the averaged gradients' layer norms, the same on every rank.
+      const std::vector<float> global_layers = outcome.global_parameter_norms.empty()
+                                                   ? std::vector<float>{}
+                                                   : probe_.layer_grad_norms(outcome.global_parameter_norms);
+      warn_if_heading_for_trouble(step, result, global_layers.empty() ? row.layer_grad_norm : global_layers,
+                                  row.layer_act_absmax);
+    }
+    if (!trouble) save_state_if_due(step, run.context.averager);
+  } else {
+    // Gradients that overflow at a finite loss are fp16's scaler's business.
+    rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
+    on_nonfinite_step(run, row.layer_grad_norm, undone);
+  }
+  if (rollback_.trouble_persists() && result.rolled_back_to < 0) {
+    StepFacts trouble;
+    trouble.trigger = RecoveryTrigger::persisting_trouble;
+    trouble.what = outcome.skipped_as_spike
+                       ? "loss spikes through the probation after a rollback"
+                       : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row";
+    trouble.amp = amp_;
+    trouble.loss_finite = outcome.loss_finite;
+    apply_recovery(step, result, RecoveryTrigger::persisting_trouble,
+                   decide_recovery(trouble, recovery_state(step), [] { return RemedyChoice{}; }));
+  }
+  model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
+  return result;
+}
+
+ClosureModel& StepGuard::Impl::closure_model() {
+  if (!steered_.closure)
+    throw std::logic_error(
+        "StepGuard::step(closure, batch): this guard trains a TrainableModel; call step(step, inputs, targets), or "
+        "build the guard from your module");
+  return *steered_.closure;
+}
+
+GuardedStep StepGuard::Impl::step(int64_t step, const LossClosure& loss, const Batch& batch,
+                                  const StepContext& context) {
+  ClosureModel::Step closure(closure_model(), loss, batch);
+  return run_closure_step(step, batch, context);
+}
+
+GuardedStep StepGuard::Impl::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
+  ClosureModel::Step closure(closure_model(), loss, batch);
+  return run_closure_step(step, batch, context);
+}
+
+void StepGuard::Impl::check_scope_names(int64_t step, const std::vector<std::string>& opened) {
+  scope_names_checked_ = true;
+  if (opened.empty()) return;
+  const std::vector<std::string> modules = steered_.model.module_paths();
+  for (const std::string& name : opened)
+    if (std::find(modules.begin(), modules.end(), name) == modules.end())
+      journal_.say(step, "NANSCOPE_MODULE_SCOPE(\"" + name +
+                             "\") names no module of the model (named_modules() has no '" + name +
+                             "'): births inside it will carry that name");
+}
+
+void StepGuard::Impl::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
+                                                  const std::vector<float>& layer_grad_norm,
+                                                  const std::vector<float>& layer_act_absmax) {
+  StepSignals signals;
+  signals.loss = result.outcome.global_loss;
+  signals.grad_norm = result.outcome.grad_norm;
+  signals.loss_scale = scaler_.enabled() ? result.loss_scale : 0.0;
+  signals.precision_limit = format::largest_finite(result.amp);
+  signals.layer_names = &probe_.layers().layer_names();
+  signals.layer_grad_norm = &layer_grad_norm;
+  signals.layer_act_absmax = &layer_act_absmax;
+  signals.input_absmax = result.outcome.batch_absmax;
+  for (const Warning& w : sentinel_.observe(step, signals)) {
+    rollback_.warned(step);
+    result.warnings.push_back(journal_.record(step, format::EventKind::warning, w.text, "warning: "));
+  }
+}
+
+// The buffers the skipped step's forward wrote go back; says which, and which
+// of them had gone non-finite, for the skip event.
+std::string StepGuard::Impl::undo_skipped_step(GuardedStep& result) {
+  std::string sick;
+  if (!result.outcome.buffers_finite)
+    for (const std::string& what : state_health(steered_.model, nullptr).nonfinite)
+      if (what.rfind("buffer ", 0) == 0) sick += (sick.empty() ? "" : ", ") + what.substr(7);
+  std::vector<std::string> missed;
+  result.restored = transaction_.roll_back(&missed);
+  std::string text;
+  if (!sick.empty()) text += "; the forward left buffer(s) non-finite: " + sick;
+  if (!result.restored.empty()) {
+    StateHealth listed{result.restored};
+    text += "; buffers restored: " + listed.text();
+  }
+  if (!missed.empty()) text += "; written but not saved (first write seen now): " + StateHealth{missed}.text();
+  return text;
+}
+
+void StepGuard::Impl::check_planned_fp32_modules(const std::vector<std::string>& missing) {
+  fp32_modules_checked_ = true;
+  if (missing.empty()) return;
+  journal_.flush();
+  // Worded as the user set it: a flag, a GuardOptions field, a Python keyword.
+  const char* where = steered_.model.is_torchscript()
+                          ? "; a TorchScript model's modules must be run unoptimised, as nanscope "
+                            "runs them"
+                      : options_.origin == format::Origin::python
+                          ? ""
+                          : "; a native C++ module runs in fp32 alone inside its NANSCOPE_MODULE_SCOPE only";
+  throw std::invalid_argument(format::fp32_modules_setting(options_.origin, missing) + ": no module " +
+                              fp32_modules_flag_value(missing) +
+                              " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
+}
+
+void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
+                                        const std::string& undone) {
+  const int64_t step = run.step;
+  GuardedStep& result = run.result;
+  const StepContext& context = run.context;
+  const StepOutcome& outcome = result.outcome;
+  decide_micro_batches(run);
+  // The re-runs below set the random generators to replay the step's draws;
+  // the loop goes on from where its own step left them (a rollback excepted).
+  KeepGeneratorStates loop_generators;
+  const std::string what = !outcome.loss_finite     ? "non-finite loss"
+                           : outcome.buffers_finite ? "non-finite gradients"
+                                                    : "non-finite buffers";
+  const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
+  journal_.event(step, format::EventKind::skip,
+                 what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
+  if (context.averager) {
+    // Every rank records who went non-finite; the first time, as the run's first.
+    const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
+    if (first_nonfinite_ranks_.empty() && !outcome.nonfinite_ranks.empty()) {
+      first_nonfinite_ranks_ = outcome.nonfinite_ranks;
+      journal_.event(step, format::EventKind::first_nonfinite, ranks);
+    }
+    journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
+  }
+  if (scaler_.enabled())
+    journal_.event(step, format::EventKind::scale_backoff,
+                   "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
+
+  const std::optional<format::Capture> capture = investigate(run, layer_grad_norm);
+
+  // The first failing step of a run of them: was it doomed by an earlier
+  // update? With rollback on, a run replayed without that update goes on.
+  // Several ranks all enter the search (it is collective) and agree there whether it runs.
+  if ((!run.buffers_written_outside || context.averager) && options_.doom_search.enabled && nonfinite_in_a_row_ == 0 &&
+      search_dooming_step(run, capture)) {
+    journal_.flush();
+    journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
+    return;
+  }
+
+  StepFacts facts;
+  facts.trigger = RecoveryTrigger::nonfinite_step;
+  facts.what = what + where;
+  facts.amp = result.amp;
+  facts.loss_finite = outcome.loss_finite;
+  facts.several_ranks = context.averager != nullptr;
+  facts.buffers_written_outside = run.buffers_written_outside;
+  facts.rerunnable = rerunnable(run);
+  if (!facts.buffers_written_outside) {
+    const StateHealth health = this->health();
+    if (!state_finite_on_every_rank(health, context.averager)) {
+      facts.state_finite = false;
+      facts.broken_state =
+          "the training state is non-finite (" + (health.finite() ? "on another rank's shard" : health.text()) +
+          "; the last update that reached the weights: " +
+          (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
+    }
+  }
+  const std::string birth = capture && capture->first_birth ? birth_key(*capture) : std::string();
+  if (auto seen = remedy_of_birth_.find(birth); !birth.empty() && seen != remedy_of_birth_.end()) {
+    facts.same_birth_step = seen->second.first;
+    facts.same_birth_as = seen->second.second;
+  }
+  const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] { return diagnose(run, capture); });
+  if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
+  apply_recovery(step, result, RecoveryTrigger::nonfinite_step, recovery, birth);
+}
+
+}  // namespace nanscope

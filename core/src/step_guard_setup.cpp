@@ -1,0 +1,144 @@
+// StepGuard's construction and its own state (what a checkpoint keeps of it).
+#include "step_guard_impl.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/core/cpu_kernels.hpp"
+#include "nanscope/core/guard_option_list.hpp"
+#include "nanscope/format/run_layout.hpp"
+
+namespace nanscope {
+
+namespace {
+
+std::vector<std::string> trainable_names(const TrainableModel& model) {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : model.trainable_parameters()) out.push_back(name);
+  return out;
+}
+
+// Options checked before any member is built from them (a memory budget of
+// inf would overflow a size_t), each refused one named as its author spells it.
+GuardOptions checked(GuardOptions o) {
+  check_guard_options(o, spelling_of(o.origin));
+  return o;
+}
+
+probe::ProbeOptions probe_options(const GuardOptions& o) {
+  probe::ProbeOptions p;
+  p.run_dir = o.run_dir;
+  p.rank = o.rank;
+  p.world_size = o.world_size;
+  return p;
+}
+
+LossScalerConfig scaler_config(Amp amp) {
+  LossScalerConfig c;
+  c.enabled = amp == Amp::fp16;
+  return c;
+}
+
+// The line a guard starts with: where it writes, and what a failed step will
+// trigger, so nobody learns the fallback's policy from its first firing.
+std::string start_text(const GuardOptions& o, const std::string& run_file) {
+  std::string fallback = std::string("fallback ") + fallback_mode_name(o.fallback) + " (";
+  switch (o.fallback) {
+    case FallbackMode::automatic:
+      fallback +=
+          "a non-finite step gets the remedy its diagnosis supports: a data fault or a transient is "
+          "skipped, modules that need fp32 go to fp32, else the whole model";
+      break;
+    case FallbackMode::whole:
+      fallback += o.amp == Amp::fp32 ? "the first non-finite step cuts the LR x " + number_text(o.lr_backoff)
+                                     : "the first non-finite step switches the whole model to fp32 for the rest of "
+                                       "the run, LR x " +
+                                           number_text(o.lr_backoff);
+      break;
+    case FallbackMode::off:
+    case FallbackMode::unknown: fallback += "a non-finite step is skipped, nothing more"; break;
+  }
+  return "nanscope: writing " + run_file + "; amp " + precision_name(o.amp) + ", " + fallback + "), clip " +
+         (o.clip > 0 ? number_text(o.clip) : std::string("off")) + ", rollback " + (o.rollback.enabled ? "on" : "off") +
+         ", warnings " + (o.warn ? "on" : "off");
+}
+
+}  // namespace
+
+StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options)
+    : steered_(std::move(model), optimizer, options.model_name),
+      options_(checked(std::move(options))),
+      parameters_(trainable_tensors(steered_.model)),
+      probe_(probe_options(options_), trainable_names(steered_.model)),
+      scaler_(scaler_config(options_.amp)),
+      fallback_(options_.fallback, options_.lr_backoff),
+      snapshot_policy_(options_.max_snapshots),
+      journal_(options_.log, options_.log_prefix, options_.model_name),
+      amp_(options_.amp),
+      sentinel_(options_.sentinel),
+      rollback_(options_.rollback),
+      ring_(options_.rollback.enabled || options_.doom_search.enabled
+                ? size_t(std::max<int64_t>(0, options_.rollback.states))
+                : 0,
+            size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)),
+      history_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
+      fp32_modules_(options_.fp32_modules),
+      fp32_modules_checked_(options_.fp32_modules.empty()) {
+  use_cpu_kernels_from_environment();
+  if (options_.doom_search.enabled) rollback_.keep_states_for_search();
+  // Births in a native model are named by the module whose tensors an op
+  // reads where no module scope is open.
+  register_tensor_owners(steered_.model);
+  std::filesystem::create_directories(options_.run_dir);
+  format::RunHeader header;
+  header.origin = options_.origin;
+  if (options_.probe) header.layer_names = probe_.layers().layer_names();
+  header.record_act_absmax = options_.act_absmax_every > 0;
+  header.config = recorded_config(options_);
+  const std::string path =
+      (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string();
+  if (options_.resume_after_step >= 0) {
+    journal_.open(format::RunWriter::resume(path, options_.resume_after_step));
+    journal_.event(options_.resume_after_step, format::EventKind::resume, options_.resume_from);
+    journal_.flush();
+  } else {
+    journal_.open(std::make_unique<format::RunWriter>(path, header));
+  }
+  if (options_.log) *options_.log << options_.log_prefix << start_text(options_, path) << "\n";
+}
+
+GuardState StepGuard::Impl::state() const {
+  GuardState s;
+  s.amp = amp_;
+  s.fallback_step = fallback_.fired_step();
+  s.rollback_lr_multiplier = rollback_lr_multiplier_;
+  s.rollbacks = rollback_.rollbacks();
+  s.scaling = scaler_.enabled();
+  s.loss_scale = scaler_.scale();
+  s.growth_tracker = scaler_.growth_tracker();
+  s.last_applied_step = last_applied_step_;
+  s.applied_steps = applied_steps_;
+  s.fp32_modules = fp32_modules_;
+  s.sentinel = sentinel_.state();
+  return s;
+}
+
+void StepGuard::Impl::restore(const GuardState& s) {
+  if (s.fallback_step >= 0 && !fallback_.fired())
+    fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), s.fallback_step);
+  amp_ = s.amp;
+  rollback_lr_multiplier_ = s.rollback_lr_multiplier;
+  rollback_.restore_rollbacks(s.rollbacks);
+  if (!s.scaling) scaler_.disable();
+  scaler_.restore(s.loss_scale, s.growth_tracker);
+  last_applied_step_ = s.last_applied_step;
+  applied_steps_ = s.applied_steps;
+  fp32_modules_ = s.fp32_modules;
+  fp32_modules_checked_ = true;  // checked by the run that chose them
+  if (!s.sentinel.empty()) sentinel_.restore(s.sentinel);
+}
+
+StateHealth StepGuard::Impl::health() const { return state_health(steered_.model, &steered_.optimizer); }
+
+}  // namespace nanscope

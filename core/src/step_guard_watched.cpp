@@ -1,0 +1,186 @@
+// The watched form: the loop runs forward, loss and backward (and its own
+// clipping); the guard is told where micro-batches begin and end, keeps what
+// a re-run needs, and decides the step at step().
+#include "step_guard_impl.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "nanscope/common/torch_compat.hpp"
+
+namespace nanscope {
+
+ScopedAutocast StepGuard::Impl::autocast() {
+  begin_micro_batch();
+  return ScopedAutocast(parameters_.front().device().type(), amp_);
+}
+
+void StepGuard::Impl::undo_loops_update() {
+  if (weights_before_loops_update_.empty()) return;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].copy_(weights_before_loops_update_[i]);
+  weights_before_loops_update_.clear();
+}
+
+WatchedPhase next_phase(WatchedPhase phase, WatchedCall call) {
+  const bool loss_given = phase == WatchedPhase::losses || phase == WatchedPhase::unscaled;
+  const char* const no_backward =
+      " no backward through the guard since the last step (call guard.backward(loss, micro_batch), or scale(), for "
+      "each micro-batch first)";
+  switch (call) {
+    case WatchedCall::model_call: return phase == WatchedPhase::closed ? WatchedPhase::calls : phase;
+    case WatchedCall::loss:
+      if (phase != WatchedPhase::unscaled) return WatchedPhase::losses;
+      throw std::logic_error(
+          "StepGuard: a backward after unscale() in the same step (unscale once, after the last micro-batch)");
+    case WatchedCall::unscale:
+      if (loss_given) return WatchedPhase::unscaled;
+      throw std::logic_error(std::string("StepGuard::unscale():") + no_backward);
+    case WatchedCall::step:
+      if (loss_given) return WatchedPhase::closed;
+      throw std::logic_error(std::string("StepGuard::step():") + no_backward);
+  }
+  throw std::logic_error("StepGuard: unknown call of the watched step");
+}
+
+WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
+  const WatchedPhase next = next_phase(watched_phase(), call);
+  if (!watched_) {
+    undo_loops_update();
+    watched_ = std::make_unique<WatchedStep>();
+    watched_->run = begin_step(next_step_, {});
+    watched_->run.watched = true;
+    if (options_.probe) probe_.begin_step(watched_->run.step, at::full({0}, -1, at::kLong));
+    // Planned fp32 modules run in fp32 inside the loop's forward too.
+    if (fp32_regions_apply(amp_, fp32_modules_)) watched_->fp32.emplace(steered_.model, fp32_modules_);
+  }
+  watched_->phase = next;
+  return *watched_;
+}
+
+void StepGuard::Impl::begin_micro_batch() {
+  refuse_if_stopped();
+  WatchedStep& w = advance_watched(WatchedCall::model_call);
+  // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
+  if (options_.probe)
+    w.calls.push_back(ModelCall{at::detail::getDefaultCPUGenerator().get_state(), next_autograd_node(),
+                                std::numeric_limits<uint64_t>::max(), std::nullopt});
+}
+
+void StepGuard::Impl::end_model_call() {
+  if (watched_ && !watched_->calls.empty()) watched_->calls.back().end_node = next_autograd_node();
+}
+
+at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_batch,
+                                  const std::vector<Batch>& earlier_call_batches, bool changed_since_call) {
+  refuse_if_stopped();
+  WatchedStep& w = advance_watched(WatchedCall::loss);
+  if (options_.probe && w.calls.empty()) begin_micro_batch();  // no call seen: the micro-batch's begins here
+  // A re-run and the snapshot need the micro-batch as it was at its backward,
+  // and loops refill their tensors in place before step() (DCGAN's
+  // label.fill_, a reused target or staging buffer): kept as a copy, whenever
+  // the step can be re-run (one device copy of each micro-batch; no host sync).
+  const bool rerunnable = options_.probe && steered_.loss_fn;
+  std::vector<ModelCall> calls = std::exchange(w.calls, {});
+  w.run.micro_batches.push_back(MicroBatch{rerunnable ? micro_batch.copied() : micro_batch,
+                                           calls.empty() ? at::Tensor() : calls.back().cpu_rng_state, 1.0});
+  w.run.micro_batches.back().changed_since_call = changed_since_call;
+  if (rerunnable && calls.size() > 1) {
+    // The latest call is the likely one; the loss's graph decides if the step fails.
+    for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)
+      calls[i].batch = earlier_call_batches[i].copied();
+    w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
+  }
+  w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
+  if (options_.probe) {
+    const at::Tensor bad = probe_.batch_nonfinite(micro_batch);
+    at::Tensor& flag = w.run.settings.batch_nonfinite;
+    flag = flag.defined() ? at::maximum(flag, bad) : bad;
+  }
+  return scaler_.enabled() ? loss * scaler_.scale() : loss;
+}
+
+void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
+  for (const UndecidedMicroBatch& undecided : run.undecided) {
+    const std::optional<size_t> used = call_the_loss_used(undecided);
+    if (used) run.calls_outside_losses += undecided.calls.size() - 1;
+    if (!used || *used + 1 == undecided.calls.size()) continue;  // the latest call, as kept
+    const ModelCall& call = undecided.calls[*used];
+    MicroBatch& micro = run.micro_batches.at(undecided.micro_batch);
+    micro.cpu_rng_state = call.cpu_rng_state;
+    if (call.batch && !call.batch->empty()) micro.batch = *call.batch;
+  }
+  run.undecided.clear();
+}
+
+void StepGuard::Impl::unscale() {
+  const bool first = watched_phase() != WatchedPhase::unscaled;
+  WatchedStep& w = advance_watched(WatchedCall::unscale);
+  if (first) w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front());
+}
+
+GuardedStep StepGuard::Impl::step(const StepContext& context) {
+  refuse_if_stopped();
+  advance_watched(WatchedCall::step);
+  return stopping_if_a_rank_fails(context.averager, [&] { return watched_step(context); });
+}
+
+GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
+  std::unique_ptr<WatchedStep> w = std::move(watched_);
+  RunningStep& run = w->run;
+  w->fp32.reset();
+  // What the loop says at the end of the step (rows, LR, peers) joins what the begin phase knew.
+  if (context.batch_rows.defined() && options_.probe) probe_.set_batch_rows(context.batch_rows);
+  if (context.lr >= 0) run.result.lr = context.lr * lr_multiplier();
+  run.context.batch_rows = context.batch_rows;
+  run.context.averager = context.averager;
+  run.settings.buckets = context.averager;
+  const at::Tensor losses = at::stack(w->losses);
+  if (w->losses.size() > 1) run.settings.micro_losses = losses;
+  StepFinish finish;
+  finish.optimizer = steered_.applies_update ? &steered_.optimizer : nullptr;
+  finish.zero_grads_in_place = !steered_.applies_update;
+  finish.lr_multiplier = lr_multiplier();
+  if (w->unscaled) finish.unscaled = &*w->unscaled;
+  run.result.outcome = finish_step(scaler_, parameters_, run.settings, losses.sum(), finish);
+  // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
+  const std::vector<float>& recorded = run.result.outcome.micro_losses;
+  for (size_t k = 0; k < run.micro_batches.size(); ++k)
+    run.micro_batches[k].recorded_loss = k < recorded.size() ? recorded[k] : run.result.outcome.loss;
+  // The loop applies its own update next: zero gradients make a skipped or
+  // stopped step's update add nothing (and a loop that misses the stop does not crash on None).
+  auto leave_nothing_to_apply = [&] {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& p : parameters_) {
+      if (p.grad().defined())
+        p.mutable_grad().zero_();
+      else
+        p.mutable_grad() = at::zeros_like(p);
+    }
+  };
+  try {
+    GuardedStep result = end_step(run, {});
+    if (result.outcome.skipped && !steered_.applies_update) {
+      leave_nothing_to_apply();
+      for (const at::Tensor& p : parameters_) weights_before_loops_update_.push_back(p.detach().clone());
+    }
+    return result;
+  } catch (const DeadRunError&) {
+    if (!steered_.applies_update) leave_nothing_to_apply();
+    throw;
+  }
+}
+
+struct ScopedAutocast::State {
+  compat::AutocastGuard guard;
+};
+
+ScopedAutocast::ScopedAutocast(at::DeviceType device, Amp amp)
+    : state_(amp == Amp::fp32 ? nullptr : new State{compat::AutocastGuard(device, autocast_dtype(amp), true)}) {}
+ScopedAutocast::~ScopedAutocast() = default;
+ScopedAutocast::ScopedAutocast(ScopedAutocast&& other) noexcept = default;
+
+}  // namespace nanscope
