@@ -2,7 +2,7 @@
 // The benchmarks' GPT: 4 blocks x 128 wide, 64 tokens, on the built-in text,
 // with nanscope-train's runtime set-up (threads, OpenBLAS on one thread,
 // seed), so its steps run as nanscope-train's do.
-#include "nanscope/core/models/gpt.hpp"
+#include "nanscope/models/gpt.hpp"
 #include "nanscope/trainer/data.hpp"
 #include "nanscope/trainer/setup.hpp"
 

@@ -16,12 +16,12 @@
 
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
+#include "nanscope/models/gpt.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/trainer/setup.hpp"
 

@@ -40,7 +40,7 @@ def main():
                 warnings, skipped = [], 0
                 for step in range(a.steps):
                     x, y = batches(step)
-                    result = guard.step(lambda: model(x, y), batch=(x, y))
+                    result = guard.closure_step(lambda: model(x, y), batch=(x, y))
                     warnings += [f"step {step}: {w}" for w in result.warnings]
                     skipped += not result.counted
             if skipped:

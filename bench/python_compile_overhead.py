@@ -55,7 +55,7 @@ def main():
             nonlocal step
             x, y = batch_of(step)
             step += 1
-            guard.step(lambda: compiled(x, y), batch=(x, y))
+            guard.closure_step(lambda: compiled(x, y), batch=(x, y))
 
         for fn in (plain, guarded, plain, guarded):  # compile (and any recompile) before timing
             fn()

@@ -62,7 +62,7 @@ def main():
     guard = nanscope.StepGuard(guarded_model, guarded_opt, run_dir=run_dir, amp="bf16", clip=1.0, log=False)
 
     def guarded_step():
-        return guard.step(lambda: loss_of(guarded_model), batch=(x, y)).loss
+        return guard.closure_step(lambda: loss_of(guarded_model), batch=(x, y)).loss
 
     loops = {"plain": plain_step, "guard": guarded_step, "anomaly": anomaly_step}
     times = {name: [] for name in loops}

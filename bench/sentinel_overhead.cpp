@@ -20,10 +20,10 @@
 #include "bench_gpt.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/models/gpt.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
+#include "nanscope/models/gpt.hpp"
 #include "nanscope/trainer/data.hpp"
 #include "nanscope/trainer/setup.hpp"
 

@@ -1,17 +1,17 @@
 # cmake --install: the libraries a loop of your own links (format, probe,
-# core, replay), their headers, the programs, and a CMake package config so
-# that find_package(nanscope CONFIG REQUIRED) gives nanscope::format,
-# nanscope::probe, nanscope::core and nanscope::replay with their LibTorch,
+# core, models, replay), their headers, the programs, and a CMake package config
+# so that find_package(nanscope CONFIG REQUIRED) gives nanscope::format,
+# nanscope::probe, nanscope::core, nanscope::models and nanscope::replay with their LibTorch,
 # HDF5 and CLI11 dependencies.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(NANSCOPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nanscope)
-install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_replay
+install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_models nanscope_replay
         EXPORT nanscopeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY common/include/ format/include/ probe/include/ core/include/ replay/include/
+install(DIRECTORY common/include/ format/include/ probe/include/ core/include/ samples/models/include/ replay/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT nanscopeTargets NAMESPACE nanscope:: DESTINATION ${NANSCOPE_CMAKE_DIR})
 

@@ -13,11 +13,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "nanscope/core/models/gpt.hpp"
-#include "nanscope/core/models/mlp.hpp"
-#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/gpt.hpp"
+#include "nanscope/models/mlp.hpp"
+#include "nanscope/models/scripted_model.hpp"
 #include "nanscope/replay/model_registry.hpp"
 
 namespace nanscope::replay {

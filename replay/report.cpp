@@ -22,13 +22,6 @@ std::vector<int64_t> rows_of(const format::Birth& b) {
   return {b.sample};
 }
 
-template <typename T, typename F>
-std::string list_json(const std::vector<T>& items, F render) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + render(items[i]);
-  return out + "]";
-}
-
 // Batch rows' rows in the data set; null where unknown.
 std::string dataset_rows_json(const std::vector<int64_t>& batch_rows, const std::vector<int64_t>& rows) {
   return list_json(rows, [&](int64_t r) {

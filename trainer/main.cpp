@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
     nanscope::trainer::validate_options(options);
     if (!options.search_doom.empty()) {
       const nanscope::trainer::OfflineDoomSearch found = nanscope::trainer::search_doom_offline(options, std::cerr);
-      std::cout << "doomed by: " << found.text << "\n";
+      if (options.doom_json)
+        std::cout << nanscope::doom_json(found.finding, found.failing_step, found.steps_run, found.text) << "\n";
+      else
+        std::cout << "doomed by: " << found.text << "\n";
       return nanscope::kExitOk;
     }
     if (options.resume.empty() && options.dist.rank == 0) nanscope::trainer::write_options_file(app, options.run_dir);

@@ -171,6 +171,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(kPositive)
       ->group(after);
+  app.add_flag("--json", o.doom_json,
+               "--search-doom: print the finding as one JSON object (outcome, failing_step, step, rows, first, "
+               "last, replays, steps_run, text), as Python's DoomReport.to_json(), instead of the sentence")
+      ->group(after);
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
@@ -261,8 +265,9 @@ std::vector<std::string> with_resume_config(const std::vector<std::string>& args
 }
 
 bool kept_in_options_file(const std::string& long_name) {
-  static const std::set<std::string> kLeftOut{"help",        "config", "resume",     "search-doom", "failing-step",
-                                              "doom-budget", "rank",   "local-rank", "master-addr", "master-port"};
+  static const std::set<std::string> kLeftOut{"help",         "config",      "resume",     "search-doom",
+                                              "failing-step", "doom-budget", "json",       "rank",
+                                              "local-rank",   "master-addr", "master-port"};
   return kLeftOut.count(long_name) == 0;
 }
 
@@ -310,6 +315,8 @@ void validate_options(const TrainOptions& o) {
     throw std::invalid_argument("--warmup must be shorter than --steps for the cosine schedule");
   if (o.keep_checkpoints > 0 && o.checkpoint_every == 0)
     throw std::invalid_argument("--keep-checkpoints needs --checkpoint-every N");
+  if (o.doom_json && o.search_doom.empty())
+    throw std::invalid_argument("--json prints the finding of --search-doom RUN_DIR; a training run writes run.h5");
   if (!o.search_doom.empty() && !o.resume.empty())
     throw std::invalid_argument("--search-doom and --resume: one at a time (the search trains nothing)");
   validate(o.dist);

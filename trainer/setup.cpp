@@ -16,10 +16,10 @@
 
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/models/gpt.hpp"
-#include "nanscope/core/models/mlp.hpp"
-#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/gpt.hpp"
+#include "nanscope/models/mlp.hpp"
+#include "nanscope/models/scripted_model.hpp"
 
 namespace nanscope::trainer {
 

@@ -114,11 +114,10 @@ std::string doom_sentence(const DoomFinding& f, int64_t failing, const std::stri
 }
 
 std::string doom_json(const DoomFinding& f, int64_t failing, int64_t steps_run, const std::string& sentence) {
-  std::string rows;
-  for (int64_t row : f.rows) rows += (rows.empty() ? "" : ", ") + std::to_string(row);
+  const std::string rows = list_json(f.rows, [](int64_t row) { return std::to_string(row); });
   return "{ \"outcome\": " + json_quoted(to_string(f.outcome)) + ", \"failing_step\": " + std::to_string(failing) +
-         ", \"step\": " + (f.outcome == DoomOutcome::dooming_step ? std::to_string(f.step) : "null") + ", \"rows\": [" +
-         rows + "], \"first\": " + std::to_string(f.first) + ", \"last\": " + std::to_string(f.last) +
+         ", \"step\": " + (f.outcome == DoomOutcome::dooming_step ? std::to_string(f.step) : "null") +
+         ", \"rows\": " + rows + ", \"first\": " + std::to_string(f.first) + ", \"last\": " + std::to_string(f.last) +
          ", \"replays\": " + std::to_string(f.replays) + ", \"steps_run\": " + std::to_string(steps_run) +
          ", \"text\": " + json_quoted(sentence) + " }";
 }

@@ -9,15 +9,16 @@
 namespace nanscope {
 
 std::unique_ptr<ClosureModel> Steered::closure_of(GuardedModel& given, const std::string& model_name) {
-  if (given.module_)  // borrowed: a shared_ptr that owns nothing
-    return std::make_unique<ClosureModel>(ModuleModel::borrowing(model_name, *given.module_));
-  if (given.owned_) return std::make_unique<ClosureModel>(std::move(given.owned_));
-  if (!given.model_) throw std::invalid_argument("nanscope::StepGuard: no model (an empty module holder?)");
+  if (given.module())  // borrowed: a shared_ptr that owns nothing
+    return std::make_unique<ClosureModel>(ModuleModel::borrowing(model_name, *given.module()));
+  if (std::unique_ptr<TrainableModel> owned = given.take_owned_model())
+    return std::make_unique<ClosureModel>(std::move(owned));
+  if (!given.borrowed_model()) throw std::invalid_argument("nanscope::StepGuard: no model (an empty module holder?)");
   return nullptr;
 }
 
 TrainableModel& Steered::trained(const std::unique_ptr<ClosureModel>& closure, const GuardedModel& given) {
-  return closure ? *closure : *given.model_;
+  return closure ? *closure : *given.borrowed_model();
 }
 
 Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const std::string& model_name)

@@ -47,6 +47,7 @@ WatchedPhase next_phase(WatchedPhase phase, WatchedCall call) {
 }
 
 WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
+  refuse_if_stopped();  // a stopped run takes no call of the watched step
   const WatchedPhase next = next_phase(watched_phase(), call);
   if (!watched_) {
     undo_loops_update();
@@ -62,7 +63,6 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
 }
 
 void StepGuard::Impl::begin_micro_batch() {
-  refuse_if_stopped();
   WatchedStep& w = advance_watched(WatchedCall::model_call);
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
   if (options_.probe)
@@ -76,7 +76,6 @@ void StepGuard::Impl::end_model_call() {
 
 at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_batch,
                                   const std::vector<Batch>& earlier_call_batches, bool changed_since_call) {
-  refuse_if_stopped();
   WatchedStep& w = advance_watched(WatchedCall::loss);
   if (options_.probe && w.calls.empty()) begin_micro_batch();  // no call seen: the micro-batch's begins here
   // A re-run and the snapshot need the micro-batch as it was at its backward,
@@ -123,7 +122,6 @@ void StepGuard::Impl::unscale() {
 }
 
 GuardedStep StepGuard::Impl::step(const StepContext& context) {
-  refuse_if_stopped();
   advance_watched(WatchedCall::step);
   return stopping_if_a_rank_fails(context.averager, [&] { return watched_step(context); });
 }

@@ -10,15 +10,15 @@ The watched form keeps your loop as written, as torch.amp.GradScaler does:
             with guard.autocast():
                 logits, loss = model(X, Y)
             guard.scale(loss / accumulation).backward()
-        guard.unscale_(optimizer)                      # before your own clipping, if any
+        guard.unscale_()                               # before your own clipping, if any
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        result = guard.step(optimizer)                 # optimizer.step(), or a skip
+        result = guard.step()                          # optimizer.step(), or a skip
         guard.update()
         optimizer.zero_grad(set_to_none=True)
 
 The closure form runs the step for you:
 
-    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
 
 Either way the guard does the one finiteness read per step, the skip (a
 transaction: weights, optimizer state and buffers as before), the forensic
@@ -155,43 +155,31 @@ class StepGuard:
             self._accelerated = _accelerate.Installed(self, accelerator, prepared)
         _open_guards.add(self)
 
-    # --- The closure form.
-
-    def step(self, closure=None, batch=None, step=None):
-        """The closure form: step(closure, batch) runs one guarded step whose
-        closure() returns the loss of `batch` (a tensor, (inputs, targets), or a
-        dict, tuple or list of tensors), which the guard checks, snapshots and
-        replays; steps are numbered from 0 unless given.
-
-        The watched form: step(optimizer) (or step() without an optimizer of
-        yours) ends the step your loop ran: the one host read, then
-        optimizer.step() with the guard's LR cuts, or the skip. Returns a
-        StepResult either way."""
-        guard = self._open()
-        if closure is None or _is_optimizer(closure):
-            self._last_result = self._watch.step(closure)
-            return self._last_result
-        if not callable(closure):
-            raise TypeError(f"nanscope: closure must be callable, got {closure!r}")
-        if batch is None:
-            raise TypeError("nanscope: the closure form needs the step's batch: guard.step(closure, batch)")
-
-        def closure_call():
-            run = functools.partial(_scopes.call, others=self._watch.others, kept=self._watch.kept_buffers, rerun=False)
-            return _distributed.call(self._ddp, run, closure, self._paths)
-        if self._wrapper_unchecked:  # the first step only: no cost after it
-            self._wrapper_unchecked = False
-            closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
-        try:
-            with self._watch.busy():
-                result = guard.step(closure_call, batch, step)
-        finally:
-            _scopes.close_lingering()
-        self._watch.keep_others(result)
-        self._last_result = result
-        return result
-
     # --- The watched form: GradScaler's calls.
+
+    def step(self, optimizer=None, *args, **kwargs):
+        """Ends the step your loop ran, as GradScaler.step(optimizer): the one
+        host read, then the guard's optimizer steps (with the guard's LR cuts),
+        or the step is skipped. The guard already holds its optimizer, so
+        step() needs none; step(optimizer) is GradScaler's spelling and must
+        name the same one. Returns a StepResult.
+
+        As GradScaler's, further arguments would go to optimizer.step(): only
+        None is taken (Accelerate passes closure=None); an optimizer closure is
+        refused, as GradScaler refuses it."""
+        if "batch" in kwargs or (callable(optimizer) and not _is_optimizer(optimizer)):
+            raise TypeError("nanscope.StepGuard.step() ends a step your loop ran (guard.step(), as "
+                            "GradScaler.step(optimizer)); a closure with its batch is "
+                            "guard.closure_step(closure, batch)")
+        if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+            raise TypeError("nanscope.StepGuard.step(optimizer) takes no arguments for optimizer.step() (an optimizer "
+                            "closure, as with GradScaler); a closure with its batch is "
+                            "guard.closure_step(closure, batch)")
+        if optimizer is not None and not _is_optimizer(optimizer):
+            raise TypeError(f"nanscope.StepGuard.step: expected the guard's optimizer or nothing, got {optimizer!r}")
+        self._open()
+        self._last_result = self._watch.step(optimizer)
+        return self._last_result
 
     def autocast(self):
         """A reusable context manager: autocast at the guard's precision for one
@@ -242,6 +230,35 @@ class StepGuard:
         """Whether losses are scaled (fp16 with its loss scaler on), as
         GradScaler.is_enabled(); False at bf16, at fp32 and after the fallback."""
         return self._open().scaling
+
+    # --- The closure form: a helper over the guarded step.
+
+    def closure_step(self, closure, batch, step=None):
+        """Runs one whole guarded step: closure() returns the loss of `batch` (a
+        tensor, (inputs, targets), or a dict, tuple or list of tensors); the
+        guard runs its backward and the update, checks it, and on a non-finite
+        step skips it and snapshots and replays `batch`. Steps are numbered
+        from 0 unless given. Returns a StepResult."""
+        guard = self._open()
+        if not callable(closure) or _is_optimizer(closure):
+            raise TypeError(f"nanscope: closure must be a function returning the loss, got {closure!r}")
+        if batch is None:
+            raise TypeError("nanscope: the closure form needs the step's batch: guard.closure_step(closure, batch)")
+
+        def closure_call():
+            run = functools.partial(_scopes.call, others=self._watch.others, kept=self._watch.kept_buffers, rerun=False)
+            return _distributed.call(self._ddp, run, closure, self._paths)
+        if self._wrapper_unchecked:  # the first step only: no cost after it
+            self._wrapper_unchecked = False
+            closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
+        try:
+            with self._watch.busy():
+                result = guard.step(closure_call, batch, step)
+        finally:
+            _scopes.close_lingering()
+        self._watch.keep_others(result)
+        self._last_result = result
+        return result
 
     def attach(self, engine):
         """Fits the guard to a PyTorch-Ignite Engine whose update function uses

@@ -51,7 +51,7 @@ def _run_file(run):
 
 
 def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start_step, failing_step=None,
-                      clip=0.0, spike_ratio=10.0, budget=5000, row_dim=0, progress=True):
+                      clip=None, spike_ratio=10.0, budget=5000, row_dim=0, progress=True):
     """Finds the step whose update doomed `run`'s failing step.
 
     run: the guard's run directory (or its run.h5). model(): builds the model
@@ -61,8 +61,9 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
     state as 'rng_state' (torch.get_rng_state()) when the model draws random
     numbers. loss(model, batch) -> the loss; batches(step) -> that step's
     batch, as the guard was given it (one batch per step). failing_step:
-    default the run's first non-finite step. clip: the max gradient norm your
-    loop clipped to (0: none). budget: steps replayed in all. progress: a line
+    default the run's first non-finite step. clip: the max gradient norm each
+    replayed step clips to; default the guard's clip= as run.h5 recorded it
+    (give it when your loop clipped by itself, in the watched form). budget: steps replayed in all. progress: a line
     per replay on stderr (or a function given each line).
 
     Returns a DoomReport. A bad run file or checkpoint step raises ValueError;
@@ -96,8 +97,9 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
     start = time.monotonic()
     try:
         found = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),
-                              -1 if failing_step is None else int(failing_step), float(clip), float(spike_ratio),
-                              int(budget), progress or None, int(row_dim))
+                              -1 if failing_step is None else int(failing_step),
+                              -1.0 if clip is None else float(clip),  # -1: the run's own
+                              float(spike_ratio), int(budget), progress or None, int(row_dim))
     finally:
         _scopes.close_lingering()
     return DoomReport(found, time.monotonic() - start)

@@ -30,6 +30,12 @@ std::string search_doom(const std::string& run_file, py::object module, py::obje
     throw py::value_error("nanscope.find_dooming_step: the checkpoint's step " + std::to_string(start_step) +
                           " is after the failing step " + std::to_string(failing) +
                           ": the search needs a state saved before it");
+  // clip < 0: the guard's clip, as the run recorded it (a loop that clipped by
+  // itself, in the watched form, says its own).
+  if (clip < 0) {
+    const auto recorded = run.config.find("clip");
+    clip = recorded == run.config.end() ? 0.0 : std::stod(recorded->second);
+  }
   PythonModel model(module, "model", loss);
   PythonOptimizer steps_optimizer(optimizer);
   RollbackOptions rollback;

@@ -31,7 +31,7 @@ def train_step(engine, batch):
     y_pred = model(x)
     loss = loss_fn(y_pred, y)
     guard.backward(loss, batch)  # nanscope (was: loss.backward())
-    guard.step(optimizer)  # nanscope (was: optimizer.step())
+    guard.step()  # nanscope (was: optimizer.step())
     return loss.item()
 
 

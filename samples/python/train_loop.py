@@ -41,7 +41,7 @@ for step in range(20):
     x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
     if step == 12:
         x[5] = 0  # a blank sample
-    result = guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
+    result = guard.closure_step(lambda: loss_of(model, (x, y)), batch=(x, y))
     scheduler.step()
     if not result.counted:
         print(f"step {step}: first birth: {result.first_birth}")

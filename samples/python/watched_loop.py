@@ -20,9 +20,9 @@ for x, y in loader:
     with guard.autocast():                   # autocast at the guard's precision (fp32 after a fallback)
         loss = F.cross_entropy(model(x), y)
     guard.backward(loss, (x, y))             # was: loss.backward(); names the micro-batch
-    guard.unscale_(optimizer)                # before your own clipping (fp16)
+    guard.unscale_()                         # before your own clipping (fp16)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    result = guard.step(optimizer)           # the one host read: optimizer.step(), or the skip
+    result = guard.step()                    # the one host read: optimizer.step(), or the skip
     if result.skipped:
         print("skipped:", result.first_birth)
     optimizer.zero_grad(set_to_none=True)

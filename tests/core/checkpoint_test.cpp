@@ -11,8 +11,8 @@
 #include "../support/test_support.hpp"
 #include "../support/tiny_models.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/models/gpt.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/models/gpt.hpp"
 
 using namespace nanscope;
 

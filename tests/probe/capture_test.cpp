@@ -9,8 +9,8 @@
 #include "../support/test_support.hpp"
 
 #include "nanscope/common/torch_compat.hpp"
-#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/scripted_model.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
 

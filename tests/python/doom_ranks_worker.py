@@ -65,7 +65,7 @@ def main():
     results = []
     for step in range(STEPS):
         b = batch(step, rank)
-        r = guard.step(lambda: loss_fn(model, b), batch=b)
+        r = guard.closure_step(lambda: loss_fn(model, b), batch=b)
         results.append({"counted": r.counted, "loss": r.loss, "doomed_by": r.doomed_by,
                         "doomed_by_step": r.doomed_by_step, "doom_rows": r.doom_rows,
                         "rolled_back_to": r.rolled_back_to})

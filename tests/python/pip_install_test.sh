@@ -27,7 +27,7 @@ model = torch.nn.Linear(4, 1)
 guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir="run", log=False)
 x, y = torch.randn(8, 4), torch.randn(8, 1)
 x[3, 0] = float("nan")
-result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
 assert not result.counted and result.first_birth == "nan at input (input) in module '', batch row 3", result
 print("import nanscope: a guarded step found", result.first_birth)
 PY

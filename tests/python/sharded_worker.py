@@ -107,7 +107,7 @@ def failed_step(guard, model, optimizer, form, x, y, step):
 
     def one_step(x, y):
         if form == "closure":
-            return guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
+            return guard.closure_step(lambda: loss_of(model, (x, y)), batch=(x, y))
         with guard.autocast():
             loss = loss_of(model, (x, y))
         guard.scale(loss, (x, y)).backward()
@@ -149,7 +149,7 @@ def main():
                 time.sleep(600)  # alive, out of every collective: the peer must end at the timeout
             break
         if form == "closure":
-            result = guard.step(lambda: loss_of(model, (x, y)), batch=(x, y))
+            result = guard.closure_step(lambda: loss_of(model, (x, y)), batch=(x, y))
         elif form == "watched":
             with guard.autocast():
                 loss = loss_of(model, (x, y))

@@ -54,7 +54,7 @@ def test_a_compiled_model_runs_compiled_on_every_guarded_step(tmp_path, amp):
                                amp=amp, log=False)
     runs = []
     for _ in range(4):
-        assert guard.step(lambda: F.cross_entropy(compiled(x), y), batch=(x, y)).counted
+        assert guard.closure_step(lambda: F.cross_entropy(compiled(x), y), batch=(x, y)).counted
         runs.append(backend.runs)
     assert runs == [2, 3, 4, 5], f"the compiled graph ran {runs} (graphs compiled: {backend.graphs})"
     assert backend.graphs <= 2, "at most one recompile, for autocast's state"
@@ -95,7 +95,7 @@ def test_the_failing_step_of_a_compiled_model_is_named_as_the_eager_models(tmp_p
             x, y = torch.randn(8, 8), torch.randint(0, 3, (8,))
             if step == 2:
                 x[5] = 0  # a blank sample: the first linear (no bias) gives 0, RowScale 0 / 0
-            result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+            result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         assert not result.counted
         births[kind] = result.first_birth
         factory = (lambda: torch.compile(Net())) if kind == "compiled" else Net
@@ -209,7 +209,7 @@ def test_a_step_non_finite_only_compiled_gets_the_compilers_verdict_and_its_modu
     results, graphs = [], []
     for step in range(5):
         batch = _gelu_batch(step)
-        results.append(guard.step(lambda: _gelu_loss(compiled, batch), batch=batch))
+        results.append(guard.closure_step(lambda: _gelu_loss(compiled, batch), batch=batch))
         graphs.append(backend.graphs)
     assert [r.counted for r in results] == [True, True, False, True, True], results
     failed = results[2]
@@ -348,7 +348,7 @@ def test_a_hazard_on_a_compiled_model_is_named_as_on_the_eager_model(tmp_path, k
         results = []
         for step in range(3):
             batch = _hazard_batch(kind, step)
-            results.append(guard.step(lambda: _hazard_loss(model, batch), batch=batch))
+            results.append(guard.closure_step(lambda: _hazard_loss(model, batch), batch=batch))
         out[mode] = results
     eager, compiled = out["eager"], out["compiled"]
     assert [r.counted for r in eager] == [True, False, True], eager

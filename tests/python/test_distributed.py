@@ -35,7 +35,7 @@ for step in range(6):
     if step == 3 and rank == 1:
         x[6, 0] = float("nan")
     if not watched:
-        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     else:
         for micro in range(2):
             if ddp:
@@ -103,9 +103,9 @@ def test_a_guard_given_model_module_while_the_loop_calls_the_wrapper_is_refused(
                                    run_dir=tmp_path / "run", log=False)
         x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
         with pytest.raises(TypeError, match="give the guard the wrapper"):
-            guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+            guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         fine = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "ok",
                                   log=False)
-        assert fine.step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
+        assert fine.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
     finally:
         dist.destroy_process_group()

@@ -112,7 +112,7 @@ def train(tmp_path, trunk, plan, steps, doom_search=True, rollback=True, lr=0.05
         for group in optimizer.param_groups:
             group["lr"] = lr * (1e3 if step == plan.get("spike") else 1.0)
         batch = batch_at(step, plan)
-        results.append(guard.step(lambda: loss_fn(model, batch), batch=batch))
+        results.append(guard.closure_step(lambda: loss_fn(model, batch), batch=batch))
     guard.close()
     return results
 
@@ -197,7 +197,7 @@ def train_with_checkpoint(tmp_path, trunk, plan, steps, checkpoint_step, lr=0.05
         for group in optimizer.param_groups:
             group["lr"] = lr * (1e3 if step == plan.get("spike") else 1.0)
         batch = batch_at(step, plan)
-        guard.step(lambda: loss_fn(model, batch), batch=batch)
+        guard.closure_step(lambda: loss_fn(model, batch), batch=batch)
     guard.close()
     return path
 

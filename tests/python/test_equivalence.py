@@ -114,7 +114,7 @@ def test_python_and_nanscope_train_find_the_same_birth(tmp_path, tool, capfd, sc
     for step in range(STEPS):
         rows = slice(step * BATCH, (step + 1) * BATCH)
         x, y = inputs[rows], targets[rows]
-        result = guard.step(lambda: model(x, y), batch=(x, y))
+        result = guard.closure_step(lambda: model(x, y), batch=(x, y))
         if result.first_birth:
             births.append((step, result.first_birth))
     guard.flush()

@@ -51,7 +51,7 @@ def test_a_minus_inf_mask_buffer_trains_and_its_nan_sample_is_still_found(tmp_pa
         x, y = torch.randn(8, 8, 16), torch.randint(0, 4, (8,))
         if step == 12:
             x[3, 2, 5] = float("nan")
-        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         assert not result.stop, result.stop_reason
         assert result.counted == (step != 12), (step, result.first_birth)
     assert guard.applied_steps == 29
@@ -119,7 +119,7 @@ def test_a_loss_in_the_roots_forward_after_blocks_that_read_buffers_is_the_roots
         idx, targets = torch.randint(0, 32, (4, 8)), torch.randint(0, 32, (4, 8))
         if step == 2:
             targets[:] = -1  # a padding-only batch: every target ignored, 0 / 0
-        result = guard.step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets))
+        result = guard.closure_step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets))
         assert result.counted == (step != 2)
     assert result.amp == "bf16", "a data fault is skipped, not punished with fp32 (fallback='auto' by default)"
     births = [line for line in open_events(guard, "first_birth")]
@@ -149,7 +149,7 @@ def test_a_thousandfold_finite_loss_jump_warns_at_once(tmp_path):
         x, y = torch.randn(16, 4), torch.randn(16, 1)
         if step == 2:
             x = x * 1e5  # finite, and a loss some 1e10 times the first ones
-        result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
         warned[step] = [w.split(":")[0] for w in result.warnings]
     assert warned[0] == warned[1] == [], warned
     assert "loss_jump" in warned[2], warned
@@ -162,7 +162,7 @@ def test_the_report_of_a_python_run_says_how_to_replay_it(tmp_path, tool):
     guard = nanscope.StepGuard(model, torch.optim.AdamW(model.parameters(), lr=1e-3), run_dir=tmp_path / "run",
                                log=False)
     idx, targets = torch.randint(0, 32, (4, 8)), torch.full((4, 8), -1)
-    assert not guard.step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets)).counted
+    assert not guard.closure_step(lambda: gpt_loss(model, (idx, targets)), batch=(idx, targets)).counted
     guard.flush()
     snapshot = guard.snapshots[0]
     text = subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run")], capture_output=True, text=True).stdout
@@ -188,7 +188,7 @@ def test_replay_returns_a_report_object_and_raises_on_bad_input(tmp_path):
     def loss(m, batch):
         return F.cross_entropy(m(batch[0]), batch[1])
 
-    assert not guard.step(lambda: loss(model, (x, y)), batch=(x, y)).counted
+    assert not guard.closure_step(lambda: loss(model, (x, y)), batch=(x, y)).counted
     report = nanscope.replay(guard.snapshots[0], model=MaskedNet, loss=loss, write=False)
     assert isinstance(report, nanscope.ReplayReport)
     assert (report.step, report.verdict, report.category) == (0, "data", "nonfinite_input")
@@ -215,7 +215,7 @@ def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_t
                                fallback="whole")
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     x[2, 0] = float("nan")  # the stock fallback fires on any non-finite step
-    guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
     err = capfd.readouterr().err
     assert "fallback whole" in err
     assert "fallback to fp32" not in err and "LR x 0.5 (already fp32" in err, err

@@ -64,7 +64,7 @@ def test_the_birth_is_named_by_its_named_modules_path(tmp_path, poison, module):
     x, y = data()
     for step in range(5):
         model.blocks[1].poison = poison if step == 3 else None
-        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         assert result.counted == (step != 3)
     assert result.amp == "fp32", "the stock fallback switched to fp32"
     assert guard.snapshots == [str(tmp_path / "run" / "snapshots" / "step-0000003.h5")]
@@ -77,7 +77,7 @@ def test_birth_text(tmp_path):
                                amp="bf16", log=False)
     x, y = data()
     model.blocks[1].poison = "module"
-    result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     assert result.first_birth.startswith("nan at aten::log (forward) in module 'blocks.1.log_act'"), result
     assert not result.counted and not result.stop
 
@@ -88,12 +88,12 @@ def test_a_skip_is_a_transaction_for_weights_buffers_and_the_optimizer(tmp_path)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False, fallback="off")
     x, y = torch.randn(16, 4), torch.randn(16, 1)
-    guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer_before = optimizer.state_dict()["state"][0]["exp_avg"].clone()
     bad = x.clone()
     bad[2, 1] = float("nan")
-    result = guard.step(lambda: F.mse_loss(model(bad), y), batch=(bad, y))
+    result = guard.closure_step(lambda: F.mse_loss(model(bad), y), batch=(bad, y))
     assert not result.counted
     assert "1.running_mean" in result.restored
     for name, value in model.state_dict().items():
@@ -112,7 +112,7 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     x, y = data()
     for step in range(4):
         model.blocks[0].poison = "functional" if step == 1 else None
-        result = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         scheduler.step()
     # The cut rides on each update; the groups keep the scheduler's LR.
     assert result.lr == pytest.approx(0.05)
@@ -160,7 +160,7 @@ def test_tied_parameters_count_once(tmp_path):
     tokens = torch.randint(0, 10, (8, 5))
     targets = torch.randint(0, 10, (8, 5))
     before = model.embed.weight.detach().clone()
-    result = guard.step(lambda: F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()),
+    result = guard.closure_step(lambda: F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()),
                         batch=(tokens, targets))
     assert result.counted
     reference = Tied()
@@ -179,7 +179,7 @@ def test_files_are_the_c_plus_plus_sides_and_the_snapshot_replays(tmp_path, tool
     x, y = data()
     for step in range(3):
         model.blocks[1].poison = "module" if step == 1 else None
-        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     guard.flush()
     report = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(tmp_path / "run"), "--json"], check=True,
                                        capture_output=True, text=True).stdout)
@@ -261,15 +261,22 @@ def test_bad_arguments_raise_python_errors(tmp_path):
     guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "e", log=False)
     x, y = data()
     with pytest.raises(TypeError, match="batch must hold tensors"):
-        guard.step(lambda: F.cross_entropy(model(x), y), batch={"x": "no tensor"})
-    with pytest.raises(TypeError, match="closure must be callable"):
-        guard.step(3, batch=(x, y))
+        guard.closure_step(lambda: F.cross_entropy(model(x), y), batch={"x": "no tensor"})
+    with pytest.raises(TypeError, match="closure must be a function"):
+        guard.closure_step(3, batch=(x, y))
+    # The closure form's old spelling, step(closure, batch), says what to call instead.
+    for old_spelling in (lambda: guard.step(lambda: F.cross_entropy(model(x), y), (x, y)),
+                         lambda: guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))):
+        with pytest.raises(TypeError, match=r"guard.closure_step\(closure, batch\)"):
+            old_spelling()
+    with pytest.raises(TypeError, match="takes no arguments for optimizer.step"):
+        guard.step(optimizer, closure=lambda: 1.0)
     with pytest.raises(Exception, match="must return the loss as a tensor"):
-        guard.step(lambda: 1.0, batch=(x, y))
+        guard.closure_step(lambda: 1.0, batch=(x, y))
     with pytest.raises(ZeroDivisionError):
-        guard.step(lambda: 1 / 0, batch=(x, y))
+        guard.closure_step(lambda: 1 / 0, batch=(x, y))
     # The interpreter and the guard are fine after all that.
-    assert guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
+    assert guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y)).counted
 
 
 def test_python_m_nanscope_replay_names_a_bad_factory(tmp_path):
@@ -299,11 +306,11 @@ def test_fallback_auto_puts_only_the_module_that_needs_it_in_fp32(tmp_path):
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
                                amp="bf16", fallback="auto", log=False)
     x, y = torch.rand(8, 6), torch.randint(0, 3, (8,))
-    first = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    first = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     assert not first.counted
     assert first.remedy == "fp32-modules", first
     assert guard.fp32_modules == ["cancel"]
-    second = guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    second = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     assert second.counted and second.amp == "bf16", "the rest of the model stays in bf16"
 
 
@@ -318,7 +325,7 @@ def test_a_rollback_cuts_the_lr_of_the_optimizer_it_restored(tmp_path):
         x, y = torch.randn(8, 4), torch.randn(8, 1)
         if step in (30, 31):  # NaN again on the step after a skip: the run goes back to a saved state
             x[0, 0] = float("nan")
-        result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+        result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
         if result.rolled_back_to >= 0:
             rolled_back.append(result.rolled_back_to)
     assert rolled_back, "a rollback happened"
@@ -341,9 +348,9 @@ def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        guard.step(interrupted, batch=(x, y))
+        guard.closure_step(interrupted, batch=(x, y))
     assert len(calls) == 1, "no forensic re-run of an interrupt"
-    assert guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y)).counted
+    assert guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y)).counted
     guard.flush()
     assert guard.applied_steps == 1
 
@@ -372,7 +379,7 @@ def test_a_child_that_raised_inside_a_caught_forward_does_not_shift_the_names(tm
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
                                log=False)
     x, y = torch.randn(8, 4), torch.randn(8, 4)
-    result = guard.step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
     assert result.first_birth.startswith("nan at aten::log (forward) in module 'out'"), result
 
 
@@ -386,13 +393,13 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
         assert guard.amp == "bf16"
         for step in range(4):
             model.blocks[0].poison = "functional" if step == 2 else None
-            guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+            guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
         state = guard.state_dict()
     assert state["amp"] == "fp32" and state["fallback_step"] == 2 and state["applied_steps"] == 3
     assert state["next_step"] == 4
     assert state["sentinel"]["finite_steps"] == 3 and "grad/mean" in state["sentinel"]
     with pytest.raises(ValueError, match="closed"):
-        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
 
     # A new process: the model, the optimizer and the guard each from their state dicts.
     resumed_model = Net()
@@ -404,7 +411,7 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
     assert guard.amp == "fp32", "the fallback that had fired is in force again"
     assert guard.applied_steps == 3
     assert guard.state_dict()["sentinel"] == state["sentinel"], "the early warnings go on from their baselines"
-    result = guard.step(lambda: F.cross_entropy(resumed_model(x), y), batch=(x, y))
+    result = guard.closure_step(lambda: F.cross_entropy(resumed_model(x), y), batch=(x, y))
     assert result.counted and result.amp == "fp32"
     assert guard.state_dict()["next_step"] == 5
     guard.close()
@@ -439,7 +446,7 @@ def test_a_snapshot_of_a_wrapped_model_replays_into_the_plain_models_factory(tmp
                                log=False)
     x, y = data()
     x[4, 2] = float("nan")
-    assert not guard.step(lambda: F.cross_entropy(wrapped(x), y), batch=(x, y)).counted
+    assert not guard.closure_step(lambda: F.cross_entropy(wrapped(x), y), batch=(x, y)).counted
 
     def loss(net, batch):
         return F.cross_entropy(net(batch[0]), batch[1])

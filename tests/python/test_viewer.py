@@ -24,7 +24,7 @@ def test_a_python_run_opens_in_the_viewer(tmp_path, tool):
         x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
         if step == 20:
             x[3, 1] = float("inf")
-        guard.step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     del guard  # closes run.h5
     shot = tmp_path / "view.png"
     result = subprocess.run([xvfb, "-a", view, str(tmp_path / "run"), "--screenshot", str(shot), "--frames", "3"],

@@ -389,7 +389,7 @@ def test_watched_form_errors_are_python_exceptions(tmp_path):
         guard.scale(torch.ones((), requires_grad=True), batch=3)
     manual = nanscope.StepGuard(model, None, run_dir=tmp_path / "manual", log=False)
     with pytest.raises(TypeError, match="no optimizer"):
-        manual.step(lambda: model(*token_batch(torch.Generator()))[1], batch=torch.zeros(1))
+        manual.closure_step(lambda: model(*token_batch(torch.Generator()))[1], batch=torch.zeros(1))
 
 
 def test_a_loss_function_that_cannot_run_the_step_again_says_why(tmp_path):

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/json_check.hpp"
 #include "../support/test_support.hpp"
 #include "nanscope/format/version.hpp"
 
@@ -31,19 +32,6 @@ inline bool has_line(const std::string& text, const std::string& line) {
   for (const std::string& l : lines_of(text))
     if (l == line) return true;
   return false;
-}
-
-// Loads `json_path` with Python's json module (strictly: NaN and Infinity,
-// which it would accept, fail the test too) and prints `expression` over it, the document being `d`.
-// Expressions use double quotes only.
-inline std::string python_json(const std::string& json_path, const std::string& expression) {
-  const CommandResult r = run_command(
-      std::string(NANSCOPE_PYTHON) +
-      " -c 'import json,sys; d=json.load(open(sys.argv[1]), parse_constant=lambda c: sys.exit(\"not JSON: \" + c)); "
-      "print(" +
-      expression + ")' " + json_path);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return r.output;
 }
 
 }  // namespace nanscope::test

@@ -1,6 +1,6 @@
 #pragma once
 // The small models the core and trainer tests share.
-#include "nanscope/core/models/mlp.hpp"
+#include "nanscope/models/mlp.hpp"
 
 namespace nanscope::test {
 

@@ -13,7 +13,7 @@
 
 #include "../support/test_support.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/models/gpt.hpp"
+#include "nanscope/models/gpt.hpp"
 
 using namespace nanscope;
 

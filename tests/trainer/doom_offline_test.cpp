@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../support/json_check.hpp"
 #include "../support/test_support.hpp"
 
 using nanscope::test::run_command;
@@ -52,6 +53,15 @@ TEST(DoomOffline, NamesTheLrPulseStepFromAKeptCheckpointAndWritesNothing) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(file_bytes(run + "/run.h5"), before) << "the search writes nothing into the run";
+
+  // --json: the same finding as one JSON object on stdout (the progress stays on stderr).
+  const std::string json = dir.file("found.json");
+  auto as_json =
+      run_command("(" + kTrain + " --search-doom " + run + " --json 2> " + dir.file("progress.log") + ") > " + json);
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.output;
+  EXPECT_EQ(nanscope::test::python_json(
+                json, "d[\"outcome\"], d[\"failing_step\"], d[\"step\"], d[\"rows\"], d[\"text\"][:7]"),
+            "dooming_step 16 15 [] step 15\n");
 
   // A budget too small for the bisection names the steps still suspected.
   auto spent = run_command(kTrain + " --search-doom " + run + " --doom-budget 10");

@@ -19,11 +19,11 @@
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/journal.hpp"
-#include "nanscope/core/models/scripted_model.hpp"
 #include "nanscope/core/module_model.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/models/scripted_model.hpp"
 
 using namespace nanscope;
 

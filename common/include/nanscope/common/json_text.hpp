@@ -1,8 +1,10 @@
 #pragma once
-// A string as a JSON string literal, quotes included: the one escaping rule of
-// every JSON nanscope prints (nanscope-replay --json, nanscope-report --json).
+// The pieces of every JSON nanscope prints (nanscope-replay --json,
+// nanscope-report --json, the doom search's finding): one escaping rule for
+// strings and one shape for lists.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace nanscope {
 
@@ -26,6 +28,14 @@ inline std::string json_quoted(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+// [a, b, c]: each item as render(item) makes it.
+template <typename T, typename Render>
+std::string list_json(const std::vector<T>& items, Render render) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + render(items[i]);
+  return out + "]";
 }
 
 }  // namespace nanscope

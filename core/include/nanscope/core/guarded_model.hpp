@@ -10,8 +10,6 @@
 
 namespace nanscope {
 
-struct Steered;
-
 // What a guard trains, however the loop holds it. A torch module (a plain
 // object, a shared_ptr or a TORCH_MODULE holder: borrowed, it must outlive the
 // guard) or an owned TrainableModel is trained by the closure step; a
@@ -27,8 +25,12 @@ class GuardedModel {
   template <class M, std::enable_if_t<std::is_base_of_v<TrainableModel, M>, int> = 0>
   GuardedModel(std::unique_ptr<M> owned) : owned_(std::move(owned)) {}
 
+  // What was given; the guard reads it once, as it is built.
+  torch::nn::Module* module() const { return module_; }
+  TrainableModel* borrowed_model() const { return model_; }
+  std::unique_ptr<TrainableModel> take_owned_model() { return std::move(owned_); }
+
  private:
-  friend struct Steered;
   torch::nn::Module* module_ = nullptr;
   TrainableModel* model_ = nullptr;
   std::unique_ptr<TrainableModel> owned_;

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "nanscope/core/models/native_model.hpp"
+#include "nanscope/core/native_model.hpp"
 
 namespace nanscope {
 

@@ -53,6 +53,7 @@ struct TrainOptions : GuardOptions {
   std::string search_doom;
   int64_t failing_step = -1;   // the step to explain (-1: the run's first non-finite step)
   int64_t doom_budget = 5000;  // steps the offline search may replay in all
+  bool doom_json = false;      // print the search's finding as one JSON object
   uint64_t seed = 0;
   int threads = 0;  // 0: LibTorch's default
   DeviceChoice device = DeviceChoice::automatic;

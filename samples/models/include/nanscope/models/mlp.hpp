@@ -2,7 +2,7 @@
 // A small classifier: fc1 -> GELU -> ln -> fc2 -> GELU -> head, cross-entropy.
 #include <memory>
 
-#include "nanscope/core/models/native_model.hpp"
+#include "nanscope/core/model.hpp"
 
 namespace nanscope {
 

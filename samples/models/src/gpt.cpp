@@ -1,4 +1,4 @@
-#include "nanscope/core/models/gpt.hpp"
+#include "nanscope/models/gpt.hpp"
 
 #include <c10/core/GradMode.h>
 #include <torch/nn/functional/activation.h>
@@ -12,7 +12,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "nanscope/core/models/fault_ops.hpp"
+#include "nanscope/models/fault_ops.hpp"
+#include "nanscope/models/sample_model.hpp"
 #include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
@@ -173,15 +174,14 @@ struct GptImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-class GptModel : public NativeModel, public FaultHost {
+class GptModel : public SampleModel {
  public:
-  explicit GptModel(Gpt gpt) : NativeModel(gpt.ptr()), gpt_(std::move(gpt)) {}
+  explicit GptModel(Gpt gpt) : SampleModel(gpt.ptr()), gpt_(std::move(gpt)) {}
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
     if (inputs.scalar_type() != at::kLong || inputs.dim() != 2)
       throw std::invalid_argument("gpt expects int64 token inputs of shape [batch, seq]");
     return lm_loss(gpt_->logits(inputs, fault_, fault_arg_), targets);
   }
-  bool plant_fault(const Fault& fault) override { return host_fault(fault); }
   ModelSpec spec() const override {
     const GptConfig& c = gpt_->config;
     return {"gpt",

@@ -1,4 +1,4 @@
-#include "nanscope/core/models/fault_ops.hpp"
+#include "nanscope/models/fault_ops.hpp"
 
 #include "nanscope/common/torch_compat.hpp"
 

@@ -1,4 +1,4 @@
-#include "nanscope/core/models/mlp.hpp"
+#include "nanscope/models/mlp.hpp"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/linear.h>
@@ -7,7 +7,8 @@
 
 #include <stdexcept>
 
-#include "nanscope/core/models/fault_ops.hpp"
+#include "nanscope/models/fault_ops.hpp"
+#include "nanscope/models/sample_model.hpp"
 #include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
@@ -59,9 +60,9 @@ struct MlpNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(MlpNet);
 
-class MlpModel : public NativeModel, public FaultHost {
+class MlpModel : public SampleModel {
  public:
-  explicit MlpModel(MlpNet net) : NativeModel(net.ptr()), net_(std::move(net)) {}
+  explicit MlpModel(MlpNet net) : SampleModel(net.ptr()), net_(std::move(net)) {}
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override {
     if (!at::isFloatingType(inputs.scalar_type()) || inputs.dim() != 2 || inputs.size(1) != net_->config.in_features)
       throw std::invalid_argument("mlp expects float inputs of shape [batch, " +
@@ -72,7 +73,7 @@ class MlpModel : public NativeModel, public FaultHost {
     // No attention here, and the head's input is the growth faults' business in the gpt.
     const bool hosted = fault.kind != FaultKind::masked_row && fault.kind != FaultKind::attention_logit_growth &&
                         fault.kind != FaultKind::logit_drift;
-    return hosted && host_fault(fault);
+    return hosted && SampleModel::plant_fault(fault);
   }
   ModelSpec spec() const override {
     const MlpConfig& c = net_->config;

@@ -1,13 +1,10 @@
-#include "nanscope/core/models/native_model.hpp"
+#include "nanscope/core/native_model.hpp"
 
 #include <stdexcept>
-
-#include <torch/nn/functional/loss.h>
 
 #include <algorithm>
 #include <unordered_set>
 
-#include "nanscope/core/models/fault_ops.hpp"
 #include "nanscope/probe/tensor_owners.hpp"
 
 namespace nanscope {
@@ -106,25 +103,5 @@ std::vector<std::string> NativeModel::module_paths() const {
 }
 
 void NativeModel::set_training(bool on) { module_->train(on); }
-
-bool NativeModel::host_fault(const Fault& fault) {
-  // Every built-in hosts every model-side fault; batch and LR faults are the loop's.
-  if (fault.kind == FaultKind::nonfinite_input || fault.kind == FaultKind::lr_spike) return false;
-  fault_ = fault.kind;
-  fault_arg_ = fault.arg;
-  return true;
-}
-
-at::Tensor NativeModel::lm_loss(const at::Tensor& logits, const at::Tensor& targets) const {
-  if (fault_ == FaultKind::exp_overflow) return fault_ops::cross_entropy_by_naive_softmax(logits, targets);
-  at::Tensor flat = logits.reshape({-1, logits.size(-1)});
-  at::Tensor loss = torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
-  if (z_loss_ > 0) {
-    // P15: pull log Z towards 0 so the logits cannot drift without bound.
-    at::Tensor log_z = at::logsumexp(flat.to(at::kFloat), {-1});
-    loss = loss + z_loss_ * log_z.pow(2).mean();
-  }
-  return loss;
-}
 
 }  // namespace nanscope

@@ -3,7 +3,7 @@
 // GELU MLP, learned positions), byte-level by default.
 #include <memory>
 
-#include "nanscope/core/models/native_model.hpp"
+#include "nanscope/core/model.hpp"
 
 namespace nanscope {
 

@@ -1,4 +1,4 @@
-#include "nanscope/core/models/scripted_model.hpp"
+#include "nanscope/models/scripted_model.hpp"
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
