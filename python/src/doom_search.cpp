@@ -8,6 +8,7 @@
 #include <string>
 
 #include "nanscope/core/doom_after_run.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/format/error.hpp"
 #include "python_model.hpp"
 #include "python_optimizer.hpp"
@@ -33,8 +34,15 @@ std::string search_doom(const std::string& run_file, py::object module, py::obje
   // clip < 0: the guard's clip, as the run recorded it (a loop that clipped by
   // itself, in the watched form, says its own).
   if (clip < 0) {
-    const auto recorded = run.config.find("clip");
-    clip = recorded == run.config.end() ? 0.0 : std::stod(recorded->second);
+    GuardOptions recorded;
+    if (const auto it = run.config.find("clip"); it != run.config.end()) {
+      try {
+        find_guard_option("clip")->set(recorded, it->second);  // read as the option reads its text
+      } catch (const std::invalid_argument& e) {
+        throw py::value_error("nanscope.find_dooming_step: run.h5 records clip '" + it->second + "': " + e.what());
+      }
+    }
+    clip = recorded.clip;
   }
   PythonModel model(module, "model", loss);
   PythonOptimizer steps_optimizer(optimizer);
