@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
     if (!options.search_doom.empty()) {
       const nanscope::trainer::OfflineDoomSearch found = nanscope::trainer::search_doom_offline(options, std::cerr);
       if (options.doom_json)
-        std::cout << nanscope::doom_json(found.finding, found.failing_step, found.steps_run, found.text) << "\n";
+        std::cout << nanscope::doom_json(found.finding, found.failing_step, found.steps_run,
+                                         nanscope::doom_sentence(found.finding, found.failing_step, found.rows_text))
+                  << "\n";
       else
         std::cout << "doomed by: " << found.text << "\n";
       return nanscope::kExitOk;

@@ -141,10 +141,13 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   GuardState& g = r.guard;
   // 1.0 had neither applied_steps nor fp32_modules.
   const bool version_1_0 = !archive.version().at_least(1, 1);
+  const bool before_1_7 = !archive.version().at_least(1, 7);
   for_each_guard_state_field(g, [&](const char* name, auto& field) {
-    if (version_1_0 && !t.has_attr(name)) return;
-    get_field(t, path, name, field);
+    const char* stored = before_1_7 ? name_before_1_7(name) : name;
+    if (version_1_0 && !t.has_attr(stored)) return;
+    get_field(t, path, stored, field);
   });
+  g.lr_multiplier_lacks_fallback = before_1_7;
   // 1.0 counted no updates: every step up to the last applied one is as good
   // a guess as any (it is exact for a run without skips).
   if (version_1_0) g.applied_steps = g.last_applied_step + 1;

@@ -133,10 +133,7 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
 
   const bool recover = finding.outcome == DoomOutcome::dooming_step && options_.rollback.enabled &&
                        rollback_.can_roll_back() && replays.survives({finding.step, finding.step, finding.rows});
-  if (!recover) {
-    LossScaler scaler = scaler_;
-    StateRing::restore(*live.oldest(), steered_.model, steered_.optimizer, scaler);
-  }
+  if (!recover) go_back_to(*live.oldest(), /*with_scaler=*/false);
   loop_lrs.reset();
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();

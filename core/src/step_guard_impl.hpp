@@ -111,6 +111,10 @@ struct StepGuard::Impl {
   void apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& recovery,
                       const std::string& birth = "");
   void roll_back(int64_t step, GuardedStep& result, const std::string& why);
+  // The one way back to a saved state (a rollback; the doom search's return
+  // to the live state): weights, buffers, optimizer and RNG as saved, the
+  // loop's LRs kept, the scaler too unless `with_scaler`, gradients cleared.
+  void go_back_to(const TrainingState& state, bool with_scaler);
   void fall_back(int64_t step, GuardedStep& result, const std::string& what);
   [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
   void stop_for_failed_rank(int rank, const std::string& error);
@@ -119,7 +123,7 @@ struct StepGuard::Impl {
   void save_state_if_due(int64_t step, GradientAverager* ranks);
   // Every rank's training state finite (one rank's `local` verdict, all-reduced under a sharded model).
   bool state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const;
-  double lr_multiplier() const { return fallback_.lr_multiplier() * rollback_lr_multiplier_; }
+  double lr_multiplier() const { return lr_cut_; }
   GuardState state() const;
   void restore(const GuardState& state);
   StateHealth health() const;
@@ -155,7 +159,7 @@ struct StepGuard::Impl {
     DoomFinding finding;
   };
   std::optional<DoomFound> doom_found_;
-  double rollback_lr_multiplier_ = 1;
+  double lr_cut_ = 1;               // the LR cut in force: lr_backoff for the fallback and each rollback (cut_lr)
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
   int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)
   int64_t nonfinite_since_ = -1;    // the first of them

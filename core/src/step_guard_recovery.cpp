@@ -17,6 +17,7 @@ namespace nanscope {
 
 void StepGuard::Impl::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
   fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), step);
+  lr_cut_ *= options_.lr_backoff;
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
@@ -79,6 +80,17 @@ void StepGuard::Impl::save_state_if_due(int64_t step, GradientAverager* ranks) {
                            "); no rollback possible");
     ring_ = StateRing(0, 0);
   }
+}
+
+void StepGuard::Impl::go_back_to(const TrainingState& state, bool with_scaler) {
+  // The groups' LR is the loop's (a saved optimizer state carries the LR of
+  // its step): it stays as the loop set it; the guard's cut is lr_cut_.
+  const GroupLrScope loop_lrs(steered_.optimizer);
+  LossScaler unchanged = scaler_;
+  const bool scaling = scaler_.enabled();
+  StateRing::restore(state, steered_.model, steered_.optimizer, with_scaler ? scaler_ : unchanged);
+  if (!scaling) scaler_.disable();  // the fp32 fallback stays
+  clear_grads(parameters_);
 }
 
 bool StepGuard::Impl::state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const {
@@ -154,17 +166,9 @@ void StepGuard::Impl::roll_back(int64_t step, GuardedStep& result, const std::st
   const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
   if (!state) throw std::logic_error("StepGuard: a rollback was decided with no good state saved");
   const int64_t to = state->step;
-  std::vector<double> lrs;
-  {
-    // The groups' LR is the loop's: restored as it was, the cut is the guard's multiplier.
-    const GroupLrScope loop_lrs(steered_.optimizer);
-    lrs = loop_lrs.kept();
-    const bool scaling = scaler_.enabled();
-    StateRing::restore(*state, steered_.model, steered_.optimizer, scaler_);
-    if (!scaling) scaler_.disable();  // the fp32 fallback stays
-  }
-  rollback_lr_multiplier_ *= options_.lr_backoff;
-  clear_grads(parameters_);
+  const std::vector<double> lrs = group_lrs(steered_.optimizer);
+  go_back_to(*state, /*with_scaler=*/true);
+  lr_cut_ *= options_.lr_backoff;
   ring_.forget_from(to + 1);
   history_.forget_from(to + 1);
   doom_found_.reset();

@@ -72,7 +72,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       parameters_(trainable_tensors(steered_.model)),
       probe_(probe_options(options_), trainable_names(steered_.model)),
       scaler_(scaler_config(options_.amp)),
-      fallback_(options_.fallback, options_.lr_backoff),
+      fallback_(options_.fallback),
       snapshot_policy_(options_.max_snapshots),
       journal_(options_.log, options_.log_prefix, options_.model_name),
       amp_(options_.amp),
@@ -112,7 +112,7 @@ GuardState StepGuard::Impl::state() const {
   GuardState s;
   s.amp = amp_;
   s.fallback_step = fallback_.fired_step();
-  s.rollback_lr_multiplier = rollback_lr_multiplier_;
+  s.lr_multiplier = lr_cut_;
   s.rollbacks = rollback_.rollbacks();
   s.scaling = scaler_.enabled();
   s.loss_scale = scaler_.scale();
@@ -128,7 +128,7 @@ void StepGuard::Impl::restore(const GuardState& s) {
   if (s.fallback_step >= 0 && !fallback_.fired())
     fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), s.fallback_step);
   amp_ = s.amp;
-  rollback_lr_multiplier_ = s.rollback_lr_multiplier;
+  lr_cut_ = s.lr_multiplier * (s.lr_multiplier_lacks_fallback && s.fallback_step >= 0 ? options_.lr_backoff : 1.0);
   rollback_.restore_rollbacks(s.rollbacks);
   if (!s.scaling) scaler_.disable();
   scaler_.restore(s.loss_scale, s.growth_tracker);

@@ -330,7 +330,11 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("load_state_dict",
            [](Guard& g, const py::dict& d) {
              GuardState s;
-             for_each_guard_state_field(s, [&](const char* name, auto& field) { read_state_value(d[name], field); });
+             // A state_dict from before format 1.7 has rollback_lr_multiplier, not lr_multiplier.
+             s.lr_multiplier_lacks_fallback = !d.contains("lr_multiplier") && d.contains("rollback_lr_multiplier");
+             for_each_guard_state_field(s, [&](const char* name, auto& field) {
+               read_state_value(d[s.lr_multiplier_lacks_fallback ? name_before_1_7(name) : name], field);
+             });
              if (d.contains("sentinel")) s.sentinel = d["sentinel"].cast<Sentinel::State>();
              g.guard().restore(s);
              g.guard().number_steps_from(d["next_step"].cast<int64_t>());

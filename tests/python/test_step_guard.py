@@ -414,8 +414,20 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
     result = guard.closure_step(lambda: F.cross_entropy(resumed_model(x), y), batch=(x, y))
     assert result.counted and result.amp == "fp32"
     assert guard.state_dict()["next_step"] == 5
+    assert guard.lr_multiplier == state["lr_multiplier"] == 0.5, "the fallback's LR cut is in the state"
     guard.close()
     guard.close()  # twice is fine
+
+    # A state_dict from a nanscope before format 1.7 kept the rollbacks' cut
+    # alone, as rollback_lr_multiplier: the fallback's is added back.
+    old = dict(state, rollback_lr_multiplier=1.0)
+    del old["lr_multiplier"]
+    fresh = Net()
+    guard = nanscope.StepGuard(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1), run_dir=tmp_path / "c",
+                               amp="bf16", lr_backoff=0.5, log=False)
+    guard.load_state_dict(old)
+    assert guard.lr_multiplier == 0.5 and guard.state_dict()["lr_multiplier"] == 0.5
+    guard.close()
 
 
 def test_options_are_keywords_and_amp_takes_a_dtype(tmp_path):

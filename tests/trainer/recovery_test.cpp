@@ -255,3 +255,32 @@ TEST_F(Recovery, AFormatOnePointZeroCheckpointStillResumes) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint.h5, from step 6 (healthy)"), std::string::npos) << resumed.output;
 }
+
+TEST_F(Recovery, AFormatOnePointSixCheckpointKeepsTheFallbacksLrCut) {
+  // Before format 1.7 a checkpoint kept the rollbacks' LR cut alone
+  // (@rollback_lr_multiplier): a resumed run whose fallback had fired must
+  // still train at the cut LR, as the run did before its checkpoint.
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  const auto r = test::run_command(train(run_dir, "--steps 6 --checkpoint-every 3 --fault nonfinite_input@1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string checkpoint = run_dir + "/checkpoint.h5";
+  const std::optional<ResumeState> now = load_resume_state(checkpoint);
+  ASSERT_TRUE(now);
+  ASSERT_EQ(now->guard.fallback_step, 1) << r.output;
+  const double cut_lr = format::read_run(run_dir + "/run.h5").lr.back();
+  ASSERT_LT(cut_lr, 0.01) << "the fallback cut the LR";
+  const auto downgrade =
+      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py; f = h5py.File('" + checkpoint +
+                        "', 'r+'); f.attrs['format_version'] = '1.6'; t = f['training']; "
+                        "t.attrs['rollback_lr_multiplier'] = 1.0; del t.attrs['lr_multiplier']\"");
+  ASSERT_EQ(downgrade.exit_code, 0) << downgrade.output;
+  const std::optional<ResumeState> old = load_resume_state(checkpoint);
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->guard.lr_multiplier_lacks_fallback);
+  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 9");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const format::RunData run = format::read_run(run_dir + "/run.h5");
+  ASSERT_EQ(run.rows(), 9u);
+  for (size_t i = 6; i < 9; ++i) EXPECT_DOUBLE_EQ(run.lr[i], cut_lr) << "step " << run.step[i];
+}

@@ -18,7 +18,7 @@ namespace nanscope {
 #define NANSCOPE_GUARD_STATE_FIELDS(X)                                                               \
   X(Amp, amp, Amp::fp32)                                                                             \
   X(int64_t, fallback_step, -1)                                                                      \
-  X(double, rollback_lr_multiplier, 1)                                                               \
+  X(double, lr_multiplier, 1) /* the LR cut: lr_backoff per fallback and rollback */                 \
   X(int64_t, rollbacks, 0)                                                                           \
   X(bool, scaling, false)                                                                            \
   X(double, loss_scale, 1)                                                                           \
@@ -34,7 +34,17 @@ struct GuardState {
   // The early warnings' baselines: not in checkpoints (a resumed run learns
   // them afresh), in state_dict; empty: start afresh.
   Sentinel::State sentinel;
+  // A state from before format 1.7 (a checkpoint, or a state_dict with the
+  // key rollback_lr_multiplier) kept the rollbacks' LR cut alone: the guard
+  // that restores it adds its fallback's (StepGuard's restore).
+  bool lr_multiplier_lacks_fallback = false;
 };
+
+// What a state from before format 1.7 called field `name` (lr_multiplier was
+// rollback_lr_multiplier, the rollbacks' cut alone); the name otherwise.
+inline const char* name_before_1_7(const char* name) {
+  return std::string(name) == "lr_multiplier" ? "rollback_lr_multiplier" : name;
+}
 
 // Calls visit(name, field) for each listed field of `state` (const or not), in order.
 template <typename State, typename Visit>

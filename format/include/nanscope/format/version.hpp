@@ -19,8 +19,10 @@ namespace nanscope::format {
 //        step finite eagerly, non-finite compiled); run files: event `doom`
 //   1.5  snapshots: /other_modules (other models' tensors the loss ran)
 //   1.6  captured ops: @site (a gradient hook's op, or a recomputation's)
+//   1.7  checkpoints: /training@lr_multiplier, the guard's whole LR cut
+//        (was @rollback_lr_multiplier, the rollbacks' part alone)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 6;
+inline constexpr int kFormatMinor = 7;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {
