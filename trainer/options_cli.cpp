@@ -6,12 +6,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
+#include "nanscope/common/number_text.hpp"
 #include "nanscope/core/guard_option_list.hpp"
 
 namespace nanscope::trainer {
@@ -38,22 +39,6 @@ const CLI::Validator kNonNegative = number_at_least(0, false, "non-negative fini
 template <typename T>
 using Words = std::vector<std::pair<std::string, T>>;
 
-// An option that takes one of a few words. --help shows them and the default
-// as a word (--amp off|bf16|fp16=off): CLI11's own description of a mapping
-// prints the values the words map to, which for an enum are raw bytes.
-template <typename T>
-CLI::Option* add_word_option(CLI::App& app, const std::string& flag, T& value, const Words<T>& words,
-                             const std::string& help) {
-  std::string names, current;
-  for (const auto& [word, v] : words) {
-    names += (names.empty() ? "" : "|") + word;
-    if (v == value && current.empty()) current = word;
-  }
-  CLI::Validator words_only = CLI::CheckedTransformer(words, CLI::ignore_case);
-  words_only.description("");
-  return app.add_option(flag, value, help)->transform(words_only)->type_name(names)->default_str(current);
-}
-
 // Every word of a vocabulary list (format/vocabulary.hpp's X-macros), in its order.
 template <typename T>
 Words<T> all_words() {
@@ -63,9 +48,85 @@ Words<T> all_words() {
   return out;
 }
 
+// A value as the run config records it.
+std::string value_text(const std::string& v) { return v; }
+std::string value_text(double v) { return number_text(v); }
+template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+std::string value_text(T v) {
+  return std::to_string(v);
+}
+
+// A run config key: the long flag name, '_' for '-' (--batch-size: batch_size).
+std::string config_key(const std::string& flag) {
+  std::string key = flag.substr(flag.find_first_not_of('-'));
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+// nanscope-train's own options, each declared once, here: its flag, help and
+// check for CLI11 (so options.toml and --resume, which CLI11 reads, follow),
+// and how the run config records its value. A field is a member pointer of
+// TrainOptions or a lambda reaching into it (both called with std::invoke).
+class Declare {
+ public:
+  Declare(CLI::App& app, TrainOptions& o, RecordedOptions* recorded) : app_(app), o_(o), recorded_(recorded) {}
+
+  template <typename Field>
+  CLI::Option* option(const std::string& flag, Field field, const std::string& help) {
+    record(flag, [field](const TrainOptions& o) { return value_text(std::invoke(field, o)); });
+    return app_.add_option(flag, std::invoke(field, o_), help);
+  }
+
+  // An option that takes one of a few words. --help shows them and the default
+  // as a word (--optimizer adamw|sgd=adamw): CLI11's own description of a
+  // mapping prints the values the words map to, which for an enum are raw bytes.
+  template <typename Field, typename T>
+  CLI::Option* words(const std::string& flag, Field field, const Words<T>& words, const std::string& help) {
+    record(flag, [field, words](const TrainOptions& o) {
+      for (const auto& [word, v] : words)
+        if (v == std::invoke(field, o)) return word;
+      return std::string();
+    });
+    T& value = std::invoke(field, o_);
+    std::string names, current;
+    for (const auto& [word, v] : words) {
+      names += (names.empty() ? "" : "|") + word;
+      if (v == value && current.empty()) current = word;
+    }
+    CLI::Validator words_only = CLI::CheckedTransformer(words, CLI::ignore_case);
+    words_only.description("");
+    return app_.add_option(flag, value, help)->transform(words_only)->type_name(names)->default_str(current);
+  }
+
+  // A flag that sets its field to `sets`; recorded as whether it is in force.
+  template <typename Field>
+  CLI::Option* flag(const std::string& flag, Field field, bool sets, const std::string& help) {
+    record(flag, [field, sets](const TrainOptions& o) { return std::invoke(field, o) == sets ? "true" : "false"; });
+    return app_.add_flag(flag + (sets ? "" : "{false}"), std::invoke(field, o_), help);
+  }
+
+  // An option read by its own function (CLI11 binds no field), and how the
+  // run config records it, under `key`.
+  CLI::Option* by_function(const std::string& flag, const std::function<void(const std::vector<std::string>&)>& read,
+                           const std::string& key, std::function<std::string(const TrainOptions&)> text,
+                           const std::string& help) {
+    if (recorded_) recorded_->push_back({key, std::move(text)});
+    return app_.add_option_function<std::vector<std::string>>(flag, read, help);
+  }
+
+ private:
+  void record(const std::string& flag, std::function<std::string(const TrainOptions&)> text) {
+    if (recorded_ && recorded_in_run_config(config_key(flag)))
+      recorded_->push_back({config_key(flag), std::move(text)});
+  }
+  CLI::App& app_;
+  TrainOptions& o_;
+  RecordedOptions* recorded_;
+};
+
 // The guard's options, one flag each from their one declaration
 // (core/guard_option_list.hpp): --help, the check of a value and what the
-// flag sets all come from it.
+// flag sets all come from it. The guard records them in the run config itself.
 void add_guard_flags(CLI::App& app, GuardOptions& o) {
   for (const GuardOption& option : guard_option_list()) {
     const auto refusal = [&option](std::string& text) {
@@ -93,9 +154,19 @@ void add_guard_flags(CLI::App& app, GuardOptions& o) {
   }
 }
 
-}  // namespace
+// This rank's planted faults as the run records them: KIND@STEP:ARG, comma-separated.
+std::string faults_text(const TrainOptions& o) {
+  std::string text;
+  for (const Fault& f : faults_on_rank(o.faults, o.dist.rank))
+    text += (text.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" + std::to_string(f.step) + ":" +
+            number_text(f.arg);
+  return text;
+}
 
-void add_train_options(CLI::App& app, TrainOptions& o) {
+// Declares every option on `app`, bound to `o`; with `recorded`, also lists
+// how the run config records each.
+void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* recorded) {
+  Declare declare(app, o, recorded);
   app.description(
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
       "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
@@ -109,99 +180,118 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
 
-  auto* model = app.add_option("--model", o.model,
-                               "Model: 'mlp', 'gpt' (built-in) or PATH.pt, a TorchScript file whose "
-                               "forward(inputs, targets) returns a scalar loss");
-  model->capture_default_str();
-  app.add_option("--data", o.data,
+  declare
+      .option("--model", &TrainOptions::model,
+              "Model: 'mlp', 'gpt' (built-in) or PATH.pt, a TorchScript file whose "
+              "forward(inputs, targets) returns a scalar loss")
+      ->capture_default_str();
+  declare.option("--data", &TrainOptions::data,
                  "HDF5 file with /inputs and /targets (first dimension = samples). Default: "
                  "built-in data (gpt: a text every Debian system has; mlp: a seeded teacher task)");
-  app.add_option("--init", o.init, "Checkpoint to start from (fine-tuning)");
-  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(kPositive);
-  app.add_option("--batch-size", o.batch_size, "Samples per batch")->capture_default_str()->check(kPositive);
-  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(kPositive);
-  add_word_option(app, "--optimizer", o.optimizer, all_words<OptimizerKind>(), "adamw, or sgd (momentum 0.9)");
-  app.add_option("--weight-decay", o.weight_decay, "Weight decay")->capture_default_str()->check(kNonNegative);
-  add_word_option(app, "--schedule", o.schedule, all_words<Schedule>(),
-                  "LR schedule: constant, or cosine decay after warmup");
-  add_word_option(app, "--schedule-on-skip", o.schedule_holds_on_skip, Words<bool>{{"advance", false}, {"hold", true}},
-                  "What a skipped step does to the LR schedule (warmup, cosine): advance (the schedule follows "
-                  "the step number, as a loop that calls scheduler.step() every iteration does) or hold (it "
-                  "follows the updates that reached the weights, so a run with skips gets its whole warmup)");
-  app.add_option("--warmup", o.warmup, "Linear warmup steps (P12)")->capture_default_str()->check(kNonNegative);
-  add_guard_flags(app, o);
-  app.add_option("--z-loss", o.z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
+  declare.option("--init", &TrainOptions::init, "Checkpoint to start from (fine-tuning)");
+  declare.option("--steps", &TrainOptions::steps, "Number of optimizer steps")->capture_default_str()->check(kPositive);
+  declare.option("--batch-size", &TrainOptions::batch_size, "Samples per batch")
+      ->capture_default_str()
+      ->check(kPositive);
+  declare.option("--lr", &TrainOptions::lr, "Peak learning rate")->capture_default_str()->check(kPositive);
+  declare.words("--optimizer", &TrainOptions::optimizer, all_words<OptimizerKind>(), "adamw, or sgd (momentum 0.9)");
+  declare.option("--weight-decay", &TrainOptions::weight_decay, "Weight decay")
       ->capture_default_str()
       ->check(kNonNegative);
-  app.add_flag("--no-shuffle{false}", o.shuffle,
+  declare.words("--schedule", &TrainOptions::schedule, all_words<Schedule>(),
+                "LR schedule: constant, or cosine decay after warmup");
+  declare.words("--schedule-on-skip", &TrainOptions::schedule_holds_on_skip,
+                Words<bool>{{"advance", false}, {"hold", true}},
+                "What a skipped step does to the LR schedule (warmup, cosine): advance (the schedule follows "
+                "the step number, as a loop that calls scheduler.step() every iteration does) or hold (it "
+                "follows the updates that reached the weights, so a run with skips gets its whole warmup)");
+  declare.option("--warmup", &TrainOptions::warmup, "Linear warmup steps (P12)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  add_guard_flags(app, o);
+  declare.option("--z-loss", &TrainOptions::z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  declare.flag("--no-shuffle", &TrainOptions::shuffle, false,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
-  app.add_option("--save", o.save,
+  declare.option("--save", &TrainOptions::save,
                  "Write a checkpoint here at the end (several ranks: rank 0 only, unless PATH holds {rank}); "
                  "default with --checkpoint-every: RUN_DIR/checkpoint.h5 (checkpoint-rank-{rank}.h5)");
-  app.add_option("--checkpoint-every", o.checkpoint_every,
-                 "Also write the --save checkpoint every N steps (0: only at the end); these can resume the run")
+  declare
+      .option("--checkpoint-every", &TrainOptions::checkpoint_every,
+              "Also write the --save checkpoint every N steps (0: only at the end); these can resume the run")
       ->check(kNonNegative);
-  app.add_option("--keep-checkpoints", o.keep_checkpoints,
-                 "Also keep the newest N periodic checkpoints by step (PATH.step-NNNNNNN.h5, hard links), so "
-                 "--search-doom can replay from one before the step that doomed the run (0: only the newest "
-                 "and the one before it)")
+  declare
+      .option("--keep-checkpoints", &TrainOptions::keep_checkpoints,
+              "Also keep the newest N periodic checkpoints by step (PATH.step-NNNNNNN.h5, hard links), so "
+              "--search-doom can replay from one before the step that doomed the run (0: only the newest "
+              "and the one before it)")
       ->capture_default_str()
       ->check(kNonNegative);
-  app.add_option("--resume", o.resume,
-                 "Continue the run in RUN_DIR from its newest checkpoint (--checkpoint-every): the options it "
-                 "was started with (RUN_DIR/options.toml; flags given here override them), the same data "
-                 "order, RNG, loss scale and schedule; run.h5 drops the rows after the checkpoint and goes on. "
-                 "Also clears the mark a killed writer leaves, so plain HDF5 readers open run.h5 again")
+  declare
+      .option("--resume", &TrainOptions::resume,
+              "Continue the run in RUN_DIR from its newest checkpoint (--checkpoint-every): the options it "
+              "was started with (RUN_DIR/options.toml; flags given here override them), the same data "
+              "order, RNG, loss scale and schedule; run.h5 drops the rows after the checkpoint and goes on. "
+              "Also clears the mark a killed writer leaves, so plain HDF5 readers open run.h5 again")
       ->type_name("RUN_DIR");
   const std::string after = "After a run: the step that doomed it";
-  app.add_option("--search-doom", o.search_doom,
-                 "Train nothing: find the earlier step whose update doomed RUN_DIR's failing step, replaying "
-                 "from the newest checkpoint before it (--checkpoint-every) with the run's options "
-                 "(RUN_DIR/options.toml), data order, LR, precision and loss scale; a bisection over "
-                 "updates left out, then the dooming step's rows (docs/recovery.md). Writes nothing into RUN_DIR")
+  declare
+      .option("--search-doom", &TrainOptions::search_doom,
+              "Train nothing: find the earlier step whose update doomed RUN_DIR's failing step, replaying "
+              "from the newest checkpoint before it (--checkpoint-every) with the run's options "
+              "(RUN_DIR/options.toml), data order, LR, precision and loss scale; a bisection over "
+              "updates left out, then the dooming step's rows (docs/recovery.md). Writes nothing into RUN_DIR")
       ->type_name("RUN_DIR")
       ->group(after);
-  app.add_option("--failing-step", o.failing_step,
-                 "--search-doom: the step to explain (default: the run's first non-finite step)")
+  declare
+      .option("--failing-step", &TrainOptions::failing_step,
+              "--search-doom: the step to explain (default: the run's first non-finite step)")
       ->check(kNonNegative)
       ->group(after);
-  app.add_option("--doom-budget", o.doom_budget,
-                 "--search-doom: steps the search may replay in all (the first replay, of the run as it was, "
-                 "included); when spent, it names the steps still suspected")
+  declare
+      .option("--doom-budget", &TrainOptions::doom_budget,
+              "--search-doom: steps the search may replay in all (the first replay, of the run as it was, "
+              "included); when spent, it names the steps still suspected")
       ->capture_default_str()
       ->check(kPositive)
       ->group(after);
-  app.add_flag("--json", o.doom_json,
-               "--search-doom: print the finding as one JSON object (outcome, failing_step, step, rows, first, "
-               "last, replays, steps_run, text), as Python's DoomReport.to_json(), instead of the sentence")
+  declare
+      .flag("--json", &TrainOptions::doom_json, true,
+            "--search-doom: print the finding as one JSON object (outcome, failing_step, step, rows, first, "
+            "last, replays, steps_run, text), as Python's DoomReport.to_json(), instead of the sentence")
       ->group(after);
-  app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str();
-  app.add_option("--threads", o.threads,
-                 "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
-                 "this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")
+  declare.option("--seed", &TrainOptions::seed, "Seed for initialisation, shuffling and dropout")
+      ->capture_default_str();
+  declare
+      .option("--threads", &TrainOptions::threads,
+              "Intra-op threads (0: LibTorch's default; with several ranks, the cores shared between the ranks on "
+              "this machine). OpenBLAS runs on one thread unless OPENBLAS_NUM_THREADS is set")
       ->check(kNonNegative);
-  add_word_option(app, "--device", o.device, all_words<DeviceChoice>(), "auto (CUDA when there is one), cpu or cuda");
-  app.add_flag("--tf32", o.tf32, "CUDA: allow TF32 matmuls and convolutions (P2)");
-  app.add_flag("--deterministic", o.deterministic, "Use deterministic algorithms only (P19)");
-  app.add_option_function<std::vector<std::string>>(
-         "--fault",
-         [&o](const std::vector<std::string>& specs) {
-           for (const auto& s : specs) o.faults.push_back(parse_fault(s));
-         },
-         "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
-         "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
-         "(ARG: factor, default 1000, from STEP on), lr_pulse (the same at STEP alone), and the slow-onset lr_ramp and "
-         "input_ramp (the LR or the float "
-         "inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3), and sample_burst (float inputs and "
-         "targets times ARG, default 1e4, for 8 steps); /rankR plants it on rank R only. "
-         "Repeatable. See samples/faults/")
+  declare.words("--device", &TrainOptions::device, all_words<DeviceChoice>(),
+                "auto (CUDA when there is one), cpu or cuda");
+  declare.flag("--tf32", &TrainOptions::tf32, true, "CUDA: allow TF32 matmuls and convolutions (P2)");
+  declare.flag("--deterministic", &TrainOptions::deterministic, true, "Use deterministic algorithms only (P19)");
+  declare
+      .by_function(
+          "--fault",
+          [&o](const std::vector<std::string>& specs) {
+            for (const auto& s : specs) o.faults.push_back(parse_fault(s));
+          },
+          "faults", faults_text,
+          "Plant a fault: KIND@STEP[:ARG][/rankR] with KIND one of nonfinite_input (ARG: sample row), "
+          "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
+          "(ARG: factor, default 1000, from STEP on), lr_pulse (the same at STEP alone), and the slow-onset lr_ramp "
+          "and input_ramp (the LR or the float inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3), and "
+          "sample_burst (float inputs and targets times ARG, default 1e4, for 8 steps); /rankR plants it on rank R "
+          "only. Repeatable. See samples/faults/")
       ->type_name("KIND@STEP[:ARG][/rankR]");
-  auto* sizes = app.add_option_group("Built-in model sizes");
-  sizes->add_option("--n-layer", o.n_layer, "gpt: transformer blocks")->capture_default_str();
-  sizes->add_option("--n-head", o.n_head, "gpt: attention heads")->capture_default_str();
-  sizes->add_option("--n-embd", o.n_embd, "gpt: embedding width")->capture_default_str();
-  sizes->add_option("--seq-len", o.seq_len, "gpt: tokens per sample")->capture_default_str();
-  sizes->add_option("--hidden", o.hidden, "mlp: hidden width")->capture_default_str();
+  const std::string sizes = "Built-in model sizes";
+  declare.option("--n-layer", &TrainOptions::n_layer, "gpt: transformer blocks")->capture_default_str()->group(sizes);
+  declare.option("--n-head", &TrainOptions::n_head, "gpt: attention heads")->capture_default_str()->group(sizes);
+  declare.option("--n-embd", &TrainOptions::n_embd, "gpt: embedding width")->capture_default_str()->group(sizes);
+  declare.option("--seq-len", &TrainOptions::seq_len, "gpt: tokens per sample")->capture_default_str()->group(sizes);
+  declare.option("--hidden", &TrainOptions::hidden, "mlp: hidden width")->capture_default_str()->group(sizes);
   // Plain options under a help heading, not an option group: CLI11 2.4 reads
   // an option group's environment variables only when one of its flags is given.
   const std::string dist = "Data parallel (c10d): run N copies, one per rank, as torchrun does";
@@ -210,38 +300,61 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       "gradients are averaged with a bucketed all-reduce, and all ranks skip, back off and fall "
       "back together. Rank R writes RUN_DIR/run-rank-R.h5 and RUN_DIR/snapshots/rank-R/. Flags "
       "override the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).");
-  app.add_option("--rank", o.dist.rank, "This process's rank")->envname("RANK")->capture_default_str()->group(dist);
-  app.add_option("--world-size", o.dist.world_size, "Number of processes")
+  const auto in_dist = [](auto member) {
+    return [member](auto& o) -> auto& { return o.dist.*member; };
+  };
+  declare.option("--rank", in_dist(&DistOptions::rank), "This process's rank")
+      ->envname("RANK")
+      ->capture_default_str()
+      ->group(dist);
+  declare.option("--world-size", in_dist(&DistOptions::world_size), "Number of processes")
       ->envname("WORLD_SIZE")
       ->capture_default_str()
       ->group(dist);
-  app.add_option("--local-rank", o.dist.local_rank, "Rank on this machine (picks the CUDA device)")
+  declare.option("--local-rank", in_dist(&DistOptions::local_rank), "Rank on this machine (picks the CUDA device)")
       ->envname("LOCAL_RANK")
       ->capture_default_str()
       ->group(dist);
-  app.add_option("--master-addr", o.dist.master_addr, "Rank 0's address (its TCPStore)")
+  declare.option("--master-addr", in_dist(&DistOptions::master_addr), "Rank 0's address (its TCPStore)")
       ->envname("MASTER_ADDR")
       ->capture_default_str()
       ->group(dist);
-  app.add_option("--master-port", o.dist.master_port, "Rank 0's TCPStore port")
+  declare.option("--master-port", in_dist(&DistOptions::master_port), "Rank 0's TCPStore port")
       ->envname("MASTER_PORT")
       ->capture_default_str()
       ->group(dist);
-  add_word_option(app, "--dist-backend", o.dist.backend, all_words<DistBackend>(),
-                  "auto (nccl for CUDA where built, else gloo), gloo or nccl")
+  declare
+      .words("--dist-backend", in_dist(&DistOptions::backend), all_words<DistBackend>(),
+             "auto (nccl for CUDA where built, else gloo), gloo or nccl")
       ->group(dist);
-  app.add_option("--dist-timeout", o.dist.timeout_s,
-                 "Seconds a rendezvous or collective may wait for the other ranks before the run "
-                 "ends with an error (exit 3)")
+  declare
+      .option("--dist-timeout", in_dist(&DistOptions::timeout_s),
+              "Seconds a rendezvous or collective may wait for the other ranks before the run "
+              "ends with an error (exit 3)")
       ->capture_default_str()
       ->check(kPositive)
       ->group(dist);
-  app.add_option("--bucket-mb", o.dist.bucket_mb, "Gradient all-reduce bucket size in MiB")
+  declare.option("--bucket-mb", in_dist(&DistOptions::bucket_mb), "Gradient all-reduce bucket size in MiB")
       ->capture_default_str()
       ->check(kPositive)
       ->group(dist);
-  app.add_option("--log-every", o.log_every, "Progress line every N steps (0: about once a second)");
-  app.add_flag("--quiet", o.quiet, "No progress line, only the summary");
+  declare.option("--log-every", &TrainOptions::log_every, "Progress line every N steps (0: about once a second)");
+  declare.flag("--quiet", &TrainOptions::quiet, true, "No progress line, only the summary");
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) { declare_train_options(app, o, nullptr); }
+
+std::map<std::string, std::string> recorded_options(const TrainOptions& o) {
+  // The declaration is made on a scratch app for its list; the values are o's.
+  CLI::App scratch;
+  TrainOptions unused;
+  RecordedOptions recorded;
+  declare_train_options(scratch, unused, &recorded);
+  std::map<std::string, std::string> config;
+  for (const RecordedOption& r : recorded) config[r.key] = r.text(o);
+  return config;
 }
 
 void apply_defaults(TrainOptions& o) {
@@ -253,60 +366,11 @@ void apply_defaults(TrainOptions& o) {
             .string();
 }
 
-std::vector<std::string> with_resume_config(const std::vector<std::string>& args) {
-  std::vector<std::string> out = args;
-  auto resume = std::find(args.begin(), args.end(), "--resume");
-  if (resume == args.end()) resume = std::find(args.begin(), args.end(), "--search-doom");
-  const bool has_config = std::any_of(
-      args.begin(), args.end(), [](const std::string& a) { return a == "--config" || a.rfind("--config=", 0) == 0; });
-  if (resume == args.end() || resume + 1 == args.end() || has_config) return out;
-  out.insert(out.begin() + 1, {"--config", (std::filesystem::path(*(resume + 1)) / kOptionsFile).string()});
-  return out;
-}
-
-bool kept_in_options_file(const std::string& long_name) {
-  static const std::set<std::string> kLeftOut{"help",         "config",      "resume",     "search-doom",
-                                              "failing-step", "doom-budget", "json",       "rank",
-                                              "local-rank",   "master-addr", "master-port"};
-  return kLeftOut.count(long_name) == 0;
-}
-
-void write_options_file(const CLI::App& app, const std::string& run_dir) {
-  std::filesystem::create_directories(run_dir);
-  const std::filesystem::path path = std::filesystem::path(run_dir) / kOptionsFile;
-  std::ofstream out(path);
-  out << "# The options this run started with, as given; nanscope-train --resume RUN_DIR reads them.\n";
-  auto quoted = [](const std::string& v) {
-    std::string q = "\"";
-    for (char c : v) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-    return q + "\"";
-  };
-  // The app's own options and its option groups' (the model sizes, rollback), which CLI11 keeps apart.
-  std::vector<const CLI::Option*> options = app.get_options();
-  for (const CLI::App* group : app.get_subcommands(std::function<bool(const CLI::App*)>{}))
-    for (const CLI::Option* opt : group->get_options()) options.push_back(opt);
-  for (const CLI::Option* opt : options) {
-    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
-    const std::string name = opt->get_lnames().front();
-    if (!kept_in_options_file(name)) continue;
-    // The values as parsed: a transformed one (--amp bf16) holds what its
-    // transform made of it, which the transform accepts back.
-    const std::vector<std::string>& values = opt->results();
-    if (opt->get_expected_max() == 0) {
-      // A flag: whether it was given, as the config reader takes it. Its
-      // parsed value is not that: --no-shuffle{false} gives "false", which
-      // read back would mean the flag was not given.
-      const bool given = values.empty() || values.back() == opt->get_flag_value(name, "");
-      out << name << "=" << (given ? "true" : "false") << "\n";
-    } else if (opt->get_expected_max() > 1) {
-      out << name << "=[";
-      for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << quoted(values[i]);
-      out << "]\n";
-    } else if (!values.empty()) {
-      out << name << "=" << quoted(values.back()) << "\n";
-    }
-  }
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+bool recorded_in_run_config(const std::string& key) {
+  // How this process was asked to run, not what the run is.
+  static const std::set<std::string> kLeftOut{"help",         "config",      "resume", "search_doom",
+                                              "failing_step", "doom_budget", "json"};
+  return kLeftOut.count(key) == 0;
 }
 
 void validate_options(const TrainOptions& o) {

@@ -26,6 +26,7 @@
 #include "nanscope/trainer/distributed.hpp"
 #include "nanscope/trainer/gradient_buckets.hpp"
 #include "nanscope/trainer/interrupt.hpp"
+#include "nanscope/trainer/options_cli.hpp"
 #include "nanscope/trainer/progress.hpp"
 #include "nanscope/trainer/resume.hpp"
 #include "nanscope/trainer/schedule.hpp"
@@ -35,33 +36,17 @@ namespace nanscope::trainer {
 
 namespace {
 
-// What only nanscope-train knows of a run; the guard records its own options beside it (recorded_config).
-std::map<std::string, std::string> run_config(const TrainOptions& o, const std::vector<Fault>& planted,
-                                              const Dataset& data, at::Device device, const TrainableModel& model) {
-  std::string faults;
-  for (const auto& f : planted)
-    faults += (faults.empty() ? "" : ",") + std::string(fault_name(f.kind)) + "@" + std::to_string(f.step) + ":" +
-              number_text(f.arg);
-  return {{"model", o.model},
-          {"data", data.source},
-          {"init", o.init},
-          {"steps", std::to_string(o.steps)},
-          {"batch_size", std::to_string(o.batch_size)},
-          {"lr", number_text(o.lr)},
-          {"optimizer", to_string(o.optimizer)},
-          {"weight_decay", number_text(o.weight_decay)},
-          {"schedule", to_string(o.schedule)},
-          {"warmup", std::to_string(o.warmup)},
-          {"schedule_on_skip", o.schedule_holds_on_skip ? "hold" : "advance"},
-          {"z_loss", number_text(o.z_loss)},
-          {"shuffle", o.shuffle ? "on" : "off"},
-          {"seed", std::to_string(o.seed)},
-          {"device", device.str()},
-          {"faults", faults},
-          {"torch_version", TORCH_VERSION},
-          {"parameters", std::to_string(model.parameter_count())},
-          {"rank", std::to_string(o.dist.rank)},
-          {"world_size", std::to_string(o.dist.world_size)}};
+// What only nanscope-train knows of a run: its own options, from their
+// declaration, and what they resolved to here. The guard records its own
+// options beside them (recorded_config).
+std::map<std::string, std::string> run_config(const TrainOptions& o, const Dataset& data, at::Device device,
+                                              const TrainableModel& model) {
+  std::map<std::string, std::string> config = recorded_options(o);
+  config["data"] = data.source;  // the built-in data's source when --data is not given
+  config["device"] = device.str();
+  config["torch_version"] = TORCH_VERSION;
+  config["parameters"] = std::to_string(model.parameter_count());
+  return config;
 }
 
 // --fault buffer_nan: NaN into the first floating buffer, between two steps.
@@ -193,7 +178,7 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   s.parameters = trainable_tensors(*s.model);
   share_start(s.ranks, dist, *s.model, s.parameters);
   s.optimizer = make_optimizer(o.optimizer, s.parameters, o.lr, o.weight_decay);
-  GuardOptions options = guard_options(o, run_config(o, s.faults, s.data, s.device, *s.model), log, s.who);
+  GuardOptions options = guard_options(o, run_config(o, s.data, s.device, *s.model), log, s.who);
   if (s.resumed) {
     s.first_step = s.resumed->steps_done;
     options.resume_after_step = s.first_step - 1;

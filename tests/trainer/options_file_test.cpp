@@ -1,16 +1,19 @@
 // Every option of nanscope-train survives RUN_DIR/options.toml: given on the
 // command line, written as the run starts, and read back by --resume and
-// --search-doom, which go on with (or search) the run as it was started.
+// --search-doom, which go on with (or search) the run as it was started; and
+// the run config records it as given.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "../support/test_support.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/trainer/options_cli.hpp"
 
 using nanscope::test::TempDir;
@@ -48,6 +51,18 @@ void parse(CLI::App& app, std::vector<std::string> argv) {
   app.parse(argv);
 }
 
+// The run config (run.h5's /config) records the option as it was given:
+// nanscope-train's own from their declaration, the guard's by the guard.
+void expect_recorded_as_given(const std::string& name, const std::string& given, const TrainOptions& parsed) {
+  std::string key = name;
+  std::replace(key.begin(), key.end(), '-', '_');
+  if (nanscope::find_guard_option(key) || !nanscope::trainer::recorded_in_run_config(key)) return;
+  if (key == "fault") key = "faults";  // repeatable: all of this rank's
+  const std::map<std::string, std::string> config = nanscope::trainer::recorded_options(parsed);
+  ASSERT_EQ(config.count(key), 1u) << "the run config does not record --" << name;
+  EXPECT_EQ(config.at(key), given.empty() ? "true" : given);  // a flag: in force
+}
+
 TEST(OptionsFile, EveryOptionOfNanscopeTrainSurvivesItAndResume) {
   TrainOptions defaults;
   CLI::App declared;
@@ -65,6 +80,7 @@ TEST(OptionsFile, EveryOptionOfNanscopeTrainSurvivesItAndResume) {
     CLI::App start;
     nanscope::trainer::add_train_options(start, started);
     bool accepted = false;
+    std::string given;  // the value the test gave ("" for a flag)
     for (const std::string& value :
          option->get_expected_max() == 0 ? std::vector<std::string>{""} : candidates(*option)) {
       std::vector<std::string> argv{"nanscope-train", "--" + name};
@@ -75,6 +91,7 @@ TEST(OptionsFile, EveryOptionOfNanscopeTrainSurvivesItAndResume) {
       try {
         parse(start, argv);
         accepted = true;
+        given = value;
         break;
       } catch (const std::exception&) {
         // not a value this option takes (CLI11's refusal, or --fault's own): the next
@@ -82,6 +99,7 @@ TEST(OptionsFile, EveryOptionOfNanscopeTrainSurvivesItAndResume) {
     }
     ASSERT_TRUE(accepted) << "no test value fits --" << name;
     nanscope::trainer::write_options_file(start, run_dir);
+    expect_recorded_as_given(name, given, started);
 
     for (const char* reader : {"--resume", "--search-doom"}) {
       TrainOptions resumed;

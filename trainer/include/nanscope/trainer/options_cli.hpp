@@ -1,6 +1,8 @@
 #pragma once
 #include <CLI/App.hpp>
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,22 @@ namespace nanscope::trainer {
 // Declares every nanscope-train flag on `app`, bound to `options`. Validation
 // that needs more than one flag happens in validate_options().
 void add_train_options(CLI::App& app, TrainOptions& options);
+
+// How the run config (run.h5's /config) records one of nanscope-train's own
+// options: under `key`, the long flag name with '_' for '-'.
+struct RecordedOption {
+  std::string key;
+  std::function<std::string(const TrainOptions&)> text;
+};
+using RecordedOptions = std::vector<RecordedOption>;
+// nanscope-train's own options as the run records them, made from the one
+// declaration add_train_options makes: every one but how the process was
+// asked to run (recorded_in_run_config). The guard's options are recorded by
+// the guard, from its own list.
+std::map<std::string, std::string> recorded_options(const TrainOptions& options);
+// False for the flags that say how this process was asked to run (--config,
+// --resume, --search-doom and its settings), by run config key.
+bool recorded_in_run_config(const std::string& key);
 // Throws std::invalid_argument with a message for the user.
 void validate_options(const TrainOptions& options);
 // Defaults that follow from other flags: --resume's run directory, the
