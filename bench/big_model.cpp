@@ -22,6 +22,7 @@
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/models/gpt.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/trainer/setup.hpp"
 

@@ -27,6 +27,7 @@
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/models/gpt.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "nanscope/trainer/data.hpp"

@@ -24,6 +24,7 @@
 #include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/models/gpt.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 #include "nanscope/trainer/data.hpp"
 #include "nanscope/trainer/setup.hpp"
 

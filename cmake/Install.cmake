@@ -7,7 +7,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(NANSCOPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nanscope)
-install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_models nanscope_replay
+install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_format nanscope_probe nanscope_core_options nanscope_core nanscope_models_options nanscope_models nanscope_replay
         EXPORT nanscopeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -15,6 +15,7 @@
 
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/fault_host.hpp"
 #include "nanscope/models/gpt.hpp"
 #include "nanscope/models/mlp.hpp"
 #include "nanscope/models/scripted_model.hpp"
@@ -132,8 +133,9 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
   MicroBatch micro{batch, s.cpu_rng_state, 1.0};
   // A watched step's micro-batch, weighted as the loop weighted its loss.
   if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
-  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.fault, micro,
-                                      fp32_modules, &switchable, &setup.rerun_error);
+  const bool finite =
+      rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, planting(*setup.model, setup.fault), micro,
+                      fp32_modules, &switchable, &setup.rerun_error);
   setup.unswitchable |= !switchable;
   return finite;
 }

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/models/fault.hpp"
 #include "nanscope/probe/snapshot.hpp"
 
 namespace nanscope::replay {

@@ -13,6 +13,8 @@
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/run_layout.hpp"
+#include "nanscope/models/fault_host.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 #include "nanscope/trainer/resume.hpp"
 #include "nanscope/trainer/setup.hpp"
 
@@ -95,7 +97,7 @@ OfflineDoomSearch search_doom_offline(const TrainOptions& o, std::ostream& log) 
       MicroBatch micro;
       micro.batch = Batch(inputs, targets);
       record.micro_batches = {std::move(micro)};
-      record.fault = model_fault_at(faults, record.step);
+      record.setup = planting(*r.model, model_fault_at(faults, record.step));
     };
     steps.budget = o.doom_budget - out.steps_run;
     steps.progress = [&](const std::string& line) { log << "search-doom: " << line << "\n"; };

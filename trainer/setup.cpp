@@ -17,6 +17,7 @@
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/fault_host.hpp"
 #include "nanscope/models/gpt.hpp"
 #include "nanscope/models/mlp.hpp"
 #include "nanscope/models/scripted_model.hpp"

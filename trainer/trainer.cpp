@@ -23,6 +23,8 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/models/fault_host.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 #include "nanscope/trainer/distributed.hpp"
 #include "nanscope/trainer/gradient_buckets.hpp"
 #include "nanscope/trainer/interrupt.hpp"
@@ -186,7 +188,9 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
                           std::to_string(s.first_step - 1) + "); rows after it were dropped and are redone";
   }
   s.guard = std::make_unique<StepGuard>(*s.model, *s.optimizer, options);
-  s.guard->plant_faults(s.faults);
+  // The model's planted fault of each step, for the step and every re-run of it.
+  s.guard->set_step_setup(
+      [&model = *s.model, faults = s.faults](int64_t step) { return planting(model, model_fault_at(faults, step)); });
   if (s.resumed) {
     restore_optimizer_and_rng(s.resumed->state, *s.model, *s.optimizer);
     s.guard->restore(s.resumed->state.guard);

@@ -71,11 +71,6 @@ void register_tensor_owners(const TrainableModel& model) {
   probe::register_tensor_owners(owned);
 }
 
-bool plant_fault(TrainableModel& model, const Fault& fault) {
-  if (auto* host = dynamic_cast<FaultHost*>(&model)) return host->plant_fault(fault);
-  return fault.kind == FaultKind::none;
-}
-
 std::vector<at::Tensor> trainable_tensors(const TrainableModel& model) {
   std::vector<at::Tensor> out;
   for (auto& [name, p] : model.trainable_parameters()) out.push_back(p);

@@ -140,14 +140,14 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
 }
 
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
-                     const Fault& fault, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
+                     const StepSetup& setup, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
                      bool* switchable, std::string* error) {
   bool finite = false;
   try {
     Fp32ModuleRegions regions(model, fp32_regions_apply(amp, fp32_modules) ? fp32_modules : std::vector<std::string>{});
     // The loss scale belongs to fp16; an fp32 re-run has none.
     const double scale = amp == Amp::fp16 ? loss_scale : 1.0;
-    finite = recompute_step(model, parameters, amp, scale, fault, std::vector<MicroBatch>{micro}).finite();
+    finite = recompute_step(model, parameters, amp, scale, setup, std::vector<MicroBatch>{micro}).finite();
     if (switchable && !regions.switchable()) *switchable = false;
   } catch (const std::exception& e) {
     // An op that raised on a non-finite value (binary_cross_entropy checks
@@ -160,15 +160,15 @@ bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& param
 }
 
 LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
-                               const Fault& fault, MicroBatch micro)
-    : model_(model), parameters_(parameters), loss_scale_(loss_scale), fault_(fault), micro_(std::move(micro)) {}
+                               const StepSetup& setup, MicroBatch micro)
+    : model_(model), parameters_(parameters), loss_scale_(loss_scale), setup_(setup), micro_(std::move(micro)) {}
 
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
   if (without_row < 0)
-    return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, micro_, fp32_modules, &switchable_);
+    return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules, &switchable_);
   MicroBatch without = micro_;
   without.batch = micro_.batch.without_row(without_row);
-  return rerun_is_finite(model_, parameters_, amp, loss_scale_, fault_, without, fp32_modules, &switchable_);
+  return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

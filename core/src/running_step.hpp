@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "model_calls.hpp"
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/guarded_step.hpp"
+#include "nanscope/core/step_setup.hpp"
 #include "nanscope/core/train_step.hpp"
 
 namespace nanscope {
@@ -17,7 +17,7 @@ namespace nanscope {
 struct RunningStep {
   int64_t step = 0;
   StepContext context;
-  Fault fault;  // planted at this step (plant_faults)
+  StepSetup setup;  // the harness's for this step (set_step_setup), for the step and every re-run of it
   StepSettings settings;
   GuardedStep result;
   std::chrono::steady_clock::time_point start;

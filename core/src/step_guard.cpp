@@ -66,6 +66,6 @@ Journal& StepGuard::journal() { return impl_->journal_; }
 const std::string& StepGuard::run_file() const { return impl_->journal_.writer().path(); }
 const std::vector<std::string>& StepGuard::snapshots() const { return impl_->snapshots_; }
 const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->first_nonfinite_ranks_; }
-void StepGuard::plant_faults(std::vector<Fault> faults) { impl_->planted_ = std::move(faults); }
+void StepGuard::set_step_setup(StepSetupHook hook) { impl_->step_setup_hook_ = std::move(hook); }
 
 }  // namespace nanscope

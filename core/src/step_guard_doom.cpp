@@ -50,7 +50,7 @@ void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
   for (double lr : group_lrs(steered_.optimizer)) record.lrs.push_back(lr * lr_multiplier());
   record.amp = run.result.amp;
   record.loss_scale = run.result.loss_scale;
-  record.fault = run.fault;
+  record.setup = run.setup;
   record.applied = !run.result.outcome.skipped;
   record.batch_rows = run.context.batch_rows;
   history_.add(std::move(record));
@@ -119,7 +119,7 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   failing.micro_batches = replayable(run.micro_batches);
   failing.amp = result.amp;
   failing.loss_scale = result.loss_scale;
-  failing.fault = run.fault;
+  failing.setup = run.setup;
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, failing.micro_batches.front().batch);
   // The replays run the modules the fallback moved to fp32 in fp32, as the

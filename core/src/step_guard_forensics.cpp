@@ -87,7 +87,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
     std::optional<Fp32ModuleRegions> fp32;
     if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
-      rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.fault,
+      rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
                                         run.micro_batches, &op_capture)
                              .finite();
     };
@@ -105,7 +105,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
           const CompiledCheck check = check_compiled_program(steered_.model, [&] {
             bool nonfinite = false;
             try {
-              nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.fault,
+              nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
                                           run.micro_batches)
                                .finite();
             } catch (const std::exception&) {
@@ -338,7 +338,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules_;
-  LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.fault, micro);
+  LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
   return choose_remedy(failed, reruns);

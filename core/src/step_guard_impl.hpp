@@ -174,7 +174,7 @@ struct StepGuard::Impl {
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
   std::string stopped_;                                  // "step S: why" once the run was stopped
-  std::vector<Fault> planted_;                           // plant_faults()
+  StepSetupHook step_setup_hook_;                        // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
 };
 

@@ -37,8 +37,8 @@ void StepGuard::Impl::stop_dead_run(int64_t step, const std::string& text) {
 
 void StepGuard::Impl::stop_for_failed_rank(int rank, const std::string& error) {
   const int64_t step = watched_ ? watched_->run.step : next_step_ - 1;
+  if (watched_ && watched_->run.setup) watched_->run.setup(false);
   watched_.reset();
-  plant_fault(steered_.model, {FaultKind::none});
   const std::string text = "failed on rank " + std::to_string(rank) + ": " + error +
                            "; a step of several ranks cannot go on without every rank: the run stops on each (the "
                            "others end with the process group's error, at once or at its timeout)";

@@ -65,8 +65,8 @@ RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context
   // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
   run.result.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
   run.result.loss_scale = scaler_.scale();
-  run.fault = model_fault_at(planted_, step);
-  plant_fault(steered_.model, run.fault);
+  if (step_setup_hook_) run.setup = step_setup_hook_(step);
+  if (run.setup) run.setup(true);
   transaction_.begin(steered_.model);
   run.settings = StepSettings{amp_, options_.clip, options_.probe, {}};
   run.settings.written_buffers = &transaction_.written_floating();
@@ -148,7 +148,7 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     // non-finite step if the forensic re-run finds a birth before it;
     // otherwise (or with no probe to look, or peers waiting in a collective)
     // it is an error in the model.
-    plant_fault(steered_.model, {FaultKind::none});
+    if (run.setup) run.setup(false);
     if (!options_.probe || context.averager) throw;
     run.result.error = one_line_error(e);
     model_exception_ = std::current_exception();
@@ -160,7 +160,7 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
 GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>& act_absmax_in) {
   const int64_t step = run.step;
   GuardedStep& result = run.result;
-  plant_fault(steered_.model, {FaultKind::none});
+  if (run.setup) run.setup(false);
   if (run.fp32_not_entered) check_planned_fp32_modules(*run.fp32_not_entered);
   // A step that does not count leaves the model as it found it.
   std::string undone;

@@ -65,7 +65,7 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
       rows_left_out.empty() ? record.micro_batches : without_rows(record.micro_batches, rows_left_out);
   bool ok = false;
   try {
-    const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, micro);
+    const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.setup, micro);
     ok = r.finite() && r.loss.item<double>() <= loss_band;
     double norm = ranks_ ? 0.0 : r.total_norm.item<double>();
     if (ranks_) ok = across_ranks(ok, norm);
@@ -149,7 +149,7 @@ int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {
   // without a row: removing one could "save" it by luck.
   for (const MicroBatch& m : record.micro_batches) {
     if (!m.cpu_rng_state.defined()) continue;
-    recompute_step(model_, parameters_, record.amp, record.loss_scale, record.fault, std::vector<MicroBatch>{m});
+    recompute_step(model_, parameters_, record.amp, record.loss_scale, record.setup, std::vector<MicroBatch>{m});
     clear_grads(parameters_);
     if (!at::equal(at::detail::getDefaultCPUGenerator().get_state(), m.cpu_rng_state)) return 0;
   }

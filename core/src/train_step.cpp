@@ -57,18 +57,18 @@ std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::
 }
 
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const Batch& batch) {
-  return recompute_step(model, parameters, amp, loss_scale, fault, std::vector<MicroBatch>{MicroBatch{batch, {}, 1.0}});
+                                 double loss_scale, const StepSetup& setup, const Batch& batch) {
+  return recompute_step(model, parameters, amp, loss_scale, setup, std::vector<MicroBatch>{MicroBatch{batch, {}, 1.0}});
 }
 
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const std::vector<MicroBatch>& micro_batches,
-                                 probe::OpCapture* capture) {
+                                 double loss_scale, const StepSetup& setup,
+                                 const std::vector<MicroBatch>& micro_batches, probe::OpCapture* capture) {
   clear_grads(parameters);
   KeepBuffers buffers_as_found(model);
-  plant_fault(model, fault);
   StepRecomputation out;
-  try {
+  {
+    const ScopedStepSetup as_the_step_ran(setup);
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       const MicroBatch& micro = micro_batches[k];
       if (micro.cpu_rng_state.defined()) {
@@ -97,11 +97,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
       const at::Tensor weighted = loss.detach() * weight;
       out.loss = out.loss.defined() ? out.loss + weighted : weighted;
     }
-  } catch (...) {
-    plant_fault(model, {});
-    throw;
   }
-  plant_fault(model, {});
   // Finite gradients whose norm overflows are a non-finite step too (P18).
   probe::PhaseScope phase(format::Phase::grad_norm);
   std::vector<at::Tensor> grads = defined_grads(parameters);

@@ -6,6 +6,7 @@
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 
 using namespace nanscope;
 

@@ -1,7 +1,7 @@
 // --fault's spelling and what the loop plants from it.
 #include <gtest/gtest.h>
 
-#include "nanscope/core/fault.hpp"
+#include "nanscope/models/fault.hpp"
 
 using namespace nanscope;
 

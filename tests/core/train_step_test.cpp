@@ -7,6 +7,8 @@
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
+#include "nanscope/models/fault_host.hpp"
+#include "nanscope/models/make_optimizer.hpp"
 
 using namespace nanscope;
 

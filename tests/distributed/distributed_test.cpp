@@ -20,12 +20,12 @@
 
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
+#include "nanscope/models/fault.hpp"
 #include "nanscope/models/scripted_model.hpp"
 #include "nanscope/trainer/data.hpp"
 #include "nanscope/trainer/setup.hpp"

@@ -25,10 +25,6 @@ inline const char* fallback_mode_name(FallbackMode mode) { return to_string(mode
 NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)
 inline const char* remedy_name(Remedy remedy) { return to_string(remedy); }
 
-// The optimizers nanscope-train builds (--optimizer; core/optimizer.hpp).
-#define NANSCOPE_OPTIMIZERS(X) X(adamw, "adamw") X(sgd, "sgd")
-NANSCOPE_DECLARE_WORDS_IN(format::Words, OptimizerKind, NANSCOPE_OPTIMIZERS)
-
 // "a.b,c": the spelling of --fp32-modules.
 std::string fp32_modules_flag_value(const std::vector<std::string>& modules);
 // Splits --fp32-modules' value; empty names and repeats are dropped.

@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "nanscope/core/fault.hpp"
 #include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
@@ -85,21 +84,6 @@ class TrainableModel {
   // A sharded model's shards say it themselves (they hold no gradient of their own).
   virtual NamedTensors trainable_parameters() const;
 };
-
-// A model that hosts nanscope-train's planted faults (--fault): the built-in
-// gpt and mlp. A test and demo facility, not part of the interface a model of
-// yours implements.
-class FaultHost {
- public:
-  virtual ~FaultHost() = default;
-  // Plants (or, with kind none, clears) a fault for the next forward.
-  // Returns false when this model cannot host that fault kind.
-  virtual bool plant_fault(const Fault& fault) = 0;
-};
-
-// Plants `fault` in `model` when it is a FaultHost; any other model hosts
-// only kind none (nothing planted). False when the model cannot host it.
-bool plant_fault(TrainableModel& model, const Fault& fault);
 
 // Lets op-level capture name the module of an op by the parameters and
 // buffers it reads (probe/tensor_owners.hpp), for a model without module

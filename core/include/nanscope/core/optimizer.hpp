@@ -10,8 +10,6 @@
 
 namespace nanscope {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, const std::vector<at::Tensor>& parameters,
-                                                        double lr, double weight_decay);
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
 // Every parameter group's LR times `factor` (groups keep their ratios).
 void scale_lr(torch::optim::Optimizer& optimizer, double factor);

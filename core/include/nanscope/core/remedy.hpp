@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "nanscope/core/fallback_mode.hpp"
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/step_setup.hpp"
 #include "nanscope/format/capture.hpp"
 #include "nanscope/probe/batch.hpp"
 
@@ -39,7 +39,7 @@ struct RemedyChoice {
   double seconds_before = 0, seconds_after = 0;
 };
 
-// Re-runs of the failed step: same weights, buffers, RNG state, batch, fault
+// Re-runs of the failed step: same weights, buffers, RNG state, batch, setup
 // and loss scale; some modules in fp32; optionally without one batch row.
 class StepReruns {
  public:
@@ -74,7 +74,7 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns);
 // `micro` is the step's batch (or the micro-batch of a step of several that
 // holds its first birth: the unit every diagnosis re-runs) with its RNG state.
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
-                     const Fault& fault, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
+                     const StepSetup& setup, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
                      bool* switchable = nullptr, std::string* error = nullptr);
 
 // StepReruns on the live model: each re-run restores the CPU generator to
@@ -82,7 +82,7 @@ bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& param
 class LiveStepReruns : public StepReruns {
  public:
   LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
-                 const Fault& fault, MicroBatch micro);
+                 const StepSetup& setup, MicroBatch micro);
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
   bool unswitchable() const override { return !switchable_; }
@@ -91,7 +91,7 @@ class LiveStepReruns : public StepReruns {
   TrainableModel& model_;
   const std::vector<at::Tensor>& parameters_;
   double loss_scale_;
-  Fault fault_;
+  StepSetup setup_;
   MicroBatch micro_;
   bool switchable_ = true;
 };

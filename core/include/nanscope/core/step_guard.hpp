@@ -29,7 +29,6 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/guard_options.hpp"
 #include "nanscope/core/guard_state.hpp"
@@ -37,6 +36,7 @@
 #include "nanscope/core/guarded_step.hpp"
 #include "nanscope/core/loss_closure.hpp"
 #include "nanscope/core/scoped_autocast.hpp"
+#include "nanscope/core/step_setup.hpp"
 
 namespace nanscope {
 
@@ -123,8 +123,9 @@ class StepGuard {
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const;
   const std::vector<int>& first_nonfinite_ranks() const;  // at the first skip, several ranks
-  // The hook nanscope-train's --fault plants its faults through.
-  void plant_faults(std::vector<Fault> faults);
+  // A harness's setup of each step, which every re-run of the step repeats
+  // (nanscope-train plants its --fault faults so; step_setup.hpp).
+  void set_step_setup(StepSetupHook hook);
 
  private:
   struct Impl;

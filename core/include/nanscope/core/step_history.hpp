@@ -3,15 +3,16 @@
 // since the oldest saved state to run it again: its micro-batches (references
 // to the loop's tensors, not copies) with their RNG states, the LR of each
 // parameter group for its update (the guard's cuts included), its precision,
-// loss scale and planted fault, and whether its update reached the weights.
+// loss scale and the harness's setup of it (step_setup.hpp), and whether its
+// update reached the weights.
 // Kept only while the search is on (GuardOptions::doom_search), bounded in
 // bytes: the oldest records go first.
 #include <cstdint>
 #include <deque>
 #include <vector>
 
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/precision.hpp"
+#include "nanscope/core/step_setup.hpp"
 #include "nanscope/probe/batch.hpp"
 
 namespace nanscope {
@@ -22,7 +23,7 @@ struct StepRecord {
   std::vector<double> lrs;  // per parameter group, as the update ran
   Amp amp = Amp::fp32;
   double loss_scale = 1;
-  Fault fault;
+  StepSetup setup;  // the harness's for this step, again for each replay of it
   bool applied = false;
   at::Tensor batch_rows;  // the batch's rows in the data set (undefined: unknown)
   size_t bytes() const;   // the batches' and RNG states' bytes

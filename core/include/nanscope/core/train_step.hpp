@@ -15,6 +15,7 @@
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
 #include "nanscope/core/step_outcome.hpp"
+#include "nanscope/core/step_setup.hpp"
 #include "nanscope/probe/batch.hpp"
 #include "nanscope/probe/op_capture.hpp"
 
@@ -90,7 +91,7 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters)
 // Per-gradient L2 norms and the global norm over all of them, on the device.
 std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads);
 
-// The step without its optimizer: `fault` planted, forward + backward on
+// The step without its optimizer: `setup` in force, forward + backward on
 // loss x loss_scale, unscale, the global grad norm (ops of that last part run
 // in capture's "grad_norm" phase). What the probe's forensic re-run and
 // replay repeat. Leaves the gradients for the caller to clear, and the
@@ -100,13 +101,13 @@ struct StepRecomputation {
   bool finite() const;  // reads all three on the host
 };
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const Batch& batch);
+                                 double loss_scale, const StepSetup& setup, const Batch& batch);
 // The same over a step's micro-batches, in order, each from its own RNG state
 // and with its loop's loss weight, gradients accumulating as in the step;
 // `capture` (the forensic re-run's) is told where each micro-batch begins.
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
-                                 double loss_scale, const Fault& fault, const std::vector<MicroBatch>& micro_batches,
-                                 probe::OpCapture* capture = nullptr);
+                                 double loss_scale, const StepSetup& setup,
+                                 const std::vector<MicroBatch>& micro_batches, probe::OpCapture* capture = nullptr);
 
 // Forward + loss under autocast, backward on loss x loss_scale: the part of a
 // step that the probe's forensic re-run repeats. Returns the unscaled loss.

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "nanscope/core/fault.hpp"
 #include "nanscope/core/guard_options.hpp"
+#include "nanscope/models/fault.hpp"
+#include "nanscope/models/optimizer_kind.hpp"
 #include "nanscope/trainer/dist_options.hpp"
 
 namespace nanscope {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "nanscope/core/native_model.hpp"
+#include "nanscope/models/fault_host.hpp"
 
 namespace nanscope {
 

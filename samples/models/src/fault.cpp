@@ -1,4 +1,4 @@
-#include "nanscope/core/fault.hpp"
+#include "nanscope/models/fault.hpp"
 
 #include <cmath>
 #include <stdexcept>
