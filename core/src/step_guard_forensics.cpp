@@ -82,7 +82,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
   } else if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe, and per micro-batch), precision, loss scale, micro-batches
-    // and planted fault.
+    // and the harness's setup of the step (run.setup).
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
     std::optional<Fp32ModuleRegions> fp32;
     if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);

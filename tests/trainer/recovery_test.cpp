@@ -46,6 +46,13 @@ class Recovery : public ::testing::Test {
            fixture("classes_data.h5") + " --batch-size 32 --lr 0.01 --amp bf16 --quiet --threads 1 --run-dir " +
            run_dir + " " + flags;
   }
+  // Edits an HDF5 file in place with h5py (`f` is the open file): a file as
+  // another writer, or an older nanscope, left it.
+  static void edit_with_h5py(const std::string& path, const std::string& statements) {
+    const auto edited = test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py, numpy; f = h5py.File('" +
+                                          path + "', 'r+'); " + statements + "\"");
+    ASSERT_EQ(edited.exit_code, 0) << edited.output;
+  }
   static test::TempDir* fixtures_;
 };
 test::TempDir* Recovery::fixtures_ = nullptr;
@@ -206,12 +213,9 @@ TEST_F(Recovery, ResumePassesOverASickCheckpointForTheOneBeforeIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // A checkpoint from a writer that saved NaN statistics and recorded no
   // health: nanscope before format 1.1 (or another tool writing its schema).
-  const auto poison =
-      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py, numpy; f = h5py.File('" + run_dir +
-                        "/checkpoint.h5', 'r+'); f['buffers/bn.running_var'][...] = numpy.nan; "
-                        "f.attrs['format_version'] = '1.0'; del f.attrs['finite']; del f.attrs['loss']; "
-                        "del f['training'].attrs['applied_steps']\"");
-  ASSERT_EQ(poison.exit_code, 0) << poison.output;
+  edit_with_h5py(run_dir + "/checkpoint.h5",
+                 "f['buffers/bn.running_var'][...] = numpy.nan; f.attrs['format_version'] = '1.0'; "
+                 "del f.attrs['finite']; del f.attrs['loss']; del f['training'].attrs['applied_steps']");
   const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 12");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint.h5 (step 9): non-finite buffer bn.running_var"), std::string::npos)
@@ -242,11 +246,9 @@ TEST_F(Recovery, AFormatOnePointZeroCheckpointStillResumes) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string checkpoint = run_dir + "/checkpoint.h5";
   ASSERT_TRUE(checkpoint_health(checkpoint));
-  const auto downgrade =
-      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py; f = h5py.File('" + checkpoint +
-                        "', 'r+'); f.attrs['format_version'] = '1.0'; del f.attrs['finite']; del f.attrs['loss']; "
-                        "del f['training'].attrs['applied_steps']\"");
-  ASSERT_EQ(downgrade.exit_code, 0) << downgrade.output;
+  edit_with_h5py(checkpoint,
+                 "f.attrs['format_version'] = '1.0'; del f.attrs['finite']; del f.attrs['loss']; "
+                 "del f['training'].attrs['applied_steps']");
   EXPECT_FALSE(checkpoint_health(checkpoint)) << "1.0 recorded no health";
   const std::optional<ResumeState> state = load_resume_state(checkpoint);
   ASSERT_TRUE(state);
@@ -270,11 +272,9 @@ TEST_F(Recovery, AFormatOnePointSixCheckpointKeepsTheFallbacksLrCut) {
   ASSERT_EQ(now->guard.fallback_step, 1) << r.output;
   const double cut_lr = format::read_run(run_dir + "/run.h5").lr.back();
   ASSERT_LT(cut_lr, 0.01) << "the fallback cut the LR";
-  const auto downgrade =
-      test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py; f = h5py.File('" + checkpoint +
-                        "', 'r+'); f.attrs['format_version'] = '1.6'; t = f['training']; "
-                        "t.attrs['rollback_lr_multiplier'] = 1.0; del t.attrs['lr_multiplier']\"");
-  ASSERT_EQ(downgrade.exit_code, 0) << downgrade.output;
+  edit_with_h5py(checkpoint,
+                 "f.attrs['format_version'] = '1.6'; t = f['training']; "
+                 "t.attrs['rollback_lr_multiplier'] = 1.0; del t.attrs['lr_multiplier']");
   const std::optional<ResumeState> old = load_resume_state(checkpoint);
   ASSERT_TRUE(old);
   EXPECT_TRUE(old->guard.lr_multiplier_lacks_fallback);
