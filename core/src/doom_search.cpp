@@ -91,7 +91,8 @@ std::string doom_text(const DoomFinding& finding) {
     case DoomOutcome::budget_spent:
       return "not found within the step budget (steps " + std::to_string(finding.first) + "-" +
              std::to_string(finding.last) + " still suspected)";
-    case DoomOutcome::no_earlier_step: break;
+    case DoomOutcome::no_earlier_step:
+    case DoomOutcome::unknown: break;
   }
   return "no earlier step";
 }

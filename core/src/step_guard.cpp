@@ -55,17 +55,17 @@ double StepGuard::lr_multiplier() const { return impl_->lr_multiplier(); }
 int64_t StepGuard::applied_steps() const { return impl_->applied_steps_; }
 const std::vector<std::string>& StepGuard::fp32_modules() const { return impl_->fp32_modules_; }
 StateHealth StepGuard::health() const { return impl_->health(); }
-int64_t StepGuard::rollbacks() const { return impl_->rollback_.rollbacks(); }
-int64_t StepGuard::fallback_step() const { return impl_->fallback_.fired_step(); }
+int64_t StepGuard::rollbacks() const { return impl_->recovery_.rollback().rollbacks(); }
+int64_t StepGuard::fallback_step() const { return impl_->recovery_.fallback().fired_step(); }
 GuardState StepGuard::state() const { return impl_->state(); }
 void StepGuard::restore(const GuardState& state) { impl_->restore(state); }
-const StateRing& StepGuard::saved_states() const { return impl_->ring_; }
+const StateRing& StepGuard::saved_states() const { return impl_->recovery_.saved_states(); }
 const LossScaler& StepGuard::scaler() const { return impl_->scaler_; }
 const std::vector<at::Tensor>& StepGuard::parameters() const { return impl_->parameters_; }
 Journal& StepGuard::journal() { return impl_->journal_; }
 const std::string& StepGuard::run_file() const { return impl_->journal_.writer().path(); }
-const std::vector<std::string>& StepGuard::snapshots() const { return impl_->snapshots_; }
-const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->first_nonfinite_ranks_; }
+const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
+const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->forensics_.first_nonfinite_ranks(); }
 void StepGuard::set_step_setup(StepSetupHook hook) { impl_->step_setup_hook_ = std::move(hook); }
 
 }  // namespace nanscope

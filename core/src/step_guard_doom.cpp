@@ -53,8 +53,8 @@ void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
   record.setup = run.setup;
   record.applied = !run.result.outcome.skipped;
   record.batch_rows = run.context.batch_rows;
-  history_.add(std::move(record));
-  if (const TrainingState* oldest = ring_.oldest()) history_.forget_through(oldest->step);
+  const TrainingState* oldest = recovery_.saved_states().oldest();
+  doom_.record(std::move(record), oldest ? oldest->step : -1);
 }
 
 bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
@@ -66,9 +66,9 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
     return false;
   };
   GradientAverager* const ranks = run.context.averager;
-  const TrainingState* from = ring_.oldest();
+  const TrainingState* from = recovery_.saved_states().oldest();
   const std::vector<const StepRecord*> records =
-      from ? history_.between(from->step, step) : std::vector<const StepRecord*>{};
+      from ? doom_.steps_between(from->step, step) : std::vector<const StepRecord*>{};
   std::string why;
   // Not this step's updates, or its own batch: no earlier step to look for.
   if (run.buffers_written_outside)
@@ -90,7 +90,7 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   else if (!from)
     why = "no state saved yet to replay from";
   // The weights the earlier finding blamed are still the run's: no new search.
-  const bool found_before = why.empty() && doom_found_ && doom_found_->finding.step > from->step;
+  const DoomMemory::Finding* const found_before = why.empty() ? doom_.still_explains(from->step) : nullptr;
   if (why.empty() && !found_before && records.empty() && step > from->step + 1)
     why = "the steps since the saved state are no longer kept (doom_search.memory_mb)";
   // Several ranks replay together, each its own batches (a sharded forward is
@@ -99,8 +99,8 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
     why = "another rank cannot (its run-rank-R.h5 says why)";
   if (!why.empty()) return not_searched(why);
   if (found_before) {
-    const DoomFinding& f = doom_found_->finding;
-    result.doomed_by = doom_text(f) + " (found at step " + std::to_string(doom_found_->at_step) + ")";
+    const DoomFinding& f = found_before->finding;
+    result.doomed_by = doom_text(f) + " (found at step " + std::to_string(found_before->at_step) + ")";
     result.doomed_by_step = f.step;
     result.doom_rows = f.rows;
     journal_.say(step, "doomed by: " + result.doomed_by);
@@ -127,12 +127,13 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   std::optional<Fp32ModuleRegions> fp32;
   if (!fp32_modules_.empty()) fp32.emplace(steered_.model, fp32_modules_);
   LiveEarlierSteps replays(steered_.model, steered_.optimizer, parameters_, options_.clip, *from, records, failing,
-                           rollback_.spike_threshold());
+                           recovery_.rollback().spike_threshold());
   replays.set_ranks(ranks);
   const DoomFinding finding = find_dooming_step(replays);
 
   const bool recover = finding.outcome == DoomOutcome::dooming_step && options_.rollback.enabled &&
-                       rollback_.can_roll_back() && replays.survives({finding.step, finding.step, finding.rows});
+                       recovery_.rollback().can_roll_back() &&
+                       replays.survives({finding.step, finding.step, finding.rows});
   if (!recover) go_back_to(*live.oldest(), /*with_scaler=*/false);
   loop_lrs.reset();
   {
@@ -154,18 +155,16 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   }
   result.doomed_by_step = finding.step;
   result.doom_rows = finding.rows;
-  if (!recover) doom_found_ = DoomFound{step, finding};
+  if (!recover) doom_.found(step, finding);
   const StepRecord* doomer = nullptr;
   for (const StepRecord* r : records)
     if (r->step == finding.step) doomer = r;
   std::string text = doom_sentence(finding, step, dooming_rows_text(doomer, finding.rows)) + "; " + cost;
   if (recover) {
-    doom_found_.reset();
     // The run as the replay left it: every update since the saved state but
-    // the dooming one. No LR cut: the cause is known and gone.
-    ring_.forget_from(finding.step);
-    history_.forget_from(finding.step);
-    rollback_.rolled_back(step);
+    // the dooming one.
+    recovery_.replayed_without(finding.step, step);
+    doom_.forget_from(finding.step);
     if (finding.rows.empty()) --applied_steps_;
     last_applied_step_ = step - 1;
     result.rolled_back_to = from->step;

@@ -78,7 +78,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
   }
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && capture) {
-    if (nonfinite_in_a_row_ == 1) say_carried_state(step, batches);
+    if (recovery_.nonfinite_in_a_row() == 1) say_carried_state(step, batches);
   } else if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe, and per micro-batch), precision, loss scale, micro-batches
@@ -169,7 +169,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
                                                  born ? born->gathered : steered_.model.named_parameters());
                !path.empty()) {
       journal_.event(step, format::EventKind::snapshot, path);
-      snapshots_.push_back(path);
+      forensics_.wrote_snapshot(path);
       result.snapshot = path;
     } else {
       journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
@@ -191,7 +191,7 @@ StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ra
   at::Tensor flags = at::zeros({2 * world}, at::kFloat);
   flags[rank] = born_here ? 1.0f : 0.0f;
   RanksBorn out;
-  if (born_here && !run.buffers_written_outside) out.decision = snapshot_policy_.decide(run.step, *capture);
+  if (born_here && !run.buffers_written_outside) out.decision = forensics_.snapshot_decision(run.step, *capture);
   flags[world + rank] = out.decision && out.decision->write ? 1.0f : 0.0f;
   ranks.sum(flags);
   bool any_snapshot = false;
@@ -215,7 +215,7 @@ SnapshotPolicy::Decision StepGuard::Impl::snapshot_decision(const RunningStep& r
     if (born->decision) return *born->decision;
     return {false, born->births.empty() ? "no rank found the birth" : "the snapshot is written where it was born"};
   }
-  return snapshot_policy_.decide(run.step, capture);
+  return forensics_.snapshot_decision(run.step, capture);
 }
 
 // The step before was skipped and this one's input is non-finite: most often

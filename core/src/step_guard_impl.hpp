@@ -4,28 +4,23 @@
 // implemented in its own step_guard_*.cpp. Private to core.
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "nanscope/core/buffer_transaction.hpp"
-#include "nanscope/core/doom_search.hpp"
-#include "nanscope/core/fallback.hpp"
+#include "nanscope/core/doom_memory.hpp"
+#include "nanscope/core/forensics_memory.hpp"
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/journal.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/recovery.hpp"
-#include "nanscope/core/remedy.hpp"
-#include "nanscope/core/rollback.hpp"
+#include "nanscope/core/recovery_memory.hpp"
 #include "nanscope/core/sentinel.hpp"
-#include "nanscope/core/snapshot_policy.hpp"
 #include "nanscope/core/state_health.hpp"
-#include "nanscope/core/state_ring.hpp"
 #include "nanscope/core/step_guard.hpp"
-#include "nanscope/core/step_history.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/probe.hpp"
 #include "running_step.hpp"
@@ -123,7 +118,7 @@ struct StepGuard::Impl {
   void save_state_if_due(int64_t step, GradientAverager* ranks);
   // Every rank's training state finite (one rank's `local` verdict, all-reduced under a sharded model).
   bool state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const;
-  double lr_multiplier() const { return lr_cut_; }
+  double lr_multiplier() const { return recovery_.lr_cut(); }
   GuardState state() const;
   void restore(const GuardState& state);
   StateHealth health() const;
@@ -142,33 +137,17 @@ struct StepGuard::Impl {
   std::vector<at::Tensor> parameters_;
   probe::Probe probe_;
   LossScaler scaler_;
-  FallbackPolicy fallback_;
-  SnapshotPolicy snapshot_policy_;
   Journal journal_;  // run.h5 and the log: each decision's event and line from one call
   Amp amp_;
-  std::vector<std::string> snapshots_;
-  std::vector<int> first_nonfinite_ranks_;
   Sentinel sentinel_;
-  RollbackPolicy rollback_;
-  StateRing ring_;
-  StepHistory history_;  // the steps since the oldest saved state (doom search only)
-  // The last dooming step found and where (no recovery since): a later
-  // failure it still explains is not searched again.
-  struct DoomFound {
-    int64_t at_step = -1;
-    DoomFinding finding;
-  };
-  std::optional<DoomFound> doom_found_;
-  double lr_cut_ = 1;               // the LR cut in force: lr_backoff for the fallback and each rollback (cut_lr)
+  // Each job's own state: forensics, recovery and the doom search.
+  ForensicsMemory forensics_;
+  RecoveryMemory recovery_;
+  DoomMemory doom_;
   int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
-  int64_t nonfinite_in_a_row_ = 0;  // non-finite steps since the last finite one (or rollback)
-  int64_t nonfinite_since_ = -1;    // the first of them
   int64_t applied_steps_ = 0;
   BufferTransaction transaction_;
   std::vector<std::string> fp32_modules_;
-  // --fallback auto: the remedy chosen for each first birth (birth_key), and
-  // at which step: the same birth again needs no new diagnosis.
-  std::map<std::string, std::pair<int64_t, RemedyChoice>> remedy_of_birth_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)

@@ -16,8 +16,7 @@
 namespace nanscope {
 
 void StepGuard::Impl::fall_back(int64_t step, GuardedStep& result, const std::string& what) {
-  fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), step);
-  lr_cut_ *= options_.lr_backoff;
+  recovery_.fall_back(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), step);
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
@@ -56,7 +55,7 @@ void StepGuard::Impl::refuse_if_stopped() const {
 }
 
 void StepGuard::Impl::save_state_if_due(int64_t step, GradientAverager* ranks) {
-  if (!rollback_.wants_state(step)) return;
+  if (!recovery_.rollback().wants_state(step)) return;
   // A sharded model's state is kept by every rank or by none (each rank's
   // budget meets its own shards).
   const bool sharded = ranks && ranks->sharded();
@@ -68,23 +67,24 @@ void StepGuard::Impl::save_state_if_due(int64_t step, GradientAverager* ranks) {
                         (health.finite() ? std::string("another rank's shards") : health.text()) + " non-finite");
     return;
   }
-  bool saved = ring_.save(step, steered_.model, steered_.optimizer, scaler_);
+  bool saved = recovery_.save(step, steered_.model, steered_.optimizer, scaler_);
   if (sharded && !ranks->every_rank(saved)) {
-    ring_.forget_from(step);
+    recovery_.forget_saved_from(step);
     saved = false;
   }
-  if (!saved && ring_.size() == 0 && ring_.max_states() > 0) {
+  const StateRing& ring = recovery_.saved_states();
+  if (!saved && ring.size() == 0 && ring.max_states() > 0) {
     // One state is over the memory budget: say so once, and stop trying.
     journal_.say(step, "rollback: one saved state is larger than the " + number_text(options_.rollback.memory_mb) +
                            " MB budget (--rollback-memory" + (sharded ? ", on some rank" : "") +
                            "); no rollback possible");
-    ring_ = StateRing(0, 0);
+    recovery_.stop_saving();
   }
 }
 
 void StepGuard::Impl::go_back_to(const TrainingState& state, bool with_scaler) {
   // The groups' LR is the loop's (a saved optimizer state carries the LR of
-  // its step): it stays as the loop set it; the guard's cut is lr_cut_.
+  // its step): it stays as the loop set it; the guard's cut is its own (lr_cut).
   const GroupLrScope loop_lrs(steered_.optimizer);
   LossScaler unchanged = scaler_;
   const bool scaling = scaler_.enabled();
@@ -101,17 +101,18 @@ bool StepGuard::Impl::state_finite_on_every_rank(const StateHealth& local, Gradi
 
 RecoveryState StepGuard::Impl::recovery_state(int64_t step) const {
   RecoveryState s;
-  s.mode = fallback_.mode();
-  s.fallback_fired = fallback_.fired();
+  const RollbackPolicy& rollback = recovery_.rollback();
+  s.mode = recovery_.fallback().mode();
+  s.fallback_fired = recovery_.fallback().fired();
   s.scaler_enabled = scaler_.enabled();
   s.loss_scale = scaler_.scale();
   s.fallback_min_scale = options_.fallback_min_scale;
   s.rollback_enabled = options_.rollback.enabled;
-  s.rollback_left = rollback_.can_roll_back();
-  s.good_state_saved = ring_.newest_before(rollback_.trouble_began()) != nullptr;
-  s.rollbacks = rollback_.rollbacks();
-  s.nonfinite_in_a_row = nonfinite_in_a_row_;
-  s.nonfinite_since = nonfinite_since_;
+  s.rollback_left = rollback.can_roll_back();
+  s.good_state_saved = recovery_.rollback_target() != nullptr;
+  s.rollbacks = rollback.rollbacks();
+  s.nonfinite_in_a_row = recovery_.nonfinite_in_a_row();
+  s.nonfinite_since = recovery_.nonfinite_since();
   s.max_nonfinite_run = options_.max_nonfinite_run;
   s.step = step;
   return s;
@@ -151,35 +152,29 @@ void StepGuard::Impl::apply_recovery(int64_t step, GuardedStep& result, Recovery
     case RecoveryAction::unknown: break;
   }
   // --fallback auto: the same first birth later needs no new diagnosis.
-  if (r.diagnosis && !birth.empty() &&
-      (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules))
-    remedy_of_birth_.emplace(birth, std::make_pair(step, *r.diagnosis));
-  if (trigger == RecoveryTrigger::persisting_trouble && r.action != RecoveryAction::roll_back) rollback_.escalated();
+  if (r.diagnosis && (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules))
+    forensics_.remember(birth, step, *r.diagnosis);
+  if (trigger == RecoveryTrigger::persisting_trouble && r.action != RecoveryAction::roll_back) recovery_.escalated();
   journal_.flush();  // a skip is exactly what a post-mortem wants on disk
-  if (trigger == RecoveryTrigger::nonfinite_step && r.action != RecoveryAction::roll_back && r.counted &&
-      nonfinite_in_a_row_++ == 0)
-    nonfinite_since_ = step;
+  if (trigger == RecoveryTrigger::nonfinite_step && r.action != RecoveryAction::roll_back && r.counted)
+    recovery_.count_nonfinite(step);
   if (r.then_stop) stop_dead_run(step, *r.then_stop);
 }
 
 void StepGuard::Impl::roll_back(int64_t step, GuardedStep& result, const std::string& why) {
-  const TrainingState* state = ring_.newest_before(rollback_.trouble_began());
+  const TrainingState* state = recovery_.rollback_target();
   if (!state) throw std::logic_error("StepGuard: a rollback was decided with no good state saved");
   const int64_t to = state->step;
   const std::vector<double> lrs = group_lrs(steered_.optimizer);
   go_back_to(*state, /*with_scaler=*/true);
-  lr_cut_ *= options_.lr_backoff;
-  ring_.forget_from(to + 1);
-  history_.forget_from(to + 1);
-  doom_found_.reset();
-  rollback_.rolled_back(step);
+  recovery_.rolled_back(to, step);
+  doom_.forget_from(to + 1);
   last_applied_step_ = to;
   result.rolled_back_to = to;
   const std::string text =
       format::rollback_text({to, step, options_.lr_backoff, lrs.empty() ? 0.0 : lrs.front() * lr_multiplier(), why});
   journal_.record(step, format::EventKind::rollback, text, "rollback ");
   journal_.flush();
-  nonfinite_in_a_row_ = 0;
 }
 
 }  // namespace nanscope

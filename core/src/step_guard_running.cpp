@@ -73,7 +73,7 @@ RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context
   run.settings.buckets = context.averager;
   run.settings.averaged_parameter_norms = options_.warn;
   run.settings.stop_requested = context.stop_requested;
-  run.settings.skip_loss_above = rollback_.skip_loss_above(step);
+  run.settings.skip_loss_above = recovery_.rollback().skip_loss_above(step);
   next_step_ = step + 1;
   return run;
 }
@@ -194,11 +194,11 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
     journal_.record(step, format::EventKind::skip,
                     "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
                         " (a spike, on probation after a rollback); optimizer step skipped" + undone);
-    rollback_.observe(step, outcome.global_loss, false, true);
+    recovery_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.skipped) last_applied_step_ = step;
-    nonfinite_in_a_row_ = 0;
-    const bool trouble = rollback_.observe(step, outcome.global_loss, false, false);
+    recovery_.finite_step();
+    const bool trouble = recovery_.observe(step, outcome.global_loss, false, false);
     if (options_.warn) {
       // Several ranks: the averaged gradients' layer norms, the same on every rank.
       const std::vector<float> global_layers = outcome.global_parameter_norms.empty()
@@ -210,15 +210,15 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
     if (!trouble) save_state_if_due(step, run.context.averager);
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
-    rollback_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
+    recovery_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
     on_nonfinite_step(run, row.layer_grad_norm, undone);
   }
-  if (rollback_.trouble_persists() && result.rolled_back_to < 0) {
+  if (recovery_.rollback().trouble_persists() && result.rolled_back_to < 0) {
     StepFacts trouble;
     trouble.trigger = RecoveryTrigger::persisting_trouble;
     trouble.what = outcome.skipped_as_spike
                        ? "loss spikes through the probation after a rollback"
-                       : "trouble on " + std::to_string(rollback_.options().patience) + " steps in a row";
+                       : "trouble on " + std::to_string(recovery_.rollback().options().patience) + " steps in a row";
     trouble.amp = amp_;
     trouble.loss_finite = outcome.loss_finite;
     apply_recovery(step, result, RecoveryTrigger::persisting_trouble,
@@ -271,7 +271,7 @@ void StepGuard::Impl::warn_if_heading_for_trouble(int64_t step, GuardedStep& res
   signals.layer_act_absmax = &layer_act_absmax;
   signals.input_absmax = result.outcome.batch_absmax;
   for (const Warning& w : sentinel_.observe(step, signals)) {
-    rollback_.warned(step);
+    recovery_.warned(step);
     result.warnings.push_back(journal_.record(step, format::EventKind::warning, w.text, "warning: "));
   }
 }
@@ -331,10 +331,8 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   if (context.averager) {
     // Every rank records who went non-finite; the first time, as the run's first.
     const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
-    if (first_nonfinite_ranks_.empty() && !outcome.nonfinite_ranks.empty()) {
-      first_nonfinite_ranks_ = outcome.nonfinite_ranks;
+    if (forensics_.nonfinite_ranks(outcome.nonfinite_ranks))
       journal_.event(step, format::EventKind::first_nonfinite, ranks);
-    }
     journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
   }
   if (scaler_.enabled())
@@ -346,8 +344,8 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
   // Several ranks all enter the search (it is collective) and agree there whether it runs.
-  if ((!run.buffers_written_outside || context.averager) && options_.doom_search.enabled && nonfinite_in_a_row_ == 0 &&
-      search_dooming_step(run, capture)) {
+  if ((!run.buffers_written_outside || context.averager) && options_.doom_search.enabled &&
+      recovery_.nonfinite_in_a_row() == 0 && search_dooming_step(run, capture)) {
     journal_.flush();
     journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
     return;
@@ -372,9 +370,9 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     }
   }
   const std::string birth = capture && capture->first_birth ? birth_key(*capture) : std::string();
-  if (auto seen = remedy_of_birth_.find(birth); !birth.empty() && seen != remedy_of_birth_.end()) {
-    facts.same_birth_step = seen->second.first;
-    facts.same_birth_as = seen->second.second;
+  if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth)) {
+    facts.same_birth_step = seen->step;
+    facts.same_birth_as = seen->remedy;
   }
   const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] { return diagnose(run, capture); });
   if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights

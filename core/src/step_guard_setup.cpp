@@ -72,21 +72,15 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       parameters_(trainable_tensors(steered_.model)),
       probe_(probe_options(options_), trainable_names(steered_.model)),
       scaler_(scaler_config(options_.amp)),
-      fallback_(options_.fallback),
-      snapshot_policy_(options_.max_snapshots),
       journal_(options_.log, options_.log_prefix, options_.model_name),
       amp_(options_.amp),
       sentinel_(options_.sentinel),
-      rollback_(options_.rollback),
-      ring_(options_.rollback.enabled || options_.doom_search.enabled
-                ? size_t(std::max<int64_t>(0, options_.rollback.states))
-                : 0,
-            size_t(std::max(0.0, options_.rollback.memory_mb) * 1024 * 1024)),
-      history_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
+      forensics_(options_.max_snapshots),
+      recovery_(options_),
+      doom_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
       fp32_modules_(options_.fp32_modules),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
-  if (options_.doom_search.enabled) rollback_.keep_states_for_search();
   // Births in a native model are named by the module whose tensors an op
   // reads where no module scope is open.
   register_tensor_owners(steered_.model);
@@ -111,9 +105,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
 GuardState StepGuard::Impl::state() const {
   GuardState s;
   s.amp = amp_;
-  s.fallback_step = fallback_.fired_step();
-  s.lr_multiplier = lr_cut_;
-  s.rollbacks = rollback_.rollbacks();
+  recovery_.write_to(s);
   s.scaling = scaler_.enabled();
   s.loss_scale = scaler_.scale();
   s.growth_tracker = scaler_.growth_tracker();
@@ -125,11 +117,8 @@ GuardState StepGuard::Impl::state() const {
 }
 
 void StepGuard::Impl::restore(const GuardState& s) {
-  if (s.fallback_step >= 0 && !fallback_.fired())
-    fallback_.fire(steered_.model, steered_.optimizer, scaler_, parameters_.front().device(), s.fallback_step);
+  recovery_.restore(s, steered_.model, steered_.optimizer, scaler_, parameters_.front().device());
   amp_ = s.amp;
-  lr_cut_ = s.lr_multiplier * (s.lr_multiplier_lacks_fallback && s.fallback_step >= 0 ? options_.lr_backoff : 1.0);
-  rollback_.restore_rollbacks(s.rollbacks);
   if (!s.scaling) scaler_.disable();
   scaler_.restore(s.loss_scale, s.growth_tracker);
   last_applied_step_ = s.last_applied_step;

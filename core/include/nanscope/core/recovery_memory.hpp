@@ -1,0 +1,109 @@
+#pragma once
+// What recovery (step_guard_recovery.cpp) keeps between steps: the fp32
+// fallback and whether it fired, the rollback policy and the states saved for
+// it, the LR cut in force, and the run of non-finite steps the stop rule
+// counts. The step runner reports each step to it; only apply_recovery's
+// actions (and a restored checkpoint) change the cut, the precision and the
+// saved states.
+#include <algorithm>
+#include <cstdint>
+
+#include "nanscope/core/fallback.hpp"
+#include "nanscope/core/guard_options.hpp"
+#include "nanscope/core/guard_state.hpp"
+#include "nanscope/core/rollback.hpp"
+#include "nanscope/core/state_ring.hpp"
+
+namespace nanscope {
+
+class RecoveryMemory {
+ public:
+  explicit RecoveryMemory(const GuardOptions& options)
+      : fallback_(options.fallback),
+        rollback_(options.rollback),
+        // The doom search replays from the saved states, rollback on or off.
+        ring_(options.rollback.enabled || options.doom_search.enabled
+                  ? size_t(std::max<int64_t>(0, options.rollback.states))
+                  : 0,
+              size_t(std::max(0.0, options.rollback.memory_mb) * 1024 * 1024)),
+        lr_backoff_(options.lr_backoff) {
+    if (options.doom_search.enabled) rollback_.keep_states_for_search();
+  }
+
+  const FallbackPolicy& fallback() const { return fallback_; }
+  const RollbackPolicy& rollback() const { return rollback_; }
+  const StateRing& saved_states() const { return ring_; }
+  double lr_cut() const { return lr_cut_; }  // lr_backoff for the fallback and each rollback
+  int64_t nonfinite_in_a_row() const { return nonfinite_in_a_row_; }
+  int64_t nonfinite_since() const { return nonfinite_since_; }  // the first of them
+
+  // --- Each step, as the step runner saw it.
+  // Its loss for the rollback policy; true for a step that was trouble.
+  bool observe(int64_t step, double loss, bool nonfinite, bool skipped_as_spike) {
+    return rollback_.observe(step, loss, nonfinite, skipped_as_spike);
+  }
+  void finite_step() { nonfinite_in_a_row_ = 0; }
+  void warned(int64_t step) { rollback_.warned(step); }
+  // The state after the healthy `step`; false when it is not kept (the budget).
+  bool save(int64_t step, const TrainableModel& model, const torch::optim::Optimizer& optimizer,
+            const LossScaler& scaler) {
+    return ring_.save(step, model, optimizer, scaler);
+  }
+  void forget_saved_from(int64_t step) { ring_.forget_from(step); }
+  void stop_saving() { ring_ = StateRing(0, 0); }  // one state is over the budget
+
+  // --- apply_recovery's actions.
+  // The whole-model fp32 fallback, with its LR cut.
+  void fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
+                 int64_t step) {
+    fallback_.fire(model, optimizer, scaler, device, step);
+    lr_cut_ *= lr_backoff_;
+  }
+  // The newest good state before the trouble began; nullptr if none.
+  const TrainingState* rollback_target() const { return ring_.newest_before(rollback_.trouble_began()); }
+  // At `step` the run went back to the state after step `to`, with an LR cut.
+  void rolled_back(int64_t to, int64_t step) {
+    lr_cut_ *= lr_backoff_;
+    ring_.forget_from(to + 1);
+    rollback_.rolled_back(step);
+    nonfinite_in_a_row_ = 0;
+  }
+  // At `step` the run was replayed without the update of `dooming_step`: no
+  // LR cut (the cause is known and gone), and it counts as a rollback.
+  void replayed_without(int64_t dooming_step, int64_t step) {
+    ring_.forget_from(dooming_step);
+    rollback_.rolled_back(step);
+  }
+  // A non-rollback answer to persisting trouble: the policy starts counting again.
+  void escalated() { rollback_.escalated(); }
+  // A failed step the stop rule (GuardOptions::max_nonfinite_run) counts.
+  void count_nonfinite(int64_t step) {
+    if (nonfinite_in_a_row_++ == 0) nonfinite_since_ = step;
+  }
+
+  // --- Checkpoints: recovery's fields of GuardState.
+  void write_to(GuardState& s) const {
+    s.fallback_step = fallback_.fired_step();
+    s.lr_multiplier = lr_cut_;
+    s.rollbacks = rollback_.rollbacks();
+  }
+  // The fallback fires again on the model as it had (fp32 weights, scaler off).
+  void restore(const GuardState& s, TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
+               at::Device device) {
+    if (s.fallback_step >= 0 && !fallback_.fired()) fallback_.fire(model, optimizer, scaler, device, s.fallback_step);
+    // A state from before format 1.7 kept the rollbacks' cut alone.
+    lr_cut_ = s.lr_multiplier * (s.lr_multiplier_lacks_fallback && s.fallback_step >= 0 ? lr_backoff_ : 1.0);
+    rollback_.restore_rollbacks(s.rollbacks);
+  }
+
+ private:
+  FallbackPolicy fallback_;
+  RollbackPolicy rollback_;
+  StateRing ring_;
+  double lr_backoff_;
+  double lr_cut_ = 1;
+  int64_t nonfinite_in_a_row_ = 0;  // failed steps since the last finite one (or rollback)
+  int64_t nonfinite_since_ = -1;
+};
+
+}  // namespace nanscope
