@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -58,15 +59,17 @@ Cost measure(const std::string& file, Write write) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bench::Args args(argc, argv, "big_model [N_LAYER=14] [N_EMBD=768] [DIR=/tmp]");
   TrainOptions runtime;
   runtime.threads = 2;
   configure_runtime(runtime, at::kCPU);
   GptConfig config;
-  config.n_layer = argc > 1 ? std::atoi(argv[1]) : 14;
-  config.n_embd = argc > 2 ? std::atoi(argv[2]) : 768;
+  config.n_layer = args.count(1, 14);
+  config.n_embd = args.count(2, 768);
   config.n_head = 12;
   config.seq_len = 32;
-  const std::string dir = argc > 3 ? argv[3] : "/tmp";
+  const std::string dir = args.text(3, "/tmp");
+  if (config.n_embd % config.n_head != 0) args.fail("N_EMBD must be a multiple of the 12 heads");
   auto model = make_gpt(config, 0);
   const std::vector<at::Tensor> params = trainable_tensors(*model);
   auto optimizer = make_optimizer(OptimizerKind::adamw, params, 1e-4, 0.01);
@@ -90,8 +93,7 @@ int main(int argc, char** argv) {
   s.buffers = model->named_buffers();
   s.optimizer = "adamw";
   s.optimizer_state = optimizer_state_by_name(*optimizer, s.parameters);
-  s.inputs = x;
-  s.targets = y;
+  s.batch = Batch(x, y);
   s.batch_rows = at::arange(2, at::kLong);
   s.cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
   s.precision = format::Precision::bf16;

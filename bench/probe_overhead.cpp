@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "bench_gpt.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/loss_scaler.hpp"
@@ -37,9 +38,10 @@ using namespace nanscope;
 using namespace nanscope::trainer;
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
-  const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const bench::Args args(argc, argv, "probe_overhead [ROUNDS=7] [STEPS_PER_ROUND=20] [THREADS=2]");
+  const int rounds = int(args.count(1, 7));
+  const int steps = int(args.count(2, 20));
+  const int threads = int(args.count(3, 2));
   const GptConfig config = bench::gpt_config(threads);
   Dataset data = builtin_text_dataset(config.seq_len);
   auto model = make_gpt(config, 0);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "bench_gpt.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
@@ -46,14 +47,11 @@ struct Arm {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: sentinel_overhead NANSCOPE_TRAIN [ROUNDS] [STEPS_PER_ROUND] [THREADS]\n");
-    return 2;
-  }
-  const std::string train_exe = argv[1];
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
-  const int steps = argc > 3 ? std::atoi(argv[3]) : 50;
-  const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
+  const bench::Args args(argc, argv, "sentinel_overhead NANSCOPE_TRAIN [ROUNDS=7] [STEPS_PER_ROUND=50] [THREADS=2]");
+  const std::string train_exe = args.required(1);
+  const int rounds = int(args.count(2, 7));
+  const int steps = int(args.count(3, 50));
+  const int threads = int(args.count(4, 2));
   const GptConfig config = bench::gpt_config(threads);
   Dataset data = builtin_text_dataset(config.seq_len);
   const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "nanscope-bench-sentinel";

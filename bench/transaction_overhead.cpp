@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/loss_scaler.hpp"
@@ -123,9 +124,10 @@ Arm make_arm(std::shared_ptr<Net> net, at::Tensor inputs, at::Tensor targets) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int steps = argc > 2 ? std::atoi(argv[2]) : 20;
-  const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const bench::Args args(argc, argv, "transaction_overhead [ROUNDS=7] [STEPS_PER_ROUND=20] [THREADS=2]");
+  const int rounds = int(args.count(1, 7));
+  const int steps = int(args.count(2, 20));
+  const int threads = int(args.count(3, 2));
   TrainOptions runtime;
   runtime.threads = threads;
   configure_runtime(runtime, at::kCPU);

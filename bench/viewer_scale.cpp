@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/format/rehearsal.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -57,9 +58,11 @@ void write_run(const std::string& path, int64_t steps, size_t layers) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string path = argc > 1 ? argv[1] : "/tmp/nanscope-viewer-scale.h5";
-  const int64_t steps = argc > 2 ? std::atoll(argv[2]) : 100000;
-  const size_t layers = argc > 3 ? size_t(std::atoll(argv[3])) : 256;
+  const bench::Args args(argc, argv,
+                         "viewer_scale [RUN_FILE=/tmp/nanscope-viewer-scale.h5] [STEPS=100000] [LAYERS=256]");
+  const std::string path = args.text(1, "/tmp/nanscope-viewer-scale.h5");
+  const int64_t steps = args.count(2, 100000);
+  const size_t layers = size_t(args.count(3, 256));
   if (!std::filesystem::exists(path)) {
     const auto start = Clock::now();
     write_run(path, steps, layers);

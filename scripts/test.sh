@@ -23,6 +23,8 @@ fi
 
 echo "== LibTorch 1.13 lane (Debian bookworm)"
 "$repo/scripts/build.sh"
+# The benchmarks are not run here, but one that no longer builds fails the lane.
+ninja -C "${BUILD_DIR:-$repo/build}" -j2 benchmarks
 (cd "${BUILD_DIR:-$repo/build}" && ctest -j2 --output-on-failure --timeout 600)
 lane1=$(( $(date +%s) - start ))
 

@@ -1,7 +1,9 @@
 #pragma once
 // StepGuard's insides, behind its public header: what it steers, the step
 // runner (both forms), forensics, recovery and the doom search, each
-// implemented in its own step_guard_*.cpp. Private to core.
+// implemented in its own step_guard_*.cpp. The last three keep their state in
+// their own objects (forensics_memory.hpp, recovery_memory.hpp,
+// doom_memory.hpp); Impl holds them and wires one to another. Private to core.
 #include <exception>
 #include <functional>
 #include <memory>
