@@ -46,6 +46,11 @@ class Recovery : public ::testing::Test {
            fixture("classes_data.h5") + " --batch-size 32 --lr 0.01 --amp bf16 --quiet --threads 1 --run-dir " +
            run_dir + " " + flags;
   }
+  // The run in `run_dir` resumed from its checkpoint, up to `steps` steps.
+  static test::CommandResult resume(const std::string& run_dir, int steps) {
+    return test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps " +
+                             std::to_string(steps));
+  }
   // Edits an HDF5 file in place with h5py (`f` is the open file): a file as
   // another writer, or an older nanscope, left it.
   static void edit_with_h5py(const std::string& path, const std::string& statements) {
@@ -201,7 +206,7 @@ TEST_F(Recovery, ASickStateIsNeverCheckpointedAndResumeStartsFromTheHealthyOne) 
   EXPECT_TRUE(std::isfinite(health->loss));
 
   // Killed there, and resumed.
-  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 6");
+  const auto resumed = resume(run_dir, 6);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint.h5, from step 3 (healthy)"), std::string::npos) << resumed.output;
 }
@@ -216,7 +221,7 @@ TEST_F(Recovery, ResumePassesOverASickCheckpointForTheOneBeforeIt) {
   edit_with_h5py(run_dir + "/checkpoint.h5",
                  "f['buffers/bn.running_var'][...] = numpy.nan; f.attrs['format_version'] = '1.0'; "
                  "del f.attrs['finite']; del f.attrs['loss']; del f['training'].attrs['applied_steps']");
-  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 12");
+  const auto resumed = resume(run_dir, 12);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint.h5 (step 9): non-finite buffer bn.running_var"), std::string::npos)
       << resumed.output;
@@ -253,7 +258,7 @@ TEST_F(Recovery, AFormatOnePointZeroCheckpointStillResumes) {
   const std::optional<ResumeState> state = load_resume_state(checkpoint);
   ASSERT_TRUE(state);
   EXPECT_EQ(state->guard.applied_steps, state->guard.last_applied_step + 1);
-  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 9");
+  const auto resumed = resume(run_dir, 9);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint.h5, from step 6 (healthy)"), std::string::npos) << resumed.output;
 }
@@ -278,7 +283,7 @@ TEST_F(Recovery, AFormatOnePointSixCheckpointKeepsTheFallbacksLrCut) {
   const std::optional<ResumeState> old = load_resume_state(checkpoint);
   ASSERT_TRUE(old);
   EXPECT_TRUE(old->guard.lr_multiplier_lacks_fallback);
-  const auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 9");
+  const auto resumed = resume(run_dir, 9);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");
   ASSERT_EQ(run.rows(), 9u);
