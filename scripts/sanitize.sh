@@ -19,5 +19,8 @@ cmake --build "$build" -j2
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export LSAN_OPTIONS=suppressions=$repo/tests/fuzz/lsan.supp
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd "$build" && ctest -j2 --output-on-failure --timeout 300)
-FUZZ_SEED=${FUZZ_SEED:-1} "$repo/tests/fuzz/run.sh" "$build" "$runs" "${MAIN_BUILD_DIR:-$repo/build}"
+# The tests and the fuzz regressions both run; either failing fails the lane.
+status=0
+(cd "$build" && ctest -j2 --output-on-failure --timeout 300) || status=1
+FUZZ_SEED=${FUZZ_SEED:-1} "$repo/tests/fuzz/run.sh" "$build" "$runs" "${MAIN_BUILD_DIR:-$repo/build}" || status=1
+exit $status

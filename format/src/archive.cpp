@@ -321,7 +321,7 @@ Archive Archive::open(const std::string& path, const std::string& kind, bool wri
   archive.file_ = std::make_shared<File>();
   archive.file_->path = path;
   archive.file_->writable = writable;
-  if (!writable) h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
+  h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   archive.file_->handle = writable ? h5::open_file_readwrite(path) : h5::open_file_readonly(path);
   archive.file_->version = h5::check_identity(archive.file_->handle.get(), kind, path);
   return archive;

@@ -1,12 +1,19 @@
 #include "rehearsal.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -17,7 +24,23 @@ namespace nanscope::format::h5 {
 
 namespace {
 
-constexpr auto kRehearsalLimit = std::chrono::seconds(30);
+// The bound's terms. The walk and the readers hold what they read (a run's
+// rows, a data file's arrays, small datasets of an archive) plus HDF5's
+// metadata cache and our tables: a few times the file's size at most. The
+// allowance covers a small file's fixed costs many times over (nanscope-report
+// reads a 110 KB run file in 34 MB of resident memory all told); a compressed
+// data file that expands past 16x would be refused, and real data compresses
+// a few times at most.
+constexpr uint64_t kMemoryAllowance = uint64_t(256) << 20;
+constexpr uint64_t kMemoryPerFileByte = 16;
+constexpr double kCpuAllowanceSeconds = 20;
+constexpr double kCpuSecondsPerMiB = 0.1;  // a 1.1 GB snapshot's walk takes 0.2 s; a 1 GB run file reads in ~5 s
+constexpr double kWallPerCpu = 4;          // two other CPU-bound jobs on two cores leave the child a third of one
+constexpr double kWallAllowanceSeconds = 60;
+// The child's exit status when an allocation failed (std::bad_alloc): the
+// read needs more memory than the machine has.
+constexpr int kOutOfMemoryStatus = 86;
+
 constexpr hsize_t kLargestAttributeRead = hsize_t(64) << 20;  // larger ones: type and shape only
 
 herr_t read_attribute(hid_t object, const char* name, const H5A_info_t*, void*) {
@@ -91,57 +114,125 @@ bool in_rehearsal = false;  // set in the child: a read inside a rehearsal is no
 bool rehearsal_enabled = true;
 
 // In the child, a crash must end it by its signal: no handler of the
-// parent's (a sanitizer's, a fuzzer's) gets to report or save anything.
+// parent's (a sanitizer's, a fuzzer's) gets to report or save anything, and
+// no core file is written for it.
 void default_crash_handlers() {
-  for (int signal : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) std::signal(signal, SIG_DFL);
+  for (int signal : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGXCPU}) std::signal(signal, SIG_DFL);
+  const rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+}
+
+// A field of /proc/PID/status in bytes ("VmHWM:  1234 kB"); 0 when unreadable.
+uint64_t status_bytes(const std::string& status_file, const char* field) {
+  std::ifstream in(status_file);
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':')
+      return uint64_t(std::strtoull(line.c_str() + n + 1, nullptr, 10)) << 10;
+  return 0;
+}
+
+// The child's limits. CPU time is a hard limit (load does not change it).
+// Memory is watched from the parent, not limited here: a child whose
+// allocations fail takes other paths than the parent's read would (HDF5
+// reports some failed allocations, and swallows others), so it must meet
+// exactly what the parent would, and be stopped when that is too much.
+void limit_child(const ReadBound& bound) {
+  // A new process has used no CPU time: the limit is the read's own.
+  const rlim_t seconds = rlim_t(std::ceil(bound.cpu_seconds));
+  const rlimit cpu{seconds, seconds + 2};  // SIGXCPU at the first, SIGKILL at the second
+  setrlimit(RLIMIT_CPU, &cpu);
+}
+
+std::string mebibytes(uint64_t bytes) { return std::to_string((bytes + (uint64_t(1) << 20) - 1) >> 20) + " MiB"; }
+
+std::string seconds_text(double seconds) { return std::to_string(int64_t(std::ceil(seconds))) + " s"; }
+
+std::string out_of_memory(const ReadBound& bound, uint64_t file_bytes) {
+  return "is corrupt: reading it needed more than " + mebibytes(bound.memory_bytes) +
+         " of memory, more than a file of " + std::to_string(file_bytes) +
+         " bytes can justify (nothing was read from it)";
 }
 
 }  // namespace
 
+ReadBound read_bound(uint64_t file_bytes) {
+  ReadBound bound;
+  bound.memory_bytes = kMemoryAllowance + kMemoryPerFileByte * file_bytes;
+  bound.cpu_seconds = kCpuAllowanceSeconds + kCpuSecondsPerMiB * double(file_bytes) / double(1 << 20);
+  bound.wall_seconds = kWallAllowanceSeconds + kWallPerCpu * bound.cpu_seconds;
+  return bound;
+}
+
 void walk_metadata(const std::string& path) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_metadata_read_attempts(fapl, 2);
-  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-  if (file < 0) file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  H5Pclose(fapl);
-  if (file < 0) return;
-  walk(file, 0);
-  H5Fclose(file);
+  // Opened exactly as the readers open it: a corrupt superblock costs what
+  // it costs them (each SWMR read attempt re-reads the metadata).
+  Handle file = open_file_readonly(path);
+  walk(file.get(), 0);
 }
 
 void rehearse_in_child(const std::string& path, const std::function<void()>& read) {
   if (in_rehearsal || !rehearsal_enabled) return;
   silence_errors();
+  struct stat st {};
+  const uint64_t file_bytes = ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+  const ReadBound bound = read_bound(file_bytes);
+  // The child's resident memory starts as ours (fork resets its peak to it).
+  const uint64_t resident_at_fork = status_bytes("/proc/self/status", "VmRSS");
   const pid_t child = fork();
   if (child < 0) return;  // no process to spare: the reader goes on without the defence
   if (child == 0) {
     in_rehearsal = true;
     default_crash_handlers();
+    limit_child(bound);
     try {
       read();
+    } catch (const std::bad_alloc&) {
+      _exit(kOutOfMemoryStatus);  // more than the machine has: the parent would meet it too
     } catch (...) {}
     _exit(0);  // no exit handlers, no destructors of the parent's objects
   }
-  const auto deadline = std::chrono::steady_clock::now() + kRehearsalLimit;
+  const std::string child_status = "/proc/" + std::to_string(child) + "/status";
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + std::chrono::duration<double>(bound.wall_seconds);
   int status = 0;
+  rusage usage{};
   auto pause = std::chrono::microseconds(100);
   for (;;) {
-    const pid_t done = waitpid(child, &status, WNOHANG);
+    const pid_t done = wait4(child, &status, WNOHANG, &usage);
     if (done == child) break;
     if (done < 0) return;
-    if (std::chrono::steady_clock::now() > deadline) {
+    // Its resident peak since the fork, less what it shared with us then:
+    // polled every 10 ms at most, which a read that touches gigabytes
+    // passes by tens of megabytes before it is stopped.
+    const uint64_t peak = status_bytes(child_status, "VmHWM");
+    const bool too_big = peak > resident_at_fork && peak - resident_at_fork > bound.memory_bytes;
+    const bool too_long = std::chrono::steady_clock::now() > deadline;
+    if (too_big || too_long) {
       kill(child, SIGKILL);
       waitpid(child, &status, 0);
-      throw FormatError(path, "is corrupt: reading it did not finish in 30 s (nothing was read from it)");
+      if (too_big) throw FormatError(path, out_of_memory(bound, file_bytes));
+      throw FormatError(path, "is corrupt: reading it did not finish in " + seconds_text(bound.wall_seconds) +
+                                  " (nothing was read from it)");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
   }
   // The child leaves with 0 whatever the read threw; anything else is a
-  // crash: a signal, or a sanitizer's report of one (it exits with 1).
+  // crash (a signal, or a sanitizer's report of one: it exits with 1) or a
+  // bound it met.
+  const double cpu_used = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                          1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  if (WIFSIGNALED(status) && (WTERMSIG(status) == SIGXCPU || cpu_used >= std::floor(bound.cpu_seconds)))
+    throw FormatError(path, "is corrupt: reading it took more than " + seconds_text(bound.cpu_seconds) +
+                                " of CPU time, more than a file of " + std::to_string(file_bytes) +
+                                " bytes can justify (nothing was read from it)");
   if (WIFSIGNALED(status))
     throw FormatError(path, std::string("is corrupt: reading it crashed the HDF5 library (") +
                                 strsignal(WTERMSIG(status)) + ", in a child process; nothing was read from it)");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryStatus)
+    throw FormatError(path, out_of_memory(bound, file_bytes));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     throw FormatError(path, "is corrupt: reading it crashed the HDF5 library (exit status " +
                                 std::to_string(WEXITSTATUS(status)) +

@@ -7,6 +7,7 @@
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
+#include "rehearsal.hpp"
 #include "run_schema.hpp"
 
 namespace nanscope::format {
@@ -205,6 +206,7 @@ RunWriter::RunWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t keep_through_step, size_t flush_every) {
   h5::silence_errors();
+  h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   {
     h5::Handle probe = h5::open_file_readonly(path);  // the usual checks and messages: missing, empty, not HDF5
     h5::check_identity(probe.get(), kRunFileKind, path);
@@ -255,6 +257,7 @@ std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t ke
 
 bool clear_writer_mark(const std::string& path) {
   h5::silence_errors();
+  h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
   {
     h5::Handle file = h5::open_file_readonly(path);  // the usual checks and messages
   }
