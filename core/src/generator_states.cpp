@@ -1,5 +1,7 @@
 #include "nanscope/core/generator_states.hpp"
 
+#include "nanscope/common/log_line.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -42,7 +44,8 @@ KeepGeneratorStates::~KeepGeneratorStates() {
     states_.restore();
   } catch (const std::exception& e) {
     // A destructor must not throw; the loop's next draws then differ, said once here.
-    std::cerr << "nanscope: could not put the random generators back: " << e.what() << "\n";
+    write_log_line({std::string("nanscope: could not put the random generators back: ") + e.what(), -1, 0, "", true},
+                   &std::cerr);
   }
 }
 

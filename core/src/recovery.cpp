@@ -44,9 +44,13 @@ RecoveryPlan automatic_remedy(const StepFacts& facts, const RecoveryState& state
   // again; after its modules went to fp32 it means they were not enough.
   if (facts.same_birth_as) {
     const RemedyChoice& earlier = *facts.same_birth_as;
-    const std::string same = "the same first birth as step " + std::to_string(facts.same_birth_step);
+    // Worded from this step's own capture: the earlier step's rows are not
+    // this one's (its why is that step's measurement).
+    const std::string same = "the same first birth as step " + std::to_string(facts.same_birth_step) +
+                             (facts.birth_where.empty() ? "" : ", here in " + facts.birth_where);
     if (earlier.remedy == Remedy::skip_data)
-      return make(RecoveryAction::skip_data, facts.what, same + " (" + earlier.why + "); no fallback",
+      return make(RecoveryAction::skip_data, facts.what,
+                  same + " (a data fault at step " + std::to_string(facts.same_birth_step) + "); no fallback",
                   Remedy::skip_data);
     return whole(same + ", with " + fp32_modules_flag_value(earlier.modules) + " in fp32");
   }

@@ -63,7 +63,7 @@ const StateRing& StepGuard::saved_states() const { return impl_->recovery_.saved
 const LossScaler& StepGuard::scaler() const { return impl_->scaler_; }
 const std::vector<at::Tensor>& StepGuard::parameters() const { return impl_->parameters_; }
 Journal& StepGuard::journal() { return impl_->journal_; }
-const std::string& StepGuard::run_file() const { return impl_->journal_.writer().path(); }
+const std::string& StepGuard::run_file() const { return impl_->journal_.path(); }
 const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
 const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->forensics_.first_nonfinite_ranks(); }
 void StepGuard::set_step_setup(StepSetupHook hook) { impl_->step_setup_hook_ = std::move(hook); }

@@ -66,6 +66,7 @@ struct StepGuard::Impl {
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   std::string undo_skipped_step(GuardedStep& result);
+  bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
   void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
@@ -123,6 +124,7 @@ struct StepGuard::Impl {
   double lr_multiplier() const { return recovery_.lr_cut(); }
   GuardState state() const;
   void restore(const GuardState& state);
+  std::unique_ptr<format::RunWriter> open_run_file();
   StateHealth health() const;
 
   // --- The doom search (step_guard_doom.cpp).
@@ -154,6 +156,7 @@ struct StepGuard::Impl {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
+  bool restored_ = false;                                // restore() came: run.h5 goes on where it was (open_run_file)
   std::string stopped_;                                  // "step S: why" once the run was stopped
   StepSetupHook step_setup_hook_;                        // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()

@@ -56,6 +56,9 @@ double current_lr(const torch::optim::Optimizer& optimizer) {
 }  // namespace
 
 RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context) {
+  // The run file is settled before the step numbers move (open_run_file
+  // goes on after the step before the first one this guard runs).
+  journal_.writer();
   RunningStep run;
   run.step = step;
   run.context = context;
@@ -311,6 +314,17 @@ void StepGuard::Impl::check_planned_fp32_modules(const std::vector<std::string>&
                               " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
 }
 
+// fp16's routine, as torch.amp.GradScaler has it: gradients that overflow
+// at a finite loss and a finite forward, at a scale above 1, are what the
+// scale made of them (the step is skipped and the scale halved), no fault:
+// no forensics, no snapshot, no remedy. At a scale of 1 or less the scaler
+// no longer explains an overflow, and the step is investigated as any other.
+// Several ranks decide alike: every flag here is all ranks'.
+bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_scale) const {
+  return scaler_.enabled() && outcome.loss_finite && outcome.buffers_finite && !outcome.grads_finite &&
+         loss_scale > 1.0;
+}
+
 void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
                                         const std::string& undone) {
   const int64_t step = run.step;
@@ -325,6 +339,16 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
                            : outcome.buffers_finite ? "non-finite gradients"
                                                     : "non-finite buffers";
   const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
+  if (scalers_backoff(outcome, result.loss_scale)) {
+    const std::string backoff = "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale());
+    journal_.event(step, format::EventKind::skip,
+                   "gradients overflowed at loss scale " + number_text(result.loss_scale) + where +
+                       "; optimizer step skipped (the loss scaler's backoff)" + undone);
+    journal_.event(step, format::EventKind::scale_backoff, backoff);
+    journal_.say(step, "gradients overflowed" + where + " -> skipped; " + backoff + " (the scaler's routine)",
+                 /*routine=*/true);
+    return;
+  }
   journal_.event(step, format::EventKind::skip,
                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);

@@ -64,6 +64,10 @@ std::string start_text(const GuardOptions& o, const std::string& run_file) {
          ", warnings " + (o.warn ? "on" : "off");
 }
 
+std::string run_file_path(const GuardOptions& o) {
+  return (std::filesystem::path(o.run_dir) / format::run_file_name(o.rank, o.world_size)).string();
+}
+
 }  // namespace
 
 StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options)
@@ -72,7 +76,8 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       parameters_(trainable_tensors(steered_.model)),
       probe_(probe_options(options_), trainable_names(steered_.model)),
       scaler_(scaler_config(options_.amp)),
-      journal_(options_.log, options_.log_prefix, options_.model_name),
+      journal_(options_.log, options_.log_prefix, options_.model_name, options_.rank, run_file_path(options_),
+               [this] { return open_run_file(); }),
       amp_(options_.amp),
       sentinel_(options_.sentinel),
       forensics_(options_.max_snapshots),
@@ -85,21 +90,42 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
   // reads where no module scope is open.
   register_tensor_owners(steered_.model);
   std::filesystem::create_directories(options_.run_dir);
+  // A new run's file is made now, so that a viewer can follow the run from
+  // its start; nanscope-train's --resume cuts its file back to the
+  // checkpoint now. A file already there from an earlier run waits for the
+  // first row: a state put back before it (load_state_dict) means go on with it.
+  if (options_.resume_after_step >= 0 || !std::filesystem::exists(journal_.path())) journal_.writer();
+  journal_.announce(start_text(options_, journal_.path()));
+}
+
+// The run file, at its first row or event (Journal): nanscope-train's
+// --resume appends to it after its checkpoint's step; a guard whose state
+// was put back before it wrote anything (load_state_dict, restore) appends
+// after the step before the one it numbers from; any other guard starts a
+// new file, and one already there from an earlier run is kept beside it
+// (run.1.h5 ...), never overwritten.
+std::unique_ptr<format::RunWriter> StepGuard::Impl::open_run_file() {
+  const std::string& path = journal_.path();
+  const bool earlier = std::filesystem::exists(path);
+  if (options_.resume_after_step >= 0 || (restored_ && earlier)) {
+    const int64_t kept = options_.resume_after_step >= 0 ? options_.resume_after_step : next_step_ - 1;
+    auto writer = format::RunWriter::resume(path, kept);
+    writer->event(kept, format::EventKind::resume,
+                  options_.resume_after_step >= 0 ? options_.resume_from : "the guard's state put back");
+    writer->flush();
+    return writer;
+  }
+  if (earlier) {
+    const std::string aside = format::keep_aside(path);
+    journal_.announce("nanscope: " + path + " was there from an earlier run: kept as " + aside +
+                      " (a guard whose state is put back first goes on appending to it instead)");
+  }
   format::RunHeader header;
   header.origin = options_.origin;
   if (options_.probe) header.layer_names = probe_.layers().layer_names();
   header.record_act_absmax = options_.act_absmax_every > 0;
   header.config = recorded_config(options_);
-  const std::string path =
-      (std::filesystem::path(options_.run_dir) / format::run_file_name(options_.rank, options_.world_size)).string();
-  if (options_.resume_after_step >= 0) {
-    journal_.open(format::RunWriter::resume(path, options_.resume_after_step));
-    journal_.event(options_.resume_after_step, format::EventKind::resume, options_.resume_from);
-    journal_.flush();
-  } else {
-    journal_.open(std::make_unique<format::RunWriter>(path, header));
-  }
-  if (options_.log) *options_.log << options_.log_prefix << start_text(options_, path) << "\n";
+  return std::make_unique<format::RunWriter>(path, header);
 }
 
 GuardState StepGuard::Impl::state() const {
@@ -117,6 +143,7 @@ GuardState StepGuard::Impl::state() const {
 }
 
 void StepGuard::Impl::restore(const GuardState& s) {
+  restored_ = true;
   recovery_.restore(s, steered_.model, steered_.optimizer, scaler_, parameters_.front().device());
   amp_ = s.amp;
   if (!s.scaling) scaler_.disable();

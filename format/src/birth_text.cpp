@@ -3,7 +3,9 @@
 namespace nanscope::format {
 
 std::string birth_text(const Birth& b) {
-  std::string text = std::string(to_string(b.kind)) + " at " + b.op.op + " (" + to_string(b.op.phase);
+  std::string text = std::string(to_string(b.kind)) + " at " + b.op.op +
+                     (b.op.phase == Phase::input && !b.input.empty() ? " '" + b.input + "'" : std::string()) + " (" +
+                     to_string(b.op.phase);
   if (!b.op.backward_node.empty())
     text += (b.op.site == OpSite::gradient_hook ? ", in a gradient hook at " : ", in ") + b.op.backward_node +
             (b.op.forward_op.empty() ? std::string() : " of " + b.op.forward_op);

@@ -91,6 +91,7 @@ void write_birth(const Group& parent, const std::string& name, const std::option
   write_op(g, birth->op);
   g.set_word("kind", birth->kind);
   g.set_attr("sample", birth->sample);
+  if (!birth->input.empty()) g.set_attr("input", birth->input);
   if (birth->micro_batch >= 0) g.set_attr("micro_batch", birth->micro_batch);
   g.set_attr("counted_targets", birth->counted_targets);
   if (!birth->rows.empty()) g.put_tensor("rows", DType::int64, {int64_t(birth->rows.size())}, birth->rows.data());
@@ -105,6 +106,7 @@ std::optional<Birth> read_birth(const Group& parent, const std::string& name) {
   b.op = read_op(g);
   b.kind = g.word<BirthKind>("kind");
   b.sample = g.attr_int("sample");
+  if (g.has_attr("input")) b.input = g.attr_string("input");  // from 1.8
   if (g.has_attr("micro_batch")) b.micro_batch = g.attr_int("micro_batch");
   if (g.has_attr("counted_targets")) b.counted_targets = g.attr_int("counted_targets");
   if (g.has("rows")) b.rows = int_values(g.tensor("rows"), g.file_path(), g.name() + "/rows");

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "h5.hpp"
@@ -267,6 +268,19 @@ bool clear_writer_mark(const std::string& path) {
   }
   open_clearing_writer_mark(path);  // cleared when the handle closes
   return true;
+}
+
+std::string keep_aside(const std::string& path) {
+  const std::filesystem::path original(path);
+  const std::string stem = (original.parent_path() / original.stem()).string();
+  for (int n = 1;; ++n) {
+    const std::string aside = stem + "." + std::to_string(n) + original.extension().string();
+    std::error_code taken;
+    if (std::filesystem::exists(aside, taken)) continue;
+    std::filesystem::rename(original, aside, taken);
+    if (taken) throw WriteError(path, "cannot keep the earlier run's file as " + aside + ": " + taken.message());
+    return aside;
+  }
 }
 
 RunWriter::~RunWriter() {

@@ -459,6 +459,22 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (!t_open_forward_ops.empty()) t_open_forward_ops.pop_back();
   }
   st.any_nonfinite |= output_nan || output_inf;
+  // A non-finite value that never leaves the op that made it is no birth: an
+  // op whose output holds none of a kind drops the births of that kind made
+  // inside it (SDPA's math path takes the softmax of a fully masked row,
+  // which is NaN, and zeroes it in the same op). The first birth after it is
+  // the run's.
+  if (first_output.defined()) {
+    auto drop_enclosed = [&](std::optional<Candidate>& slot, bool output_holds) {
+      if (slot && !output_holds && slot->start_index > ctx->start_index) slot.reset();
+    };
+    drop_enclosed(st.first_nan, output_nan);
+    drop_enclosed(st.first_inf, output_inf);
+    if (st.trail_frozen && !st.first_nan && !st.first_inf) {
+      st.trail_frozen = false;
+      st.frozen_birth_start = -1;
+    }
+  }
   if (!st.trail_frozen) {
     st.trail.push_back({record, first_output, forward_index, ctx->evaluation});
     while (st.trail.size() > st.options.trail_length) st.trail.pop_front();

@@ -1,5 +1,7 @@
 #include "nanscope/probe/probe.hpp"
 
+#include "nanscope/common/log_line.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
@@ -101,7 +103,7 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
     capture = format::Capture{};
     capture.ops_seen = -1;
     last_error_ = "forensic re-run failed: " + rerun_failure_text(one_line_error(e));
-    std::cerr << "nanscope probe: " << last_error_ << "\n";
+    write_log_line({"nanscope probe: " + last_error_, -1, options_.rank, "", true}, &std::cerr);
   }
   return capture;
 }
@@ -119,6 +121,7 @@ std::optional<format::Birth> Probe::input_birth(const std::vector<Batch>& micro_
     birth.op.output = tensor_stats(micro_batches[k].row_of(row));
     birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
     birth.sample = row;
+    birth.input = micro_batches[k].nonfinite_tensor_name(row);
     if (micro_batches.size() > 1) birth.micro_batch = int64_t(k);
     return birth;
   }
@@ -145,8 +148,10 @@ std::string Probe::save_snapshot(const SnapshotContents& contents) {
   } catch (const std::exception& e) {
     last_error_ = e.what();
     if (!warned_) {
-      std::cerr << "nanscope probe: cannot write snapshot " << path << ": " << e.what()
-                << " (training goes on; further snapshot errors are not repeated)\n";
+      write_log_line({"nanscope probe: cannot write snapshot " + path + ": " + e.what() +
+                          " (training goes on; further snapshot errors are not repeated)",
+                      contents.step, options_.rank, "", true},
+                     &std::cerr);
       warned_ = true;
     }
     return "";

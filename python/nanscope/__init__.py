@@ -28,7 +28,6 @@ RUN_DIR/run.h5: the same C++ code and the same files as nanscope-train.
 """
 import atexit
 import functools
-import sys
 import weakref
 
 from . import _accelerate
@@ -37,6 +36,7 @@ from . import _distributed
 from . import _nanscope
 from . import _options
 from . import _ignite
+from . import _logging
 from . import _scopes
 from . import _watch
 from ._nanscope import DeadRunError
@@ -45,9 +45,12 @@ from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport
+from ._trainer import TrainerGuard, guard_trainer
 
 __all__ = ["StepGuard", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
-           "DoomReport", "GuardEvents"]
+           "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard"]
+
+_logging.install()  # every line through the logging module (logger "nanscope")
 
 
 def __getattr__(name):
@@ -145,6 +148,10 @@ class StepGuard:
         self._optimizer = optimizer
         self._prepared_optimizer = prepared  # what the loop calls: Accelerate's wrapper, or the optimizer itself
         self._last_result = None  # the StepResult of the latest step
+        self._skipped = 0  # steps skipped so far (skipped_steps)
+        self._fallbacks = 0  # remedies beyond the skip taken so far (fallbacks)
+        self._last_birth = ""  # the first birth of the latest skipped step
+        self._unscaled = False  # unscale_() came in the step in progress
         self._paths = _scopes.module_paths(named)
         self._watch = _watch.Watch(self, model, named)
         if loss_fn is not None:
@@ -178,8 +185,8 @@ class StepGuard:
         if optimizer is not None and not _is_optimizer(optimizer):
             raise TypeError(f"nanscope.StepGuard.step: expected the guard's optimizer or nothing, got {optimizer!r}")
         self._open()
-        self._last_result = self._watch.step(optimizer)
-        return self._last_result
+        self._unscaled = False
+        return self._ended(self._watch.step(optimizer))
 
     def autocast(self):
         """A reusable context manager: autocast at the guard's precision for one
@@ -195,7 +202,8 @@ class StepGuard:
         positional arguments, or the dict of its keyword arguments)."""
         self._open()
         if self._accelerated is not None:
-            batch = self._accelerated.batch if batch is None else batch
+            named, self._accelerated.batch = self._accelerated.batch, None  # named for this micro-batch only
+            batch = named if batch is None else batch
             self._accelerated.micro_batch_began()
         return self._watch.scale(loss, batch)
 
@@ -213,6 +221,7 @@ class StepGuard:
         as GradScaler.unscale_(); the step's grad norm is taken here."""
         self._check_optimizer(optimizer)
         self._open().unscale()
+        self._unscaled = True
 
     def update(self, new_scale=None):
         """GradScaler's update(): the guard updated the scale in step(). After a
@@ -257,8 +266,23 @@ class StepGuard:
         finally:
             _scopes.close_lingering()
         self._watch.keep_others(result)
+        return self._ended(result)
+
+    def _ended(self, result):
         self._last_result = result
+        if not result.counted:
+            self._skipped += 1  # the fp16 scaler's routine backoffs too: their update never applied either
+            if result.first_birth or result.error:
+                self._last_birth = result.first_birth or result.error
+        if result.fell_back or result.remedy in ("fp32-modules", "whole"):
+            self._fallbacks += 1
         return result
+
+    skipped_steps = property(lambda self: self._skipped, doc="steps skipped so far (their update never applied)")
+    fallbacks = property(lambda self: self._fallbacks,
+                         doc="fallbacks taken so far: modules put in fp32, or the whole model")
+    last_first_birth = property(lambda self: self._last_birth,
+                                doc="the first birth of the latest skipped step ('' before any skip)")
 
     def attach(self, engine):
         """Fits the guard to a PyTorch-Ignite Engine whose update function uses

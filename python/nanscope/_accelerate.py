@@ -15,8 +15,12 @@ _PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "no": "fp32", "fp8": None}
 
 
 def precision(accelerator):
-    """The guard's amp: the accelerator's mixed precision, which its prepared
-    model's forward already runs under."""
+    """The guard's amp: the precision the accelerator really runs, which its
+    prepared model's forward already runs under. mixed_precision="fp16" where
+    Accelerate has no fp16 (on CPU: no autocast, no scaler) trains in fp32,
+    and so does the guard: scaling the loss there would shrink every update."""
+    if str(accelerator.mixed_precision) in ("fp16", "bf16") and not getattr(accelerator, "native_amp", True):
+        return "fp32"
     amp = _PRECISIONS.get(str(accelerator.mixed_precision))
     if amp is None:
         raise ValueError(f"nanscope.StepGuard: Accelerate's mixed_precision={accelerator.mixed_precision!r} is not "
@@ -53,7 +57,9 @@ class Installed:
         if accelerator.distributed_type.name not in ("NO", "MULTI_CPU", "MULTI_GPU"):
             raise ValueError(f"nanscope.StepGuard: Accelerate's {accelerator.distributed_type.name} is not supported "
                              "(a single process, or DistributedDataParallel over several)")
-        self.batch = None  # the micro-batch guard.backward(loss, batch) names for Accelerate's scale() call
+        # The micro-batch the next scale() call is for: named by guard.backward(loss,
+        # batch), or by a Trainer's compute_loss (_trainer.py); taken by that call.
+        self.batch = None
         self._wrapper = optimizer
         # What AcceleratedOptimizer.__init__ sets up when it is given a scaler:
         # its step() then calls scaler.step(optimizer) and tells a skip by
@@ -65,6 +71,27 @@ class Installed:
         optimizer.scaler = guard
         accelerator.scaler = guard
         self._accelerator = accelerator
+        self._guard = guard
+        self._wrap_clipping(accelerator)
+
+    def _wrap_clipping(self, accelerator):
+        """accelerator.clip_grad_norm_ / clip_grad_value_ unscale through the
+        guard first at every precision, not only where Accelerate unscales
+        (fp16 with its scaler): the guard takes the step's grad norm there, so
+        run.h5 records it before the clip, and the loop's clip (the
+        Trainer's, and the norm it logs) sees unscaled gradients."""
+        guard = self._guard
+        unscales_itself = accelerator.native_amp and accelerator.mixed_precision == "fp16"
+
+        def unscaled_first(clip):
+            def run(*args, **kwargs):
+                if not unscales_itself and not guard._unscaled and guard._guard is not None:
+                    guard.unscale_()
+                return clip(*args, **kwargs)
+            run.__wrapped__ = clip
+            return run
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            setattr(accelerator, name, unscaled_first(getattr(accelerator, name)))
 
     def backward(self, loss, batch):
         """accelerator.backward(loss), with the micro-batch named."""

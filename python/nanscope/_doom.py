@@ -8,9 +8,9 @@ search is the one the guard runs live with doom_search=True (a bisection over
 updates left out, then over the dooming step's rows)."""
 import json
 import os
-import sys
 import time
 
+from . import _logging
 from . import _scopes
 from ._nanscope import _search_doom
 
@@ -93,7 +93,7 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
         torch.set_rng_state(checkpoint["rng_state"])
     if progress is True:
         def progress(line):
-            print(f"nanscope: doom search: {line}", file=sys.stderr, flush=True)
+            _logging.logger.info("nanscope: doom search: %s", line)
     start = time.monotonic()
     try:
         found = _search_doom(_run_file(run), module, opt, loss, batches, int(start_step),

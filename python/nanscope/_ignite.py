@@ -15,8 +15,9 @@ Ignite has no public way to wrap an engine's update or the handlers attached
 to it, so this reads two of its attributes (_process_function and
 _event_handlers, the same from 0.4 to 0.5) and says so if they are gone."""
 import functools
-import sys
 import weakref
+
+from . import _logging
 
 _guard_events = None
 
@@ -89,8 +90,8 @@ class _GuardedUpdate:
         if self.skipped:
             engine.fire_event(guard_events().STEP_SKIPPED)
         if result.stop:
-            print(f"nanscope: the guard stopped the run at iteration {engine.state.iteration}: {result.stop_reason}; "
-                  "terminating the engine", file=sys.stderr)
+            _logging.logger.warning("nanscope: the guard stopped the run at iteration %d: %s; terminating the engine",
+                                    engine.state.iteration, result.stop_reason)
             engine.terminate()
 
 

@@ -12,6 +12,7 @@
 
 #include "guard_keywords.hpp"
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/common/log_line.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/journal.hpp"
 #include "nanscope/core/loss_scaler.hpp"
@@ -355,6 +356,22 @@ PYBIND11_MODULE(_nanscope, m) {
     }
   });
   m.def("guard_keyword_list", &guard_keyword_list);
+  // Every line of nanscope's in this process goes to `emit(text, step, rank,
+  // model, warning)` (nanscope/_logging.py: the logging module) instead of
+  // file descriptor 2. The function is kept for the process's life: a line
+  // may come from a guard closed at the interpreter's exit.
+  m.def("route_lines_to", [](py::object emit) {
+    auto* kept = new py::object(std::move(emit));  // never freed: outlives every guard
+    set_log_sink([kept](const LogLine& line) {
+      if (!Py_IsInitialized()) return;
+      py::gil_scoped_acquire gil;
+      try {
+        (*kept)(line.text, line.step, line.rank, line.model, line.warning);
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("nanscope's log line");
+      }
+    });
+  });
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"));

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include "../support/test_support.hpp"
 
@@ -20,7 +22,21 @@ namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
 
+// One op that makes a NaN and takes it back out before it returns, as SDPA's
+// math path does with the softmax of a fully masked row: a composite op,
+// whose inner ops the capture sees nested inside it.
+at::Tensor log_of_positives(const at::Tensor& x) { return at::where(x > 0, at::log(x), at::zeros_like(x)); }
+
+at::Tensor call_log_of_positives(const at::Tensor& x) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("nanscope_capture_test::log_of_positives", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(x);
+}
+
 }  // namespace
+
+TORCH_LIBRARY(nanscope_capture_test, m) { m.def("log_of_positives(Tensor x) -> Tensor", log_of_positives); }
 
 TEST(Capture, LogOfANegativeIsANanBirthWithItsInputStats) {
   probe::OpCapture capture;
@@ -35,6 +51,30 @@ TEST(Capture, LogOfANegativeIsANanBirthWithItsInputStats) {
   EXPECT_EQ(c.first_nan_birth->op.output.nan_count, 1);
   EXPECT_FALSE(c.first_inf_birth);
   EXPECT_EQ(c.first_birth->op.op, "aten::log");
+}
+
+TEST(Capture, ANanThatNeverLeavesTheOpThatMadeItIsNoBirth) {
+  probe::OpCapture capture;
+  at::Tensor x = at::tensor({2.0f, -1.0f});
+  at::Tensor y;
+  {
+    NANSCOPE_MODULE_SCOPE("attn");
+    y = call_log_of_positives(x);
+  }
+  ASSERT_TRUE(y.isfinite().all().item<bool>());
+  format::Capture c = capture.result();
+  EXPECT_FALSE(c.first_birth) << "the inner aten::log's NaN never left the op: " << c.first_birth->op.op;
+  // The birth after it is the run's, found as if the inner NaN had not been.
+  {
+    NANSCOPE_MODULE_SCOPE("head");
+    (void)(y / at::zeros_like(y));
+  }
+  c = capture.result();
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->op.op, "aten::div");
+  EXPECT_EQ(c.first_birth->op.module, "head");
+  ASSERT_FALSE(c.trail.empty());
+  EXPECT_EQ(c.trail.back().op, "aten::div") << "the trail runs on past the dropped birth, to the real one";
 }
 
 TEST(Capture, MaskedFillWithNegInfIsNotABirth) {

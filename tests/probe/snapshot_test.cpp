@@ -2,6 +2,7 @@
 // stops training.
 #include <gtest/gtest.h>
 #include <fstream>
+#include <limits>
 
 #include "../support/test_support.hpp"
 
@@ -240,4 +241,20 @@ TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
   EXPECT_NEAR(in_progress, in_summary, 1e-4);
   EXPECT_NE(r.output.find(" at step 10)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(step 10)"), std::string::npos) << r.output;
+}
+
+TEST(NestedBatch, NamesItsTensorsByKeyAndPositionAndTheOneThatHoldsANan) {
+  // The structures the Python side writes (nanscope/_batch.py), as json.dumps spaces them.
+  const std::string dict = R"({"d": [["pixel_values", {"t": 0}], ["labels", {"t": 1}], ["note", {"v": "a \"b\" ]"}]]})";
+  at::Tensor pixels = at::zeros({4, 3}), labels = at::zeros({4}, at::kLong);
+  pixels[2][1] = std::numeric_limits<float>::quiet_NaN();
+  const Batch named = Batch::nested({pixels, labels}, dict);
+  EXPECT_EQ(named.leaf_names(), (std::vector<std::string>{"pixel_values", "labels"}));
+  EXPECT_EQ(named.first_nonfinite_row(), 2);
+  EXPECT_EQ(named.nonfinite_tensor_name(2), "pixel_values");
+  const std::string nested = R"({"u": [{"d": [["input_ids", {"t": 0}], ["embeds", {"t": 1}]]}, {"l": [{"t": 2}]}]})";
+  EXPECT_EQ(Batch::nested({labels, pixels, labels}, nested).leaf_names(),
+            (std::vector<std::string>{"[0].input_ids", "[0].embeds", "[1][0]"}));
+  EXPECT_TRUE(Batch(pixels, labels).leaf_names().empty()) << "an (inputs, targets) batch names nothing";
+  EXPECT_EQ(Batch::nested({pixels}, "{not json").leaf_names(), std::vector<std::string>{""}) << "unnamed, no throw";
 }

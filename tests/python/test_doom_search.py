@@ -210,7 +210,7 @@ def search_after(tmp_path, trunk, plan, checkpoint, start_step, **options):
 
 
 @pytest.mark.parametrize("trunk", ["transformer", "rnn"])
-def test_after_the_run_the_dooming_step_is_found_from_the_users_checkpoint(tmp_path, trunk, capsys):
+def test_after_the_run_the_dooming_step_is_found_from_the_users_checkpoint(tmp_path, trunk, nanscope_lines):
     poison, d = 45, 10
     plan = {"poison": poison, "trigger": poison + d, "echo": poison}
     checkpoint = train_with_checkpoint(tmp_path, trunk, plan, poison + d + 3, checkpoint_step=40)
@@ -222,7 +222,7 @@ def test_after_the_run_the_dooming_step_is_found_from_the_users_checkpoint(tmp_p
     # One JSON behind the object: to_json() reads back as to_dict(), every field there.
     assert json.loads(found.to_json()) == found.to_dict()
     assert found.to_dict()["rows"] == [3] and found.to_dict()["text"] == str(found)
-    assert "nanscope: doom search: replay 1, without steps 40-54;" in capsys.readouterr().err
+    assert "nanscope: doom search: replay 1, without steps 40-54;" in nanscope_lines()
     # A budget too small: the steps still suspected, narrowed from 40-54.
     short = search_after(tmp_path, trunk, plan, checkpoint, 40, budget=60, progress=False)
     assert short.outcome == "budget_spent", short

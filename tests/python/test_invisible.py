@@ -216,7 +216,7 @@ class Discriminator(nn.Module):
         return self.main(x).view(-1)
 
 
-def test_two_guards_say_which_wrote_each_line(tmp_path, capfd):
+def test_two_guards_say_which_wrote_each_line(tmp_path, nanscope_lines):
     torch.manual_seed(0)
     netG, netD = Generator(), Discriminator()
     optG = torch.optim.SGD(netG.parameters(), lr=0.01)
@@ -235,7 +235,7 @@ def test_two_guards_say_which_wrote_each_line(tmp_path, capfd):
             fake = fake * float("nan")
         gG.backward(F.binary_cross_entropy_with_logits(netD(fake), torch.ones(4)))
         gG.step(optG)
-    lines = capfd.readouterr().err.splitlines()
+    lines = nanscope_lines().splitlines()
     assert any(line.startswith("[D] step 1:") for line in lines), lines
     assert any(line.startswith("[G] step 1:") for line in lines), lines
     gG.close()
@@ -329,10 +329,10 @@ def test_a_one_sample_fault_with_a_flattened_target_is_data_and_its_replay_names
     assert "this loss needs all 5 samples" in report.no_row_found
 
 
-def test_a_carried_non_finite_state_is_told_and_a_stopped_run_raises(tmp_path, capfd):
+def test_a_carried_non_finite_state_is_told_and_a_stopped_run_raises(tmp_path, nanscope_lines):
     with pytest.raises(nanscope.DeadRunError, match="stopped the run"):
         word_language_model(str(tmp_path / "run"), put_back=False, batches=40, rollback=False, max_nonfinite_run=5)
-    err = capfd.readouterr().err
+    err = nanscope_lines()
     assert "State carried across steps" in err and "micro-batch 0" in err
     assert err.count("State carried across steps") == 1
 

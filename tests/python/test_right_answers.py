@@ -206,16 +206,16 @@ def test_replay_returns_a_report_object_and_raises_on_bad_input(tmp_path):
         nanscope.replay(guard.snapshots[0], model=MaskedNet(), loss=loss)
 
 
-def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_to_fp32(tmp_path, capfd):
+def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_to_fp32(tmp_path, nanscope_lines):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "auto")
-    assert "fallback auto" in capfd.readouterr().err
+    assert "fallback auto" in nanscope_lines()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "whole",
                                fallback="whole")
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     x[2, 0] = float("nan")  # the stock fallback fires on any non-finite step
     guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
-    err = capfd.readouterr().err
+    err = nanscope_lines()
     assert "fallback whole" in err
     assert "fallback to fp32" not in err and "LR x 0.5 (already fp32" in err, err

@@ -4,8 +4,13 @@
 // returns the text for the step's result, so the three cannot drift apart.
 // Events with no line of their own (a snapshot's path, a skip's details) and
 // lines with no event (a skip's one-line summary) have calls of their own.
+//
+// run.h5 opens at the first row or event, not before: a guard whose state is
+// put back before its first step (a resumed run) goes on appending to the
+// file it wrote then, instead of starting a new one (the opener decides).
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -16,14 +21,15 @@ namespace nanscope {
 
 class Journal {
  public:
-  // `log`: nullptr for none; each line starts with `log_prefix` ("[rank 1] "),
+  using Opener = std::function<std::unique_ptr<format::RunWriter>()>;
+  // `log`: nullptr for no lines; each line starts with `log_prefix` ("[rank 1] "),
   // then, while several guards are alive in the process (a GAN's generator
   // and critic), with the name of the model this journal's guard steers.
-  Journal(std::ostream* log, std::string log_prefix, std::string model_name);
+  // `path` is the run file `open` writes when the first row or event comes.
+  Journal(std::ostream* log, std::string log_prefix, std::string model_name, int rank, std::string path, Opener open);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
-  void open(std::unique_ptr<format::RunWriter> writer) { writer_ = std::move(writer); }
 
   // A decision about `step`: the event `kind` with `text`, and the log line
   // "step STEP: <label>text<aside>" (aside: what only the log says, such as
@@ -37,17 +43,28 @@ class Journal {
   const std::string& record_about(int64_t event_step, int64_t step, format::EventKind kind, const std::string& text,
                                   const std::string& label = "", const std::string& aside = "");
   // run.h5 only.
-  void event(int64_t step, format::EventKind kind, const std::string& text) { writer_->event(step, kind, text); }
-  // The log only.
-  void say(int64_t step, const std::string& text) const;
-  void flush() { writer_->flush(); }
-  format::RunWriter& writer() { return *writer_; }
-  const format::RunWriter& writer() const { return *writer_; }
+  void event(int64_t step, format::EventKind kind, const std::string& text) { writer().event(step, kind, text); }
+  // The log only: "step STEP: text". `routine`: a line of the run's normal
+  // course (the loss scaler's backoff), not one asking for attention.
+  void say(int64_t step, const std::string& text, bool routine = false) const;
+  // The log only, a line about no step (the run's opening line).
+  void announce(const std::string& text) const;
+  void flush() {
+    if (writer_) writer_->flush();
+  }
+  format::RunWriter& writer();  // opens run.h5 if nothing was written yet
+  const std::string& path() const { return path_; }
+  bool opened() const { return writer_ != nullptr; }
 
  private:
+  void write_line(int64_t step, const std::string& text, bool warning) const;
+
   std::ostream* log_;
   std::string log_prefix_;
   std::string model_name_;
+  int rank_;
+  std::string path_;
+  Opener open_;
   static std::atomic<int> alive_;  // journals in this process
   std::unique_ptr<format::RunWriter> writer_;
 };

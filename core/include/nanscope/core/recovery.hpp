@@ -59,6 +59,9 @@ struct StepFacts {
   // --fallback auto: the remedy an earlier step with the same first birth got.
   std::optional<RemedyChoice> same_birth_as;
   int64_t same_birth_step = -1;
+  // This step's own words for where its birth is ("micro-batch 1, batch row
+  // 24"), from its capture; "" when the capture did not say.
+  std::string birth_where;
 };
 
 // The guard's recovery state as the step found it.

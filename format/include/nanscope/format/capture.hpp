@@ -40,6 +40,9 @@ struct Birth {
   OpRecord op;
   BirthKind kind = BirthKind::nan;
   int64_t sample = -1;  // the batch row, for an input birth; -1 otherwise
+  // An input birth in a batch of named tensors: the one that holds it
+  // ("pixel_values", "[0]"); "" when unnamed (an (inputs, targets) batch).
+  std::string input;
   // A step of several micro-batches (gradient accumulation): the one this
   // birth happened in, from 0; its rows are rows of that micro-batch. -1: the
   // step had one batch.
@@ -61,6 +64,8 @@ struct Birth {
 // "nan at aten::div (backward, in a gradient hook at MulBackward0 of aten::mul) in module 'norm'",
 // "inf at aten::div (backward, in SqrtBackward0 of aten::sqrt, recomputed) in module 'norm'",
 // "nan at input (input) in module '', batch row 5", with ", micro-batch 3"
+// before the row in a step of several micro-batches, and the tensor named
+// where the batch names its tensors ("nan at input 'pixel_values' (input) ...");
 // before the row in a step of several micro-batches; an internal birth whose
 // output went non-finite in some batch rows only names them the same way.
 std::string birth_text(const Birth& birth);

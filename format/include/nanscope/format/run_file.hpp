@@ -83,6 +83,11 @@ class RunWriter {
 // the mark, as HDF5's `h5clear -s` does. Returns false for a file that had no
 // mark (closed properly); throws FormatError for one that cannot be opened.
 bool clear_writer_mark(const std::string& path);
+
+// Moves an earlier run's file out of a new run's way, to the first free
+// "<stem>.N.h5" beside it (run.h5 -> run.1.h5), and returns that path: a new
+// run never overwrites the record of an earlier one.
+std::string keep_aside(const std::string& path);
 // Whether the file carries that mark: true while a writer holds it open, and
 // after one was killed (until the mark is cleared); false once its writer
 // closed it. A follower of a live run asks this to know the run has ended.

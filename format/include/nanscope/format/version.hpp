@@ -21,8 +21,9 @@ namespace nanscope::format {
 //   1.6  captured ops: @site (a gradient hook's op, or a recomputation's)
 //   1.7  checkpoints: /training@lr_multiplier, the guard's whole LR cut
 //        (was @rollback_lr_multiplier, the rollbacks' part alone)
+//   1.8  births: @input (the named batch tensor an input birth is in)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 7;
+inline constexpr int kFormatMinor = 8;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -53,6 +53,13 @@ struct Batch {
   // sample's values in the first such tensor (for the input birth's statistics).
   int64_t first_nonfinite_row() const;
   at::Tensor row_of(int64_t row) const;
+  // A nested batch's tensors' names, from its structure: a dict's key names
+  // its value, positions are [i] ("pixel_values", "[0]", "encoder.input_ids");
+  // empty for an (inputs, targets) batch.
+  std::vector<std::string> leaf_names() const;
+  // The name of the first tensor whose sample `row` holds a NaN/Inf (as
+  // row_of finds it); "" unnamed.
+  std::string nonfinite_tensor_name(int64_t row) const;
 };
 
 // One micro-batch of a step with gradient accumulation: the batch, the CPU

@@ -1,0 +1,340 @@
+"""The fine-tunes people run: Hugging Face Transformers models (a left-padded
+Llama causal LM, a BERT classifier with dropout, a ViT) built from small
+configs, trained with the Trainer guarded in one line and with a hand-written
+loop, in bf16 and fp16, with gradient accumulation, gradient checkpointing and
+attention dropout. Each planted fault is named at its op, module,
+micro-batch and row (or input), gets its remedy, and every skipped run ends
+bit for bit where the plain run ends with that one update dropped by hand.
+torch 2.14 with Debian testing's python3-transformers; skipped elsewhere."""
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nanscope
+
+transformers = pytest.importorskip("transformers")
+if not hasattr(torch.amp, "GradScaler"):
+    pytest.skip("torch.amp.GradScaler (torch 2.3+) needed", allow_module_level=True)
+
+from transformers import (BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          Trainer, TrainerCallback, TrainingArguments, ViTConfig, ViTForImageClassification)
+
+transformers.logging.set_verbosity_error()
+
+FAULT_STEP = 3  # the optimizer step whose micro-batch holds the fault
+FAULT_ROW = 2
+
+
+# --- The models, each from a small config, and their data.
+
+def llama(attention_dropout=0.0):
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         attention_dropout=attention_dropout, pad_token_id=0)
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config)
+
+
+def bert(hidden_dropout=0.1):
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, hidden_dropout_prob=hidden_dropout,
+                        attention_probs_dropout_prob=hidden_dropout, num_labels=3, max_position_embeddings=64)
+    config._attn_implementation = "sdpa"
+    return BertForSequenceClassification(config)
+
+
+def vit():
+    config = ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=64, num_labels=3, hidden_dropout_prob=0.0)
+    return ViTForImageClassification(config)
+
+
+class Samples(torch.utils.data.Dataset):
+    """A fixed list of samples (dicts of tensors), the fault planted in one."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def text_samples(n, seq=12, causal=True, seed=0):
+    """Left-padded token sequences: the first pad tokens' query rows see only
+    masked keys (fully masked rows under SDPA)."""
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for i in range(n):
+        length = int(torch.randint(4, seq + 1, (), generator=g))
+        ids = torch.zeros(seq, dtype=torch.long)
+        ids[seq - length:] = torch.randint(1, 64, (length,), generator=g)
+        mask = (ids != 0).long()
+        item = {"input_ids": ids, "attention_mask": mask}
+        if causal:
+            item["labels"] = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+        else:
+            item["labels"] = torch.randint(0, 3, (), generator=g)
+        items.append(item)
+    return items
+
+
+def image_samples(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [{"pixel_values": torch.randn(3, 16, 16, generator=g), "labels": torch.randint(0, 3, (), generator=g)}
+            for _ in range(n)]
+
+
+def plant(items, batch_size, accumulation, fault):
+    """The fault in the sample that is row FAULT_ROW of the last micro-batch
+    of optimizer step FAULT_STEP."""
+    index = (FAULT_STEP * accumulation + accumulation - 1) * batch_size + FAULT_ROW
+    item = dict(items[index])
+    if fault == "nan_pixel":
+        item["pixel_values"] = item["pixel_values"].clone()
+        item["pixel_values"][1, 4, 7] = float("nan")
+    elif fault == "no_targets":  # a prompt-only sample: no token to learn from
+        item["labels"] = torch.full_like(item["labels"], -100)
+    items[index] = item
+    return items
+
+
+class PerSampleMeanTrainer(Trainer):
+    """A subclass of the kind fine-tunes write: each sample's mean token loss,
+    then the batch's mean. A sample without targets is 0 / 0."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs["labels"]
+        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        logits = outputs.logits[:, :-1].float()
+        targets = labels[:, 1:]
+        token_loss = F.cross_entropy(logits.transpose(1, 2), targets.clamp_min(0), reduction="none")
+        counted = (targets != -100).float()
+        loss = ((token_loss * counted).sum(1) / counted.sum(1)).mean()
+        return (loss, outputs) if return_outputs else loss
+
+
+# --- The Trainer, guarded and plain.
+
+class DropUpdate(TrainerCallback):
+    """The plain run with one optimizer step's update dropped by hand, as the
+    guard drops it: no optimizer step (Adam's state and step count stay), the
+    scheduler does not advance (the Trainer steps it unless the step was
+    skipped), the global step counts on."""
+
+    def __init__(self, step):
+        self.step = step
+        self.trainer = None
+        self._kept = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            prepared = self.trainer.optimizer
+            inner = prepared.optimizer
+            self._kept = inner.step
+            inner.step = lambda *a, **k: None
+            prepared._is_overflow = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._kept is not None:
+            self.trainer.optimizer.optimizer.step = self._kept
+            self.trainer.optimizer._is_overflow = False
+            self._kept = None
+
+
+def train(tmp_path, make_model, items, *, guarded, drop=None, trainer_class=Trainer, accumulation=1,
+          batch_size=4, bf16=True, fp16=False, checkpointing=False, steps=None, resume=None, save_steps=None,
+          **guard_options):
+    torch.manual_seed(0)
+    model = make_model()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation, max_steps=steps or len(items) // (batch_size * accumulation),
+        learning_rate=1e-3, lr_scheduler_type="linear", warmup_steps=2, logging_steps=1, bf16=bf16, fp16=fp16,
+        use_cpu=True, report_to=[], save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        seed=0, data_seed=0, dataloader_num_workers=0, max_grad_norm=1.0, disable_tqdm=True,
+        train_sampling_strategy="sequential",
+        logging_nan_inf_filter=False)
+    trainer = trainer_class(model=model, args=args, train_dataset=Samples(items))
+    guard = None
+    if guarded:
+        guard = nanscope.guard_trainer(trainer, run_dir=str(tmp_path / "run"), **guard_options)
+    if drop is not None:
+        callback = DropUpdate(drop)
+        callback.trainer = trainer
+        trainer.add_callback(callback)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, guard
+
+
+def same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), f"{name} differs"
+
+
+CASES = {
+    # name: (model, samples, fault, trainer class, expected birth, expected remedy)
+    "vit-nan-pixel": (vit, image_samples, "nan_pixel", Trainer,
+                      "nan at input 'pixel_values' (input) in module ''{mb}, batch row 2", "data"),
+    "llama-prompt-only-sample": (lambda: llama(attention_dropout=0.1), lambda n: text_samples(n), "no_targets",
+                                 PerSampleMeanTrainer, "nan at aten::div (forward) in module ''{mb}, batch row 2",
+                                 "data"),
+    "bert-prompt-only-sample": (bert, lambda n: text_samples(n, causal=True), "no_targets", PerSampleMeanTrainer,
+                                None, "data"),
+}
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+@pytest.mark.parametrize("case", ["vit-nan-pixel", "llama-prompt-only-sample"])
+def test_the_trainer_guarded_in_one_line_names_the_fault_and_skips_as_the_plain_run_drops_it(
+        tmp_path, case, accumulation, nanscope_lines):
+    make_model, samples, fault, trainer_class, birth, remedy = CASES[case]
+    items = plant(samples(4 * accumulation * 6), 4, accumulation, fault)
+    trainer, guard = train(tmp_path / "guarded", make_model, items, guarded=True, trainer_class=trainer_class,
+                           accumulation=accumulation, fallback="auto")
+    step = guard.guard
+    assert step.skipped_steps == 1, nanscope_lines()
+    micro = f", micro-batch {accumulation - 1}" if accumulation > 1 else ""
+    assert step.last_first_birth == birth.format(mb=micro), step.last_first_birth
+    assert step.amp == "bf16" and step.lr_multiplier == 1.0, "a data fault costs no precision and no LR"
+    assert step.fallbacks == 0
+    # The Trainer's logs carry the guard's counts, on the step after the skip
+    # its first birth; the scheduler stood still on the skipped step.
+    logged = [entry for entry in trainer.state.log_history if "nanscope/skipped_steps" in entry]
+    assert logged and logged[-1]["nanscope/skipped_steps"] == 1
+    births = [entry for entry in logged if "nanscope/first_birth" in entry]
+    assert len(births) == 1 and births[0]["step"] == FAULT_STEP + 1, births
+    plain, _ = train(tmp_path / "plain", make_model, items, guarded=False, trainer_class=trainer_class,
+                     accumulation=accumulation, drop=FAULT_STEP)
+    same_weights(trainer.model, plain.model)
+    assert trainer.state.global_step == plain.state.global_step
+    assert trainer.lr_scheduler.last_epoch == plain.lr_scheduler.last_epoch
+    inner = trainer.optimizer.optimizer
+    plain_inner = plain.optimizer.optimizer
+    for p, q in zip(inner.param_groups[0]["params"], plain_inner.param_groups[0]["params"]):
+        assert int(inner.state[p]["step"]) == int(plain_inner.state[q]["step"])
+
+
+# --- A hand-written loop (the watched form), bf16 and fp16.
+
+def weighted_loss(model, batch):
+    """A classifier's loss with a weight per sample from the data set."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    per_sample = F.cross_entropy(logits, batch["labels"], reduction="none")
+    return (per_sample * batch["weight"]).sum() / batch["weight"].sum()
+
+
+def lm_loss(model, batch):
+    """A causal LM's per-sample mean token loss (a prompt-only sample is 0 / 0)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    targets = batch["labels"][:, 1:]
+    token_loss = F.cross_entropy(logits.transpose(1, 2), targets.clamp_min(0), reduction="none")
+    counted = (targets != -100).float()
+    return ((token_loss * counted).sum(1) / counted.sum(1)).mean()
+
+
+def image_loss(model, batch):
+    return model(**batch).loss
+
+
+def hand_loop(tmp_path, make_model, items, loss_of, *, amp, accumulation, guarded, checkpointing=False, batch_size=4,
+              drop=None):
+    """The loop as its author wrote it; guarded, the guard takes GradScaler's
+    place. drop: the step whose update the plain loop drops by hand."""
+    torch.manual_seed(0)
+    model = make_model()
+    model.train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(Samples(items), batch_size=batch_size, shuffle=False)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+    if guarded:
+        scaler = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp=amp, fallback="auto",
+                                    loss_fn=loss_of)
+        autocast = scaler.autocast
+    else:
+        scaler = torch.amp.GradScaler("cpu", enabled=amp == "fp16")
+
+        def autocast():
+            return torch.autocast("cpu", dtype=dtype)
+    batches = list(loader)
+    for step in range(len(batches) // accumulation):
+        for micro in batches[step * accumulation:(step + 1) * accumulation]:
+            with autocast():
+                loss = loss_of(model, micro) / accumulation
+            if guarded:
+                scaler.backward(loss, micro)
+            else:
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if step != drop:
+            scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    return model, optimizer, scaler
+
+
+def weighted_text_samples(n):
+    items = text_samples(n, causal=False)
+    for i, item in enumerate(items):
+        item["weight"] = torch.tensor(1.0 + (i % 3) / 2)
+    return items
+
+
+HAND_CASES = {
+    # name: (model, samples, fault, loss, amp, accumulation, checkpointing, expected birth)
+    "bert-fp16-checkpointed-accumulated": (bert, weighted_text_samples, "nan_weight", weighted_loss, "fp16", 4, True,
+                                           "nan at input 'weight' (input) in module ''{mb}, batch row 2"),
+    "vit-fp16": (vit, image_samples, "nan_pixel", image_loss, "fp16", 1, False,
+                 "nan at input 'pixel_values' (input) in module ''{mb}, batch row 2"),
+    "llama-bf16-attention-dropout-accumulated": (lambda: llama(attention_dropout=0.1), lambda n: text_samples(n),
+                                                 "no_targets", lm_loss, "bf16", 4, False,
+                                                 "nan at aten::div (forward) in module ''{mb}, batch row 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HAND_CASES))
+def test_a_hand_written_loop_guarded_in_the_scalers_place_ends_as_the_plain_loop(tmp_path, case, caplog):
+    make_model, samples, fault, loss_of, amp, accumulation, checkpointing, birth = HAND_CASES[case]
+    caplog.set_level(logging.INFO, logger="nanscope")
+    items = samples(4 * accumulation * 6)
+    if fault == "nan_weight":
+        index = (FAULT_STEP * accumulation + accumulation - 1) * 4 + FAULT_ROW
+        items[index] = dict(items[index], weight=torch.tensor(float("nan")))
+    else:
+        items = plant(items, 4, accumulation, fault)
+    model, optimizer, guard = hand_loop(tmp_path / "guarded", make_model, items, loss_of, amp=amp,
+                                        accumulation=accumulation, guarded=True, checkpointing=checkpointing)
+    micro = f", micro-batch {accumulation - 1}" if accumulation > 1 else ""
+    assert guard.last_first_birth == birth.format(mb=micro), guard.last_first_birth
+    assert guard.amp == amp and guard.lr_multiplier == 1.0 and guard.fallbacks == 0
+    # fp16: the scaler's own backoffs (gradients that overflow at a scale it can
+    # still lower) are its routine: one line each at INFO, no forensics, no
+    # snapshot; only the fault got one.
+    assert len(guard.snapshots) == 1, guard.snapshots
+    routine = [r for r in caplog.records if r.name == "nanscope" and "the scaler's routine" in r.getMessage()]
+    assert all(r.levelno == logging.INFO for r in routine)
+    assert not [r for r in caplog.records if r.name == "nanscope" and "first birth" in r.getMessage()
+                and "step 3:" not in r.getMessage()], "only the fault's step is investigated"
+    # The plain loop: in fp16 its GradScaler skips the same steps by itself
+    # (the scaler's overflows and the fault's NaN); in bf16 the fault's update
+    # is dropped by hand.
+    plain, plain_optimizer, plain_scaler = hand_loop(tmp_path / "plain", make_model, items, loss_of, amp=amp,
+                                                     accumulation=accumulation, guarded=False,
+                                                     checkpointing=checkpointing,
+                                                     drop=FAULT_STEP if amp == "bf16" else None)
+    same_weights(model, plain)
+    assert guard.get_scale() == (plain_scaler.get_scale() if amp == "fp16" else 1.0)
+    for p, q in zip(optimizer.param_groups[0]["params"], plain_optimizer.param_groups[0]["params"]):
+        assert int(optimizer.state[p]["step"]) == int(plain_optimizer.state[q]["step"])
