@@ -22,6 +22,7 @@
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/probe.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 #include "rebuild.hpp"
 
@@ -40,17 +41,20 @@ int64_t micro_batch_of(const std::map<std::string, std::string>& config) {
 // backward function that returned NaN.
 std::string anomaly_message(ReplaySetup& setup) {
   compat::WarningCollector warnings;  // anomaly mode reports the forward trace as a warning
-  std::string message;
-  try {
+  // Anomaly mode raises at the first backward function that returns NaN:
+  // that is its finding, not a re-run that failed, so the re-run's own error
+  // (setup.rerun_error, what a report calls "the re-run raised") is kept as it was.
+  const std::string before = setup.rerun_error;
+  setup.rerun_error.clear();
+  {
     torch::autograd::DetectAnomalyGuard anomaly;
     step_is_finite(setup, Amp::fp32, setup.snapshot.batch);
-  } catch (const c10::Error& e) {
-    message = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    message = e.what();
   }
+  std::string raised = std::exchange(setup.rerun_error, before);
+  std::string message;
   for (const auto& w : warnings.messages())
     if (message.empty() && w.find("should be enabled only for debugging") == std::string::npos) message = w;
+  if (message.empty()) message = raised;
   // One line: the first line of the message.
   if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
   return message;
@@ -174,6 +178,13 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
                               /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
     report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.batch);
     report.fp32_capture = capture.result();
+  }
+  // A batch that holds the NaN/Inf itself is the birth at every precision,
+  // whatever the re-run did after it (as the guard's own capture has it).
+  if (const format::Capture input = probe::Probe::input_capture({s.batch}); input.first_birth) {
+    report.fp32_capture.first_birth = input.first_birth;
+    (input.first_birth->kind == format::BirthKind::nan ? report.fp32_capture.first_nan_birth
+                                                       : report.fp32_capture.first_inf_birth) = input.first_birth;
   }
   if (!report.evidence.fp32_finite) report.anomaly = with_forward_origin(anomaly_message(setup), report.fp32_capture);
   report.rerun_error = setup.rerun_error;

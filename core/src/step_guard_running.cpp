@@ -394,6 +394,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     }
   }
   const std::string birth = capture && capture->first_birth ? birth_key(*capture) : std::string();
+  if (capture && capture->first_birth) facts.birth_where = format::birth_place_text(*capture->first_birth);
   if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth)) {
     facts.same_birth_step = seen->step;
     facts.same_birth_as = seen->remedy;

@@ -49,11 +49,13 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters)
   return grads;
 }
 
-std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads) {
-  if (grads.empty()) return {{}, at::zeros({})};
-  std::vector<at::Tensor> norms = at::_foreach_norm(grads);
-  at::Tensor total = at::stack(norms).norm();
-  return {std::move(norms), std::move(total)};
+GradNorms grad_norms(const std::vector<at::Tensor>& grads) {
+  if (grads.empty()) return {{}, {}, at::zeros({})};
+  GradNorms out;
+  out.each = at::_foreach_norm(grads);
+  out.stacked = at::stack(out.each);
+  out.total = out.stacked.norm();
+  return out;
 }
 
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
@@ -105,7 +107,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   same_scale.enabled = loss_scale != 1.0;
   same_scale.init_scale = loss_scale;
   out.found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
-  out.total_norm = grad_norms(grads).second;
+  out.total_norm = grad_norms(grads).total;
   return out;
 }
 
@@ -162,7 +164,9 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   if (!ranks.sharded()) {
     ranks.average(out.flags);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::tie(out.norms, out.total_norm) = grad_norms(defined_grads(parameters));
+    GradNorms averaged = grad_norms(defined_grads(parameters));
+    out.norms = std::move(averaged.each);
+    out.total_norm = std::move(averaged.total);
     return out;
   }
   // Each parameter's squared shard norm (0 for a shard without a gradient), after the flags.
@@ -258,8 +262,9 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
       settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
   // A sharded model's norms are the whole gradients': only the summed ones mean anything.
   const bool sharded = settings.buckets && settings.buckets->sharded();
-  const size_t at_norms =
-      settings.parameter_norms && !norms.empty() && !sharded ? read.add(at::stack(norms)) : HostRead::kNone;
+  const size_t at_norms = settings.parameter_norms && !norms.empty() && !sharded
+                              ? read.add(unscaled.stacked_norms.defined() ? unscaled.stacked_norms : at::stack(norms))
+                              : HostRead::kNone;
   const size_t at_micro = settings.micro_losses.defined() ? read.add(settings.micro_losses) : HostRead::kNone;
   const bool want_averaged =
       settings.parameter_norms && settings.buckets && (settings.averaged_parameter_norms || sharded);
@@ -329,7 +334,10 @@ UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Te
   UnscaledGradients out;
   std::vector<at::Tensor> grads = defined_grads(parameters);
   out.found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, like.options().dtype(at::kFloat));
-  std::tie(out.norms, out.total_norm) = grad_norms(grads);
+  GradNorms norms = grad_norms(grads);
+  out.norms = std::move(norms.each);
+  out.stacked_norms = std::move(norms.stacked);
+  out.total_norm = std::move(norms.total);
   // Which parameters had a gradient here (the norms are theirs), taken before
   // averaging gives every parameter one.
   for (const auto& p : parameters) out.had_grad.push_back(p.grad().defined());

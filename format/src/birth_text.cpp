@@ -11,12 +11,20 @@ std::string birth_text(const Birth& b) {
             (b.op.forward_op.empty() ? std::string() : " of " + b.op.forward_op);
   if (b.op.site == OpSite::recomputation) text += ", recomputed";
   text += ") in module '" + b.op.module + "'";
-  if (b.micro_batch >= 0) text += ", micro-batch " + std::to_string(b.micro_batch);
+  const std::string place = birth_place_text(b);
+  return place.empty() ? text : text + ", " + place;
+}
+
+std::string birth_place_text(const Birth& b) {
+  std::string text;
+  auto add = [&](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
+  if (b.micro_batch >= 0) add("micro-batch " + std::to_string(b.micro_batch));
   if (b.sample >= 0) {
-    text += ", batch row " + std::to_string(b.sample);
+    add("batch row " + std::to_string(b.sample));
   } else if (!b.rows.empty()) {  // an internal birth that went non-finite in these rows only
-    text += b.rows.size() == 1 ? ", batch row " : ", batch rows ";
-    for (size_t i = 0; i < b.rows.size(); ++i) text += (i ? ", " : "") + std::to_string(b.rows[i]);
+    std::string rows = b.rows.size() == 1 ? "batch row " : "batch rows ";
+    for (size_t i = 0; i < b.rows.size(); ++i) rows += (i ? ", " : "") + std::to_string(b.rows[i]);
+    add(rows);
   }
   return text;
 }

@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/probe/nvtx.hpp"
@@ -36,15 +37,19 @@ std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_n
 }
 
 at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
-  at::Tensor flag;
-  for (const at::Tensor& t : batch.tensors()) {
-    if (!is_floating(t)) continue;
-    const at::Tensor bad = batch_nonfinite(t);
-    flag = flag.defined() ? at::maximum(flag, bad.to(flag.device())) : bad;
-  }
-  if (flag.defined()) return flag;
   const std::vector<at::Tensor> tensors = batch.tensors();
-  return at::zeros({1}, tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
+  std::vector<at::Tensor> floating;
+  for (const at::Tensor& t : tensors)
+    if (is_floating(t) && t.numel() > 0) floating.push_back(t.detach());
+  if (floating.empty())
+    return at::zeros({1},
+                     tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
+  if (floating.size() == 1) return batch_nonfinite(floating.front());
+  // The largest magnitude of each tensor (a NaN or an Inf anywhere makes it
+  // non-finite), one foreach call instead of a mask of the whole batch each.
+  std::vector<at::Tensor> largest = at::_foreach_norm(floating, std::numeric_limits<double>::infinity());
+  for (at::Tensor& l : largest) l = l.to(floating.front().device(), at::kFloat);
+  return at::logical_not(at::isfinite(at::stack(largest)).all()).to(at::kFloat).reshape({1});
 }
 
 namespace {

@@ -154,10 +154,14 @@ def _build_on_train_begin(owner):
     """The Trainer's callback that builds the guard when training begins:
     after the Trainer prepared its model and made its optimizer (and loaded a
     checkpoint's scaler.pt), before the first forward, whose call the guard
-    must see."""
+    must see; and writes run.h5's buffered rows when training ends."""
     from transformers import TrainerCallback
 
     class NanscopeGuard(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             owner.build()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if owner.guard is not None:
+                owner.guard.flush()  # run.h5 whole when train() returns
     return NanscopeGuard()

@@ -268,3 +268,17 @@ TEST(RecoveryDecision, EveryActionHasARow) {
 }
 
 }  // namespace recovery_decision_test
+
+TEST(RecoveryDecision, TheSameBirthAgainIsWordedWithThisStepsRowNotTheFirstOnes) {
+  StepFacts facts;
+  RecoveryState state;
+  recovery_decision_test::failed_bf16_step(facts, state);
+  recovery_decision_test::automatic(facts, state);
+  facts.same_birth_as = RemedyChoice{Remedy::skip_data, {}, "finite without batch row(s) 21"};
+  facts.same_birth_step = 2;
+  facts.birth_where = "batch row 24";
+  const RecoveryPlan r = decide_recovery(facts, state, [] { return RemedyChoice{}; });
+  EXPECT_EQ(r.action, RecoveryAction::skip_data);
+  EXPECT_NE(r.why.find("the same first birth as step 2, here in batch row 24"), std::string::npos) << r.why;
+  EXPECT_EQ(r.why.find("21"), std::string::npos) << "step 2's row is not this step's: " << r.why;
+}

@@ -147,9 +147,20 @@ class DropUpdate(TrainerCallback):
             self._kept = None
 
 
+class StopAfter(TrainerCallback):
+    """The process stops (is killed) after this step's update."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
 def train(tmp_path, make_model, items, *, guarded, drop=None, trainer_class=Trainer, accumulation=1,
           batch_size=4, bf16=True, fp16=False, checkpointing=False, steps=None, resume=None, save_steps=None,
-          **guard_options):
+          stop_after=None, sampling="sequential", **guard_options):
     torch.manual_seed(0)
     model = make_model()
     if checkpointing:
@@ -160,12 +171,14 @@ def train(tmp_path, make_model, items, *, guarded, drop=None, trainer_class=Trai
         learning_rate=1e-3, lr_scheduler_type="linear", warmup_steps=2, logging_steps=1, bf16=bf16, fp16=fp16,
         use_cpu=True, report_to=[], save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
         seed=0, data_seed=0, dataloader_num_workers=0, max_grad_norm=1.0, disable_tqdm=True,
-        train_sampling_strategy="sequential",
+        train_sampling_strategy=sampling,
         logging_nan_inf_filter=False)
     trainer = trainer_class(model=model, args=args, train_dataset=Samples(items))
     guard = None
     if guarded:
         guard = nanscope.guard_trainer(trainer, run_dir=str(tmp_path / "run"), **guard_options)
+    if stop_after is not None:
+        trainer.add_callback(StopAfter(stop_after))
     if drop is not None:
         callback = DropUpdate(drop)
         callback.trainer = trainer
@@ -338,3 +351,114 @@ def test_a_hand_written_loop_guarded_in_the_scalers_place_ends_as_the_plain_loop
     assert guard.get_scale() == (plain_scaler.get_scale() if amp == "fp16" else 1.0)
     for p, q in zip(optimizer.param_groups[0]["params"], plain_optimizer.param_groups[0]["params"]):
         assert int(optimizer.state[p]["step"]) == int(plain_optimizer.state[q]["step"])
+
+
+# --- The Trainer's precision, clipping, logs and checkpoints.
+
+def run_rows(path):
+    import h5py
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        n = f["steps/step"].shape[0]
+        return {name: f["steps"][name][:n].tolist() for name in ("step", "grad_norm", "amp", "skipped", "loss_scale")}
+
+
+def test_fp16_where_the_accelerator_runs_none_the_guard_trains_in_fp32_as_the_plain_trainer(tmp_path):
+    """Trainer(fp16=True, use_cpu=True): Accelerate has no fp16 on CPU (no
+    autocast, no scaler), so the run is fp32; a guard that scaled the loss by
+    65536 there would shrink every clipped update 65536 times."""
+    items = image_samples(4 * 6)
+    trainer, guard = train(tmp_path / "guarded", vit, items, guarded=True, bf16=False, fp16=True)
+    assert guard.guard.amp == "fp32" and not guard.guard.is_enabled()
+    plain, _ = train(tmp_path / "plain", vit, items, guarded=False, bf16=False, fp16=True)
+    same_weights(trainer.model, plain.model)
+    guarded_norms = [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e]
+    plain_norms = [e["grad_norm"] for e in plain.state.log_history if "grad_norm" in e]
+    assert guarded_norms == plain_norms, "the Trainer's clip and its logged norm see unscaled gradients"
+    rows = run_rows(tmp_path / "guarded" / "run" / "run.h5")
+    assert set(rows["amp"]) == {0}, "run.h5 records the precision that ran: fp32"
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_run_h5s_grad_norm_is_the_one_before_the_trainers_clip(tmp_path, bf16):
+    items = image_samples(4 * 6)
+    trainer, guard = train(tmp_path, vit, items, guarded=True, bf16=bf16)
+    logged = [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e]
+    rows = run_rows(tmp_path / "run" / "run.h5")
+    assert max(logged) > 1.0, "the clip (max_grad_norm=1) must have acted for the test to mean something"
+    assert rows["grad_norm"] == pytest.approx(logged, rel=1e-5), (rows["grad_norm"], logged)
+
+
+def test_resumed_from_a_trainer_checkpoint_the_guard_goes_on_and_appends_to_its_run_file(tmp_path):
+    """The Trainer saves the guard's state_dict as scaler.pt and loads it on
+    resume_from_checkpoint before any callback runs. The resumed run ends
+    where the plain Trainer, stopped and resumed alike, ends with the fault's
+    update dropped by hand; run.h5 keeps the rows and the skip from before
+    the checkpoint. (Transformers 5.12's own resume is not bit for bit its
+    uninterrupted run here: the step after the checkpoint sees another batch,
+    guarded or not; so the reference is resumed the same way.)"""
+    items = plant(image_samples(4 * 8), 4, 1, "nan_pixel")
+
+    def stopped_then_resumed(where, guarded):
+        first, guard = train(where, vit, items, guarded=guarded, steps=8, save_steps=4, stop_after=5,
+                             drop=None if guarded else FAULT_STEP)
+        if guarded:
+            assert guard.guard.skipped_steps == 1
+            assert (where / "out" / "checkpoint-4" / "scaler.pt").exists()
+        second, resumed = train(where, vit, items, guarded=guarded, steps=8, save_steps=4,
+                                resume=str(where / "out" / "checkpoint-4"))
+        return second, resumed
+    second, resumed = stopped_then_resumed(tmp_path / "guarded", True)
+    plain, _ = stopped_then_resumed(tmp_path / "plain", False)
+    same_weights(second.model, plain.model)
+    assert resumed.guard.skipped_steps == 0 and resumed.guard.applied_steps == 7, "the state went on from step 4"
+    rows = run_rows(tmp_path / "guarded" / "run" / "run.h5")
+    assert rows["step"] == list(range(8)), rows["step"]  # step 4's first row went with the resume
+    assert rows["skipped"][FAULT_STEP] == 1, "the skip before the checkpoint is kept"
+    assert not (tmp_path / "guarded" / "run" / "run.1.h5").exists()
+
+
+def test_a_seq2seq_trainer_is_guarded_in_the_same_line(tmp_path):
+    from transformers import BartConfig, BartForConditionalGeneration, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    def bart():
+        return BartForConditionalGeneration(BartConfig(vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2,
+                                                       encoder_attention_heads=2, decoder_attention_heads=2,
+                                                       encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                                       max_position_embeddings=32, pad_token_id=1,
+                                                       decoder_start_token_id=2))
+    g = torch.Generator().manual_seed(0)
+    items = [{"input_ids": torch.randint(1, 64, (8,), generator=g), "attention_mask": torch.ones(8, dtype=torch.long),
+              "labels": torch.randint(1, 64, (6,), generator=g)} for _ in range(8)]
+    items[FAULT_STEP] = dict(items[FAULT_STEP], labels=torch.full((6,), -100))  # a sample with nothing to learn
+
+    def run(where, guarded, drop=None):
+        torch.manual_seed(0)
+        args = Seq2SeqTrainingArguments(output_dir=str(where / "out"), per_device_train_batch_size=1,
+                                        max_steps=len(items), learning_rate=1e-3, bf16=True, use_cpu=True,
+                                        report_to=[], save_strategy="no", seed=0, disable_tqdm=True,
+                                        train_sampling_strategy="sequential", logging_steps=1)
+        trainer = Seq2SeqTrainer(model=bart(), args=args, train_dataset=Samples(items))
+        guard = nanscope.guard_trainer(trainer, run_dir=str(where / "run")) if guarded else None
+        if drop is not None:
+            callback = DropUpdate(drop)
+            callback.trainer = trainer
+            trainer.add_callback(callback)
+        trainer.train()
+        return trainer, guard
+    trainer, guard = run(tmp_path / "guarded", True)
+    assert guard.guard.skipped_steps == 1 and guard.guard.amp == "bf16" and guard.guard.fallbacks == 0
+    # BART's loss is a CrossEntropyLoss made inside its forward: no module of the model's.
+    assert guard.guard.last_first_birth == ("nan at aten::cross_entropy_loss (forward) in module "
+                                            "'<not in the model> CrossEntropyLoss'"), guard.guard.last_first_birth
+    plain, _ = run(tmp_path / "plain", False, drop=FAULT_STEP)
+    same_weights(trainer.model, plain.model)
+
+
+def test_the_replay_of_a_trainers_snapshot_names_what_it_measured(tmp_path):
+    items = plant(image_samples(4 * 6), 4, 1, "nan_pixel")
+    trainer, guard = train(tmp_path, vit, items, guarded=True)
+    report = nanscope.replay(guard.guard.snapshots[0], model=vit, loss=lambda model, batch: model(**batch).loss,
+                             write=False)
+    text = str(report)
+    assert report.verdict == "data", text
+    assert "'pixel_values'" in text and "re-run raised" not in text, text

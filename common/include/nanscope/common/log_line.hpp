@@ -13,10 +13,10 @@
 namespace nanscope {
 
 struct LogLine {
-  std::string text;    // the whole line as the stream would get it, without its newline
-  int64_t step = -1;   // the step it is about; -1: none
-  int rank = 0;        // the process's rank among several (0 alone)
-  std::string model;   // the guarded model's name; "" for a line about no model
+  std::string text;      // the whole line as the stream would get it, without its newline
+  int64_t step = -1;     // the step it is about; -1: none
+  int rank = 0;          // the process's rank among several (0 alone)
+  std::string model;     // the guarded model's name; "" for a line about no model
   bool warning = false;  // worth a user's attention (a skip, a fallback, an early warning), not routine
 };
 

@@ -58,6 +58,7 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
 struct UnscaledGradients {
   at::Tensor found_inf;           // > 0: the scaler found an Inf/NaN while unscaling
   std::vector<at::Tensor> norms;  // per defined gradient
+  at::Tensor stacked_norms;       // the same in one tensor (undefined: stack them)
   at::Tensor total_norm;
   std::vector<bool> had_grad;  // per parameter: it had a gradient (the norms are theirs)
 };
@@ -88,8 +89,13 @@ void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm,
 
 // The gradients that exist (parameters unused by the step have none).
 std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters);
-// Per-gradient L2 norms and the global norm over all of them, on the device.
-std::pair<std::vector<at::Tensor>, at::Tensor> grad_norms(const std::vector<at::Tensor>& grads);
+// Per-gradient L2 norms (one foreach call), those norms in one tensor (what
+// the step's host read copies), and the global norm over all of them; on the device.
+struct GradNorms {
+  std::vector<at::Tensor> each;
+  at::Tensor stacked, total;
+};
+GradNorms grad_norms(const std::vector<at::Tensor>& grads);
 
 // The step without its optimizer: `setup` in force, forward + backward on
 // loss x loss_scale, unscale, the global grad norm (ops of that last part run

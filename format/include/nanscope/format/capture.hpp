@@ -69,6 +69,9 @@ struct Birth {
 // before the row in a step of several micro-batches; an internal birth whose
 // output went non-finite in some batch rows only names them the same way.
 std::string birth_text(const Birth& birth);
+// Where in the step's batch: "micro-batch 3, batch row 5", "batch rows 2, 7";
+// "" when the birth names no micro-batch or row.
+std::string birth_place_text(const Birth& birth);
 
 struct Capture {
   bool reproduced = false;  // the re-run produced a non-finite value
