@@ -42,10 +42,11 @@ ModelFactory default_model() {
 
 int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss) {
   register_default_model([&module, loss](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
-    // The program's own module: its weights become the snapshot's.
-    return ModuleModel::borrowing(spec.name, module, [loss](const at::Tensor& inputs, const at::Tensor& targets) {
-      return loss(Batch(inputs, targets));
-    });
+    // The program's own module: its weights become the snapshot's; its loss
+    // takes the batch whole, nested ones as the guard's own re-runs do.
+    auto model = ModuleModel::borrowing(spec.name, module);
+    model->set_batch_loss(loss);
+    return model;
   });
   const int code = replay_main(argc, argv);
   register_default_model(nullptr);  // it refers to `module`

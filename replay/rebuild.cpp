@@ -133,9 +133,11 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
   MicroBatch micro{batch, s.cpu_rng_state, 1.0};
   // A watched step's micro-batch, weighted as the loop weighted its loss.
   if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
-  const bool finite =
-      rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, planting(*setup.model, setup.fault), micro,
-                      fp32_modules, &switchable, &setup.rerun_error);
+  std::string raised;
+  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale,
+                                      planting(*setup.model, setup.fault), micro, fp32_modules, &switchable, &raised);
+  setup.last_raised = !raised.empty();
+  if (setup.last_raised) setup.rerun_error = raised;
   setup.unswitchable |= !switchable;
   return finite;
 }

@@ -26,6 +26,7 @@ struct ReplaySetup {
   std::vector<std::string> fp32_modules;
   bool unswitchable = false;  // a TorchScript re-run entered none of its fp32 modules' frames
   std::string rerun_error;    // what the last re-run that raised said (one line), or ""
+  bool last_raised = false;   // the last step_is_finite raised: its false is no evidence of non-finite
 };
 
 // Throws format::FormatError (bad file) or std::invalid_argument (a snapshot

@@ -144,12 +144,43 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);
   }
 
+  // A re-run that raised proves nothing by itself: it counts as non-finite
+  // only where something seen before the exception was (the batch holding
+  // the NaN/Inf, or a birth under capture), and a replay whose re-runs all
+  // raised with nothing seen has no verdict to give.
+  const bool batch_holds_it = probe::Probe::input_capture({s.batch}).first_birth.has_value();
+  auto born_before_raising = [&](Amp amp) {
+    if (batch_holds_it) return true;
+    probe::OpCapture capture({/*trail_length=*/0, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
+                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/-1});
+    step_is_finite(setup, amp, s.batch);
+    return capture.result().first_birth.has_value();
+  };
+
   // 1. At the original precision and loss scale, N times.
   report.evidence.repeats = std::max(1, options.repeats);
+  int raised = 0;
   for (int i = 0; i < report.evidence.repeats; ++i) {
-    if (!step_is_finite(setup, setup.amp, s.batch)) ++report.evidence.reproduced;
+    const bool finite = step_is_finite(setup, setup.amp, s.batch);
+    if (setup.last_raised)
+      ++raised;
+    else if (!finite)
+      ++report.evidence.reproduced;
     if (i == 0 && s.cpu_rng_state.defined())  // step_is_finite started the generator from this state
       report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
+  }
+  if (raised > 0) {
+    const std::string error = setup.rerun_error;
+    if (!born_before_raising(setup.amp)) {
+      if (report.evidence.reproduced == 0)
+        throw std::runtime_error("no verdict: every re-run of step " + std::to_string(s.step) +
+                                 " raised before any NaN or Inf was born (" + error +
+                                 "); does this program's model and loss take the snapshot's batch?");
+      report.evidence.repeats -= raised;  // the runs that ran are the evidence
+    } else {
+      report.evidence.reproduced += raised;  // non-finite before they raised
+    }
+    setup.rerun_error = error;
   }
 
   // 1b. A compiled model: those re-runs ran its compiled program. Once more
@@ -178,6 +209,10 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
                               /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
     report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.batch);
     report.fp32_capture = capture.result();
+    if (setup.last_raised && !report.fp32_capture.first_birth && !batch_holds_it)
+      throw std::runtime_error("no verdict: the fp32 re-run of step " + std::to_string(s.step) +
+                               " raised before any NaN or Inf was born (" + setup.rerun_error +
+                               "), so nothing says whether precision is the cause");
   }
   // A batch that holds the NaN/Inf itself is the birth at every precision,
   // whatever the re-run did after it (as the guard's own capture has it).

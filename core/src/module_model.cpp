@@ -16,7 +16,10 @@ std::unique_ptr<ModuleModel> ModuleModel::borrowing(std::string name, torch::nn:
   return std::make_unique<ModuleModel>(std::move(name), std::move(unowned), std::move(loss));
 }
 
+at::Tensor ModuleModel::loss(const Batch& batch) { return batch_loss_ ? batch_loss_(batch) : NativeModel::loss(batch); }
+
 at::Tensor ModuleModel::loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  if (batch_loss_) return batch_loss_(Batch(inputs, targets));
   if (!loss_)
     throw std::logic_error("model '" + name_ +
                            "' has no loss function of its own: give ModuleModel one, or replay it with "

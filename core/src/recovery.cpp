@@ -61,10 +61,12 @@ RecoveryPlan automatic_remedy(const StepFacts& facts, const RecoveryState& state
   switch (choice.remedy) {
     case Remedy::skip_data:
     case Remedy::skip_transient:
-    case Remedy::skip_compiler: {
+    case Remedy::skip_compiler:
+    case Remedy::skip_undiagnosed: {
       const RecoveryAction skip = choice.remedy == Remedy::skip_data        ? RecoveryAction::skip_data
                                   : choice.remedy == Remedy::skip_transient ? RecoveryAction::skip_transient
-                                                                            : RecoveryAction::skip_compiler;
+                                  : choice.remedy == Remedy::skip_compiler  ? RecoveryAction::skip_compiler
+                                                                            : RecoveryAction::skip_undiagnosed;
       r = make(skip, facts.what, choice.why + "; no fallback", choice.remedy);
       break;
     }

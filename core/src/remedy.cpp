@@ -48,13 +48,24 @@ bool is_data_category(format::Category c) {
 }
 
 // Rows without which the step is finite; empty when none, or all (then the
-// batch's size, not a sample, is what matters).
-std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& reruns) {
+// batch's size, not a sample, is what matters). `unrun`: why the search says
+// nothing, when every re-run without a row raised ("" when it ran).
+std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& reruns, std::string& unrun) {
   std::vector<int64_t> found;
   if (failed.batch_size < 2 || failed.batch_size > kMaxRowsSearched) return found;
-  for (int64_t row = 0; row < failed.batch_size; ++row)
+  int64_t raised = 0;
+  std::string error;
+  for (int64_t row = 0; row < failed.batch_size; ++row) {
     if (reruns.finite(failed.amp, failed.fp32_modules, row)) found.push_back(row);
+    if (reruns.raised()) {
+      ++raised;
+      if (error.empty()) error = reruns.last_error();
+    }
+  }
   if (int64_t(found.size()) == failed.batch_size) found.clear();
+  if (found.empty() && raised == failed.batch_size)
+    unrun = "the row search could not run: the loss raised on the batch without a row (" + error +
+            "); name each tensor's row dimension (row_dims)";
   return found;
 }
 
@@ -108,7 +119,13 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = "the re-run of the same step was finite";
     return choice;
   }
-  if (failed.amp != Amp::fp32 && reruns.finite(Amp::fp32, {})) {
+  const bool fp32_finite = failed.amp != Amp::fp32 && reruns.finite(Amp::fp32, {});
+  if (failed.amp != Amp::fp32 && reruns.raised()) {
+    choice.remedy = Remedy::skip_undiagnosed;
+    choice.why = "the re-run with autocast off raised (" + reruns.last_error() + "), so nothing says what to change";
+    return choice;
+  }
+  if (fp32_finite) {
     // Non-finite again with no op seen making it (a compiled kernel): no
     // module to start a search from, so the whole model goes to fp32.
     if (!birth) {
@@ -128,7 +145,8 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
         rerun_seconds(reruns, failed.amp, failed.fp32_modules, trial.with_already(found));
     return choice;
   }
-  if (const std::vector<int64_t> rows = rows_that_break(failed, reruns); !rows.empty()) {
+  std::string unrun;
+  if (const std::vector<int64_t> rows = rows_that_break(failed, reruns, unrun); !rows.empty()) {
     choice.remedy = Remedy::skip_data;
     std::string list;
     for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
@@ -136,6 +154,12 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     return choice;
   }
   choice.why = failed.amp == Amp::fp32 ? "non-finite at fp32" : "non-finite with autocast off too";
+  if (!unrun.empty()) {
+    // Non-finite at full precision, a sample or the model: the search that
+    // would tell them apart did not run, and that alone escalates nothing.
+    choice.remedy = Remedy::skip_undiagnosed;
+    choice.why += "; " + unrun;
+  }
   return choice;
 }
 
@@ -164,11 +188,14 @@ LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tens
     : model_(model), parameters_(parameters), loss_scale_(loss_scale), setup_(setup), micro_(std::move(micro)) {}
 
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
+  last_error_.clear();
   if (without_row < 0)
-    return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules, &switchable_);
+    return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules, &switchable_,
+                           &last_error_);
   MicroBatch without = micro_;
   without.batch = micro_.batch.without_row(without_row);
-  return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_);
+  return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_,
+                         &last_error_);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

@@ -136,7 +136,9 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
   if (investigate) {
     if (!result.error.empty() && !capture->first_birth) {
       journal_.flush();
-      throw ModelError("step " + std::to_string(step) + ": " + result.error, std::exchange(model_exception_, nullptr));
+      throw ModelError(
+          "step " + std::to_string(step) + ": the model raised, and no NaN or Inf was born before it: " + result.error,
+          std::exchange(model_exception_, nullptr));
     }
     // A GAN's generator phase runs the critic in train mode on a sick fake
     // batch: the critic's BatchNorm statistics go non-finite outside any of

@@ -134,7 +134,8 @@ void StepGuard::Impl::apply_recovery(int64_t step, GuardedStep& result, Recovery
       break;
     case RecoveryAction::skip_data:
     case RecoveryAction::skip_transient:
-    case RecoveryAction::skip_compiler: remedy_record(); break;
+    case RecoveryAction::skip_compiler:
+    case RecoveryAction::skip_undiagnosed: remedy_record(); break;
     case RecoveryAction::fp32_modules:
       fp32_modules_.insert(fp32_modules_.end(), r.modules.begin(), r.modules.end());
       remedy_record();

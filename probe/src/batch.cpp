@@ -1,5 +1,7 @@
 #include "nanscope/probe/batch.hpp"
 
+#include <stdexcept>
+
 namespace nanscope {
 
 namespace {
@@ -34,6 +36,18 @@ Batch Batch::nested(std::vector<at::Tensor> leaves, std::string structure, int64
   return b;
 }
 
+Batch Batch::of(std::vector<at::Tensor> tensors, std::vector<int64_t> row_dims) {
+  if (!row_dims.empty() && row_dims.size() != tensors.size())
+    throw std::invalid_argument("Batch::of: " + std::to_string(row_dims.size()) + " row dimensions for " +
+                                std::to_string(tensors.size()) + " tensors");
+  std::string structure = R"({"u": [)";  // a tuple, as the Python side writes one (nanscope/_batch.py)
+  for (size_t i = 0; i < tensors.size(); ++i)
+    structure += (i ? ", " : "") + std::string(R"({"t": )") + std::to_string(i) + "}";
+  Batch b = nested(std::move(tensors), structure + "]}");
+  b.leaf_row_dims = std::move(row_dims);
+  return b;
+}
+
 std::vector<at::Tensor> Batch::tensors() const {
   std::vector<at::Tensor> out;
   if (is_nested()) {
@@ -47,9 +61,34 @@ std::vector<at::Tensor> Batch::tensors() const {
 }
 
 int64_t Batch::rows() const {
+  // A dimension declared for a tensor says the batch's size first.
+  for (size_t i = 0; i < leaf_row_dims.size() && i < leaves.size(); ++i)
+    if (leaf_row_dims[i] >= 0 && leaves[i].defined() && leaves[i].dim() > leaf_row_dims[i])
+      return leaves[i].size(leaf_row_dims[i]);
   for (const at::Tensor& t : tensors())
     if (t.dim() > row_dim) return t.size(row_dim);
   return 0;
+}
+
+int64_t Batch::row_dim_of(const at::Tensor& t, int64_t leaf, int64_t rows) const {
+  if (!t.defined() || rows <= 0) return -1;
+  if (leaf >= 0 && size_t(leaf) < leaf_row_dims.size() && leaf_row_dims[size_t(leaf)] >= 0) {
+    const int64_t declared = leaf_row_dims[size_t(leaf)];
+    return t.dim() > declared && t.size(declared) == rows ? declared : -1;
+  }
+  if (t.dim() > row_dim && t.size(row_dim) == rows) return row_dim;
+  std::vector<int64_t> candidates;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) == rows) candidates.push_back(d);
+  if (candidates.size() <= 1) return candidates.empty() ? -1 : candidates.front();
+  std::string name = leaf >= 0 ? leaf_names().at(size_t(leaf)) : std::string();
+  if (name.empty()) name = leaf >= 0 ? "[" + std::to_string(leaf) + "]" : "inputs or targets";
+  std::string shape, dims;
+  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? ", " : "") + std::to_string(t.size(d));
+  for (size_t i = 0; i < candidates.size(); ++i) dims += (i ? " and " : "") + std::to_string(candidates[i]);
+  throw std::invalid_argument("the batch's tensor " + name + " of shape (" + shape + ") holds the batch's " +
+                              std::to_string(rows) + " samples along dimension " + dims +
+                              " alike: say which (row_dims; Python: row_dim={'" + name + "': dim})");
 }
 
 // The same batch with `f` applied to each of its defined tensors.
@@ -77,37 +116,62 @@ Batch Batch::to(const at::Device& device) const {
 Batch Batch::without_row(int64_t row) const {
   const int64_t n = rows();
   const at::Tensor keep = at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, n, at::kLong)});
+  auto cut_one = [&](const at::Tensor& t, int64_t leaf) {
+    const int64_t dim = row_dim_of(t, leaf, n);
+    if (dim >= 0) return t.index_select(dim, keep.to(t.device()));
+    return cut(t, row_dim, n, keep);  // a flattened target, or a tensor without rows (left as it is)
+  };
   Batch out = *this;
   if (is_nested()) {
-    for (at::Tensor& t : out.leaves) t = cut(t, row_dim, n, keep);
+    for (size_t i = 0; i < out.leaves.size(); ++i) out.leaves[i] = cut_one(leaves[i], int64_t(i));
   } else {
-    out.inputs = cut(inputs, row_dim, n, keep);
-    out.targets = cut(targets, row_dim, n, keep);
+    out.inputs = cut_one(inputs, -1);
+    out.targets = cut_one(targets, -1);
   }
   return out;
+}
+
+// Each defined floating tensor with its row dimension (-1 where it has none).
+template <class F>
+void for_each_with_rows(const Batch& batch, int64_t rows, const F& f) {
+  auto visit = [&](const at::Tensor& t, int64_t leaf) {
+    if (!t.defined() || !t.is_floating_point() || t.numel() == 0) return;
+    int64_t dim = -1;
+    try {
+      dim = batch.row_dim_of(t, leaf, rows);
+    } catch (const std::invalid_argument&) {
+      dim = -1;  // which of its dimensions holds the rows is the row search's question, not this one's
+    }
+    if (dim >= 0) f(t, dim);
+  };
+  if (batch.is_nested()) {
+    for (size_t i = 0; i < batch.leaves.size(); ++i) visit(batch.leaves[i], int64_t(i));
+  } else {
+    visit(batch.inputs, -1);
+    visit(batch.targets, -1);
+  }
 }
 
 int64_t Batch::first_nonfinite_row() const {
   const int64_t n = rows();
   int64_t first = -1;
-  for (const at::Tensor& t : tensors()) {
-    if (!t.is_floating_point() || !has_rows(t, row_dim, n) || t.numel() == 0) continue;
-    const at::Tensor bad = at::logical_not(at::isfinite(t.detach()).movedim(row_dim, 0).reshape({n, -1}).all(1));
+  for_each_with_rows(*this, n, [&](const at::Tensor& t, int64_t dim) {
+    const at::Tensor bad = at::logical_not(at::isfinite(t.detach()).movedim(dim, 0).reshape({n, -1}).all(1));
     const at::Tensor found = bad.nonzero();
     if (found.numel() > 0) {
       const int64_t row = found[0][0].item<int64_t>();
       if (first < 0 || row < first) first = row;
     }
-  }
+  });
   return first;
 }
 
 at::Tensor Batch::row_of(int64_t row) const {
-  const int64_t n = rows();
-  for (const at::Tensor& t : tensors())
-    if (t.is_floating_point() && has_rows(t, row_dim, n) && !at::isfinite(t.select(row_dim, row)).all().item<bool>())
-      return t.select(row_dim, row);
-  return {};
+  at::Tensor found;
+  for_each_with_rows(*this, rows(), [&](const at::Tensor& t, int64_t dim) {
+    if (!found.defined() && !at::isfinite(t.select(dim, row)).all().item<bool>()) found = t.select(dim, row);
+  });
+  return found;
 }
 
 }  // namespace nanscope

@@ -136,9 +136,14 @@ std::string Batch::nonfinite_tensor_name(int64_t row) const {
   const std::vector<std::string> names = leaf_names();
   for (size_t i = 0; i < leaves.size(); ++i) {
     const at::Tensor& t = leaves[i];
-    if (t.defined() && t.is_floating_point() && t.dim() > row_dim && t.size(row_dim) == n &&
-        !at::isfinite(t.select(row_dim, row)).all().item<bool>())
-      return names[i];
+    if (!t.defined() || !t.is_floating_point()) continue;
+    int64_t dim = -1;
+    try {
+      dim = row_dim_of(t, int64_t(i), n);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    if (dim >= 0 && !at::isfinite(t.select(dim, row)).all().item<bool>()) return names[i];
   }
   return "";
 }

@@ -96,13 +96,14 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
         raised = std::current_exception();
       }
       capture = op_capture.result();
+      // A non-finite input precedes every op the re-run saw, one that raised
+      // on it (binary_cross_entropy on a NaN pixel) included.
+      if (const std::optional<format::Birth> birth = input_birth(micro_batches)) {
+        capture.first_birth = birth;
+        (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
+        capture.reproduced = true;
+      }
       if (raised && !capture.first_birth) std::rethrow_exception(raised);
-    }
-    // A non-finite input precedes every op the re-run saw.
-    if (const std::optional<format::Birth> birth = input_birth(micro_batches)) {
-      capture.first_birth = birth;
-      (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
-      capture.reproduced = true;
     }
   } catch (const std::exception& e) {
     capture = format::Capture{};

@@ -42,6 +42,9 @@ void write_snapshot(const std::string& path, const SnapshotContents& s) {
     if (s.batch.is_nested()) {
       // Any structure: its tensors in order, and how they nest (the loop's words).
       batch.set_attr("structure", s.batch.structure);
+      if (!s.batch.leaf_row_dims.empty())  // 1.8: each tensor's row dimension, where the loop declared them
+        batch.put_tensor("row_dims", format::DType::int64, {int64_t(s.batch.leaf_row_dims.size())},
+                         s.batch.leaf_row_dims.data());
       format::Group leaves = batch.group("leaves");
       for (size_t i = 0; i < s.batch.leaves.size(); ++i) put_tensor(leaves, std::to_string(i), s.batch.leaves[i]);
     } else {
@@ -87,6 +90,7 @@ SnapshotContents read_snapshot(const std::string& path) {
     format::Group group = batch.group("leaves");
     for (size_t i = 0; group.has(std::to_string(i)); ++i) leaves.push_back(get_tensor(group, std::to_string(i)));
     s.batch = Batch::nested(std::move(leaves), batch.attr_string("structure"));
+    if (batch.has("row_dims")) s.batch.leaf_row_dims = long_values(get_tensor(batch, "row_dims"));
   } else {
     s.batch.inputs = get_tensor(batch, "inputs");
     if (batch.has("targets")) s.batch.targets = get_tensor(batch, "targets");

@@ -81,7 +81,9 @@ class StepGuard:
     Keywords of Python's own: loss_fn (loss_fn(model, batch) -> the loss of
     one micro-batch: what re-runs a watched step for forensics, the earlier
     steps for doom_search, and nanscope.replay's loss); row_dim (the dimension
-    of a batch's tensors that indexes samples: 1 for (seq, batch) data);
+    of a batch's tensors that indexes samples: 1 for (seq, batch) data; or a
+    dict naming the tensors that lie otherwise, {"hidden": 1} or {"[2]": 1},
+    each other tensor's found from the batch's size);
     model_name (what snapshots call the model; default: its class name);
     log=False silences the guard's lines on stderr. The guard's options
     (listed at the end) are the same as nanscope-train's flags: amp='bf16'
@@ -136,7 +138,9 @@ class StepGuard:
         # '_orig_mod.mid'): the guard sees the module inside, the loop calls the
         # compiled one, and both hold the same parameters.
         named = _scopes.uncompiled(model)
-        own = dict(model_name=model_name, log=bool(log), row_dim=int(row_dim))
+        if not isinstance(row_dim, dict):
+            row_dim = int(row_dim)
+        own = dict(model_name=model_name, log=bool(log), row_dim=row_dim)
         self._guard = _StepGuard(named, optimizer, options, own, ranks, rank, world_size,
                                  _compiled.program_of(model))
         self._ddp = model if _distributed.is_ddp(model) else None

@@ -115,11 +115,15 @@ def named_buffers(model):
     not have then is said as written but not saved.)"""
     tree = _module_trees.get(model)
     if tree is None:
-        tree = [(module, prefix + "." if prefix else "") for prefix, module in model.named_modules()]
+        # Weak: the entry must not keep its own key (the model) alive.
+        tree = [(weakref.ref(module), prefix + "." if prefix else "") for prefix, module in model.named_modules()]
         _module_trees[model] = tree
     seen = set()
     out = []
-    for module, prefix in tree:
+    for ref, prefix in tree:
+        module = ref()
+        if module is None:
+            continue
         for key, buffer in module._buffers.items():
             if buffer is not None and id(buffer) not in seen:
                 seen.add(id(buffer))

@@ -52,7 +52,7 @@ std::string search_doom(const std::string& run_file, py::object module, py::obje
   steps.rebuild = [&](StepRecord& record) {
     py::gil_scoped_acquire gil;
     MicroBatch micro;
-    micro.batch = batch_of(call_python(batches, record.step), row_dim);
+    micro.batch = batch_of(call_python(batches, record.step), RowDims{row_dim, {}});
     record.micro_batches = {std::move(micro)};
   };
   steps.budget = budget;

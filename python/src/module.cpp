@@ -67,6 +67,20 @@ void read_state_value(py::handle value, T& field) {
   field = value.cast<T>();
 }
 
+// StepGuard's row_dim=: a number for every tensor, or a dict of the tensors'
+// names (as births name them: "hidden", "[2]") to their dimensions, the rest
+// found from the batch's size.
+RowDims row_dims_of(const py::handle& value) {
+  RowDims rows;
+  if (py::isinstance<py::dict>(value)) {
+    for (const auto& [name, dim] : value.cast<py::dict>())
+      rows.by_name[py::str(name).cast<std::string>()] = dim.cast<int64_t>();
+  } else {
+    rows.all = value.cast<int64_t>();
+  }
+  return rows;
+}
+
 class Guard {
  public:
   // `keywords`: the guard options given (guard_keywords.hpp); `options`: what
@@ -90,7 +104,7 @@ class Guard {
     o.log = options["log"].cast<bool>() ? &std::cerr : nullptr;
     o.rank = averager_ ? rank : 0;
     o.world_size = averager_ ? world_size : 1;
-    row_dim_ = options["row_dim"].cast<int64_t>();
+    row_dims_ = row_dims_of(options["row_dim"]);
     auto body = std::make_unique<PythonModel>(model, o.model_name, py::none(), program);
     guard_ = optimizer_ ? std::make_unique<StepGuard>(std::move(body), *optimizer_, o)
                         : std::make_unique<StepGuard>(std::move(body), o);
@@ -101,7 +115,7 @@ class Guard {
       throw py::type_error(
           "nanscope.StepGuard: the closure form runs the optimizer's step; this guard has no "
           "optimizer (use the watched form: guard.backward(loss) ... guard.step())");
-    const Batch b = batch_of(batch, row_dim_);
+    const Batch b = batch_of(batch, row_dims_);
     // Made while the GIL is held: copying the function object needs it.
     LossClosure loss = [closure]() -> at::Tensor {
       py::gil_scoped_acquire gil;
@@ -126,9 +140,9 @@ class Guard {
                    bool changed_since_call) {
     std::vector<Batch> earlier;
     for (const py::handle call : earlier_calls)
-      earlier.push_back(batch_of(py::reinterpret_borrow<py::object>(call), row_dim_));
+      earlier.push_back(batch_of(py::reinterpret_borrow<py::object>(call), row_dims_));
     // None: no micro-batch named and no model call seen; the step is checked and skipped, not re-run.
-    return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dim_), earlier, changed_since_call);
+    return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dims_), earlier, changed_since_call);
   }
   void unscale() {
     py::gil_scoped_release release;
@@ -181,7 +195,7 @@ class Guard {
   std::unique_ptr<PythonOptimizer> optimizer_;
   std::unique_ptr<PythonAverager> averager_;
   std::unique_ptr<StepGuard> guard_;
-  int64_t row_dim_ = 0;
+  RowDims row_dims_;
 };
 
 // nanscope.replay: nanscope-replay's engine on a snapshot written from Python,

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace nanscope::python {
@@ -111,7 +112,8 @@ void PythonModel::set_training(bool on) {
   named_->attr("train")(on);
 }
 
-Batch batch_of(const py::object& batch, int64_t row_dim) {
+Batch batch_of(const py::object& batch, const RowDims& rows) {
+  const int64_t row_dim = rows.all;
   const py::module_ batches = py::module_::import("nanscope._batch");
   Batch b;
   if (THPVariable_Check(batch.ptr())) {
@@ -129,6 +131,23 @@ Batch batch_of(const py::object& batch, int64_t row_dim) {
           py::repr(batch).cast<std::string>());
   }
   b.row_dim = row_dim;
+  if (!rows.by_name.empty()) {
+    if (!b.is_nested())
+      throw py::value_error("nanscope: row_dim names tensors (" + py::repr(py::cast(rows.by_name)).cast<std::string>() +
+                            ") but the batch is one tensor or an (inputs, targets) pair: give row_dim as a number");
+    const std::vector<std::string> names = b.leaf_names();
+    b.leaf_row_dims.assign(names.size(), Batch::kFindRows);
+    for (const auto& [name, dim] : rows.by_name) {
+      const auto at = std::find(names.begin(), names.end(), name);
+      if (at == names.end()) {
+        std::string known;
+        for (const std::string& n : names) known += (known.empty() ? "'" : ", '") + n + "'";
+        throw py::value_error("nanscope: row_dim names '" + name + "', which the batch has not (its tensors: " + known +
+                              ")");
+      }
+      b.leaf_row_dims[size_t(at - names.begin())] = dim;
+    }
+  }
   return b;
 }
 

@@ -7,6 +7,7 @@
 // loss function `loss(model, batch)`.
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -45,10 +46,18 @@ py::object call_python(const py::object& fn, Args&&... args) {
 // nested batch rebuilt in the structure the loop gave it (nanscope/_batch.py).
 py::object batch_object(const at::Tensor& inputs, const at::Tensor& targets);
 py::object batch_object(const Batch& batch);
+// How the loop says where a batch's samples lie: one dimension for every
+// tensor (row_dim=1 for (seq, batch) data), and the tensors that lie
+// otherwise by their names in the batch ({"[2]": 1}, {"hidden": 1}).
+struct RowDims {
+  int64_t all = 0;
+  std::map<std::string, int64_t> by_name;
+};
 // Any batch from Python: a tensor, (inputs, targets), or a dict, tuple or list
-// of them (nested; non-tensor leaves kept as they are), its samples along
-// row_dim. Throws TypeError for a batch without tensors.
-Batch batch_of(const py::object& batch, int64_t row_dim);
+// of them (nested; non-tensor leaves kept as they are), its samples as
+// `rows` says. Throws TypeError for a batch without tensors, ValueError for
+// a row dimension named for a tensor the batch has not.
+Batch batch_of(const py::object& batch, const RowDims& rows);
 
 // nanscope._search_doom (doom_search.cpp).
 void bind_doom_search(py::module_& m);

@@ -9,9 +9,11 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "../support/test_support.hpp"
@@ -355,4 +357,102 @@ TEST(ClosureStep, ANanNoCapturedOpMadeIsReproducedNotTransient) {
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.first_birth.rfind("non-finite again on re-run, but no op was seen making it", 0), 0u) << r.first_birth;
   EXPECT_NE(r.remedy, Remedy::skip_transient) << log.str();
+}
+
+// A loss that raises on a NaN (binary_cross_entropy checks its input is in
+// [0, 1]): the NaN the batch brought explains the exception, so the step is a
+// skip with that birth and a snapshot, not an exception out of the loop.
+TEST(ClosureStep, ALossThatRaisesAfterABirthIsASkipWithThatBirth) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 4);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  at::Tensor x = torch::rand({6, 4});
+  x[2][1] = std::numeric_limits<float>::quiet_NaN();  // a NaN pixel
+  BatchLoss vae_loss = [&](const Batch& b) {
+    return torch::binary_cross_entropy(torch::sigmoid(net->forward(b.inputs)), b.inputs);
+  };
+  GuardedStep r;
+  ASSERT_NO_THROW(r = guard.step(vae_loss, {x, x})) << log.str();
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.first_birth, "nan at input (input) in module '', batch row 2") << log.str();
+  EXPECT_FALSE(r.snapshot.empty());
+  EXPECT_NE(r.error.find("between 0 and 1"), std::string::npos) << r.error;
+
+  // An exception with no birth before it reaches the loop, and says so.
+  const at::Tensor wrong = torch::rand({6, 3});
+  try {
+    guard.step([&] { return torch::mse_loss(net->forward(wrong), wrong); }, {wrong, wrong});
+    FAIL() << "a shape error is the loop's own";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("no NaN or Inf was born before it"), std::string::npos) << e.what();
+  }
+}
+
+// An LSTM's carried state is (layers, batch, hidden) beside (batch, seq)
+// data: each tensor's rows are found along its own dimension, so the row
+// search cuts the sample out of both, names the row, and the run keeps its
+// precision and LR. A state whose layers are as many as the samples cannot
+// be told by its shape: the search that fails says so and escalates nothing,
+// and the loop's declared row dimensions make it run.
+TEST(ClosureStep, EachTensorOfANestedBatchIsCutAlongItsOwnRowDimension) {
+  struct Tagger : torch::nn::Module {
+    Tagger() {
+      lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(3, 5).num_layers(2).batch_first(true)));
+    }
+    torch::nn::LSTM lstm{nullptr};
+  };
+  auto run = [](int64_t batch, std::vector<int64_t> row_dims, std::string& log_text) {
+    TempDir dir;
+    torch::manual_seed(0);
+    Tagger net;
+    torch::optim::SGD optimizer(net.parameters(), 0.01);
+    std::ostringstream log;
+    GuardOptions o{dir.file("run"), Amp::fp32};
+    o.log = &log;
+    o.fallback = FallbackMode::automatic;
+    StepGuard guard(net, optimizer, o);
+    at::Tensor data = torch::rand({batch, 4, 3}), targets = torch::rand({batch, 4, 5});
+    data[1] *= -1;  // one sample whose mean goes negative: its log is NaN
+    const at::Tensor h0 = torch::zeros({2, batch, 5}), c0 = torch::zeros({2, batch, 5});
+    BatchLoss loss = [&](const Batch& b) {
+      auto [out, state] = net.lstm->forward(b.leaves[0], std::make_tuple(b.leaves[2], b.leaves[3]));
+      return torch::mse_loss(out, b.leaves[1]) + torch::log(b.leaves[0].mean({1, 2})).mean();
+    };
+    GuardedStep r = guard.step(loss, Batch::of({data, targets, h0, c0}, std::move(row_dims)));
+    log_text = log.str();
+    return r;
+  };
+  std::string log;
+  GuardedStep r = run(6, {}, log);
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
+  EXPECT_NE(log.find("finite without batch row(s) 1"), std::string::npos) << log;
+
+  r = run(2, {}, log);  // two layers, two samples: the state is cut along its layers
+  EXPECT_EQ(r.remedy, Remedy::skip_undiagnosed) << log;
+  EXPECT_NE(log.find("the row search could not run"), std::string::npos) << log;
+  EXPECT_NE(log.find("row_dims"), std::string::npos) << log;
+
+  r = run(2, {0, 0, 1, 1}, log);  // declared
+  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
+  EXPECT_NE(log.find("finite without batch row(s) 1"), std::string::npos) << log;
+}
+
+TEST(NestedBatch, ATensorWhoseRowsTwoDimensionsCouldHoldIsRefusedByName) {
+  const Batch b = Batch::of({torch::zeros({2, 3}), torch::zeros({5, 2, 2})});
+  EXPECT_EQ(b.rows(), 2);
+  try {
+    b.without_row(0);
+    FAIL() << "(5, 2, 2) has the 2 samples along dimension 1 or 2";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor [1] of shape (5, 2, 2) holds the batch's 2 samples along dimension "
+                                         "1 and 2 alike"),
+              std::string::npos)
+        << e.what();
+  }
+  const Batch declared = Batch::of({torch::zeros({2, 3}), torch::zeros({5, 2, 2})}, {0, 2});
+  EXPECT_EQ(declared.without_row(0).leaves[1].sizes(), (std::vector<int64_t>{5, 2, 1}));
 }

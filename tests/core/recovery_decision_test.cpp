@@ -122,6 +122,8 @@ const std::vector<Row>& rows() {
        Remedy::skip_transient, false, ""},
       {"auto: compiler", all(failed_bf16_step, automatic), Remedy::skip_compiler, RecoveryAction::skip_compiler,
        Remedy::skip_compiler, false, ""},
+      {"auto: a diagnosis whose re-runs raised escalates nothing", all(failed_bf16_step, automatic),
+       Remedy::skip_undiagnosed, RecoveryAction::skip_undiagnosed, Remedy::skip_undiagnosed, false, "; no fallback"},
       {"auto: modules to fp32", all(failed_bf16_step, automatic), Remedy::fp32_modules, RecoveryAction::fp32_modules,
        Remedy::fp32_modules, false, "now in fp32"},
       {"auto: nothing smaller helps", all(failed_bf16_step, automatic), Remedy::whole_fp32,

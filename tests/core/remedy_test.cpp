@@ -17,10 +17,13 @@ class ScriptedReruns : public StepReruns {
   bool fp32_finite = false;
   std::set<std::string> modules_that_fix;  // any of these in fp32 makes it finite
   std::set<int64_t> rows_that_break;
+  bool fp32_raises = false, cut_raises = false;  // the re-run raises instead of running
   int runs = 0;
 
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override {
     ++runs;
+    raised_ = (amp == Amp::fp32 && fp32_raises) || (without_row >= 0 && cut_raises);
+    if (raised_) return false;
     if (amp == Amp::fp32) return fp32_finite;
     if (without_row >= 0) return rows_that_break.count(without_row) > 0;
     for (const auto& m : fp32_modules)
@@ -29,6 +32,11 @@ class ScriptedReruns : public StepReruns {
   }
   std::vector<std::string> modules_seen() override { return {"embed", "blocks.0", "blocks.0.ln1", "head"}; }
   bool unswitchable() const override { return false; }
+  bool raised() const override { return raised_; }
+  std::string last_error() const override { return raised_ ? "shape '[3, -1]' is invalid" : ""; }
+
+ private:
+  bool raised_ = false;
 };
 
 FailedStep failed_with_birth(const std::string& phase, const std::string& op, const std::string& module) {
@@ -96,4 +104,25 @@ TEST(Remedy, NonFiniteAtFp32WithEverySampleIsTheWholeFallback) {
   EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
   reruns.rows_that_break = {0, 1, 2, 3, 4, 5, 6, 7};  // any row: the batch's size, not a sample
   EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
+}
+
+// A re-run that raised is no evidence: the diagnosis says what raised and
+// escalates nothing (a model whose batch rows cannot be cut, an fp32 re-run
+// its loss rejects), where counting it as non-finite sent the run to fp32.
+TEST(Remedy, ReRunsThatRaisedAreNoEvidenceAndEscalateNothing) {
+  ScriptedReruns cut;
+  cut.cut_raises = true;  // non-finite at fp32 too, and every batch without a row raises
+  RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), cut);
+  EXPECT_EQ(choice.remedy, Remedy::skip_undiagnosed);
+  EXPECT_NE(choice.why.find("the row search could not run"), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("shape '[3, -1]' is invalid"), std::string::npos) << choice.why;
+
+  ScriptedReruns fp32;
+  fp32.fp32_raises = true;
+  choice = choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), fp32);
+  EXPECT_EQ(choice.remedy, Remedy::skip_undiagnosed);
+  EXPECT_NE(choice.why.find("autocast off raised"), std::string::npos) << choice.why;
+
+  ScriptedReruns ran;  // the same step whose re-runs ran: non-finite at fp32, no row: whole
+  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), ran).remedy, Remedy::whole_fp32);
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "nanscope/core/loss_closure.hpp"
 #include "nanscope/core/native_model.hpp"
 
 namespace nanscope {
@@ -35,14 +36,20 @@ class ModuleModel : public NativeModel {
   // refers to it and must not outlive it.
   static std::unique_ptr<ModuleModel> borrowing(std::string name, torch::nn::Module& module, LossFunction loss = {});
 
+  // The loss over a whole batch of any structure (a nested batch: data,
+  // targets and a carried state), in place of the (inputs, targets) one.
+  void set_batch_loss(BatchLoss loss) { batch_loss_ = std::move(loss); }
+
   // Throws std::logic_error for a model built without a loss function (the
   // body of a closure step: StepGuard(module, ...)).
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
+  at::Tensor loss(const Batch& batch) override;
   ModelSpec spec() const override { return {name_, hparams_, ""}; }
 
  private:
   std::string name_;
   LossFunction loss_;
+  BatchLoss batch_loss_;
   std::map<std::string, int64_t> hparams_;
 };
 

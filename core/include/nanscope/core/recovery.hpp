@@ -36,6 +36,7 @@ namespace nanscope {
   X(skip_data, "data")               \
   X(skip_transient, "transient")     \
   X(skip_compiler, "compiler")       \
+  X(skip_undiagnosed, "undiagnosed") \
   X(fp32_modules, "fp32-modules") X(whole_fallback, "whole") X(roll_back, "rollback") X(stop, "stop")
 NANSCOPE_DECLARE_WORDS_IN(format::Words, RecoveryAction, NANSCOPE_RECOVERY_ACTIONS)
 

@@ -8,6 +8,9 @@
 //              skip, nothing else
 //   compiler   a compiled model's step, finite run eagerly and non-finite
 //              compiled again: skip, and name the module to run eagerly
+//   undiagnosed  a re-run the diagnosis needed raised (the fp32 one, or
+//              every one without a batch row): no evidence for a fallback,
+//              so skip, nothing else, and say what raised
 //   precision  finite with autocast off: the smallest set of modules that,
 //              in fp32, makes the step finite goes to fp32 for the rest of
 //              the run, the rest stays low precision; no LR cut
@@ -45,6 +48,10 @@ class StepReruns {
  public:
   virtual ~StepReruns() = default;
   virtual bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row = -1) = 0;
+  // The last finite() raised instead of running to its end: its false is no
+  // evidence of a non-finite step; last_error() says what it raised.
+  virtual bool raised() const { return false; }
+  virtual std::string last_error() const { return ""; }
   // The modules the forward runs ops in (op capture on one re-run).
   virtual std::vector<std::string> modules_seen() = 0;
   // A TorchScript model whose module frames could not be switched.
@@ -86,6 +93,8 @@ class LiveStepReruns : public StepReruns {
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
   bool unswitchable() const override { return !switchable_; }
+  bool raised() const override { return !last_error_.empty(); }
+  std::string last_error() const override { return last_error_; }
 
  private:
   TrainableModel& model_;
@@ -94,6 +103,7 @@ class LiveStepReruns : public StepReruns {
   StepSetup setup_;
   MicroBatch micro_;
   bool switchable_ = true;
+  std::string last_error_;  // what the last re-run raised, "" when it ran
 };
 
 }  // namespace nanscope

@@ -9,10 +9,15 @@
 //    here: written into snapshots and handed back to the code that made it,
 //    e.g. the Python module).
 // Samples lie along `row_dim` of every tensor that has it at the batch's size
-// (1 for (seq, batch) data: rows are samples, never time steps). A 1-D
-// tensor whose length is a multiple of the rows is a flattened target, laid
-// out (rows, m), or (m, rows) with row_dim 1, and cut so; any other tensor
-// without that dimension (a scalar) is not cut when a row is removed.
+// (1 for (seq, batch) data: rows are samples, never time steps). A nested
+// batch's tensors may each lie otherwise (an LSTM's carried state is
+// (layers, batch, hidden) beside (batch, seq) data): `leaf_row_dims` declares
+// each one's, and a tensor without one whose row_dim is not at the batch's
+// size has its rows found along the one dimension that is (two such
+// dimensions are ambiguous: refused, naming the tensor, when a row is cut).
+// A 1-D tensor whose length is a multiple of the rows is a flattened target,
+// laid out (rows, m), or (m, rows) with row_dim 1, and cut so; any other
+// tensor without a dimension at the batch's size (a scalar) is not cut.
 #include <ATen/ATen.h>
 #include <torch/data/example.h>
 
@@ -28,11 +33,18 @@ struct Batch {
   std::vector<at::Tensor> leaves;  // a nested batch's tensors (then inputs/targets are unused)
   std::string structure;           // how the leaves nest; "" for (inputs, targets)
   int64_t row_dim = 0;
+  // Per leaf of a nested batch: the dimension its samples lie along, or
+  // kFindRows; empty: kFindRows for every leaf.
+  std::vector<int64_t> leaf_row_dims;
+  static constexpr int64_t kFindRows = -1;
 
   Batch() = default;
   Batch(at::Tensor inputs_, at::Tensor targets_ = {}) : inputs(std::move(inputs_)), targets(std::move(targets_)) {}
   Batch(const torch::data::Example<>& example) : Batch(example.data, example.target) {}
   static Batch nested(std::vector<at::Tensor> leaves, std::string structure, int64_t row_dim = 0);
+  // A C++ loop's batch of several tensors (data, targets, a carried state),
+  // held as a tuple; `row_dims` per tensor (kFindRows, or empty: found).
+  static Batch of(std::vector<at::Tensor> tensors, std::vector<int64_t> row_dims = {});
 
   bool is_nested() const { return !structure.empty(); }
   bool empty() const { return tensors().empty(); }
@@ -53,6 +65,10 @@ struct Batch {
   // sample's values in the first such tensor (for the input birth's statistics).
   int64_t first_nonfinite_row() const;
   at::Tensor row_of(int64_t row) const;
+  // The dimension tensor `t` (leaf `leaf` of a nested batch, -1 otherwise)
+  // holds the batch's `rows` samples along; -1 when it holds none. Throws
+  // std::invalid_argument, naming the tensor, when two dimensions could be.
+  int64_t row_dim_of(const at::Tensor& t, int64_t leaf, int64_t rows) const;
   // A nested batch's tensors' names, from its structure: a dict's key names
   // its value, positions are [i] ("pixel_values", "[0]", "encoder.input_ids");
   // empty for an (inputs, targets) batch.

@@ -1,0 +1,54 @@
+"""A batch whose tensors hold their samples along different dimensions: an
+LSTM's carried state (layers, batch, hidden) beside (batch, seq) data. The row
+search cuts each tensor along its own dimension (found from the batch's size,
+or named with row_dim={name: dim}); a search that cannot run says why and
+escalates nothing."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nanscope
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 5, num_layers=2, batch_first=True)
+
+    def forward(self, x, state):
+        return self.lstm(x, state)[0]
+
+
+def loss_of(model, batch):
+    x, y, h, c = batch
+    return F.mse_loss(model(x, (h, c)), y) + torch.log(x.mean((1, 2))).mean()
+
+
+def one_step(tmp_path, batch_size, row_dim=0, lines=None):
+    torch.manual_seed(0)
+    model = Tagger()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=str(tmp_path),
+                               amp="fp32", fallback="auto", row_dim=row_dim, loss_fn=loss_of)
+    x, y = torch.rand(batch_size, 4, 3), torch.rand(batch_size, 4, 5)
+    x[1] *= -1  # one sample whose mean goes negative: its log is NaN
+    h, c = torch.zeros(2, batch_size, 5), torch.zeros(2, batch_size, 5)
+    result = guard.closure_step(lambda: loss_of(model, (x, y, h, c)), batch=(x, y, h, c))
+    guard.close()
+    return result
+
+
+def test_a_carried_state_is_cut_along_its_own_dimension(tmp_path, nanscope_lines):
+    result = one_step(tmp_path / "found", 6)
+    assert result.remedy == "data" and not result.fell_back, nanscope_lines()
+    assert "finite without batch row(s) 1" in nanscope_lines()
+
+
+def test_where_the_shape_cannot_tell_the_search_says_so_and_a_named_dimension_runs_it(tmp_path, nanscope_lines):
+    result = one_step(tmp_path / "two", 2)  # two layers, two samples
+    assert result.remedy == "undiagnosed" and not result.fell_back
+    assert "the row search could not run" in nanscope_lines()
+    result = one_step(tmp_path / "named", 2, row_dim={"[2]": 1, "[3]": 1})
+    assert result.remedy == "data", nanscope_lines()
+    with pytest.raises(ValueError, match="names 'hidden', which the batch has not"):
+        one_step(tmp_path / "wrong", 2, row_dim={"hidden": 1})
