@@ -31,6 +31,7 @@ RunReport read_report(const std::string& input, const RunLocation& location) {
   report.input = input;
   for (const format::RankFile& file : location.files) {
     try {
+      format::clear_mark_if_writer_gone(file.path);  // a killed writer's file opens in plain h5py then
       report.ranks.push_back(rank_report(location.run_dir, file, format::read_run(file.path)));
     } catch (const format::FormatError& e) {
       RankReport unreadable;

@@ -6,7 +6,8 @@ namespace nanscope {
 
 void FallbackPolicy::fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
                           at::Device device, int64_t step) {
-  model.to(device, at::kFloat);
+  (void)device;  // the model stays where it is
+  model.widen_to_fp32();
   cast_optimizer_state(optimizer, at::kFloat);
   scaler.disable();
   fired_step_ = step;

@@ -1,5 +1,6 @@
 #include "nanscope/core/journal.hpp"
 
+#include "journal_endings.hpp"
 #include "nanscope/common/log_line.hpp"
 
 namespace nanscope {
@@ -22,9 +23,13 @@ Journal::Journal(std::ostream* log, std::string log_prefix, std::string model_na
       path_(std::move(path)),
       open_(std::move(open)) {
   ++alive_;
+  register_journal(this);
 }
 
-Journal::~Journal() { --alive_; }
+Journal::~Journal() {
+  unregister_journal(this);
+  --alive_;
+}
 
 format::RunWriter& Journal::writer() {
   if (!writer_) writer_ = open_();

@@ -28,6 +28,27 @@ void TrainableModel::to(at::Device device, at::ScalarType float_type) {
   for (auto& [name, b] : named_buffers()) move(b);
 }
 
+namespace {
+
+bool is_16_bit_float(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
+
+}  // namespace
+
+void TrainableModel::widen_to_fp32() {
+  torch::NoGradGuard no_grad;
+  auto widen = [](at::Tensor& t) {
+    if (is_16_bit_float(t)) t.set_data(t.to(at::kFloat));  // set_data: the optimizer and module share the tensor
+  };
+  for (auto& [name, p] : all_named_parameters()) widen(p);
+  for (auto& [name, b] : named_buffers()) widen(b);
+}
+
+at::ScalarType TrainableModel::own_float_type() const {
+  for (const auto& [name, p] : all_named_parameters())
+    if (at::isFloatingType(p.scalar_type())) return p.scalar_type();
+  return at::kFloat;
+}
+
 std::vector<std::string> TrainableModel::module_paths() const {
   std::vector<std::string> paths{""};
   auto add_owners = [&](const NamedTensors& tensors) {

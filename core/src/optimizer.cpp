@@ -119,13 +119,17 @@ void load_optimizer_state_by_name(torch::optim::Optimizer& optimizer, const Name
 }
 
 void cast_optimizer_state(torch::optim::Optimizer& optimizer, at::ScalarType dtype) {
+  // Only narrower states widen: a float64 model's float64 state stays.
+  auto cast = [dtype](const at::Tensor& t) {
+    return at::elementSize(t.scalar_type()) < at::elementSize(dtype) ? t.to(dtype) : t;
+  };
   for (auto& [key, state] : optimizer.state()) {
     if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
-      if (adam->exp_avg().defined()) adam->exp_avg(adam->exp_avg().to(dtype));
-      if (adam->exp_avg_sq().defined()) adam->exp_avg_sq(adam->exp_avg_sq().to(dtype));
-      if (adam->max_exp_avg_sq().defined()) adam->max_exp_avg_sq(adam->max_exp_avg_sq().to(dtype));
+      if (adam->exp_avg().defined()) adam->exp_avg(cast(adam->exp_avg()));
+      if (adam->exp_avg_sq().defined()) adam->exp_avg_sq(cast(adam->exp_avg_sq()));
+      if (adam->max_exp_avg_sq().defined()) adam->max_exp_avg_sq(cast(adam->max_exp_avg_sq()));
     } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
-      if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(dtype));
+      if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(cast(sgd->momentum_buffer()));
     }
   }
 }

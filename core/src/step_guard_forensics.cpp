@@ -79,6 +79,9 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && capture) {
     if (recovery_.nonfinite_in_a_row() == 1) say_carried_state(step, batches);
+    // Kept to tell a data set reused every step from carried state next time.
+    skipped_inputs_.clear();
+    for (const Batch& b : batches) skipped_inputs_.push_back(b.copied());
   } else if (investigate) {
     // The same step again: same weights (it was skipped), RNG state (restored
     // by the probe, and per micro-batch), precision, loss scale, micro-batches
@@ -220,9 +223,21 @@ SnapshotPolicy::Decision StepGuard::Impl::snapshot_decision(const RunningStep& r
   return forensics_.snapshot_decision(run.step, capture);
 }
 
+namespace {
+
+// Equal values, NaN where NaN and the same infinities: the same data.
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  const at::Tensor x = a.to(b.device());
+  return at::equal(at::isnan(x), at::isnan(b)) && at::equal(at::nan_to_num(x, 0.0), at::nan_to_num(b, 0.0));
+}
+
+}  // namespace
+
 // The step before was skipped and this one's input is non-finite: most often
 // state the loop carries across steps (an RNN's hidden state) that it took
-// from the skipped step. Said once per run of such steps, naming the tensor.
+// from the skipped step, or the same data again. Said once per run of such
+// steps, naming the tensor.
 void StepGuard::Impl::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     const std::vector<at::Tensor> tensors = micro_batches[k].tensors();
@@ -231,6 +246,18 @@ void StepGuard::Impl::say_carried_state(int64_t step, const std::vector<Batch>& 
       if (!t.is_floating_point() || at::isfinite(t).all().item<bool>()) continue;
       std::ostringstream shape;
       shape << t.sizes();
+      // The very tensor the skipped step had, its NaN/Inf where they were: a
+      // data set reused every step (full-batch training, a cached tensor).
+      const std::vector<at::Tensor> before =
+          k < skipped_inputs_.size() ? skipped_inputs_[k].tensors() : std::vector<at::Tensor>{};
+      if (i < before.size() && same_values(before[i], t)) {
+        journal_.say(step, "the input holds the same NaN/Inf as the skipped step " + std::to_string(step - 1) +
+                               "'s: tensor [" + std::to_string(i) + "] of micro-batch " + std::to_string(k) +
+                               " (shape " + shape.str() +
+                               ") is the same data again, reused every step (full-batch training, a cached "
+                               "tensor), not state carried on: fix or drop its non-finite sample(s)");
+        return;
+      }
       journal_.say(step, "the input holds a NaN/Inf again after the skipped step " + std::to_string(step - 1) +
                              ": tensor [" + std::to_string(i) + "] of micro-batch " + std::to_string(k) + "'s " +
                              std::to_string(tensors.size()) + " (shape " + shape.str() +

@@ -156,9 +156,10 @@ struct StepGuard::Impl {
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
-  bool restored_ = false;                                // restore() came: run.h5 goes on where it was (open_run_file)
-  std::string stopped_;                                  // "step S: why" once the run was stopped
-  StepSetupHook step_setup_hook_;                        // set_step_setup()
+  bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)
+  std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)
+  std::string stopped_;                // "step S: why" once the run was stopped
+  StepSetupHook step_setup_hook_;      // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
 };
 

@@ -1,5 +1,6 @@
 // The step runner: a step's begin and end phases, which both forms share, and
 // the closure form (the guard runs forward, loss and backward).
+#include "journal_endings.hpp"
 #include "step_guard_impl.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
@@ -56,6 +57,7 @@ double current_lr(const torch::optim::Optimizer& optimizer) {
 }  // namespace
 
 RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context) {
+  end_if_interrupted();  // a Ctrl-C held since the last step: its rows are written, the program ends
   // The run file is settled before the step numbers move (open_run_file
   // goes on after the step before the first one this guard runs).
   journal_.writer();
@@ -228,6 +230,7 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
                    decide_recovery(trouble, recovery_state(step), [] { return RemedyChoice{}; }));
   }
   model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
+  end_if_interrupted();        // Ctrl-C during the step: its row is in, the program ends now
   return result;
 }
 

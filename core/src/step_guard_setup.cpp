@@ -42,7 +42,7 @@ LossScalerConfig scaler_config(Amp amp) {
 
 // The line a guard starts with: where it writes, and what a failed step will
 // trigger, so nobody learns the fallback's policy from its first firing.
-std::string start_text(const GuardOptions& o, const std::string& run_file) {
+std::string start_text(const GuardOptions& o, const std::string& run_file, at::ScalarType model_type) {
   std::string fallback = std::string("fallback ") + fallback_mode_name(o.fallback) + " (";
   switch (o.fallback) {
     case FallbackMode::automatic:
@@ -59,7 +59,16 @@ std::string start_text(const GuardOptions& o, const std::string& run_file) {
     case FallbackMode::off:
     case FallbackMode::unknown: fallback += "a non-finite step is skipped, nothing more"; break;
   }
-  return "nanscope: writing " + run_file + "; amp " + precision_name(o.amp) + ", " + fallback + "), clip " +
+  // "fp32" is no autocast: the model's own precision, which a float64 model says.
+  const std::string amp = o.amp == Amp::fp32 && model_type != at::kFloat
+                              ? std::string("off (the model's own ") +
+                                    (model_type == at::kDouble     ? "float64"
+                                     : model_type == at::kBFloat16 ? "bfloat16"
+                                     : model_type == at::kHalf     ? "float16"
+                                                                   : c10::toString(model_type)) +
+                                    ")"
+                              : precision_name(o.amp);
+  return "nanscope: writing " + run_file + "; amp " + amp + ", " + fallback + "), clip " +
          (o.clip > 0 ? number_text(o.clip) : std::string("off")) + ", rollback " + (o.rollback.enabled ? "on" : "off") +
          ", warnings " + (o.warn ? "on" : "off");
 }
@@ -95,7 +104,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
   // checkpoint now. A file already there from an earlier run waits for the
   // first row: a state put back before it (load_state_dict) means go on with it.
   if (options_.resume_after_step >= 0 || !std::filesystem::exists(journal_.path())) journal_.writer();
-  journal_.announce(start_text(options_, journal_.path()));
+  journal_.announce(start_text(options_, journal_.path(), steered_.model.own_float_type()));
 }
 
 // The run file, at its first row or event (Journal): nanscope-train's

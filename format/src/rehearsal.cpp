@@ -1,5 +1,6 @@
 #include "rehearsal.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -122,6 +123,13 @@ void default_crash_handlers() {
   setrlimit(RLIMIT_CORE, &no_core);
 }
 
+// The child's own words (an assertion inside HDF5, a sanitizer's report) are
+// not the reader's: the parent says in one line what the rehearsal met.
+void quiet_stderr() {
+  const int null = ::open("/dev/null", O_WRONLY);
+  if (null >= 0) ::dup2(null, STDERR_FILENO);
+}
+
 // A field of /proc/PID/status in bytes ("VmHWM:  1234 kB"); 0 when unreadable.
 uint64_t status_bytes(const std::string& status_file, const char* field) {
   std::ifstream in(status_file);
@@ -185,6 +193,7 @@ void rehearse_in_child(const std::string& path, const std::function<void()>& rea
   if (child == 0) {
     in_rehearsal = true;
     default_crash_handlers();
+    quiet_stderr();
     limit_child(bound);
     try {
       read();

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -109,6 +111,16 @@ h5::Handle open_clearing_writer_mark(const std::string& path) {
                          "cannot open the run file for writing (read-only, in use by a live writer, or corrupt?)");
 }
 
+// Which process writes the file (1.8): a reader that finds the file marked
+// open for writing after that process is gone clears the mark
+// (clear_mark_if_writer_gone). Before SWMR writing starts, as every attribute.
+void write_writer_identity(hid_t file, const std::string& path) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  h5::write_int_attr(file, "writer_pid", int64_t(getpid()), path);
+  h5::write_string_attr(file, "writer_host", host, path);
+}
+
 // Copies a string into a fixed-size, null-padded field (truncating).
 void put_fixed(std::vector<char>& out, const std::string& value, size_t width) {
   size_t start = out.size();
@@ -151,6 +163,7 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
   hid_t file = m.file.get();
   h5::write_identity(file, kRunFileKind, path);
   h5::write_string_attr(file, "origin", to_string(header.origin), path);
+  write_writer_identity(file, path);
 
   // Everything is created before SWMR writing starts: HDF5 1.10 allows no new
   // objects or attributes afterwards, only appends to existing datasets.
@@ -219,6 +232,7 @@ std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t ke
   // What is appended from here on is this version's schema: the file says so.
   h5::write_string_attr(m->file.get(), "format_version",
                         std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor), path);
+  write_writer_identity(m->file.get(), path);
   hid_t file = m->file.get();
   h5::Handle steps = h5::group_handle(H5Gopen2(file, run_schema::kStepsGroup, H5P_DEFAULT), path, "open /steps");
   hid_t g = steps.get();

@@ -1,11 +1,17 @@
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "h5.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "rehearsal.hpp"
 
 namespace nanscope::format {
 
@@ -36,6 +42,25 @@ bool has_writer_mark(const std::string& path) {
     if (head[kVersionOffset] < 3) return false;
     return (head[kFlagsOffset] & (kWriteAccess | kSwmrWriteAccess)) != 0;
   }
+}
+
+bool clear_mark_if_writer_gone(const std::string& path) {
+  if (!has_writer_mark(path)) return false;
+  h5::rehearse_in_child(path, [&] { h5::walk_metadata(path); });
+  int64_t pid = -1;
+  std::string host;
+  {
+    const h5::Handle file = h5::open_file_readonly(path);
+    if (!h5::attr_exists(file.get(), "writer_pid") || !h5::attr_exists(file.get(), "writer_host")) return false;
+    pid = h5::read_int_attr(file.get(), "writer_pid", path);
+    host = h5::read_string_attr(file.get(), "writer_host", path);
+  }
+  char here[256] = {};
+  gethostname(here, sizeof here - 1);
+  if (pid <= 0 || host != here) return false;
+  // Alive, or a process this one may not signal (it exists): left alone.
+  if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) return false;
+  return clear_writer_mark(path);
 }
 
 }  // namespace nanscope::format

@@ -106,7 +106,12 @@ Batch with_each_tensor(const Batch& batch, const F& f) {
 }
 
 Batch Batch::copied() const {
-  return with_each_tensor(*this, [](const at::Tensor& t) { return t.detach().clone(); });
+  // A tensor that required grad keeps requiring it: reentrant activation
+  // checkpointing and input-gradient methods need it on re-run as the loop had it.
+  return with_each_tensor(*this, [](const at::Tensor& t) {
+    at::Tensor copy = t.detach().clone();
+    return t.requires_grad() ? copy.requires_grad_(true) : copy;
+  });
 }
 
 Batch Batch::to(const at::Device& device) const {

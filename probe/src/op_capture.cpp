@@ -460,16 +460,17 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   }
   st.any_nonfinite |= output_nan || output_inf;
   // A non-finite value that never leaves the op that made it is no birth: an
-  // op whose output holds none of a kind drops the births of that kind made
-  // inside it (SDPA's math path takes the softmax of a fully masked row,
-  // which is NaN, and zeroes it in the same op). The first birth after it is
-  // the run's.
-  if (first_output.defined()) {
-    auto drop_enclosed = [&](std::optional<Candidate>& slot, bool output_holds) {
-      if (slot && !output_holds && slot->start_index > ctx->start_index) slot.reset();
+  // op whose output is all finite drops the births made inside it (SDPA's
+  // math path takes the softmax of a fully masked row, which is NaN, and
+  // zeroes it in the same op). The first birth after it is the run's. An
+  // output that holds either kind keeps them: an Inf made inside (autocast's
+  // cast of conv2d's input) may leave as the NaN it became.
+  if (first_output.defined() && !output_nan && !output_inf) {
+    auto drop_enclosed = [&](std::optional<Candidate>& slot) {
+      if (slot && slot->start_index > ctx->start_index) slot.reset();
     };
-    drop_enclosed(st.first_nan, output_nan);
-    drop_enclosed(st.first_inf, output_inf);
+    drop_enclosed(st.first_nan);
+    drop_enclosed(st.first_inf);
     if (st.trail_frozen && !st.first_nan && !st.first_inf) {
       st.trail_frozen = false;
       st.frozen_birth_start = -1;

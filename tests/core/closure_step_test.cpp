@@ -456,3 +456,34 @@ TEST(NestedBatch, ATensorWhoseRowsTwoDimensionsCouldHoldIsRefusedByName) {
   const Batch declared = Batch::of({torch::zeros({2, 3}), torch::zeros({5, 2, 2})}, {0, 2});
   EXPECT_EQ(declared.without_row(0).leaves[1].sizes(), (std::vector<int64_t>{5, 2, 1}));
 }
+
+// A float64 model (an LBFGS time-series fit): "full precision" is its own.
+// The fallback widens nothing of it and narrows nothing; the run goes on in
+// float64, and its opening line says so.
+TEST(ClosureStep, AFloat64ModelStaysFloat64ThroughTheFallback) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(3, 1);
+  net->to(at::kDouble);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::ostringstream log;
+  GuardOptions o{dir.file("run"), Amp::fp32};
+  o.log = &log;
+  o.fallback = FallbackMode::whole;
+  StepGuard guard(net, optimizer, o);
+  EXPECT_NE(log.str().find("amp off (the model's own float64)"), std::string::npos) << log.str();
+  auto step = [&](bool poisoned) {
+    at::Tensor x = torch::randn({8, 3}, at::kDouble), y = torch::randn({8, 1}, at::kDouble);
+    if (poisoned) x[4][0] = std::numeric_limits<double>::quiet_NaN();
+    return guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
+  };
+  EXPECT_TRUE(step(false).counted());
+  const GuardedStep failed = step(true);
+  EXPECT_FALSE(failed.counted());
+  EXPECT_TRUE(failed.fell_back) << log.str();
+  EXPECT_EQ(net->weight.scalar_type(), at::kDouble);
+  GuardedStep after;
+  ASSERT_NO_THROW(after = step(false)) << "mat1 and mat2 must have the same dtype, had the weights gone float32";
+  EXPECT_TRUE(after.counted());
+  EXPECT_EQ(net->weight.scalar_type(), at::kDouble);
+}

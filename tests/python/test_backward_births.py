@@ -211,3 +211,28 @@ def test_a_parameters_gradient_hook_is_named_by_the_parameters_module(tmp_path):
     assert result.skipped
     assert "(backward, in a gradient hook at torch::autograd::AccumulateGrad) in module 'blocks.1.lin'" in \
         result.first_birth, result.first_birth
+
+
+def test_an_input_that_requires_grad_still_does_when_its_step_is_re_run(tmp_path):
+    """An input-gradient loop (saliency, adversarial training) feeds the
+    checkpointed first block an input that requires grad: reentrant
+    checkpointing backpropagates only through inputs that do. The step's kept
+    micro-batch must require grad as the loop's did, or the re-run's backward
+    never reaches the block and its birth reads as a transient."""
+    torch.manual_seed(0)
+    model = Net("derivative")
+
+    def loss_with_input_grad(m, x):
+        reset_calls(m)
+        return checkpoint.checkpoint(m.blocks[0], x, use_reentrant=True).sum(-1).mean()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(tmp_path / "run"),
+                               amp="fp32", fallback="off", log=False, loss_fn=loss_with_input_grad)
+    with torch.no_grad():
+        model.blocks[0].lin.bias.zero_()
+    x = batch().requires_grad_()
+    guard.scale(loss_with_input_grad(model, x), x).backward()
+    result = guard.step()
+    assert result.skipped
+    assert "(backward, in SqrtBackward0 of aten::sqrt" in result.first_birth, result.first_birth
+    assert "in module 'blocks.0.norm', batch row 2" in result.first_birth, result.first_birth
+    guard.close()

@@ -52,3 +52,19 @@ def test_where_the_shape_cannot_tell_the_search_says_so_and_a_named_dimension_ru
     assert result.remedy == "data", nanscope_lines()
     with pytest.raises(ValueError, match="names 'hidden', which the batch has not"):
         one_step(tmp_path / "wrong", 2, row_dim={"hidden": 1})
+
+
+def test_the_same_data_every_step_is_called_data_not_carried_state(tmp_path, nanscope_lines):
+    """Full-batch training: the one batch, a NaN in one sample, every step."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(tmp_path), amp="fp32",
+                               fallback="off", rollback=False, loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]))
+    x, y = torch.randn(16, 3), torch.randn(16, 1)
+    x[5, 2] = float("nan")
+    for _ in range(3):
+        guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+    lines = nanscope_lines()
+    assert "is the same data again, reused every step" in lines, lines
+    assert "State carried across steps" not in lines, lines
+    guard.close()

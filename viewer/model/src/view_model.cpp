@@ -117,6 +117,11 @@ bool ViewModel::refresh_group(RankGroup& group) {
 }
 
 bool ViewModel::add_run(const std::string& path, int rank, const std::string& snapshot_dir, bool quiet) {
+  try {
+    format::clear_mark_if_writer_gone(path);  // a killed writer's file opens in plain h5py then
+  } catch (const format::FormatError&) {
+    // RunSource says what is wrong with the file
+  }
   RunSource run(path, rank);
   if (!run.error().empty()) {
     if (!quiet) errors_.push_back(run.error());

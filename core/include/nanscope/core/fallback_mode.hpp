@@ -18,12 +18,17 @@ NANSCOPE_DECLARE_WORDS_IN(format::Words, FallbackMode, NANSCOPE_FALLBACK_MODES)
 inline const char* fallback_mode_name(FallbackMode mode) { return to_string(mode); }
 
 // What --fallback auto chose for a failed step (remedy.hpp says when each).
-#define NANSCOPE_REMEDIES(X)                                                                                           \
-  X(none, "none")                                                                                                      \
-  X(skip_data, "data")                                                                                                 \
-  X(skip_transient, "transient")                                                                                       \
-  X(skip_compiler, "compiler") X(skip_undiagnosed, "undiagnosed") X(fp32_modules, "fp32-modules") X(whole_fp32, "whol" \
-                                                                                                                "e")
+// One word per line: clang-format folds this list unstably.
+// clang-format off
+#define NANSCOPE_REMEDIES(X)             \
+  X(none, "none")                        \
+  X(skip_data, "data")                   \
+  X(skip_transient, "transient")         \
+  X(skip_compiler, "compiler")           \
+  X(skip_undiagnosed, "undiagnosed")     \
+  X(fp32_modules, "fp32-modules")        \
+  X(whole_fp32, "whole")
+// clang-format on
 NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)
 inline const char* remedy_name(Remedy remedy) { return to_string(remedy); }
 

@@ -56,6 +56,13 @@ class TrainableModel {
   // to `float_type`, as PyTorch's Module.to(dtype) does: integer and bool
   // buffers (position ids, BatchNorm's num_batches_tracked, masks) keep their type.
   void to(at::Device device, at::ScalarType float_type);
+  // The fallback's full precision: 16-bit floating parameters and buffers
+  // (a model trained in bf16 or fp16 itself) widen to float32; float32 and
+  // float64 ones stay: no fallback narrows a model's own precision.
+  void widen_to_fp32();
+  // The model's own floating type: its first floating parameter's (float32
+  // for a model without one).
+  at::ScalarType own_float_type() const;
   virtual void set_training(bool on) = 0;
   virtual ModelSpec spec() const = 0;
   // A TorchScript model: its modules are interpreter frames, not C++ scopes

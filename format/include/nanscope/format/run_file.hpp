@@ -95,6 +95,13 @@ std::string keep_aside(const std::string& path);
 // the file open for reading (RunFollower) gets the writer's current word.
 // Throws FormatError naming the file when it cannot be read or is not HDF5.
 bool has_writer_mark(const std::string& path);
+// The mark of a writer that is gone: when the file names its writer (pid and
+// host, from 1.8), that process ran on this host and no longer exists, the
+// mark is cleared, so plain HDF5 readers (h5py.File(path), h5dump) open the
+// file as nanscope's readers do. Returns whether it was cleared; a live
+// writer's file, one from another host or from before 1.8 is left as it is.
+// nanscope-report and nanscope-view call it on each run file they open.
+bool clear_mark_if_writer_gone(const std::string& path);
 
 // A whole run file read into flat arrays (row-major [step x layer] for the
 // per-layer tables), the shape the viewer and the tests want.

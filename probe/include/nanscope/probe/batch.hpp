@@ -53,8 +53,9 @@ struct Batch {
   // The number of samples: the size along row_dim of the first tensor that
   // has that dimension; 0 when none has.
   int64_t rows() const;
-  // The same batch with its own copy of every tensor (detached): what a
-  // loop's later in-place writes (a refilled label or staging buffer) cannot change.
+  // The same batch with its own copy of every tensor (detached from the
+  // loop's graph, requiring grad where the loop's did): what a loop's later
+  // in-place writes (a refilled label or staging buffer) cannot change.
   Batch copied() const;
   // The same batch with every tensor on `device` (those already there shared).
   Batch to(const at::Device& device) const;

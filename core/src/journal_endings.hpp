@@ -1,0 +1,13 @@
+#pragma once
+// The open journals of the process, for the ways a C++ program ends without
+// their destructors (journal_endings.cpp). Core-private.
+namespace nanscope {
+
+class Journal;
+
+void register_journal(Journal* journal);
+void unregister_journal(Journal* journal);
+// At a step's boundary: a Ctrl-C held since ends the process now, the rows written.
+void end_if_interrupted();
+
+}  // namespace nanscope
