@@ -14,8 +14,8 @@
 #include <mutex>
 #include <set>
 
-#include "nanscope/core/journal.hpp"
 #include "journal_endings.hpp"
+#include "nanscope/core/journal.hpp"
 
 namespace nanscope {
 

@@ -53,6 +53,12 @@ bool is_data_category(format::Category c) {
 std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& reruns, std::string& unrun) {
   std::vector<int64_t> found;
   if (failed.batch_size < 2 || failed.batch_size > kMaxRowsSearched) return found;
+  if (reruns.draws_random_numbers()) {
+    unrun =
+        "the row search did not run: the step draws random numbers, so without a row every later draw shifts "
+        "and a finite re-run would prove nothing";
+    return found;
+  }
   int64_t raised = 0;
   std::string error;
   for (int64_t row = 0; row < failed.batch_size; ++row) {
@@ -189,13 +195,24 @@ LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tens
 
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
   last_error_.clear();
-  if (without_row < 0)
-    return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules, &switchable_,
-                           &last_error_);
+  if (without_row < 0) {
+    const bool finite = rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules,
+                                        &switchable_, &last_error_);
+    // The re-run started the generator from the step's state: where it left
+    // it says whether the step drew from it.
+    if (!draws_ && micro_.cpu_rng_state.defined())
+      draws_ = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), micro_.cpu_rng_state);
+    return finite;
+  }
   MicroBatch without = micro_;
   without.batch = micro_.batch.without_row(without_row);
   return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_,
                          &last_error_);
+}
+
+bool LiveStepReruns::draws_random_numbers() {
+  if (!draws_) finite(Amp::fp32, {}, -1);
+  return draws_.value_or(false);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

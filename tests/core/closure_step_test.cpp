@@ -487,3 +487,42 @@ TEST(ClosureStep, AFloat64ModelStaysFloat64ThroughTheFallback) {
   EXPECT_TRUE(after.counted());
   EXPECT_EQ(net->weight.scalar_type(), at::kDouble);
 }
+
+// A step that draws random numbers (a VAE's randn_like) draws differently
+// without a row: a finite re-run then proves nothing about that row. The row
+// search refuses, as nanscope-replay refuses it on the snapshot, and a search
+// that did not run escalates nothing: the step is skipped, undiagnosed. The
+// same step without the draw finds the row.
+TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes) {
+  auto run = [](bool draws, std::string& log_text) {
+    TempDir dir;
+    torch::manual_seed(0);
+    torch::nn::Linear net(6, 1);
+    torch::optim::SGD optimizer(net->parameters(), 0.01);
+    std::ostringstream log;
+    GuardOptions o{dir.file("run"), Amp::bf16};
+    o.log = &log;
+    StepGuard guard(net, optimizer, o);
+    at::Tensor x = torch::rand({8, 6});
+    x[5].fill_(0.25);  // a blank sample: std 0, log -inf
+    const at::Tensor y = torch::randn({8, 1});
+    BatchLoss loss = [&](const Batch& b) {
+      const at::Tensor noise = draws ? torch::randn_like(b.inputs) * 1e-3 : torch::zeros_like(b.inputs);
+      const at::Tensor scale = torch::log(b.inputs.std(1, true, true)).unsqueeze(1);
+      return torch::mse_loss(net->forward(b.inputs + noise) * scale, b.targets);
+    };
+    GuardedStep r = guard.step(loss, {x, y});
+    log_text = log.str();
+    return r;
+  };
+  std::string log;
+  GuardedStep r = run(true, log);
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.remedy, Remedy::skip_undiagnosed) << log;
+  EXPECT_FALSE(r.fell_back) << log;
+  EXPECT_NE(log.find("the row search did not run: the step draws random numbers"), std::string::npos) << log;
+
+  r = run(false, log);
+  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
+  EXPECT_NE(log.find("finite without batch row(s) 5"), std::string::npos) << log;
+}

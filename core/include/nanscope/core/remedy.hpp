@@ -52,6 +52,10 @@ class StepReruns {
   // evidence of a non-finite step; last_error() says what it raised.
   virtual bool raised() const { return false; }
   virtual std::string last_error() const { return ""; }
+  // The step draws random numbers (dropout, randn_like): a re-run without a
+  // row draws differently after it, so the row search cannot single one out
+  // (nanscope-replay refuses it alike). Known after a whole-batch re-run.
+  virtual bool draws_random_numbers() { return false; }
   // The modules the forward runs ops in (op capture on one re-run).
   virtual std::vector<std::string> modules_seen() = 0;
   // A TorchScript model whose module frames could not be switched.
@@ -95,6 +99,7 @@ class LiveStepReruns : public StepReruns {
   bool unswitchable() const override { return !switchable_; }
   bool raised() const override { return !last_error_.empty(); }
   std::string last_error() const override { return last_error_; }
+  bool draws_random_numbers() override;
 
  private:
   TrainableModel& model_;
@@ -103,7 +108,8 @@ class LiveStepReruns : public StepReruns {
   StepSetup setup_;
   MicroBatch micro_;
   bool switchable_ = true;
-  std::string last_error_;  // what the last re-run raised, "" when it ran
+  std::string last_error_;     // what the last re-run raised, "" when it ran
+  std::optional<bool> draws_;  // seen on the first whole-batch re-run
 };
 
 }  // namespace nanscope
