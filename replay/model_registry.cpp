@@ -9,8 +9,12 @@ namespace nanscope::replay {
 
 namespace {
 std::mutex g_mutex;
-std::map<std::string, ModelFactory>& factories() {
-  static std::map<std::string, ModelFactory> f;
+struct Registered {
+  ModelFactory factory;
+  StepSetupFactory step_setup;
+};
+std::map<std::string, Registered>& factories() {
+  static std::map<std::string, Registered> f;
   return f;
 }
 ModelFactory& default_factory() {
@@ -19,9 +23,9 @@ ModelFactory& default_factory() {
 }
 }  // namespace
 
-void register_model(const std::string& name, ModelFactory factory) {
+void register_model(const std::string& name, ModelFactory factory, StepSetupFactory step_setup) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  factories()[name] = std::move(factory);
+  factories()[name] = {std::move(factory), std::move(step_setup)};
 }
 
 void register_default_model(ModelFactory factory) {
@@ -32,7 +36,13 @@ void register_default_model(ModelFactory factory) {
 ModelFactory registered_model(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = factories().find(name);
-  return it == factories().end() ? ModelFactory{} : it->second;
+  return it == factories().end() ? ModelFactory{} : it->second.factory;
+}
+
+StepSetupFactory registered_step_setup(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = factories().find(name);
+  return it == factories().end() ? StepSetupFactory{} : it->second.step_setup;
 }
 
 ModelFactory default_model() {
@@ -40,12 +50,14 @@ ModelFactory default_model() {
   return default_factory();
 }
 
-int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss) {
-  register_default_model([&module, loss](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
+int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss,
+                const std::vector<OtherModel>& others) {
+  register_default_model([&module, loss, others](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     // The program's own module: its weights become the snapshot's; its loss
     // takes the batch whole, nested ones as the guard's own re-runs do.
     auto model = ModuleModel::borrowing(spec.name, module);
     model->set_batch_loss(loss);
+    for (const OtherModel& other : others) add_other_model(*model, other);
     return model;
   });
   const int code = replay_main(argc, argv);

@@ -10,15 +10,11 @@
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 
-#include <sstream>
+#include <algorithm>
 #include <stdexcept>
 
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
-#include "nanscope/models/fault_host.hpp"
-#include "nanscope/models/gpt.hpp"
-#include "nanscope/models/mlp.hpp"
-#include "nanscope/models/scripted_model.hpp"
 #include "nanscope/replay/model_registry.hpp"
 
 namespace nanscope::replay {
@@ -32,9 +28,6 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
     if (!model) throw std::invalid_argument("'" + path + "': the factory for model '" + s.model_name + "' built none");
     return model;
   }
-  if (s.model_name == "gpt") return make_gpt(gpt_config_from(spec), 0);
-  if (s.model_name == "mlp") return make_mlp(mlp_config_from(spec), 0);
-  if (!s.torchscript_bytes.empty()) return load_scripted_model_bytes(s.torchscript_bytes, path);
   if (ModelFactory factory = default_model()) {
     std::unique_ptr<TrainableModel> model = factory(spec);
     if (model) return model;
@@ -48,7 +41,7 @@ std::unique_ptr<TrainableModel> make_model(const probe::SnapshotContents& s, con
                                 "registers a factory for '" +
                                     s.model_name + "' (nanscope::replay::register_model)";
   throw std::invalid_argument("'" + path + "': model '" + s.model_name +
-                              "' is not a built-in model and the snapshot holds no TorchScript: " + how);
+                              "' is not a built-in model (nanscope-replay registers gpt, mlp and TorchScript): " + how);
 }
 
 // The wrappers that put their model under a name of their own: a
@@ -83,18 +76,46 @@ void load_named(const probe::NamedTensorList& saved, const NamedTensors& targets
   }
 }
 
+std::string quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "'" : ", '") + name + "'";
+  return out;
+}
+
+// The other models the step's loss ran (a GAN's critic): their weights at the
+// step go into the models the replay was given under the same labels. A
+// snapshot whose loss ran one the replay was not given is refused, naming it:
+// run without it, the loss would be another step's.
+void load_other_models(TrainableModel& model, const probe::SnapshotContents& s, const std::string& path) {
+  const probe::NamedTensorList saved = probe::read_other_modules(path);
+  std::vector<std::string> held;
+  for (const auto& [name, tensor] : saved)
+    if (std::string label = name.substr(0, name.find('.')); std::find(held.begin(), held.end(), label) == held.end())
+      held.push_back(label);
+  const std::vector<std::string>& given = model.other_model_labels();
+  std::vector<std::string> missing;
+  for (const std::string& label : held)
+    if (std::find(given.begin(), given.end(), label) == given.end()) missing.push_back(label);
+  if (!missing.empty()) {
+    const std::string how =
+        s.origin == format::Origin::python
+            ? "nanscope.replay(..., others={'" + missing.front() + "': module})"
+            : "nanscope::replay::replay_main(argc, argv, model, loss, {{\"" + missing.front() + "\", module}})";
+    throw std::invalid_argument("'" + path + "': the step's loss also ran " + quoted(missing) +
+                                ", whose weights at that step the snapshot holds: give " +
+                                (missing.size() > 1 ? "them" : "it") + " to the replay under that name, " + how);
+  }
+  for (const std::string& label : given)
+    if (std::find(held.begin(), held.end(), label) == held.end())
+      throw std::invalid_argument("'" + path + "': the snapshot holds no other model '" + label +
+                                  "' (it holds: " + (held.empty() ? "none" : quoted(held)) + ")");
+  load_named(saved, model.other_parameters(), path, "other model's parameter");
+  load_named(saved, model.other_buffers(), path, "other model's buffer");
+}
+
 Amp amp_from(format::Precision precision, const std::string& path) {
   if (precision != format::Precision::unknown) return precision;
   throw std::invalid_argument("'" + path + "': unknown precision (a newer nanscope's snapshot?)");
-}
-
-Fault fault_at_step(const std::map<std::string, std::string>& config, int64_t step) {
-  auto it = config.find("faults");
-  if (it == config.end() || it->second.empty()) return {};
-  std::vector<Fault> faults;
-  std::stringstream list(it->second);
-  for (std::string item; std::getline(list, item, ',');) faults.push_back(parse_fault(item));
-  return model_fault_at(faults, step);
 }
 
 }  // namespace
@@ -108,11 +129,13 @@ ReplaySetup rebuild(const std::string& path) {
   setup.model = make_model(s, path);
   load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
   load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
+  load_other_models(*setup.model, s, path);
   setup.model->set_training(true);
   register_tensor_owners(*setup.model);  // births named as the training run named them
   setup.parameters = trainable_tensors(*setup.model);
   setup.amp = amp_from(s.precision, path);
-  setup.fault = fault_at_step(s.config, s.step);
+  if (StepSetupFactory step_setup = registered_step_setup(s.model_name))
+    setup.step_setup = step_setup(*setup.model, s.config, s.step);
   if (auto it = s.config.find("fp32_modules"); it != s.config.end())
     setup.fp32_modules = parse_fp32_modules(it->second);
   if (s.batch.empty()) throw std::invalid_argument("'" + path + "': the snapshot holds no batch");
@@ -134,8 +157,8 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
   // A watched step's micro-batch, weighted as the loop weighted its loss.
   if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
   std::string raised;
-  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale,
-                                      planting(*setup.model, setup.fault), micro, fp32_modules, &switchable, &raised);
+  const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.step_setup, micro,
+                                      fp32_modules, &switchable, &raised);
   setup.last_raised = !raised.empty();
   if (setup.last_raised) setup.rerun_error = raised;
   setup.unswitchable |= !switchable;

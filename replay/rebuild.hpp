@@ -1,15 +1,15 @@
 #pragma once
-// Rebuilds a failing step from its snapshot alone: the model (built-in by name
-// and sizes, or TorchScript from its bytes) with the weights before the step,
-// the batch, the RNG state, the precision and loss scale, and the fault the
-// original run planted at that step (part of the harness's model code).
+// Rebuilds a failing step from its snapshot alone: the model (by the factory
+// registered for its name, model_registry.hpp) with the weights before the
+// step, the batch, the RNG state, the precision and loss scale, and the setup
+// the harness gave that step (nanscope-train's planted fault).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
-#include "nanscope/models/fault.hpp"
+#include "nanscope/core/step_setup.hpp"
 #include "nanscope/probe/snapshot.hpp"
 
 namespace nanscope::replay {
@@ -19,7 +19,7 @@ struct ReplaySetup {
   probe::SnapshotContents snapshot;
   std::unique_ptr<TrainableModel> model;
   std::vector<at::Tensor> parameters;
-  Fault fault;  // kind none when nothing was planted at this step
+  StepSetup step_setup;  // what each re-run of the step repeats (empty: nothing)
   Amp amp = Amp::fp32;
   // Modules that ran in fp32 inside the step's autocast (--fp32-modules,
   // --fallback auto): every re-run at the original precision keeps them so.

@@ -57,6 +57,10 @@ void BufferTransaction::begin(const TrainableModel& model) {
       s.copy = s.buffer.detach().clone();
   }
   refresh_written_floating();  // after the copies: a buffer with its own infinities is checked against its copy
+  others_.resize(0);
+  for (const auto& [name, tensor] : model.other_buffers())
+    if (tensor.defined() && at::isFloatingType(tensor.scalar_type())) others_.push_back({name, tensor, {}});
+  for (OtherSlot& o : others_) o.copy = o.buffer.detach().clone();
 }
 
 void BufferTransaction::commit() {
@@ -99,6 +103,14 @@ std::vector<std::string> BufferTransaction::roll_back(std::vector<std::string>* 
     }
   }
   if (changed) refresh_written_floating();
+  // Another model's buffers keep what the step's forward wrote, as in a loop
+  // without the guard, unless it made them non-finite: a skipped step leaves
+  // no NaN behind in a model the guard was told of.
+  for (const OtherSlot& o : others_)
+    if (!at::isfinite(o.buffer).all().item<bool>()) {
+      o.buffer.copy_(o.copy);
+      restored.push_back(o.name);
+    }
   return restored;
 }
 
@@ -120,8 +132,11 @@ int64_t BufferTransaction::copied_bytes() const {
 // model's: they must not name a module by the buffers they read.
 KeepBuffers::KeepBuffers(const TrainableModel& model) {
   probe::BookkeepingOps bookkeeping;
-  for (auto& [name, tensor] : model.named_buffers())
-    if (tensor.defined()) kept_.emplace_back(tensor, tensor.detach().clone());
+  // The other models the loss runs too (a GAN's critic): a re-run is no step of theirs either.
+  const NamedTensors own = model.named_buffers();
+  for (const NamedTensors* buffers : {&own, &model.other_buffers()})
+    for (const auto& [name, tensor] : *buffers)
+      if (tensor.defined()) kept_.emplace_back(tensor, tensor.detach().clone());
 }
 
 KeepBuffers::~KeepBuffers() {

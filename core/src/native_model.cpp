@@ -85,11 +85,26 @@ void read_hparam(const ModelSpec& spec, const char* key, int64_t& out) {
   if (auto it = spec.hparams.find(key); it != spec.hparams.end()) out = it->second;
 }
 
+void TrainableModel::add_other_model(const std::string& label, const NamedTensors& parameters,
+                                     const NamedTensors& buffers) {
+  if (label.empty() || label.find('.') != std::string::npos)
+    throw std::invalid_argument("another model's label must be a name without dots, not '" + label + "'");
+  if (std::find(other_labels_.begin(), other_labels_.end(), label) != other_labels_.end())
+    throw std::invalid_argument("another model labelled '" + label + "' was given already");
+  other_labels_.push_back(label);
+  for (const auto& [name, t] : parameters) other_parameters_.emplace_back(label + "." + name, t);
+  for (const auto& [name, t] : buffers) other_buffers_.emplace_back(label + "." + name, t);
+}
+
 void register_tensor_owners(const TrainableModel& model) {
-  if (model.is_torchscript()) return;
-  NamedTensors owned = model.all_named_parameters();
-  for (auto& named : model.named_buffers()) owned.push_back(std::move(named));
-  probe::register_tensor_owners(owned);
+  NamedTensors owned;
+  if (!model.is_torchscript()) {
+    owned = model.all_named_parameters();
+    for (auto& named : model.named_buffers()) owned.push_back(std::move(named));
+  }
+  for (const NamedTensors* others : {&model.other_parameters(), &model.other_buffers()})
+    for (const auto& [name, t] : *others) owned.emplace_back(kOutsideTheModel + name, t);
+  if (!owned.empty()) probe::register_tensor_owners(owned);
 }
 
 std::vector<at::Tensor> trainable_tensors(const TrainableModel& model) {

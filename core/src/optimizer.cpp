@@ -1,6 +1,7 @@
 #include "nanscope/core/optimizer.hpp"
 
 #include <torch/optim/adamw.h>
+#include <torch/optim/lbfgs.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -71,6 +72,11 @@ NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, c
 }
 
 std::string optimizer_bytes(const torch::optim::Optimizer& optimizer) {
+  // LibTorch's L-BFGS keeps scratch space (`al`, one slot per history entry,
+  // refilled on every iteration before it is read) that its serializer cannot
+  // write while a slot is empty. Dropped, it is made again on the next step.
+  for (auto& [key, state] : const_cast<torch::optim::Optimizer&>(optimizer).state())
+    if (auto* lbfgs = dynamic_cast<torch::optim::LBFGSParamState*>(state.get())) lbfgs->al(c10::nullopt);
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
   std::ostringstream bytes;

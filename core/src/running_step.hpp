@@ -31,6 +31,23 @@ struct RunningStep {
   // The step's buffers were non-finite, its re-run from the buffers the skip
   // put back was finite, and calls outside its losses ran in it: they wrote them.
   bool buffers_written_outside = false;
+  // An optimizer that evaluates a closure (L-BFGS): what its evaluations came
+  // to; the forensics re-run the one that failed, at its trial weights.
+  ClosureEvaluations evaluations;
+};
+
+// While alive, the parameters hold the weights a closure optimizer's failed
+// evaluation ran at (none: nothing changes); then they are as before.
+class AtFailedEvaluation {
+ public:
+  AtFailedEvaluation(const std::vector<at::Tensor>& parameters, const ClosureEvaluations& evaluations);
+  ~AtFailedEvaluation();
+  AtFailedEvaluation(const AtFailedEvaluation&) = delete;
+  AtFailedEvaluation& operator=(const AtFailedEvaluation&) = delete;
+
+ private:
+  const std::vector<at::Tensor>& parameters_;
+  std::vector<at::Tensor> before_;
 };
 
 }  // namespace nanscope

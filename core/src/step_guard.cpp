@@ -66,6 +66,10 @@ Journal& StepGuard::journal() { return impl_->journal_; }
 const std::string& StepGuard::run_file() const { return impl_->journal_.path(); }
 const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
 const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->forensics_.first_nonfinite_ranks(); }
+void StepGuard::add_other_model(const OtherModel& other) {
+  nanscope::add_other_model(impl_->steered_.model, other);
+  register_tensor_owners(impl_->steered_.model);
+}
 void StepGuard::set_step_setup(StepSetupHook hook) { impl_->step_setup_hook_ = std::move(hook); }
 
 }  // namespace nanscope

@@ -43,7 +43,9 @@ bool every_rank_can_search(GradientAverager& ranks, bool mine, size_t steps) {
 }  // namespace
 
 void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
-  if (!steered_.applies_update) return;  // a loop's own update rule cannot be replayed
+  // A loop's own update rule cannot be replayed, nor an optimizer's closure
+  // evaluations (they need the step's loss, which the search does not keep).
+  if (!steered_.applies_update || evaluates_closure(steered_.optimizer)) return;
   StepRecord record;
   record.step = run.step;
   record.micro_batches = replayable(run.micro_batches);
@@ -81,6 +83,8 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
     why = "the birth is the batch's own";
   else if (!steered_.applies_update)
     why = "the loop applies its own update, which a replay cannot repeat";
+  else if (evaluates_closure(steered_.optimizer))
+    why = "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
   else if (ranks && !ranks->sums())
     why = "several ranks of nanscope-train (its ranks cannot replay together yet)";
   else if (!rerunnable(run))

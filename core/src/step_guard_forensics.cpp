@@ -32,8 +32,28 @@
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
+#include "nanscope/probe/snapshot.hpp"
 
 namespace nanscope {
+
+AtFailedEvaluation::AtFailedEvaluation(const std::vector<at::Tensor>& parameters, const ClosureEvaluations& evaluations)
+    : parameters_(parameters) {
+  if (evaluations.failed_point.size() != parameters.size()) return;
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    before_.push_back(parameters[i].detach().clone());
+    at::Tensor p = parameters[i];
+    p.copy_(evaluations.failed_point[i]);
+  }
+}
+
+AtFailedEvaluation::~AtFailedEvaluation() {
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < before_.size(); ++i) {
+    at::Tensor p = parameters_[i];
+    p.copy_(before_[i]);
+  }
+}
 
 // Forensics: the failing step re-run under op-level capture (eagerly, and
 // compiled again for a compiled model), its first birth said, its snapshot
@@ -87,6 +107,9 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
     // by the probe, and per micro-batch), precision, loss scale, micro-batches
     // and the harness's setup of the step (run.setup).
     bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
+    // Another guard may have named this model's tensors since (a GAN's two
+    // guards, one told of the other's model as an outside one): this one's names.
+    register_tensor_owners(steered_.model);
     std::optional<Fp32ModuleRegions> fp32;
     if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
     auto rerun = [&](probe::OpCapture& op_capture) {
@@ -354,7 +377,15 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   s.capture = capture;
   s.layer_names = probe_.layers().layer_names();
   s.layer_grad_norm = layer_grad_norm;
-  return probe_.save_snapshot(s);
+  std::string path = probe_.save_snapshot(s);
+  // The other models the loss ran, as the step left them (each re-run put
+  // their buffers back): what a replay runs that loss with.
+  if (!path.empty() && !steered_.model.other_model_labels().empty()) {
+    NamedTensors others = steered_.model.other_parameters();
+    for (const auto& named : steered_.model.other_buffers()) others.push_back(named);
+    probe::append_other_modules(path, others);
+  }
+  return path;
 }
 
 RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture) {

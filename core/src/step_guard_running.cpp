@@ -143,8 +143,8 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !steered_.model.is_torchscript() && !steered_.model.scopes_named_by_hooks())
       scope_names.emplace();
-    run.result.outcome =
-        train_step(steered_.model, steered_.optimizer, scaler_, parameters_, settings, batch, lr_multiplier());
+    run.result.outcome = train_step(steered_.model, steered_.optimizer, scaler_, parameters_, settings, batch,
+                                    lr_multiplier(), &run.evaluations);
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
     if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
@@ -338,9 +338,13 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // The re-runs below set the random generators to replay the step's draws;
   // the loop goes on from where its own step left them (a rollback excepted).
   KeepGeneratorStates loop_generators;
-  const std::string what = !outcome.loss_finite     ? "non-finite loss"
-                           : outcome.buffers_finite ? "non-finite gradients"
-                                                    : "non-finite buffers";
+  // An optimizer that evaluates the loss itself (L-BFGS) met it at a trial point.
+  const std::string what = std::string(!outcome.loss_finite     ? "non-finite loss"
+                                       : outcome.buffers_finite ? "non-finite gradients"
+                                                                : "non-finite buffers") +
+                           (run.evaluations.failed > 0 ? " at the optimizer's evaluation " +
+                                                             std::to_string(run.evaluations.failed) + " of the step"
+                                                       : std::string());
   const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
   if (scalers_backoff(outcome, result.loss_scale)) {
     const std::string backoff = "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale());
@@ -354,6 +358,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   }
   journal_.event(step, format::EventKind::skip,
                  what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                     (run.evaluations.failed > 0 ? " (weights and optimizer state as before the step)" : "") +
                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
   if (context.averager) {
     // Every rank records who went non-finite; the first time, as the run's first.
@@ -366,7 +371,11 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     journal_.event(step, format::EventKind::scale_backoff,
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 
-  const std::optional<format::Capture> capture = investigate(run, layer_grad_norm);
+  std::optional<format::Capture> capture;
+  {
+    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
+    capture = investigate(run, layer_grad_norm);
+  }
 
   // The first failing step of a run of them: was it doomed by an earlier
   // update? With rollback on, a run replayed without that update goes on.
@@ -402,7 +411,10 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     facts.same_birth_step = seen->step;
     facts.same_birth_as = seen->remedy;
   }
-  const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] { return diagnose(run, capture); });
+  const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] {
+    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
+    return diagnose(run, capture);
+  });
   if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
   apply_recovery(step, result, RecoveryTrigger::nonfinite_step, recovery, birth);
 }

@@ -48,6 +48,11 @@ WatchedPhase next_phase(WatchedPhase phase, WatchedCall call) {
 
 WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
   refuse_if_stopped();  // a stopped run takes no call of the watched step
+  if (call == WatchedCall::loss && steered_.applies_update && evaluates_closure(steered_.optimizer))
+    throw std::logic_error(
+        "the optimizer evaluates the loss itself (L-BFGS), several times a step: its steps run in the closure "
+        "form, which gives it the closure (C++: guard.step(loss_closure, batch); Python: guard.closure_step(closure, "
+        "batch)), not in the watched form");
   const WatchedPhase next = next_phase(watched_phase(), call);
   if (!watched_) {
     undo_loops_update();

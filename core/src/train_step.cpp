@@ -377,7 +377,19 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
     // The guard's cut applies to this update only: the loop's LR stays the loop's.
     std::optional<GroupLrScope> cut;
     if (finish.lr_multiplier != 1.0) cut.emplace(*finish.optimizer).scale(finish.lr_multiplier);
-    finish.optimizer->step();
+    if (finish.reevaluate) {
+      ClosureEvaluations evaluations =
+          step_with_closure(*finish.optimizer, parameters, loss.detach(), finish.reevaluate);
+      if (evaluations.failed > 0) {  // the weights and the optimizer's state are as before the step
+        out.loss_finite = out.local_loss_finite = evaluations.loss_finite;
+        out.grads_finite = out.local_grads_finite = false;
+        out.nonfinite_ranks = {0};
+        out.skipped = true;
+      }
+      if (finish.evaluations) *finish.evaluations = std::move(evaluations);
+    } else {
+      finish.optimizer->step();
+    }
   } else {
     clip_gradients(parameters, out.grad_norm, settings.clip);
   }
@@ -387,12 +399,28 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
 
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
                        const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch,
-                       double lr_multiplier) {
+                       double lr_multiplier, ClosureEvaluations* evaluations) {
   clear_grads(parameters);
   const at::Tensor loss = forward_backward(model, settings.amp, scaler.scale(), batch);
   StepFinish finish;
   finish.optimizer = &optimizer;
   finish.lr_multiplier = lr_multiplier;
+  if (evaluates_closure(optimizer)) {
+    // Each later evaluation as the step's own: precision, loss scale, the
+    // unscale and the clip; checked on the host (the optimizer reads the loss there anyway).
+    finish.reevaluate = [&] {
+      clear_grads(parameters);
+      Evaluation e;
+      e.loss = forward_backward(model, settings.amp, scaler.scale(), batch).detach();
+      const UnscaledGradients grads = unscale_gradients(scaler, parameters, e.loss);
+      const double norm = grads.total_norm.item<double>();
+      e.loss_finite = std::isfinite(e.loss.item<double>());
+      e.grads_finite = grads.found_inf.item<float>() == 0.0f && std::isfinite(norm);
+      if (e.grads_finite) clip_gradients(parameters, norm, settings.clip);
+      return e;
+    };
+    finish.evaluations = evaluations;
+  }
   return finish_step(scaler, parameters, settings, loss, finish);
 }
 

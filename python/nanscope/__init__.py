@@ -374,26 +374,22 @@ class StepGuard:
         self._guard.flush()
 
 
-def _load_other_modules(snapshot, others):
-    """The snapshot's /other_modules into the modules given for them, by label."""
+def _other_models(others):
+    """others={label: module} as the core takes them: (label, parameters,
+    buffers), the buffers as state_dict() holds them (a snapshot keeps those).
+    The core loads the snapshot's weights into them, or refuses a snapshot
+    whose loss ran a model not given, naming it."""
     import torch
-    saved = {}
-    for name, tensor in _nanscope.snapshot_other_modules(snapshot):
-        label, _, path = name.partition(".")
-        saved.setdefault(label, {})[path] = tensor
-    others = dict(others or {})
-    missing = sorted(set(saved) - set(others))
-    if missing:
-        raise ValueError(f"nanscope.replay: the failed step's loss ran other models ({', '.join(missing)}); pass "
-                         f"them, e.g. others={{{missing[0]!r}: module}}: their weights at that step are in the snapshot")
-    for label, module in others.items():
-        if label not in saved:
-            raise ValueError(f"nanscope.replay: the snapshot holds no model '{label}'"
-                             f" (it holds: {', '.join(sorted(saved)) or 'none'})")
+    out = []
+    for label, module in dict(others or {}).items():
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"nanscope.replay: others['{label}'] must be a torch.nn.Module, got {module!r}")
-        with torch.no_grad():
-            module.load_state_dict(saved[label], strict=True)
+        parameters = list(module.named_parameters())
+        named = {id(p) for _, p in parameters}
+        buffers = [(n, t) for n, t in module.state_dict(keep_vars=True).items()
+                   if torch.is_tensor(t) and id(t) not in named]
+        out.append((str(label), [(n, p) for n, p in parameters], buffers))
+    return out
 
 
 def _is_optimizer(obj):
@@ -426,7 +422,7 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
             raise TypeError(f"nanscope.replay: {keyword}= is gone: print(report) prints nanscope-replay's report, "
                             "print(report.to_json()) its JSON")
         raise TypeError(f"nanscope.replay() got an unexpected keyword argument {keyword!r}")
-    _load_other_modules(str(snapshot), others)
+    other_models = _other_models(others)
     if not callable(model) or isinstance(model, torch.nn.Module):
         raise TypeError("nanscope.replay: model must be a function that builds the model (a class or a factory), "
                         f"got {model!r}")
@@ -439,7 +435,8 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
         return _scopes.call(loss, _scopes.module_paths(_scopes.uncompiled(m)), m, batch)
 
     try:
-        json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write))
+        json_text, text = _replay_report(str(snapshot), model, scoped_loss, int(repeats), bool(bisect), bool(write),
+                                         other_models)
     finally:
         _scopes.close_lingering()
     return ReplayReport(json_text, text)

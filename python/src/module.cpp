@@ -202,16 +202,23 @@ class Guard {
 // with the user's factory and loss. Returns the report as JSON (the object the
 // Python half builds) and as text; a bad snapshot raises ValueError, a replay
 // that failed RuntimeError, each with nanscope-replay's one line.
+// An other model the loss runs, as nanscope.replay hands it over: its label,
+// parameters and (state_dict's) buffers.
+using OtherTensors = std::tuple<std::string, probe::NamedTensorList, probe::NamedTensorList>;
+
 std::pair<std::string, std::string> replay_report(const std::string& snapshot, py::object factory, py::object loss,
-                                                  int repeats, bool bisect, bool write) {
+                                                  int repeats, bool bisect, bool write,
+                                                  const std::vector<OtherTensors>& others) {
   SharedObject make = share(std::move(factory)), loss_fn = share(std::move(loss));
-  replay::register_default_model([make, loss_fn](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
+  replay::register_default_model([make, loss_fn, others](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     py::gil_scoped_acquire gil;
     py::object model = (*make)();
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
       throw std::invalid_argument("nanscope.replay: model() must build a torch.nn.Module, not " +
                                   py::repr(model).cast<std::string>());
-    return std::make_unique<PythonModel>(model, spec.name, *loss_fn);
+    auto built = std::make_unique<PythonModel>(model, spec.name, *loss_fn);
+    for (const auto& [label, parameters, buffers] : others) built->add_other_model(label, parameters, buffers);
+    return built;
   });
   replay::ReplayOptions options;
   options.snapshot = snapshot;
@@ -388,7 +395,7 @@ PYBIND11_MODULE(_nanscope, m) {
   });
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
-        py::arg("bisect"), py::arg("write"));
+        py::arg("bisect"), py::arg("write"), py::arg("others"));
   m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });
   m.def("push_scope_path", [](const std::string& path) { return probe::detail::push_scope_path(path); });
   m.def("pop_scope", [] { probe::detail::pop_scope(); });

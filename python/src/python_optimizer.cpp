@@ -52,14 +52,49 @@ std::vector<torch::optim::OptimizerParamGroup> groups_of(const SharedObject& opt
 
 PythonOptimizer::PythonOptimizer(py::object optimizer) : PythonOptimizer(share(checked(optimizer))) {}
 
+// Whether step() requires a closure: a `closure` parameter with no default.
+bool requires_closure(const py::object& optimizer) {
+  try {
+    const py::object parameters =
+        py::module_::import("inspect").attr("signature")(optimizer.attr("step")).attr("parameters");
+    if (!parameters.contains("closure")) return false;
+    return parameters["closure"].attr("default").is(py::module_::import("inspect").attr("Parameter").attr("empty"));
+  } catch (const py::error_already_set&) {
+    return false;  // no signature to read (a builtin): steps without one
+  }
+}
+
 PythonOptimizer::PythonOptimizer(SharedObject optimizer)
     : torch::optim::Optimizer(groups_of(optimizer), std::make_unique<PythonGroupOptions>(optimizer, 0)),
-      optimizer_(std::move(optimizer)) {}
+      optimizer_(std::move(optimizer)),
+      evaluates_closure_(requires_closure(*optimizer_)) {}
 
-at::Tensor PythonOptimizer::step(LossClosure /*closure*/) {
+at::Tensor PythonOptimizer::step(LossClosure closure) {
   py::gil_scoped_acquire gil;
-  optimizer_->attr("step")();
-  return {};
+  if (!closure) {
+    optimizer_->attr("step")();
+    return {};
+  }
+  // A C++ exception cannot cross Python's frames as itself: kept here, a
+  // Python error unwinds the optimizer's step, and the kept one goes on.
+  std::exception_ptr thrown;
+  py::cpp_function evaluate([&]() -> at::Tensor {
+    try {
+      py::gil_scoped_release released;  // the core's evaluation runs backward (and takes the GIL where it needs it)
+      return closure();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    PyErr_SetString(PyExc_RuntimeError, "nanscope: the guard ended the optimizer's step");
+    throw py::error_already_set();
+  });
+  try {
+    py::object loss = optimizer_->attr("step")(evaluate);
+    return loss.is_none() ? at::Tensor() : loss.cast<at::Tensor>();
+  } catch (const py::error_already_set&) {
+    if (thrown) std::rethrow_exception(thrown);
+    throw;
+  }
 }
 
 // The state_dict through torch.save: a copy, as a rollback state needs.

@@ -8,20 +8,27 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/optim/optimizer.h>
 
+#include "nanscope/core/closure_optimizer.hpp"
 #include "python_model.hpp"
 
 namespace nanscope::python {
 
-class PythonOptimizer : public torch::optim::Optimizer {
+class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure {
  public:
   explicit PythonOptimizer(py::object optimizer);  // throws TypeError for anything else
+  // step(closure) hands Python's step a function that runs `closure`; an
+  // exception it throws (the guard's end of a non-finite evaluation, the
+  // model's own) comes back out of step() as itself.
   at::Tensor step(LossClosure closure = nullptr) override;
+  // Its step() takes a closure it cannot do without (torch.optim.LBFGS's).
+  bool evaluates_closure() const override { return evaluates_closure_; }
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
  private:
   explicit PythonOptimizer(SharedObject optimizer);
   SharedObject optimizer_;
+  bool evaluates_closure_ = false;
 };
 
 }  // namespace nanscope::python

@@ -2,7 +2,9 @@
 # A project of your own against the installed package: cmake --install this
 # build into a temporary prefix, build samples/user_loop out of tree with
 # find_package(nanscope), train (the guard writes a snapshot at the planted
-# step) and replay that snapshot with the project's own replay program.
+# step) and replay that snapshot with the project's own replay program; the
+# same for its GAN of two guarded models (two_models), with and without the
+# critic the generator's loss runs, and for its L-BFGS fit (lbfgs_fit).
 # Usage: user_loop_out_of_tree.sh BUILD_DIR SOURCE_DIR [CMAKE_PREFIX_PATH]
 set -euo pipefail
 build=$1 source=$2 prefix_path=${3:-}
@@ -20,4 +22,18 @@ grep -qF "step 12: first birth: inf at aten::log1p (forward) in module '', batch
 "$work/build/user_loop" "$work/run/snapshots/step-0000012.h5" --json --no-write | tee "$work/replay.json"
 grep -q '"verdict": "model_or_data"' "$work/replay.json"
 grep -q '"category": "log_nonpositive"' "$work/replay.json"
-echo "out-of-tree user loop: installed, found, built, trained, replayed"
+"$work/build/two_models" "$work/gan" | tee "$work/gan.log"
+grep -qF "step 3: first birth: inf at aten::div (forward) in module '<not in the model> critic', batch row 5" "$work/gan.log"
+grep -qF "bit-identical to the plain loop" "$work/gan.log"
+gan_snapshot=$work/gan/generator/snapshots/step-0000003.h5
+"$work/build/two_models" "$gan_snapshot" --json --no-write | tee "$work/gan-replay.json"
+grep -q '"category": "div_by_zero"' "$work/gan-replay.json"
+code=0
+"$work/build/two_models" "$gan_snapshot" --no-write --without-critic 2>"$work/gan-refused.log" || code=$?
+cat "$work/gan-refused.log"
+[ "$code" = 2 ] && grep -qF "the step's loss also ran 'critic'" "$work/gan-refused.log"
+"$work/build/lbfgs_fit" "$work/lbfgs" | tee "$work/lbfgs.log"
+grep -qF "weights as before the step; dtype double" "$work/lbfgs.log"
+"$work/build/lbfgs_fit" "$work/lbfgs/snapshots/step-0000001.h5" --json --no-write | tee "$work/lbfgs-replay.json"
+grep -q '"op": "aten::log"' "$work/lbfgs-replay.json"
+echo "out-of-tree user loops: installed, found, built, trained, replayed"

@@ -50,6 +50,8 @@ class BufferTransaction {
   // The step did not count: put the buffers it wrote back. Returns the names
   // of the buffers restored, and in `unrestorable` those written this step
   // that were not copied (first seen written now; copied from the next step).
+  // The model's other models (a GAN's critic) keep what the step wrote unless
+  // it made a buffer non-finite; that one is put back ("LABEL.name").
   std::vector<std::string> roll_back(std::vector<std::string>* unrestorable = nullptr);
 
   // The floating buffers a forward writes (or may, before the first commit):
@@ -74,13 +76,18 @@ class BufferTransaction {
   void rebind(const TrainableModel& model);
   void refresh_written_floating();
 
+  struct OtherSlot {
+    std::string name;  // "LABEL.name"
+    at::Tensor buffer, copy;
+  };
   std::vector<Slot> slots_;
+  std::vector<OtherSlot> others_;  // other models' floating buffers, copied at each step's start
   std::vector<WrittenBuffer> written_floating_;
 };
 
-// Keeps every buffer of a model as it is now and puts them back when it goes
-// out of scope: around a re-run of a step (the forensic re-run, replay's
-// re-runs), which must leave no trace in the model.
+// Keeps every buffer of a model (and of the other models its loss runs) as
+// it is now and puts them back when it goes out of scope: around a re-run of
+// a step (the forensic re-run, replay's re-runs), which must leave no trace.
 class KeepBuffers {
  public:
   explicit KeepBuffers(const TrainableModel& model);

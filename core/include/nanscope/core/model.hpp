@@ -90,11 +90,30 @@ class TrainableModel {
   // grad norms and the probe's layer table see, in this order.
   // A sharded model's shards say it themselves (they hold no gradient of their own).
   virtual NamedTensors trainable_parameters() const;
+
+  // Another model this one's loss also runs (a GAN's critic in the
+  // generator's loss), its tensors named "LABEL.name": a re-run puts its
+  // buffers back (a re-run is no step of its), births in it are named outside
+  // this model, snapshots keep its weights and replay loads them. Throws
+  // std::invalid_argument for an empty or repeated label.
+  void add_other_model(const std::string& label, const NamedTensors& parameters, const NamedTensors& buffers);
+  const NamedTensors& other_parameters() const { return other_parameters_; }
+  const NamedTensors& other_buffers() const { return other_buffers_; }
+  const std::vector<std::string>& other_model_labels() const { return other_labels_; }
+
+ private:
+  std::vector<std::string> other_labels_;
+  NamedTensors other_parameters_, other_buffers_;
 };
+
+// How births name a module of another model: OUTSIDE_THE_MODEL + "LABEL.path".
+inline constexpr const char* kOutsideTheModel = "<not in the model> ";
 
 // Lets op-level capture name the module of an op by the parameters and
 // buffers it reads (probe/tensor_owners.hpp), for a model without module
-// scopes; a TorchScript model names its own modules and is left alone.
+// scopes; a TorchScript model names its own modules and is left alone. Its
+// other models' tensors are named outside it. Ownership is process-wide, so
+// with two guards (a GAN's) each registers again before it captures.
 void register_tensor_owners(const TrainableModel& model);
 
 // The tensors of model.trainable_parameters(); throws std::invalid_argument

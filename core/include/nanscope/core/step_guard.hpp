@@ -35,6 +35,7 @@
 #include "nanscope/core/guarded_model.hpp"
 #include "nanscope/core/guarded_step.hpp"
 #include "nanscope/core/loss_closure.hpp"
+#include "nanscope/core/other_model.hpp"
 #include "nanscope/core/scoped_autocast.hpp"
 #include "nanscope/core/step_setup.hpp"
 
@@ -123,6 +124,10 @@ class StepGuard {
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const;
   const std::vector<int>& first_nonfinite_ranks() const;  // at the first skip, several ranks
+  // Another model the loss runs (a GAN's critic in the generator's loss):
+  // re-runs put its buffers back, a birth in it is named '<not in the model>
+  // LABEL.path', and snapshots keep its weights (other_model.hpp).
+  void add_other_model(const OtherModel& other);
   // A harness's setup of each step, which every re-run of the step repeats
   // (nanscope-train plants its --fault faults so; step_setup.hpp).
   void set_step_setup(StepSetupHook hook);

@@ -6,10 +6,12 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <limits>
 #include <vector>
 
 #include "nanscope/core/buffer_transaction.hpp"
+#include "nanscope/core/closure_optimizer.hpp"
 #include "nanscope/core/gradient_averager.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
@@ -48,9 +50,11 @@ struct StepSettings {
 };
 
 // `lr_multiplier`: the guard's LR cuts, for this update only (finish_step).
+// An optimizer that evaluates a closure (L-BFGS) gets one that runs the step
+// again; `evaluations` is told what they came to.
 StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
                        const std::vector<at::Tensor>& parameters, const StepSettings& settings, const Batch& batch,
-                       double lr_multiplier = 1.0);
+                       double lr_multiplier = 1.0, ClosureEvaluations* evaluations = nullptr);
 
 // The phases after backward, for a step whose forward and backward the loop
 // ran itself (StepGuard's watched form) as for train_step's own.
@@ -77,6 +81,10 @@ struct StepFinish {
   bool zero_grads_in_place = false;
   double lr_multiplier = 1.0;
   const UnscaledGradients* unscaled = nullptr;
+  // An optimizer that evaluates a closure (closure_optimizer.hpp): what runs
+  // the step again at its trial weights, and where the evaluations are told.
+  std::function<Evaluation()> reevaluate;
+  ClosureEvaluations* evaluations = nullptr;
 };
 StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
                         const at::Tensor& loss, const StepFinish& finish);

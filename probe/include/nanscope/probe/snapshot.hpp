@@ -43,9 +43,10 @@ void write_snapshot(const std::string& path, const SnapshotContents& snapshot);
 SnapshotContents read_snapshot(const std::string& path);
 
 // The tensors of other models the step's loss ran (a GAN's critic in the
-// generator's loss), named "CLASS.path" ("Discriminator.main.0.weight"), so
+// generator's loss), named "LABEL.path" ("Discriminator.main.0.weight"), so
 // a replay can run that loss as the step did: /other_modules (format 1.5).
-// Added to a written snapshot by the Python guard, which alone sees them.
+// Added to a written snapshot by the guard that ran them (Python finds them
+// by its hooks and labels them by class; C++ is told, StepGuard::add_other_model).
 void append_other_modules(const std::string& path, const NamedTensorList& tensors);
 // Empty for a snapshot without them (or from before 1.5).
 NamedTensorList read_other_modules(const std::string& path);

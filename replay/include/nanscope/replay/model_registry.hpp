@@ -1,8 +1,9 @@
 #pragma once
-// Replaying your own native model: nanscope-replay rebuilds the built-in models
-// and TorchScript files by itself; a model of yours it rebuilds through a
-// factory you register under the name its snapshots carry (ModelSpec::name, the
-// name you gave ModuleModel). A program of a few lines does it:
+// Replaying your own native model: a model is rebuilt through a factory
+// registered under the name its snapshots carry (ModelSpec::name, the name you
+// gave ModuleModel). nanscope-replay registers nanscope-train's built-in
+// models and TorchScript files so (replay/main.cpp); a program of a few lines
+// does it for yours:
 //
 //   int main(int argc, char** argv) {
 //     nanscope::replay::register_model("my_net", [](const nanscope::ModelSpec&) {
@@ -16,22 +17,35 @@
 // parameters and buffers into it by name, then runs the same verdicts.
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "nanscope/core/closure_model.hpp"
 #include "nanscope/core/model.hpp"
+#include "nanscope/core/other_model.hpp"
+#include "nanscope/core/step_setup.hpp"
 
 namespace nanscope::replay {
 
 using ModelFactory = std::function<std::unique_ptr<TrainableModel>(const ModelSpec& spec)>;
+// What every re-run of a snapshot's step repeats around the model's loss, as
+// the training harness set that step up (core/step_setup.hpp; nanscope-train
+// plants its --fault faults so), made from the snapshot's recorded config
+// and step number for the model just built.
+using StepSetupFactory =
+    std::function<StepSetup(TrainableModel& model, const std::map<std::string, std::string>& config, int64_t step)>;
 
-// Registers (or replaces) the factory for snapshots whose model is `name`.
-void register_model(const std::string& name, ModelFactory factory);
+// Registers (or replaces) the factory for snapshots whose model is `name`
+// (TorchScript models' snapshots name "torchscript" and carry the bytes in
+// ModelSpec::script_bytes), with what sets up each re-run of its steps.
+void register_model(const std::string& name, ModelFactory factory, StepSetupFactory step_setup = {});
 
-// The registered factory for `name`, or an empty function.
+// The registered factory for `name`, or an empty function; the same for its step setup.
 ModelFactory registered_model(const std::string& name);
+StepSetupFactory registered_step_setup(const std::string& name);
 ModelFactory default_model();  // register_default_model's, or an empty function
 
 // The factory for snapshots whose model has no factory of its own and is no
@@ -52,6 +66,12 @@ int replay_main(int argc, char** argv);
 //       return torch::nll_loss(model.forward(b.inputs), b.targets);
 //     });
 //     ...
-int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss);
+//
+// `others`: the other models the loss runs (a GAN's critic), under the labels
+// the training guard gave them (StepGuard::add_other_model); the snapshot's
+// weights for them are loaded first. A snapshot whose loss ran another model
+// the replay is not given is refused (exit 2), naming it.
+int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss,
+                const std::vector<OtherModel>& others = {});
 
 }  // namespace nanscope::replay
