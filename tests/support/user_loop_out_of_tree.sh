@@ -4,7 +4,8 @@
 # find_package(nanscope), train (the guard writes a snapshot at the planted
 # step) and replay that snapshot with the project's own replay program; the
 # same for its GAN of two guarded models (two_models), with and without the
-# critic the generator's loss runs, and for its L-BFGS fit (lbfgs_fit).
+# critic the generator's loss runs, for its L-BFGS fit (lbfgs_fit) and for its
+# LSTM with a nested batch and a loss that raises (lstm_sequences).
 # Usage: user_loop_out_of_tree.sh BUILD_DIR SOURCE_DIR [CMAKE_PREFIX_PATH]
 set -euo pipefail
 build=$1 source=$2 prefix_path=${3:-}
@@ -36,4 +37,8 @@ cat "$work/gan-refused.log"
 grep -qF "weights as before the step; dtype double" "$work/lbfgs.log"
 "$work/build/lbfgs_fit" "$work/lbfgs/snapshots/step-0000001.h5" --json --no-write | tee "$work/lbfgs-replay.json"
 grep -q '"op": "aten::log"' "$work/lbfgs-replay.json"
+"$work/build/lstm_sequences" "$work/sequences" | tee "$work/sequences.log"
+grep -qF "step 4: first birth: nan at input '[0]' (input) in module '', batch row 3" "$work/sequences.log"
+"$work/build/lstm_sequences" "$work/sequences/snapshots/step-0000004.h5" --json --no-write | tee "$work/sequences.json"
+grep -q '"verdict": "data"' "$work/sequences.json"
 echo "out-of-tree user loops: installed, found, built, trained, replayed"
