@@ -1,14 +1,16 @@
-"""What nanscope.StepGuard costs an FSDP2 loop on a clean step.
+"""What nanscope.StepGuard costs an FSDP2 (or DDP) loop on a clean step.
 
-Two ranks over Gloo on CPU, each holding two copies of the gpt of
-bench/python_gpt_loop.py sharded with fully_shard (per block and the root):
-one trained by the plain bf16 FSDP2 loop (autocast, backward,
-clip_grad_norm_, AdamW, one loss.item() per step), the other by the same loop
-in the guard's watched form (guard.autocast, guard.scale(loss).backward(),
-unscale_, clip_grad_norm_, guard.step, guard.update). Blocks alternate so both
-see the same machine; rank 0 prints each loop's median step time and the ratio.
+N ranks over Gloo on CPU (--ranks, default 2), each holding two copies of the
+gpt of bench/python_gpt_loop.py, sharded with fully_shard (per block and the
+root) or wrapped in DistributedDataParallel (--engine ddp): one trained by the
+plain bf16 loop (autocast, backward, clip_grad_norm_, AdamW, one loss.item()
+per step), the other by the same loop in the guard's watched form
+(guard.autocast, guard.scale(loss).backward(), unscale_, clip_grad_norm_,
+guard.step, guard.update). Blocks alternate so both see the same machine;
+rank 0 prints each loop's median step time and the ratio.
 
-usage: PYTHONPATH=BUILD/python python3 bench/python_sharded_overhead.py [--blocks 8] [--steps 10]
+usage: PYTHONPATH=BUILD/python python3 bench/python_sharded_overhead.py [--ranks 2] [--engine fsdp2|ddp]
+       [--blocks 8] [--steps 10]
 """
 import os
 import statistics
@@ -24,10 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from python_gpt_loop import Gpt, alternated_arguments  # noqa: E402
 
 
-def sharded_gpt(vocab, seq_len):
-    from torch.distributed.fsdp import fully_shard
+def sharded_gpt(engine, vocab, seq_len):
     torch.manual_seed(0)
     model = Gpt(4, 4, 128, seq_len, vocab)
+    if engine == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model)
+    from torch.distributed.fsdp import fully_shard
     for block in model.blocks:
         fully_shard(block)
     return fully_shard(model)
@@ -36,12 +40,12 @@ def sharded_gpt(vocab, seq_len):
 def rank_main(rank, a, store, run_dir):
     import nanscope
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.ranks)
     vocab = 256
     g = torch.Generator().manual_seed(rank)
     x = torch.randint(0, vocab, (a.batch_size, a.seq_len), generator=g)
     y = torch.randint(0, vocab, (a.batch_size, a.seq_len), generator=g)
-    plain, guarded = sharded_gpt(vocab, a.seq_len), sharded_gpt(vocab, a.seq_len)
+    plain, guarded = sharded_gpt(a.engine, vocab, a.seq_len), sharded_gpt(a.engine, vocab, a.seq_len)
     plain_opt = torch.optim.AdamW(plain.parameters(), lr=1e-4)
     guarded_opt = torch.optim.AdamW(guarded.parameters(), lr=1e-4)
     guard = nanscope.StepGuard(guarded, guarded_opt, run_dir=os.path.join(run_dir, "guarded"), amp="bf16",
@@ -83,18 +87,21 @@ def rank_main(rank, a, store, run_dir):
     if rank == 0:
         plain_ms = statistics.median(times["plain"]) * 1e3
         guarded_ms = statistics.median(times["guarded"]) * 1e3
-        print(f"FSDP2, 2 ranks (Gloo, CPU), bf16, batch {a.batch_size}x{a.seq_len}, "
+        print(f"{a.engine.upper()}, {a.ranks} ranks (Gloo, CPU), bf16, batch {a.batch_size}x{a.seq_len}, "
               f"{a.blocks} alternated blocks of {a.steps} steps")
-        print(f"  plain FSDP2 loop     median {plain_ms:8.2f} ms/step")
+        print(f"  plain {a.engine.upper():5} loop     median {plain_ms:8.2f} ms/step")
         print(f"  guarded (watched)    median {guarded_ms:8.2f} ms/step")
         print(f"  guarded/plain        {guarded_ms / plain_ms:.3f}")
     dist.destroy_process_group()
 
 
 def main():
-    a = alternated_arguments(__doc__, threads=1).parse_args()
+    p = alternated_arguments(__doc__, threads=1)
+    p.add_argument("--ranks", type=int, default=2, help="processes (Gloo ranks on this machine)")
+    p.add_argument("--engine", choices=["fsdp2", "ddp"], default="fsdp2")
+    a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(rank_main, args=(a, os.path.join(tmp, "store"), tmp), nprocs=2)
+        mp.spawn(rank_main, args=(a, os.path.join(tmp, "store"), tmp), nprocs=a.ranks)
 
 
 if __name__ == "__main__":

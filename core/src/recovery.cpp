@@ -35,8 +35,6 @@ RecoveryPlan automatic_remedy(const StepFacts& facts, const RecoveryState& state
   auto whole = [&](const std::string& why) {
     return make(RecoveryAction::whole_fallback, facts.what, why, Remedy::whole_fp32);
   };
-  // The diagnosis ran on the rank that failed; the ranks must act alike.
-  if (facts.several_ranks) return whole("several ranks: the whole-model fallback (the ranks act alike)");
   // A remedy that did not hold: non-finite step after step.
   if (state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run)
     return whole(std::to_string(state.nonfinite_in_a_row + 1) + " non-finite steps in a row");
@@ -58,6 +56,11 @@ RecoveryPlan automatic_remedy(const StepFacts& facts, const RecoveryState& state
 
   const RemedyChoice choice = diagnose();
   RecoveryPlan r;
+  if (choice.no_say) {
+    r = make(RecoveryAction::skip, facts.what, "");
+    r.no_say = true;
+    return r;
+  }
   switch (choice.remedy) {
     case Remedy::skip_data:
     case Remedy::skip_transient:
@@ -155,6 +158,23 @@ RecoveryPlan on_persisting_trouble(const StepFacts& facts, const RecoveryState& 
 }
 
 }  // namespace
+
+int plan_strength(const RecoveryPlan& plan) {
+  if (plan.no_say) return 0;
+  switch (plan.action) {
+    case RecoveryAction::skip: return 1;
+    case RecoveryAction::skip_transient: return 2;
+    case RecoveryAction::skip_compiler: return 3;
+    case RecoveryAction::skip_undiagnosed: return 4;
+    case RecoveryAction::skip_data: return 5;
+    case RecoveryAction::fp32_modules: return 6;
+    case RecoveryAction::whole_fallback: return 7;
+    case RecoveryAction::roll_back: return 8;
+    case RecoveryAction::stop: return 9;
+    case RecoveryAction::unknown: break;
+  }
+  return 0;
+}
 
 bool fallback_due(const StepFacts& facts, const RecoveryState& state) {
   if (state.mode == FallbackMode::off || state.fallback_fired) return false;

@@ -211,7 +211,7 @@ bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_module
 }
 
 bool LiveStepReruns::draws_random_numbers() {
-  if (!draws_) finite(Amp::fp32, {}, -1);
+  if (!draws_known()) finite(Amp::fp32, {}, -1);
   return draws_.value_or(false);
 }
 

@@ -86,7 +86,7 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   else if (evaluates_closure(steered_.optimizer))
     why = "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
   else if (ranks && !ranks->sums())
-    why = "several ranks of nanscope-train (its ranks cannot replay together yet)";
+    why = "several ranks whose process group cannot sum (every rank's verdict on a replay needs it)";
   else if (!rerunnable(run))
     why = "no loss function to replay steps with";
   else if (!runs_other_batches(run))
@@ -163,7 +163,10 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   const StepRecord* doomer = nullptr;
   for (const StepRecord* r : records)
     if (r->step == finding.step) doomer = r;
-  std::string text = doom_sentence(finding, step, dooming_rows_text(doomer, finding.rows)) + "; " + cost;
+  // Several ranks name the rank whose rows they were, alike on every rank.
+  if (ranks && !finding.rows.empty())
+    result.doomed_by = "step " + std::to_string(finding.step) + ", " + replays.rows_text(doomer, finding.rows, false);
+  std::string text = doom_sentence(finding, step, replays.rows_text(doomer, finding.rows)) + "; " + cost;
   if (recover) {
     // The run as the replay left it: every update since the saved state but
     // the dooming one.

@@ -4,6 +4,7 @@
 // diagnosis.
 #include "nanscope/core/step_guard.hpp"
 
+#include "lockstep_reruns.hpp"
 #include "step_guard_impl.hpp"
 
 #include "nanscope/core/cpu_kernels.hpp"
@@ -122,7 +123,31 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
       if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
       const auto start = std::chrono::steady_clock::now();
       capture = probe_.investigate(rerun, batches);
-      if (steered_.model.compiled() && !lockstep) {
+      if (steered_.model.compiled() && lockstep) {
+        // A sharded model's compiled program is a collective too: when no
+        // rank's eager re-run met the fault, every rank runs its own
+        // micro-batches compiled once more, together, and the verdict is
+        // every rank's. The region search (a run per module tried) is not run.
+        const bool eager_clean = !rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth;
+        const auto eager_end = std::chrono::steady_clock::now();
+        compiled_cost = "eager re-run " + seconds_text(std::chrono::duration<double>(eager_end - start).count());
+        if (ranks->every_rank(eager_clean)) {
+          bool nonfinite = false;
+          try {
+            nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
+                                        run.micro_batches)
+                             .finite();
+          } catch (const std::exception&) {
+            // A compiled run that raised says nothing of the values it makes.
+          }
+          clear_grads(parameters_);
+          capture->compiled_only = !ranks->every_rank(!nonfinite);
+          compiled_cost +=
+              ", compiled re-run on every rank " +
+              seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_end).count()) +
+              " (its region is not searched on a sharded model)";
+        }
+      } else if (steered_.model.compiled()) {
         // The re-run ran eagerly, op by op: a compiled program's fault is
         // not there to see. Finite and no birth: run the step compiled too.
         compiled_cost = "eager re-run " +
@@ -388,7 +413,30 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   return path;
 }
 
-RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture) {
+RemedyChoice StepGuard::Impl::diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture,
+                                                   const StepFacts& facts) {
+  GradientAverager& ranks = *run.context.averager;
+  // Whether this rank's decision needs a diagnosis (decide_recovery is pure:
+  // asked once more below, with the answer).
+  bool needed = false;
+  decide_recovery(facts, recovery_state(run.step), [&] {
+    needed = true;
+    return RemedyChoice{};
+  });
+  // The rank that found the birth leads; else one whose own loss went
+  // non-finite; else any that re-ran the step (a fault seen by no op).
+  const int claim = !needed || !capture ? 0 : capture->first_birth ? 3 : !run.result.outcome.local_loss_finite ? 2 : 1;
+  const int leader = lockstep_leader(ranks, claim);
+  if (leader < 0) {
+    RemedyChoice none;
+    none.no_say = true;
+    return none;
+  }
+  return diagnose(run, capture, &ranks, leader);
+}
+
+RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
+                                       GradientAverager* lockstep, int leader) {
   FailedStep failed;
   failed.amp = run.result.amp;
   failed.batch_finite = run.result.outcome.batch_finite;
@@ -401,7 +449,23 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
-  return choose_remedy(failed, reruns);
+  if (!lockstep) return choose_remedy(failed, reruns);
+  if (lockstep->rank() != leader) {
+    follow_lockstep_reruns(*lockstep, leader, reruns);
+    RemedyChoice none;
+    none.no_say = true;
+    return none;
+  }
+  LockstepReruns leading(*lockstep, reruns);
+  RemedyChoice choice;
+  try {
+    choice = choose_remedy(failed, leading);
+  } catch (...) {
+    leading.finish();  // the others stop following; the error is the leader's to report
+    throw;
+  }
+  leading.finish();
+  return choice;
 }
 
 }  // namespace nanscope

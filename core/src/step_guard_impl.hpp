@@ -100,8 +100,15 @@ struct StepGuard::Impl {
   std::string changed_micro_batch_text(const RunningStep& run) const;  // " the loop changed micro-batch K ..."
   // The micro-batch a diagnosis re-runs: the one of the first birth.
   size_t diagnosed_micro_batch(const RunningStep& run, const std::optional<format::Capture>& capture) const;
-  // --fallback auto's diagnosis of this failed step (re-runs of it).
-  RemedyChoice diagnose(RunningStep& run, const std::optional<format::Capture>& capture);
+  // --fallback auto's diagnosis of this failed step (re-runs of it); with
+  // `lockstep`, a sharded model's, led by `leader` (lockstep_reruns.hpp):
+  // no say on every other rank.
+  RemedyChoice diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
+                        GradientAverager* lockstep = nullptr, int leader = -1);
+  // A sharded model's diagnosis on every rank together: the rank that leads
+  // is agreed first (one sum), from what each rank's decision needs.
+  RemedyChoice diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture,
+                                    const StepFacts& facts);
 
   // --- Recovery (step_guard_recovery.cpp): what decide_recovery needs of the
   // guard, and the one place its decision is carried out.
@@ -109,6 +116,9 @@ struct StepGuard::Impl {
   void apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& recovery,
                       const std::string& birth = "");
   void roll_back(int64_t step, GuardedStep& result, const std::string& why);
+  // Several ranks: the plan every rank carries out, from each rank's own (one
+  // or two sums, on every rank).
+  RecoveryPlan agree_on_recovery(GradientAverager& ranks, const RecoveryPlan& mine);
   // The one way back to a saved state (a rollback; the doom search's return
   // to the live state): weights, buffers, optimizer and RNG as saved, the
   // loop's LRs kept, the scaler too unless `with_scaler`, gradients cleared.

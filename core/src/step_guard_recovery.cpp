@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep_reruns.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -160,6 +161,87 @@ void StepGuard::Impl::apply_recovery(int64_t step, GuardedStep& result, Recovery
   if (trigger == RecoveryTrigger::nonfinite_step && r.action != RecoveryAction::roll_back && r.counted)
     recovery_.count_nonfinite(step);
   if (r.then_stop) stop_dead_run(step, *r.then_stop);
+}
+
+namespace {
+
+// A plan's words and modules as one text, to pass from rank to rank.
+constexpr char kPlanField = '\x1f', kPlanItem = '\x1e';
+
+std::string plan_text(const RecoveryPlan& plan) {
+  std::string modules;
+  for (const std::string& m : plan.modules) modules += (modules.empty() ? "" : std::string(1, kPlanItem)) + m;
+  return plan.subject + kPlanField + plan.why + kPlanField + modules + kPlanField +
+         (plan.then_stop ? "1" + *plan.then_stop : "");
+}
+
+std::vector<std::string> plan_fields(const std::string& text, char separator) {
+  std::vector<std::string> out(1);
+  for (char c : text) {
+    if (c == separator)
+      out.emplace_back();
+    else
+      out.back() += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// Several ranks decide as one process does: the rank(s) whose batch failed
+// diagnosed it, the others have no say, and every rank carries out the
+// strongest plan (plan_strength), worded as the rank that made it worded it.
+// Two sums on a failed step (the plans, then the chosen one's words); nothing
+// on a clean one.
+RecoveryPlan StepGuard::Impl::agree_on_recovery(GradientAverager& ranks, const RecoveryPlan& mine) {
+  const int world = ranks.world_size(), rank = ranks.rank();
+  const std::string text = plan_text(mine);
+  // Per rank: strength, action, remedy, counted, text length; then how many
+  // ranks have a state to roll back to.
+  constexpr int kPlanFields = 5;
+  at::Tensor plans = at::zeros({world * kPlanFields + 1}, at::kDouble);
+  auto* p = plans.data_ptr<double>() + rank * kPlanFields;
+  p[0] = plan_strength(mine);
+  p[1] = double(mine.action);
+  p[2] = double(mine.remedy);
+  p[3] = mine.counted ? 1 : 0;
+  p[4] = double(text.size());
+  plans.data_ptr<double>()[world * kPlanFields] = recovery_.rollback_target() ? 1 : 0;
+  ranks.sum(plans);
+  const double* all = plans.data_ptr<double>();
+  int chosen = 0;
+  for (int r = 1; r < world; ++r)
+    if (all[r * kPlanFields] > all[chosen * kPlanFields]) chosen = r;
+  const double* c = all + chosen * kPlanFields;
+
+  RecoveryPlan agreed;
+  agreed.action = RecoveryAction(int(c[1]));
+  agreed.remedy = Remedy(int(c[2]));
+  agreed.counted = c[3] != 0;
+  if (c[0] == 0) {
+    // No rank diagnosed the step (the probe is off, or no rank could re-run it).
+    agreed.action = RecoveryAction::whole_fallback;
+    agreed.remedy = Remedy::whole_fp32;
+    agreed.subject = mine.subject;
+    agreed.why = "no rank diagnosed the step";
+    return agreed;
+  }
+  // Every rank takes part in the sum, the chosen one too.
+  const std::vector<std::string> fields = plan_fields(text_from_rank(ranks, chosen, text, int64_t(c[4])), kPlanField);
+  if (chosen == rank) agreed.diagnosis = mine.diagnosis;  // remembered with this rank's birth only
+  agreed.subject = fields.at(0);
+  // A remedy's words name the rank whose diagnosis it is (a stock skip's are a loss scale).
+  agreed.why = agreed.remedy == Remedy::none ? fields.at(1) : "rank " + std::to_string(chosen) + ": " + fields.at(1);
+  if (!fields.at(2).empty()) agreed.modules = plan_fields(fields.at(2), kPlanItem);
+  if (!fields.at(3).empty()) agreed.then_stop = fields.at(3).substr(1);
+  if (agreed.action == RecoveryAction::roll_back && int(all[world * kPlanFields]) < world) {
+    // A rollback is every rank's or none: one rank with no good state to go back to stops the run.
+    agreed.action = RecoveryAction::stop;
+    agreed.why = agreed.subject +
+                 "; a rollback was due, but not every rank holds a good state to go back to: the "
+                 "run stops";
+  }
+  return agreed;
 }
 
 void StepGuard::Impl::roll_back(int64_t step, GuardedStep& result, const std::string& why) {

@@ -392,7 +392,6 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   facts.what = what + where;
   facts.amp = result.amp;
   facts.loss_finite = outcome.loss_finite;
-  facts.several_ranks = context.averager != nullptr;
   facts.buffers_written_outside = run.buffers_written_outside;
   facts.rerunnable = rerunnable(run);
   if (!facts.buffers_written_outside) {
@@ -411,10 +410,23 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     facts.same_birth_step = seen->step;
     facts.same_birth_as = seen->remedy;
   }
-  const RecoveryPlan recovery = decide_recovery(facts, recovery_state(step), [&] {
+  // A sharded model's diagnosis runs on every rank together, before the decision.
+  const bool lockstep = context.averager && context.averager->sharded();
+  std::optional<RemedyChoice> lockstep_choice;
+  if (lockstep) lockstep_choice = diagnose_in_lockstep(run, capture, facts);
+  const RecoveryPlan mine = decide_recovery(facts, recovery_state(step), [&] {
+    if (lockstep_choice) return *lockstep_choice;
+    // Several ranks: a rank that re-ran nothing (its own batch was finite) has no say.
+    if (context.averager && !capture) {
+      RemedyChoice none;
+      none.no_say = true;
+      return none;
+    }
     const AtFailedEvaluation trial_point(parameters_, run.evaluations);
     return diagnose(run, capture);
   });
+  // Several ranks carry out one plan: the strongest any rank made.
+  const RecoveryPlan recovery = context.averager ? agree_on_recovery(*context.averager, mine) : mine;
   if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
   apply_recovery(step, result, RecoveryTrigger::nonfinite_step, recovery, birth);
 }

@@ -61,8 +61,8 @@ std::vector<MicroBatch> without_rows(const std::vector<MicroBatch>& micro_batche
 bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>& rows_left_out, bool update,
                            double loss_band) {
   ++steps_run_;
-  const std::vector<MicroBatch> micro =
-      rows_left_out.empty() ? record.micro_batches : without_rows(record.micro_batches, rows_left_out);
+  const std::vector<int64_t> own = ranks_ ? own_rows(rows_left_out) : rows_left_out;
+  const std::vector<MicroBatch> micro = own.empty() ? record.micro_batches : without_rows(record.micro_batches, own);
   bool ok = false;
   try {
     const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.setup, micro);
@@ -139,10 +139,27 @@ bool LiveEarlierSteps::survives(const LeaveOut& leave_out) {
 }
 
 int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {
-  if (ranks_) return 0;  // each rank's rows are its own batch's: the step is named whole
   const auto it = std::find_if(steps_.begin(), steps_.end(), [&](const StepRecord* r) { return r->step == step; });
-  if (it == steps_.end()) return 0;
-  const StepRecord& record = **it;
+  const int64_t own = it == steps_.end() ? 0 : own_searchable_rows(**it);
+  if (!ranks_) return own;
+  // Every rank's count, in one sum: a row is searched only where every rank's can be.
+  const int world = ranks_->world_size();
+  at::Tensor counts = at::zeros({world}, at::kDouble);
+  counts.data_ptr<double>()[ranks_->rank()] = double(own);
+  ranks_->sum(counts);
+  rank_offsets_.assign(1, 0);
+  for (int r = 0; r < world; ++r) {
+    const int64_t rows = int64_t(counts.data_ptr<double>()[r]);
+    if (rows == 0) {
+      rank_offsets_.clear();
+      return 0;
+    }
+    rank_offsets_.push_back(rank_offsets_.back() + rows);
+  }
+  return rank_offsets_.back();
+}
+
+int64_t LiveEarlierSteps::own_searchable_rows(const StepRecord& record) const {
   int64_t rows = 0;
   for (const MicroBatch& m : record.micro_batches) rows += m.batch.rows();
   // A step that draws random numbers (dropout) would draw them differently
@@ -154,6 +171,37 @@ int64_t LiveEarlierSteps::searchable_rows(int64_t step) const {
     if (!at::equal(at::detail::getDefaultCPUGenerator().get_state(), m.cpu_rng_state)) return 0;
   }
   return rows;
+}
+
+std::vector<int64_t> LiveEarlierSteps::own_rows(const std::vector<int64_t>& rows_left_out) const {
+  std::vector<int64_t> own;
+  if (rows_left_out.empty() || rank_offsets_.empty()) return own;
+  const int rank = ranks_->rank();
+  for (int64_t row : rows_left_out)
+    if (row >= rank_offsets_[rank] && row < rank_offsets_[rank + 1]) own.push_back(row - rank_offsets_[rank]);
+  return own;
+}
+
+std::string LiveEarlierSteps::rows_text(const StepRecord* record, const std::vector<int64_t>& rows,
+                                        bool data_set_rows) const {
+  if (!ranks_ || rows.empty() || rank_offsets_.empty()) return dooming_rows_text(record, rows);
+  auto plain = [](const std::vector<int64_t>& batch_rows) {
+    std::string list;
+    for (int64_t row : batch_rows) list += (list.empty() ? "" : ", ") + std::to_string(row);
+    return (batch_rows.size() == 1 ? "batch row " : "batch rows ") + list;
+  };
+  std::string text;
+  for (size_t r = 0; r + 1 < rank_offsets_.size(); ++r) {
+    std::vector<int64_t> theirs;
+    for (int64_t row : rows)
+      if (row >= rank_offsets_[r] && row < rank_offsets_[r + 1]) theirs.push_back(row - rank_offsets_[r]);
+    if (theirs.empty()) continue;
+    // The data set rows are known to the rank that read them.
+    const bool own = data_set_rows && int(r) == ranks_->rank();
+    text += (text.empty() ? "" : " and ") + std::string("rank ") + std::to_string(r) + "'s " +
+            (own ? dooming_rows_text(record, theirs) : plain(theirs));
+  }
+  return text;
 }
 
 }  // namespace nanscope

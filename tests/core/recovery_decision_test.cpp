@@ -130,9 +130,6 @@ const std::vector<Row>& rows() {
        RecoveryAction::whole_fallback, Remedy::whole_fp32, false, ""},
       {"auto: not diagnosable is whole", all(failed_bf16_step, automatic), Remedy::none, RecoveryAction::whole_fallback,
        Remedy::whole_fp32, false, ""},
-      {"auto: several ranks act alike",
-       all(failed_bf16_step, automatic, [](StepFacts& f, RecoveryState&) { f.several_ranks = true; }), Remedy::unknown,
-       RecoveryAction::whole_fallback, Remedy::whole_fp32, false, "several ranks"},
       {"auto: no loss function to re-run with",
        all(failed_bf16_step, automatic, [](StepFacts& f, RecoveryState&) { f.rerunnable = false; }), Remedy::unknown,
        RecoveryAction::whole_fallback, Remedy::whole_fp32, false, "no loss function"},
@@ -283,4 +280,42 @@ TEST(RecoveryDecision, TheSameBirthAgainIsWordedWithThisStepsRowNotTheFirstOnes)
   EXPECT_EQ(r.action, RecoveryAction::skip_data);
   EXPECT_NE(r.why.find("the same first birth as step 2, here in batch row 24"), std::string::npos) << r.why;
   EXPECT_EQ(r.why.find("21"), std::string::npos) << "step 2's row is not this step's: " << r.why;
+}
+
+// Several ranks: a rank whose own batch was finite re-ran nothing and has no
+// say; its plan is the weakest of all, so the plan of the rank that diagnosed
+// the step is every rank's (StepGuard's agreement carries out the strongest).
+TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
+  StepFacts facts;
+  RecoveryState state;
+  recovery_decision_test::failed_bf16_step(facts, state);
+  recovery_decision_test::automatic(facts, state);
+  RemedyChoice none;
+  none.no_say = true;
+  const RecoveryPlan no_say = decide_recovery(facts, state, [&] { return none; });
+  EXPECT_TRUE(no_say.no_say);
+  EXPECT_EQ(plan_strength(no_say), 0);
+  auto plan = [](RecoveryAction action) {
+    RecoveryPlan p;
+    p.action = action;
+    return p;
+  };
+  // A skip < data < fp32 modules < whole < rollback < stop.
+  const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,
+                                                     RecoveryAction::skip_transient,
+                                                     RecoveryAction::skip_compiler,
+                                                     RecoveryAction::skip_undiagnosed,
+                                                     RecoveryAction::skip_data,
+                                                     RecoveryAction::fp32_modules,
+                                                     RecoveryAction::whole_fallback,
+                                                     RecoveryAction::roll_back,
+                                                     RecoveryAction::stop};
+  ASSERT_EQ(weakest_first.size(), format::Words<RecoveryAction>::count) << "every action has its place";
+  for (size_t i = 0; i < weakest_first.size(); ++i) {
+    EXPECT_GT(plan_strength(plan(weakest_first[i])), 0) << to_string(weakest_first[i]);
+    if (i > 0) {
+      EXPECT_GT(plan_strength(plan(weakest_first[i])), plan_strength(plan(weakest_first[i - 1])))
+          << to_string(weakest_first[i]);
+    }
+  }
 }

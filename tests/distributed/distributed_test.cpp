@@ -129,6 +129,10 @@ format::RunData rank_run(const std::string& run_dir, int rank, int world) {
   return format::read_run((fs::path(run_dir) / format::run_file_name(rank, world)).string());
 }
 
+std::string rank_checkpoint(const std::string& run_dir, int rank) {
+  return (fs::path(run_dir) / ("checkpoint-rank-" + std::to_string(rank) + ".h5")).string();
+}
+
 // Rows of a live rank's run file once it has `rows` (or after a minute: fewer).
 size_t wait_for_rows(const std::string& run_dir, int rank, int world, size_t rows) {
   const std::string file = (fs::path(run_dir) / format::run_file_name(rank, world)).string();
@@ -282,6 +286,120 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_NE(replay.output.find("\"verdict\": \"model_or_data\""), std::string::npos) << replay.output;
 }
 
+// --fallback auto on several ranks decides as one process does. The rank
+// whose batch failed diagnoses the step; every rank carries out that one
+// remedy, worded alike, naming the rank whose diagnosis it is.
+struct AutoOnRanks {
+  std::string model;
+  std::string fault;   // planted on rank 1 at step 6
+  std::string remedy;  // how every rank's remedy event at step 6 begins
+};
+
+class DataParallelAutoFallback : public ::testing::TestWithParam<AutoOnRanks> {};
+
+TEST_P(DataParallelAutoFallback, EveryRankCarriesOutTheRemedyOneProcessWouldChoose) {
+  const int world = 2, steps = 10, fault_step = 6;
+  TempDir dir;
+  const std::string args = "--model " + GetParam().model + " --lr 1e-3 --steps " + std::to_string(steps) +
+                           " --batch-size 8 --no-shuffle --threads 1 --quiet --amp bf16 --fault " + GetParam().fault +
+                           "@" + std::to_string(fault_step) + "/rank1 --checkpoint-every 5";
+  const std::string run_dir = dir.file("auto");
+  Job job(dir, world, args + " --fallback auto --run-dir " + run_dir);
+  ASSERT_TRUE(job.wait_all(180s));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+  for (int r = 0; r < world; ++r) {
+    const format::RunData run = rank_run(run_dir, r, world);
+    ASSERT_EQ(run.rows(), size_t(steps)) << "rank " << r;
+    const bool whole = GetParam().remedy.rfind("whole", 0) == 0;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_EQ(run.skipped[s], s == fault_step ? 1 : 0) << "rank " << r << " step " << s;
+      EXPECT_EQ(run.amp[s], whole && s > fault_step ? 0 : 1) << "rank " << r << " step " << s << ": precision";
+    }
+    const std::vector<std::string> remedies = test::event_lines(run, format::EventKind::remedy);
+    ASSERT_EQ(remedies.size(), 1u) << "rank " << r;
+    EXPECT_EQ(remedies[0].rfind(std::to_string(fault_step) + ": " + GetParam().remedy, 0), 0u)
+        << "rank " << r << ": " << remedies[0];
+    EXPECT_EQ(test::event_lines(run, format::EventKind::fallback).size(), whole ? 1u : 0u) << "rank " << r;
+    // The modules every rank runs in fp32 from then on, as its checkpoint's guard state keeps them.
+    const std::optional<ResumeState> state = load_resume_state(rank_checkpoint(run_dir, r));
+    ASSERT_TRUE(state.has_value()) << "rank " << r;
+    EXPECT_EQ(state->guard.fp32_modules, GetParam().remedy.rfind("fp32-modules", 0) == 0
+                                             ? std::vector<std::string>{"blocks.0.ln1"}
+                                             : std::vector<std::string>{})
+        << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gloo, DataParallelAutoFallback,
+    ::testing::Values(
+        // A NaN in rank 1's sample 3: the data's, a skip and nothing more.
+        AutoOnRanks{"mlp", "nonfinite_input", "data: rank 1: the batch holds a non-finite value; no fallback"},
+        // bf16 alone (re-runs with autocast off, then with modules in fp32):
+        // the module goes to fp32 on every rank, the rest stays bf16.
+        AutoOnRanks{"gpt", "variance_cancellation", "fp32-modules: rank 1: blocks.0.ln1 now in fp32"},
+        // 0/0 in fp32 too, with every sample (the fault is the model's): the
+        // whole fallback on every rank, as in one process.
+        AutoOnRanks{"gpt", "zero_variance_norm", "whole: rank 1: non-finite with autocast off too"}),
+    [](const auto& info) { return std::string(info.param.fault); });
+
+// A data fault on one rank of 2 or 4 costs a skip and nothing more: the run
+// ends with the weights of the same run whose fallback is off (the stock
+// skip), bit for bit on every rank.
+class DataParallelAutoSkip : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelAutoSkip, ADataFaultOnOneRankEndsAsTheSkipAloneOnEveryRank) {
+  const int world = GetParam();
+  TempDir dir;
+  const std::string args =
+      "--model mlp --lr 1e-3 --steps 10 --batch-size 8 --no-shuffle --threads 1 --quiet --amp bf16 "
+      "--fault nonfinite_input@6:3/rank1";
+  Job automatic(dir, world,
+                args + " --fallback auto --run-dir " + dir.file("auto") + " --save " + dir.file("auto-{rank}.h5"));
+  ASSERT_TRUE(automatic.wait_all(180s));
+  Job off(dir, world, args + " --fallback off --run-dir " + dir.file("off") + " --save " + dir.file("off-{rank}.h5"));
+  ASSERT_TRUE(off.wait_all(180s));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(automatic[r].exit_code, 0) << automatic[r].log;
+    ASSERT_EQ(off[r].exit_code, 0) << off[r].log;
+    EXPECT_EQ(test::event_lines(rank_run(dir.file("auto"), r, world), format::EventKind::first_nonfinite),
+              std::vector<std::string>{"6: 1"})
+        << "rank " << r << ": rank 1 went first";
+    const auto a = mlp_weights(dir.file("auto-" + std::to_string(r) + ".h5"));
+    const auto b = mlp_weights(dir.file("off-" + std::to_string(r) + ".h5"));
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << "rank " << r << " " << a[i].first;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, DataParallelAutoSkip, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+// The live search for the dooming step on several ranks of nanscope-train: a
+// one-step LR pulse (finite, applied on every rank) wrecks the weights and
+// the next step is non-finite. Every rank replays its own batches together
+// (each replayed step's gradients averaged as the step's were) and every rank
+// names the pulse's step, its whole update.
+TEST(DataParallel, EveryRankSearchesTogetherAndNamesTheDoomingStep) {
+  const int world = 2;
+  TempDir dir;
+  const std::string run_dir = dir.file("dp");
+  Job job(dir, world,
+          "--model gpt --n-layer 1 --n-embd 32 --amp bf16 --rollback off --doom-search on --rollback-every 10 "
+          "--steps 20 --batch-size 8 --threads 1 --quiet --fault lr_pulse@15:1e12 --run-dir " +
+              run_dir);
+  ASSERT_TRUE(job.wait_all(180s));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+    const format::RunData run = rank_run(run_dir, r, world);
+    const std::vector<std::string> dooms = test::event_lines(run, format::EventKind::doom);
+    ASSERT_EQ(dooms.size(), 1u) << "rank " << r << ":\n" << job[r].log;
+    EXPECT_EQ(dooms[0].rfind("15: step 15 doomed step 16: without its update the steps up to 16 stay finite", 0), 0u)
+        << "rank " << r << ": " << dooms[0];
+  }
+}
+
 // A BatchNorm model, a NaN sample on rank 1 only: every rank skips the step
 // and every rank puts back the statistics its own forward wrote.
 TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
@@ -390,10 +508,6 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
   EXPECT_GE(survivor.rows(), 40u);
   ASSERT_EQ(test::event_lines(survivor, format::EventKind::dist_error).size(), 1u);
   EXPECT_GE(rank_run(run_dir, 1, world).rows(), 40u);  // the killed rank's file too
-}
-
-std::string rank_checkpoint(const std::string& run_dir, int rank) {
-  return (fs::path(run_dir) / ("checkpoint-rank-" + std::to_string(rank) + ".h5")).string();
 }
 
 // A kill can land in a checkpoint round after one rank has renamed its new

@@ -76,6 +76,8 @@ def batch(step, rank, fault):
 
 
 def shard(model, engine):
+    if engine == "ddp":  # replicated, for the same loops on a DistributedDataParallel model
+        return nn.parallel.DistributedDataParallel(model)
     if engine == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in (model.body, model.head):
@@ -88,6 +90,8 @@ def shard(model, engine):
 
 
 def whole_weights(model):
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        return {name: p.detach().flatten().tolist() for name, p in sorted(model.module.named_parameters())}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     return {name.replace("_fsdp_wrapped_module.", ""): t.flatten().tolist() for name, t in sorted(state.items())}
@@ -97,6 +101,8 @@ def total_norm(model, engine):
     """The whole gradient's norm, as PyTorch takes it for a sharded model."""
     if engine == "fsdp1":
         return float(model.clip_grad_norm_(float("inf")))
+    if engine == "ddp":
+        return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
     return float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).full_tensor())
 
 
@@ -127,7 +133,8 @@ def failed_step(guard, model, optimizer, form, x, y, step):
 
 def main():
     rank, run_dir, engine, form, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2,
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank,
+                            world_size=int(os.environ.get("WORLD", 2)),
                             timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", 1800))))
     torch.manual_seed(0)  # every rank builds the same weights; FSDP keeps its shard of them
     model = shard(Net(fault), engine)
@@ -178,7 +185,8 @@ def main():
             continue
         out["results"].append({"skipped": result.skipped, "grad_norm": result.grad_norm,
                                 "first_birth": result.first_birth, "snapshot": result.snapshot,
-                                "rolled_back_to": result.rolled_back_to, "amp": result.amp, "lr": result.lr})
+                                "rolled_back_to": result.rolled_back_to, "amp": result.amp, "lr": result.lr,
+                                "remedy": result.remedy})
         if os.environ.get("TRACE") == "1":  # the whole weights after each step
             out.setdefault("trace", []).append(whole_weights(model))
     if fault == "raises":

@@ -87,6 +87,78 @@ def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool
     assert births[1] == [expected], births
 
 
+AUTO_WORKER = r'''
+import os, sys, json
+import torch, torch.nn as nn, torch.nn.functional as F
+import torch.distributed as dist
+import nanscope
+
+rank, run_dir, kind, fallback = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2)
+
+
+class Normalize(nn.Module):  # each row over its length: a blank row is 0/0, at any precision
+    def forward(self, x):
+        return x / x.norm(dim=1, keepdim=True)
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8, bias=False), Normalize(), nn.Linear(8, 2))
+if kind == "ddp":
+    model = nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", fallback=fallback,
+                           loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+results = []
+for step in range(6):
+    torch.manual_seed(100 * step + rank)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    if step == 3 and rank == 1:
+        x[6] = 0.0  # a blank sample
+    r = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+    results.append({"skipped": r.skipped, "remedy": r.remedy, "amp": r.amp, "lr": r.lr})
+guard.flush()
+weights = [p.detach().flatten().tolist() for p in model.parameters()]
+print(json.dumps({"results": results, "weights": weights}), flush=True)
+guard.close()
+del guard, model, optimizer
+dist.destroy_process_group()
+'''
+
+
+def run_auto_worker(tmp_path, kind, fallback):
+    where = tmp_path / fallback
+    where.mkdir()
+    worker = where / "worker.py"
+    worker.write_text(AUTO_WORKER)
+    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(worker), str(rank), str(where / "run"), kind, fallback], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(dict(json.loads(out.strip().splitlines()[-1]), log=err))
+    return outs
+
+
+@pytest.mark.parametrize("kind", ["plain", "ddp"])
+def test_auto_fallback_on_one_ranks_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, kind):
+    """fallback='auto', a blank sample on rank 1: rank 1 diagnoses the step
+    (0/0 in fp32 too, finite without the sample), every rank takes that
+    remedy, data, and nothing more (no fp32, no LR cut): the weights end as
+    with the stock skip alone (fallback='off')."""
+    automatic = run_auto_worker(tmp_path, kind, "auto")
+    skip_only = run_auto_worker(tmp_path, kind, "off")
+    for rank, out in enumerate(automatic):
+        results = out["results"]
+        assert [r["skipped"] for r in results] == [s == 3 for s in range(6)], rank
+        assert [r["remedy"] for r in results] == ["data" if s == 3 else "none" for s in range(6)], rank
+        assert {r["amp"] for r in results} == {"bf16"} and results[-1]["lr"] == pytest.approx(1e-2), rank
+        assert "rank 1: finite without batch row(s) 6; no fallback" in out["log"], (rank, out["log"])
+        assert out["weights"] == skip_only[rank]["weights"], rank
+
+
 def test_a_guard_given_model_module_while_the_loop_calls_the_wrapper_is_refused(tmp_path):
     """Given the model inside a DistributedDataParallel while the closure calls the
     wrapper, the ranks would hang in mismatched collectives: a TypeError on the first

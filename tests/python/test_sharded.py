@@ -31,14 +31,14 @@ EXPECTED = {  # by construction: the blank row 5 meets body.1; the NaN sits in i
 }
 
 
-def run_ranks(tmp_path, engine, form, fault, options=None, **env_vars):
-    where = tmp_path / f"{engine}-{form}-{fault}"
+def run_ranks(tmp_path, engine, form, fault, options=None, world=2, **env_vars):
+    where = tmp_path / f"{engine}-{form}-{fault}-{world}"
     where.mkdir()
-    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1", LOG="1",
+    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1", LOG="1", WORLD=str(world),
                GUARD_OPTIONS=json.dumps(options or {"fallback": "off"}), **env_vars)
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(where / "run"), engine, form, fault],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(2)]
+             for rank in range(world)]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -154,6 +154,40 @@ def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, engine):
         assert out["weights"] == plain[rank]["weights"], f"rank {rank}'s weights differ from the plain run's"
 
 
+@pytest.mark.parametrize("engine, world", [("fsdp2", 2), ("fsdp1", 2), ("fsdp2", 4), ("ddp", 4)])
+def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, engine, world):
+    """fallback='auto': rank 1's blank sample is 0/0 in fp32 too and the step
+    is finite without it. Rank 1 diagnoses the step (a sharded model's ranks
+    re-run it together), and every rank takes its remedy: data, a skip and
+    nothing more (no fp32, no LR cut), ending with the weights of the plain
+    loop that dropped that update by hand (FSDP2, FSDP1; DDP's plain loop
+    averages its gradients in its own buckets, and the guard in one: there the
+    skip alone, fallback='off', is the reference)."""
+    guarded = run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "auto"}, world=world)
+    reference = (run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "off"}, world=world) if engine == "ddp"
+                 else run_ranks(tmp_path, engine, "plain", "forward", world=world))
+    assert len(guarded) == world
+    for rank, out in enumerate(guarded):
+        results = out["results"]
+        assert [r["skipped"] for r in results] == [s == sharded_worker.FAULT_STEP for s in range(sharded_worker.STEPS)]
+        assert [r["remedy"] for r in results] == ["data" if s == sharded_worker.FAULT_STEP else "none"
+                                                  for s in range(sharded_worker.STEPS)], rank
+        assert {r["amp"] for r in results} == {"bf16"}, rank
+        assert results[-1]["lr"] == pytest.approx(1e-2), rank
+        assert f"rank 1: finite without batch row(s) {sharded_worker.BLANK_ROW}; no fallback" in out["log"], rank
+        assert out["weights"] == reference[rank]["weights"], f"rank {rank}'s weights differ from the reference run's"
+    # Every rank's run file names rank 1 as the first non-finite one and its remedy.
+    run_dir = tmp_path / f"{engine}-closure-forward-{world}" / "run"
+    report = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(run_dir), "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    assert sorted(run["rank"] for run in report["runs"]) == list(range(world))
+    for run in report["runs"]:
+        events = {e["kind"]: e["text"] for e in run["events"]}
+        assert events["first_nonfinite"] == "1", (run["rank"], events)
+        assert events["remedy"].startswith("data: rank 1: finite without batch row(s)"), (run["rank"], events)
+        assert "fallback" not in events, (run["rank"], events)
+
+
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
 def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path, engine):
     """Births on two steps in a row (rollback's patience): every rank goes back
@@ -191,8 +225,9 @@ def run_doom_ranks(tmp_path, engine, rollback):
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
 def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, engine):
     """Rank 1's finite update at step P dooms its step P + D: every rank
-    replays its own batches together, and every rank names step P (whole:
-    each rank's rows are its own batch's, so no row is blamed)."""
+    replays its own batches together, and every rank names step P and the
+    row: rank 1's batch row 3, row B + 3 of the whole batch (every rank's rows
+    in rank order, as one process with the summed batch reads them)."""
     import doom_ranks_worker as w
     outs = run_doom_ranks(tmp_path, engine, rollback=False)
     for rank, out in enumerate(outs):
@@ -200,8 +235,8 @@ def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, engin
         assert all(r["counted"] for r in results[:w.POISON + w.D]), rank
         failed = results[w.POISON + w.D]
         assert not failed["counted"], rank
-        assert (failed["doomed_by_step"], failed["doom_rows"], failed["doomed_by"]) == (w.POISON, [],
-                                                                                         f"step {w.POISON}"), rank
+        assert (failed["doomed_by_step"], failed["doom_rows"], failed["doomed_by"]) == (
+            w.POISON, [w.doom.B + 3], f"step {w.POISON}, rank 1's batch row 3"), rank
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "ddp"])

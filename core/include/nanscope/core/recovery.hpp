@@ -49,9 +49,8 @@ struct StepFacts {
   std::string what;  // "non-finite loss on rank(s) 1", or the trouble's description
   Amp amp = Amp::bf16;
   bool loss_finite = false;
-  bool state_finite = true;    // weights, buffers and optimizer state after the skip
-  std::string broken_state;    // when not: "the training state is non-finite (...)"
-  bool several_ranks = false;  // data parallel: the ranks must act alike
+  bool state_finite = true;  // weights, buffers and optimizer state after the skip
+  std::string broken_state;  // when not: "the training state is non-finite (...)"
   // The step's buffers were non-finite and its re-run from the buffers the
   // skip put back was finite: calls outside its losses wrote them.
   bool buffers_written_outside = false;
@@ -99,7 +98,17 @@ struct RecoveryPlan {
   // After this step's skip, a run of non-finite steps has outlasted
   // everything there was to try: the run stops, with this text.
   std::optional<std::string> then_stop;
+  // Several ranks: this rank had nothing to diagnose (RemedyChoice::no_say);
+  // the plan of a rank that did is every rank's (plan_strength).
+  bool no_say = false;
 };
+
+// Several ranks act as one process would: each rank decides from what it
+// measured, and every rank carries out the strongest plan of them all (the
+// lowest rank's among equals). A plan with no say is the weakest; then the
+// skips (the stock one, transient, compiler, undiagnosed, data), the fp32
+// modules, the whole fallback, a rollback, the stop.
+int plan_strength(const RecoveryPlan& plan);
 
 // The fallback fires at this non-finite step: it is on, unused, and this is
 // not fp16 overflow at a finite loss the scaler still handles (P5/P10).

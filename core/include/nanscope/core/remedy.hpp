@@ -40,6 +40,9 @@ struct RemedyChoice {
   std::string why;                   // one line for the event and the log
   // fp32_modules: median wall time of a re-run of the step without and with them.
   double seconds_before = 0, seconds_after = 0;
+  // Several ranks: this rank did not diagnose the step (its own batch's
+  // check passed, another rank's failed): the ranks' agreement decides.
+  bool no_say = false;
 };
 
 // Re-runs of the failed step: same weights, buffers, RNG state, batch, setup
@@ -100,6 +103,9 @@ class LiveStepReruns : public StepReruns {
   bool raised() const override { return !last_error_.empty(); }
   std::string last_error() const override { return last_error_; }
   bool draws_random_numbers() override;
+  // draws_random_numbers() needs no re-run of its own: a whole-batch re-run
+  // already showed it, or the step kept no generator state to compare with.
+  bool draws_known() const { return draws_.has_value() || !micro_.cpu_rng_state.defined(); }
 
  private:
   TrainableModel& model_;

@@ -38,9 +38,15 @@ class LiveEarlierSteps : public EarlierSteps {
   void set_budget(int64_t budget_steps) { budget_ = budget_steps; }
   // Several ranks replay together, each its own micro-batches: each replayed
   // step's gradients are the whole step's (averaged across the ranks, or
-  // reduced by a sharded backward) and its verdict is every rank's. Rows are
-  // not searched then (each rank's rows are its own batch's).
+  // reduced by a sharded backward) and its verdict is every rank's. A step's
+  // rows are those of the whole batch, every rank's in rank order (as one
+  // process with the summed batch reads them): a row left out is left out by
+  // the rank that holds it.
   void set_ranks(GradientAverager* ranks) { ranks_ = ranks; }
+  // The dooming step's `rows` as said: "batch row 3 (data set row 120)"; with
+  // several ranks "rank 1's batch row 3", and its data set rows on rank 1
+  // itself where `data_set_rows`.
+  std::string rows_text(const StepRecord* record, const std::vector<int64_t>& rows, bool data_set_rows = true) const;
   // Called before each replay with what it leaves out: a progress line.
   void on_replay(std::function<void(const LeaveOut&)> callback) { on_replay_ = std::move(callback); }
   // Runs every step as the run did, nothing left out, calling `before` ahead
@@ -69,7 +75,15 @@ class LiveEarlierSteps : public EarlierSteps {
   std::vector<const StepRecord*> steps_;
   const StepRecord& failing_;
   double loss_band_;
+  // The rows of this step, this rank's own, or 0 where a row cannot be left out.
+  int64_t own_searchable_rows(const StepRecord& record) const;
+  // Several ranks: the rows `rows_left_out` (of the whole batch) that are this rank's, as its own.
+  std::vector<int64_t> own_rows(const std::vector<int64_t>& rows_left_out) const;
+
   GradientAverager* ranks_ = nullptr;
+  // Several ranks: where each rank's rows begin in the whole batch of the
+  // step searchable_rows was last asked about (its last entry: the total).
+  mutable std::vector<int64_t> rank_offsets_;
   int64_t steps_run_ = 0;
   std::string last_error_;
   int64_t budget_ = std::numeric_limits<int64_t>::max();

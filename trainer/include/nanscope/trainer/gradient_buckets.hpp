@@ -22,6 +22,10 @@ class GradientBuckets : public GradientAverager {
   // reduced with MAX. Throws DistributedError if a peer is gone.
   void average(const at::Tensor& flags) override;
 
+  // Sums `values` across ranks in place: the guard's agreement on a failed step's remedy.
+  bool sums() const override { return true; }
+  void sum(const at::Tensor& values) override { group_.all_reduce({{values, ProcessGroup::Reduce::sum}}); }
+
   size_t bucket_count() const { return buckets_.size(); }
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
