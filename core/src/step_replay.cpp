@@ -62,7 +62,15 @@ bool LiveEarlierSteps::run(const StepRecord& record, const std::vector<int64_t>&
                            double loss_band) {
   ++steps_run_;
   const std::vector<int64_t> own = ranks_ ? own_rows(rows_left_out) : rows_left_out;
-  const std::vector<MicroBatch> micro = own.empty() ? record.micro_batches : without_rows(record.micro_batches, own);
+  std::vector<MicroBatch> micro = own.empty() ? record.micro_batches : without_rows(record.micro_batches, own);
+  if (micro.empty()) {
+    // Every row of this rank's batch left out: its peers still run the step
+    // (a sharded model's forward waits for each rank), so it runs its batch
+    // weighted 0, which adds nothing to the averaged gradients (the step was
+    // applied: its losses are finite).
+    micro = record.micro_batches;
+    for (MicroBatch& m : micro) m.loss_weight = 0.0;
+  }
   bool ok = false;
   try {
     const StepRecomputation r = recompute_step(model_, parameters_, record.amp, record.loss_scale, record.setup, micro);
