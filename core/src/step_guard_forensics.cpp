@@ -123,15 +123,13 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
       if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
       const auto start = std::chrono::steady_clock::now();
       capture = probe_.investigate(rerun, batches);
-      if (steered_.model.compiled() && lockstep) {
-        // A sharded model's compiled program is a collective too: when no
-        // rank's eager re-run met the fault, every rank runs its own
-        // micro-batches compiled once more, together, and the verdict is
-        // every rank's. The region search (a run per module tried) is not run.
-        const bool eager_clean = !rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth;
+      if (steered_.model.compiled()) {
+        // The re-run ran eagerly, op by op: a compiled program's fault is
+        // not there to see. Finite and no birth: run the step compiled too.
         const auto eager_end = std::chrono::steady_clock::now();
         compiled_cost = "eager re-run " + seconds_text(std::chrono::duration<double>(eager_end - start).count());
-        if (ranks->every_rank(eager_clean)) {
+        const bool eager_clean = !rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth;
+        auto compiled_nonfinite = [&] {
           bool nonfinite = false;
           try {
             nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
@@ -141,30 +139,22 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
             // A compiled run that raised says nothing of the values it makes.
           }
           clear_grads(parameters_);
-          capture->compiled_only = !ranks->every_rank(!nonfinite);
-          compiled_cost +=
-              ", compiled re-run on every rank " +
-              seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_end).count()) +
-              " (its region is not searched on a sharded model)";
-        }
-      } else if (steered_.model.compiled()) {
-        // The re-run ran eagerly, op by op: a compiled program's fault is
-        // not there to see. Finite and no birth: run the step compiled too.
-        compiled_cost = "eager re-run " +
-                        seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        if (!rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth) {
-          const CompiledCheck check = check_compiled_program(steered_.model, [&] {
-            bool nonfinite = false;
-            try {
-              nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
-                                          run.micro_batches)
-                               .finite();
-            } catch (const std::exception&) {
-              // A compiled run that raised says nothing of the values it makes.
-            }
-            clear_grads(parameters_);
-            return nonfinite;
-          });
+          return nonfinite;
+        };
+        if (lockstep) {
+          // A sharded model's compiled program is a collective too: when no
+          // rank's eager re-run met the fault, every rank runs its own
+          // micro-batches compiled once more, together, and the verdict is
+          // every rank's. The region search (a run per module tried) is not run.
+          if (ranks->every_rank(eager_clean)) {
+            capture->compiled_only = !ranks->every_rank(!compiled_nonfinite());
+            compiled_cost +=
+                ", compiled re-run on every rank " +
+                seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_end).count()) +
+                " (its region is not searched on a sharded model)";
+          }
+        } else if (eager_clean) {
+          const CompiledCheck check = check_compiled_program(steered_.model, compiled_nonfinite);
           capture->compiled_only = check.nonfinite;
           if (check.nonfinite && check.region) capture->compiled_region = check.region->module;
           compiled_cost += ", compiled re-run" +
