@@ -20,9 +20,7 @@ struct Announcement {
 // One sum to which only `leader` adds (op, precision, row, the modules' text
 // length), then the modules' names where there are any.
 Announcement announced(GradientAverager& ranks, int leader, const Announcement& mine) {
-  std::string modules;
-  for (const std::string& m : mine.fp32_modules)
-    modules += (modules.empty() ? "" : std::string(1, kModuleSeparator)) + m;
+  const std::string modules = joined(mine.fp32_modules, kModuleSeparator);
   at::Tensor head = at::zeros({4}, at::kDouble);
   if (ranks.rank() == leader) {
     double* h = head.data_ptr<double>();
@@ -38,16 +36,7 @@ Announcement announced(GradientAverager& ranks, int leader, const Announcement& 
   out.amp = Amp(int(h[1]));
   out.without_row = int64_t(h[2]);
   if (h[3] > 0) {
-    std::string names = text_from_rank(ranks, leader, modules, int64_t(h[3]));
-    std::string name;
-    for (char c : names + kModuleSeparator) {
-      if (c != kModuleSeparator) {
-        name += c;
-      } else {
-        out.fp32_modules.push_back(name);
-        name.clear();
-      }
-    }
+    out.fp32_modules = split_on(text_from_rank(ranks, leader, modules, int64_t(h[3])), kModuleSeparator);
   }
   return out;
 }
@@ -67,6 +56,23 @@ std::string text_from_rank(GradientAverager& ranks, int from, const std::string&
   std::string out(size_t(length), '\0');
   const float* b = bytes.data_ptr<float>();
   for (int64_t i = 0; i < length; ++i) out[size_t(i)] = char(static_cast<unsigned char>(b[i]));
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& texts, char separator) {
+  std::string out;
+  for (size_t i = 0; i < texts.size(); ++i) out += (i ? std::string(1, separator) : std::string()) + texts[i];
+  return out;
+}
+
+std::vector<std::string> split_on(const std::string& text, char separator) {
+  std::vector<std::string> out(1);
+  for (char c : text) {
+    if (c == separator)
+      out.emplace_back();
+    else
+      out.back() += c;
+  }
   return out;
 }
 

@@ -19,6 +19,10 @@ namespace nanscope {
 // `text` from rank `from`, on every rank, in one sum (every rank must know
 // its `length`).
 std::string text_from_rank(GradientAverager& ranks, int from, const std::string& text, int64_t length);
+// Several texts as one, to pass from rank to rank, and back (`separator`
+// must be a byte no text holds).
+std::string joined(const std::vector<std::string>& texts, char separator);
+std::vector<std::string> split_on(const std::string& text, char separator);
 
 // The rank that leads a lockstep diagnosis, or -1 where none may (one sum, on
 // every rank): the lowest of those with the highest `claim`. `claim` is this

@@ -169,21 +169,8 @@ namespace {
 constexpr char kPlanField = '\x1f', kPlanItem = '\x1e';
 
 std::string plan_text(const RecoveryPlan& plan) {
-  std::string modules;
-  for (const std::string& m : plan.modules) modules += (modules.empty() ? "" : std::string(1, kPlanItem)) + m;
-  return plan.subject + kPlanField + plan.why + kPlanField + modules + kPlanField +
-         (plan.then_stop ? "1" + *plan.then_stop : "");
-}
-
-std::vector<std::string> plan_fields(const std::string& text, char separator) {
-  std::vector<std::string> out(1);
-  for (char c : text) {
-    if (c == separator)
-      out.emplace_back();
-    else
-      out.back() += c;
-  }
-  return out;
+  return joined({plan.subject, plan.why, joined(plan.modules, kPlanItem), plan.then_stop ? "1" + *plan.then_stop : ""},
+                kPlanField);
 }
 
 }  // namespace
@@ -227,12 +214,12 @@ RecoveryPlan StepGuard::Impl::agree_on_recovery(GradientAverager& ranks, const R
     return agreed;
   }
   // Every rank takes part in the sum, the chosen one too.
-  const std::vector<std::string> fields = plan_fields(text_from_rank(ranks, chosen, text, int64_t(c[4])), kPlanField);
+  const std::vector<std::string> fields = split_on(text_from_rank(ranks, chosen, text, int64_t(c[4])), kPlanField);
   if (chosen == rank) agreed.diagnosis = mine.diagnosis;  // remembered with this rank's birth only
   agreed.subject = fields.at(0);
   // A remedy's words name the rank whose diagnosis it is (a stock skip's are a loss scale).
   agreed.why = agreed.remedy == Remedy::none ? fields.at(1) : "rank " + std::to_string(chosen) + ": " + fields.at(1);
-  if (!fields.at(2).empty()) agreed.modules = plan_fields(fields.at(2), kPlanItem);
+  if (!fields.at(2).empty()) agreed.modules = split_on(fields.at(2), kPlanItem);
   if (!fields.at(3).empty()) agreed.then_stop = fields.at(3).substr(1);
   if (agreed.action == RecoveryAction::roll_back && int(all[world * kPlanFields]) < world) {
     // A rollback is every rank's or none: one rank with no good state to go back to stops the run.
