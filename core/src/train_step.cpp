@@ -141,21 +141,29 @@ struct FlagLayout {
 };
 struct AveragedGradients {
   at::Tensor flags, total_norm;
+  at::Tensor own_nonfinite;  // where the backward averaged: this rank's gradients before they mixed (1: non-finite)
   std::vector<at::Tensor> norms;  // per parameter with a gradient; a sharded model's: per parameter
   double seconds = 0;
 };
 AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
-                                       const at::Tensor& loss, const at::Tensor& found_inf,
+                                       const at::Tensor& loss, const at::Tensor& buffers_bad,
                                        const UnscaledGradients& unscaled) {
   NANSCOPE_NVTX_RANGE("all_reduce");
   GradientAverager& ranks = *settings.buckets;
   const FlagLayout at_{ranks.world_size()};
   const int rank = ranks.rank();
   AveragedGradients out;
-  out.flags = at::zeros({at_.size()}, found_inf.options().dtype(at::kFloat));
+  out.flags = at::zeros({at_.size()}, unscaled.found_inf.options().dtype(at::kFloat));
   if (!ranks.sharded()) out.flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
   if (settings.stop_requested) out.flags[at_.stop()].fill_(1);
-  out.flags[at_.grads(rank)].copy_(((found_inf.reshape({}) > 0) | ~at::isfinite(unscaled.total_norm)).to(at::kFloat));
+  // This rank's own gradients: after DDP's backward averaged them, the
+  // unscaled ones are every rank's, and only its note from before names the rank.
+  out.own_nonfinite = ranks.sharded() ? at::Tensor() : ranks.own_gradients_nonfinite();
+  at::Tensor grads_bad = out.own_nonfinite.defined()
+                             ? out.own_nonfinite.reshape({}) > 0
+                             : (unscaled.found_inf.reshape({}) > 0) | ~at::isfinite(unscaled.total_norm);
+  if (buffers_bad.defined()) grads_bad = grads_bad | (buffers_bad.reshape({}) > 0);
+  out.flags[at_.grads(rank)].copy_(grads_bad.to(at::kFloat));
   const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
   out.flags[at_.loss_bad(rank)].copy_((~at::isfinite(l)).to(at::kFloat));
   out.flags[at_.loss(rank)].copy_(l);
@@ -164,6 +172,11 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   if (!ranks.sharded()) {
     ranks.average(out.flags);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (out.own_nonfinite.defined()) {  // averaged before they were unscaled: their norms are taken
+      out.norms = unscaled.norms;
+      out.total_norm = unscaled.total_norm;
+      return out;
+    }
     GradNorms averaged = grad_norms(defined_grads(parameters));
     out.norms = std::move(averaged.each);
     out.total_norm = std::move(averaged.total);
@@ -243,9 +256,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const std::vector<bool>& had_grad = unscaled.had_grad;
   const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf.to(at::kFloat));
   AveragedGradients averaged;
-  if (settings.buckets)
-    averaged = average_across_ranks(settings, parameters, loss,
-                                    buffers_bad.defined() ? found_inf + buffers_bad : found_inf, unscaled);
+  if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, buffers_bad, unscaled);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
 
   // The step's one host sync: everything below, each part named by where it lands.
@@ -258,6 +269,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const size_t at_local_norm = read.add(local_norm);
   const size_t at_buffers = buffers_bad.defined() ? read.add(buffers_bad) : HostRead::kNone;
   const size_t at_flags = settings.buckets ? read.add(averaged.flags) : HostRead::kNone;
+  const size_t at_own = averaged.own_nonfinite.defined() ? read.add(averaged.own_nonfinite) : HostRead::kNone;
   const size_t at_absmax =
       settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
   // A sharded model's norms are the whole gradients': only the summed ones mean anything.
@@ -277,7 +289,8 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   out.grad_norm = read[at_norm];
   out.batch_finite = read[at_batch_flag] == 0.0f;
   out.local_loss_finite = std::isfinite(read[at_loss]);
-  out.local_grads_finite = std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;
+  out.local_grads_finite = at_own != HostRead::kNone ? read[at_own] == 0.0f
+                                                     : std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;
   if (at_buffers != HostRead::kNone) out.buffers_finite = read[at_buffers] == 0.0f;
   if (settings.buckets) {
     const FlagLayout at_{settings.buckets->world_size()};

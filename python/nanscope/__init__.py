@@ -107,10 +107,13 @@ class StepGuard:
     every rank builds a guard: ranks agree on each skip, fallback, rollback and
     stop, each writes run-rank-R.h5, and only a rank whose own step went
     non-finite writes a snapshot (closure form). The guard averages the
-    gradients in one all-reduce per step (a DistributedDataParallel model's own
-    sync is held off with no_sync(), so each rank's gradients are checked
-    before they mix); a plain model starts from rank 0's weights. A
-    DistributedDataParallel model with buffers needs broadcast_buffers=False.
+    gradients in one all-reduce per step; a DistributedDataParallel model keeps
+    its own sync, overlapped with the backward, through a communication hook
+    the guard registers, which checks each rank's gradients before they mix
+    (a model with a hook of its own keeps it, and its sync is held off with
+    no_sync() while the guard averages). A plain model starts from rank 0's
+    weights. A DistributedDataParallel model with buffers needs
+    broadcast_buffers=False.
     A sharded model (FSDP2's fully_shard, FSDP1 with use_orig_params=True) is
     given as it is: the guard checks each rank's shards, sums the flags and
     shard norms in its one collective (norms of the whole gradients), and on a
@@ -131,6 +134,7 @@ class StepGuard:
             optimizer = _accelerate.unwrapped(optimizer)
         ranks, rank, world_size = _distributed.averager(model, process_group)
         self._averages = ranks is not None
+        self._ranks = ranks
         self._rank = rank
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
@@ -143,11 +147,15 @@ class StepGuard:
         own = dict(model_name=model_name, log=bool(log), row_dim=row_dim)
         self._guard = _StepGuard(named, optimizer, options, own, ranks, rank, world_size,
                                  _compiled.program_of(model))
+        # A DistributedDataParallel model: its sync is held off in re-runs, which are one rank's alone, and
+        # in every call where the guard averages the gradients itself (the model has a hook of its own).
         self._ddp = model if _distributed.is_ddp(model) else None
+        self._ddp_held = self._ddp is not None and not (ranks is not None and ranks.reduces_in_backward)
         # Only a plain model under torch.distributed can be the inside of a
         # DistributedDataParallel; the check is a global hook that Dynamo must
         # not trace, so a compiled model goes without it.
-        self._wrapper_unchecked = self._ddp is None and _distributed.initialized() and named is model
+        self._wrapper_unchecked = (not _distributed.is_ddp(model) and _distributed.initialized()
+                                   and named is model)
         self._model = model
         self._optimizer = optimizer
         self._prepared_optimizer = prepared  # what the loop calls: Accelerate's wrapper, or the optimizer itself
@@ -258,9 +266,13 @@ class StepGuard:
         if batch is None:
             raise TypeError("nanscope: the closure form needs the step's batch: guard.closure_step(closure, batch)")
 
+        live = [True]  # the core's first call of the closure is the step itself; later ones re-run it
+
         def closure_call():
             run = functools.partial(_scopes.call, others=self._watch.others, kept=self._watch.kept_buffers, rerun=False)
-            return _distributed.call(self._ddp, run, closure, self._paths)
+            held = self._ddp if self._ddp_held or not live[0] else None
+            live[0] = False
+            return _distributed.call(held, run, closure, self._paths)
         if self._wrapper_unchecked:  # the first step only: no cost after it
             self._wrapper_unchecked = False
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
@@ -335,6 +347,8 @@ class StepGuard:
             self._watch.close()
             # The model, a DistributedDataParallel wrapper and the optimizer are the loop's: no reference kept.
             self._model = self._ddp = self._optimizer = self._prepared_optimizer = self._accelerated = None
+            if self._ranks is not None:
+                self._ranks.close()
             guard.close()
 
     def __del__(self):

@@ -1,10 +1,16 @@
 """The guard's one collective per step for a torch.distributed process group:
 each parameter's gradient averaged and the guard's flags reduced with MAX, so
-every rank knows which rank went non-finite and all decide alike. A
-DistributedDataParallel model's own gradient sync is held off (no_sync): the
-guard checks each rank's own gradients before they are averaged, which names
-the rank a NaN came from, and a forensic re-run on that rank alone must not
-wait for the others."""
+every rank knows which rank went non-finite and all decide alike.
+
+A DistributedDataParallel model keeps its own gradient sync, overlapped with
+the backward as in the plain loop: the guard registers DDP's communication
+hook, which notes whether this rank's own gradients were finite before they
+mix (that names the rank a NaN came from) and then all-reduces each bucket as
+DDP's default does. The guard's collective is then the flags alone. A model
+that has a communication hook of its own keeps it: there DDP's sync is held
+off (no_sync) and the guard averages the gradients itself, after checking
+them. A forensic re-run calls the module inside, so it never waits for the
+other ranks."""
 import torch
 
 from . import _sharded
@@ -25,16 +31,49 @@ def is_ddp(model):
 
 class Ranks:
     """The guard's collectives over one process group (python_averager.hpp):
-    average(flags) averages each parameter's gradient and reduces the flags
-    with MAX; sum(values) sums; sharded: the model is sharded (FSDP), its own
-    backward reduced the gradients, and the guard only sums."""
+    average(flags) averages each parameter's gradient (unless DDP's backward
+    did) and reduces the flags with MAX; sum(values) sums; sharded: the model
+    is sharded (FSDP), its own backward reduced the gradients, and the guard
+    only sums."""
 
     def __init__(self, dist, group, world, params, sharded):
         self._dist, self._group, self._world, self._params = dist, group, world, params
         self.sharded = sharded
+        self.reduces_in_backward = False  # DDP's backward averages, through _note_and_all_reduce
+        self._ddp_group = None  # the group DDP's backward reduces over (its process_group)
+        self._own_largest = None  # the largest magnitude of this rank's own gradients this step, before they mixed
+        self._closed = False
+
+    def take_over_sync_of(self, ddp):
+        """Registers the hook that lets DDP's backward average the gradients:
+        False where the model has a communication hook of its own."""
+        try:
+            ddp.register_comm_hook(self, _note_and_all_reduce)
+        except RuntimeError:  # "can only be called once": the loop's own hook stays
+            return False
+        self._ddp_group = ddp.process_group
+        self.reduces_in_backward = True
+        return True
+
+    def own_gradients_nonfinite(self):
+        """1.0 (a tensor) when this rank's own gradients held a NaN or an
+        infinity before DDP's backward mixed them, else 0.0; None when no
+        backward reduced them since the last average()."""
+        if self._own_largest is None:
+            return None
+        return (~torch.isfinite(self._own_largest)).to(torch.float32)
+
+    def close(self):
+        """The guard is done: the hook all-reduces as DDP's default and notes nothing."""
+        self._closed = True
+        self._own_largest = self._params = None
 
     def average(self, flags):
         dist, group = self._dist, self._group
+        if self._own_largest is not None:  # DDP's backward averaged them
+            self._own_largest = None
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+            return
         grads = []
         for p in self._params:
             if p.grad is None:
@@ -54,6 +93,19 @@ class Ranks:
         self._dist.all_reduce(values, group=self._group)
 
 
+def _note_and_all_reduce(ranks, bucket):
+    """DDP's communication hook: the bucket's largest magnitude kept (NaN
+    propagates through it; a reduction, no copy and no host sync), then the
+    bucket averaged as DDP's own default does (divided, then summed)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if not ranks._closed:
+        largest = torch.linalg.vector_norm(bucket.buffer(), float("inf")).to(torch.float32)
+        # DDP reduces the buckets in their order: bucket 0 begins a backward.
+        earlier = None if bucket.index() == 0 else ranks._own_largest
+        ranks._own_largest = largest if earlier is None else torch.maximum(earlier, largest)
+    return default_hooks.allreduce_hook(ranks._ddp_group, bucket)
+
+
 def averager(model, group):
     """(Ranks or None, rank, world size) for the current process group."""
     sharded = _sharded.is_sharded(model)  # also refuses a model FSDP1 flattened
@@ -71,11 +123,15 @@ def averager(model, group):
         with torch.no_grad():
             for tensor in list(model.parameters()) + list(model.buffers()):
                 dist.broadcast(tensor, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
-    return Ranks(dist, group, world, params, sharded), rank, world
+    ranks = Ranks(dist, group, world, params, sharded)
+    if is_ddp(model):
+        ranks.take_over_sync_of(model)
+    return ranks, rank, world
 
 
 def call(ddp, function, *args):
-    """function(*args), a DistributedDataParallel model's forward under no_sync()."""
+    """function(*args), a DistributedDataParallel model's forward under no_sync()
+    (given the model where the guard averages its gradients itself)."""
     if ddp is not None:
         with ddp.no_sync():
             return function(*args)

@@ -41,7 +41,7 @@ class Watch:
         self._model = model
         self._hook = None
         self._end_hook = None
-        self._holds_sync = _distributed.is_ddp(model) and owner._averages
+        self._holds_sync = owner._ddp_held  # DDP's sync held off: the guard averages
         self._listening = None  # the fp32 modules' scopes over the loop's forward
         self._paths = _scopes.module_paths(named)
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known

@@ -14,7 +14,9 @@ class PythonAverager : public GradientAverager {
  public:
   // `ranks`: average(flags) averages the parameters' .grad over the group (or
   // leaves them, when DistributedDataParallel did it in backward) and
-  // all-reduces `flags` with MAX, in place; sum(values) all-reduces with SUM;
+  // all-reduces `flags` with MAX, in place; own_gradients_nonfinite() is
+  // DistributedDataParallel's note of this rank's gradients before they mixed
+  // (None where the guard averages them); sum(values) all-reduces with SUM;
   // sharded is True for a sharded model (FSDP).
   PythonAverager(py::object ranks, int rank, int world_size)
       : ranks_(share(std::move(ranks))), rank_(rank), world_size_(world_size) {
@@ -26,6 +28,11 @@ class PythonAverager : public GradientAverager {
   void average(const at::Tensor& flags) override {
     py::gil_scoped_acquire gil;
     ranks_->attr("average")(flags);
+  }
+  at::Tensor own_gradients_nonfinite() override {
+    py::gil_scoped_acquire gil;
+    py::object own = ranks_->attr("own_gradients_nonfinite")();
+    return own.is_none() ? at::Tensor() : own.cast<at::Tensor>();
   }
   bool sharded() const override { return sharded_; }
   bool sums() const override { return true; }

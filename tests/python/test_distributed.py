@@ -15,7 +15,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
 import nanscope
 
-rank, world, run_dir, ddp = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3] == "ddp"
+rank, world, run_dir, kind = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3]
+ddp = kind.startswith("ddp")
 # A file store in the test's own directory: no port picked ahead of time that
 # another process may take before rank 0 listens on it (Gloo's own sockets bind port 0).
 dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=world)
@@ -23,6 +24,9 @@ torch.manual_seed(rank)  # different initial weights: the guard (or DDP) starts 
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 if ddp:
     model = nn.parallel.DistributedDataParallel(model)
+if kind == "ddp-own-hook":  # the loop's own communication hook, registered before the guard is made
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    model.register_comm_hook(None, default_hooks.allreduce_hook)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 # watched: nanoGPT's loop, DDP's sync on for the last micro-batch only, GradScaler's calls on the guard
 watched = len(sys.argv) > 4
@@ -44,12 +48,18 @@ for step in range(6):
             with guard.autocast():
                 loss = F.cross_entropy(model(x[rows]), y[rows]) / 2
             guard.scale(loss, (x[rows], y[rows])).backward()
+        if step == 0:  # were the gradients averaged in the backward (DDP's own sync), before guard.step?
+            grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+            every = [torch.zeros_like(grads) for _ in range(world)]
+            dist.all_gather(every, grads)
+            synced_in_backward = all(torch.equal(every[0], g) for g in every)
         result = guard.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
     counted.append(result.counted)
 guard.flush()
 weights = [p.detach().flatten().tolist() for p in model.parameters()]
-print(json.dumps({"counted": counted, "weights": weights, "snapshots": guard.snapshots}), flush=True)
+print(json.dumps({"counted": counted, "weights": weights, "snapshots": guard.snapshots,
+                  "synced_in_backward": synced_in_backward if watched else None}), flush=True)
 # What uses the process group goes before it: DDP's reducer (its threads, at
 # interpreter exit, otherwise outlive the group: "terminate called").
 guard.close()
@@ -59,8 +69,13 @@ dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("kind, form", [("plain", "closure"), ("ddp", "closure"), ("plain", "watched"),
-                                        ("ddp", "watched")])
+                                        ("ddp", "watched"), ("ddp-own-hook", "closure"),
+                                        ("ddp-own-hook", "watched")])
 def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool, kind, form):
+    """DDP averages the gradients in its own backward, overlapped, as in the
+    plain loop (the guard's communication hook notes each rank's gradients
+    before they mix); a model with a hook of its own keeps it, its sync held
+    off while the guard averages. Either way the same step is skipped."""
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1")
@@ -74,6 +89,8 @@ def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool
         outs.append(json.loads(out.strip().splitlines()[-1]))
     for out in outs:
         assert out["counted"] == [True, True, True, False, True, True]
+        if form == "watched" and kind != "plain":
+            assert out["synced_in_backward"] == (kind == "ddp"), out["synced_in_backward"]
     assert outs[0]["weights"] == outs[1]["weights"], "every rank holds the same weights"
     assert outs[0]["snapshots"] == []
     assert outs[1]["snapshots"] == [str(tmp_path / "run" / "snapshots" / "rank-1" / "step-0000003.h5")]

@@ -20,19 +20,19 @@ import sharded_worker  # noqa: E402
 from test_sharded import run_ranks  # noqa: E402
 
 
-@pytest.mark.parametrize("engine, world", [("fsdp2", 2), ("fsdp1", 2), ("fsdp2", 4), ("ddp", 4)])
-def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, engine, world):
+@pytest.mark.parametrize("engine, world, form", [("fsdp2", 2, "closure"), ("fsdp1", 2, "closure"),
+                                                 ("fsdp2", 4, "closure"), ("ddp", 4, "closure"),
+                                                 ("ddp", 2, "watched")])
+def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, engine, world, form):
     """fallback='auto': rank 1's blank sample is 0/0 in fp32 too and the step
     is finite without it. Rank 1 diagnoses the step (a sharded model's ranks
     re-run it together), and every rank takes its remedy: data, a skip and
     nothing more (no fp32, no LR cut), ending with the weights of the plain
-    loop that dropped that update by hand (FSDP2, FSDP1; DDP's plain loop
-    averages its gradients in its own buckets, and the guard in one: there the
-    skip alone, fallback='off', is the reference)."""
-    guarded = run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "auto"}, world=world)
+    loop that dropped that update by hand (FSDP2, FSDP1, and DDP, whose own
+    buckets average the gradients in the guarded loop too)."""
+    guarded = run_ranks(tmp_path, engine, form, "forward", {"fallback": "auto"}, world=world)
     (tmp_path / "reference").mkdir()
-    reference = run_ranks(tmp_path / "reference", engine, "closure" if engine == "ddp" else "plain", "forward",
-                          {"fallback": "off"}, world=world)
+    reference = run_ranks(tmp_path / "reference", engine, "plain", "forward", {"fallback": "off"}, world=world)
     assert len(guarded) == world
     for rank, out in enumerate(guarded):
         results = out["results"]
@@ -44,7 +44,7 @@ def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process
         assert f"rank 1: finite without batch row(s) {sharded_worker.BLANK_ROW}; no fallback" in out["log"], rank
         assert out["weights"] == reference[rank]["weights"], f"rank {rank}'s weights differ from the reference run's"
     # Every rank's run file names rank 1 as the first non-finite one and its remedy.
-    run_dir = tmp_path / f"{engine}-closure-forward-{world}" / "run"
+    run_dir = tmp_path / f"{engine}-{form}-forward-{world}" / "run"
     report = json.loads(subprocess.run([tool("NANSCOPE_REPORT"), str(run_dir), "--json"], check=True,
                                        capture_output=True, text=True).stdout)
     assert sorted(run["rank"] for run in report["runs"]) == list(range(world))

@@ -17,9 +17,16 @@ class GradientAverager {
   virtual ~GradientAverager() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Averages each parameter's .grad across ranks and reduces `flags` with MAX.
+  // Averages each parameter's .grad across ranks and reduces `flags` with MAX;
+  // only the flags where the backward averaged the gradients (below).
   // Not called for a sharded model.
   virtual void average(const at::Tensor& flags) = 0;
+  // Where the step's backward averaged the gradients itself (a
+  // DistributedDataParallel model's own sync, overlapped with the backward),
+  // this rank's own gradients before they mixed: a float 1 if they held a NaN
+  // or an infinity, else 0. Undefined where no backward averaged them since
+  // the last average(): there average() averages them.
+  virtual at::Tensor own_gradients_nonfinite() { return {}; }
   // The model is sharded: its backward reduced the gradients, and a re-run of
   // its forward is a collective every rank takes part in.
   virtual bool sharded() const { return false; }

@@ -30,7 +30,7 @@ struct StepOutcome {
       nonfinite_ranks;  // ranks whose own check failed (one process: {0} or {}; sharded: whose loss, if any did)
   double allreduce_seconds = 0;        // wall time in the gradient all-reduce (0: one process)
   bool stop_requested = false;         // some rank was interrupted (several ranks)
-  std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients
+  std::vector<float> parameter_norms;  // when asked for; one per parameter, this rank's gradients (DDP's: averaged)
   // Several ranks, when asked for: one per parameter, the averaged gradients (the same on every rank).
   std::vector<float> global_parameter_norms;
   std::vector<float> micro_losses;  // when StepSettings gave them
