@@ -10,12 +10,16 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // A warning this close before the trouble counts as its start: the state to
 // go back to is one from before it.
 constexpr int64_t kWarningReach = 50;
+// Healthy steps before a loss can be a spike: the largest loss of the first
+// few is no baseline (a saturated BCE goes from 0.8 to 50 at step 1 of a run
+// that then trains well), and no state is saved to go back to before then.
+constexpr int64_t kSpikeBaseline = 10;
 }  // namespace
 
 RollbackPolicy::RollbackPolicy(RollbackOptions options) : options_(options) {}
 
 double RollbackPolicy::spike_threshold() const {
-  return healthy_steps_ > 0 ? options_.spike_ratio * max_healthy_loss_ : kInf;
+  return healthy_steps_ >= kSpikeBaseline ? options_.spike_ratio * max_healthy_loss_ : kInf;
 }
 
 double RollbackPolicy::skip_loss_above(int64_t step) const {

@@ -24,7 +24,8 @@ void StepGuard::Impl::fall_back(int64_t step, GuardedStep& result, const std::st
   journal_.record(step, format::EventKind::fallback,
                   result.amp == Amp::fp32 ? "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)"
                                           : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut,
-                  what + " at " + precision_name(result.amp) + " -> skipped; fallback ");
+                  what + " at " + precision_name(result.amp) +
+                      (result.counted() ? " -> fallback " : " -> skipped; fallback "));
   amp_ = Amp::fp32;
 }
 

@@ -109,6 +109,21 @@ TEST(RollbackPolicy, TroubleTwoStepsRunningCallsForARollbackAndProbationSkipsSpi
   EXPECT_TRUE(p.trouble_persists()) << "spikes all through probation: the cause persists";
 }
 
+TEST(RollbackPolicy, TheFirstStepsAreNoBaselineForASpike) {
+  // A siamese net's BCE saturates at its second step (0.84, then 50 twice)
+  // and then trains well: no trouble, and no fallback for it.
+  RollbackPolicy p({});
+  EXPECT_FALSE(p.observe(0, 0.84, false, false));
+  EXPECT_FALSE(p.observe(1, 50.0, false, false));
+  EXPECT_FALSE(p.observe(2, 50.0, false, false));
+  EXPECT_FALSE(p.trouble_persists());
+  for (int64_t s = 3; s < 9; ++s) EXPECT_FALSE(p.observe(s, 1.0, false, false));
+  EXPECT_TRUE(std::isinf(p.spike_threshold())) << "nine healthy steps: still no baseline";
+  EXPECT_FALSE(p.observe(9, 2.0, false, false));
+  EXPECT_DOUBLE_EQ(p.spike_threshold(), 500.0) << "ten healthy steps: 10 x the largest of them";
+  EXPECT_TRUE(p.observe(10, 600.0, false, false));
+}
+
 TEST(RollbackPolicy, AWarningShortlyBeforeTheTroubleIsWhereItBegan) {
   RollbackPolicy p({});
   for (int64_t s = 0; s < 100; ++s) p.observe(s, 1.0, false, false);

@@ -572,3 +572,29 @@ def test_an_op_in_a_modules_own_forward_hook_is_named_by_that_module(tmp_path):
     assert not result.counted
     assert result.first_birth.startswith("nan at aten::div (forward) in module '1.0'"), result.first_birth
     assert len(inner._forward_hooks) == 1  # the closing hook nanscope added is gone
+
+
+def test_the_first_steps_are_no_baseline_and_a_fallback_on_counted_spikes_says_so(tmp_path, nanscope_lines):
+    """pytorch/examples' siamese network saturates its BCE at its second step
+    (0.84, then 50 twice) and then trains well: the largest loss of one or two
+    steps is no baseline for a spike, so no fallback. Loss spikes that persist
+    later, with no saved state to go back to, bring the whole fallback; those
+    steps were applied, and its line does not call them skipped. The offset
+    moves the losses and leaves the gradients alone."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=True)
+    offsets = {1: 60.0, 2: 60.0, 15: 1000.0, 16: 1000.0}
+    results = []
+    for step in range(18):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        offset = offsets.get(step, 0.0)
+        results.append(guard.closure_step(lambda: F.mse_loss(model(x), y) + offset, batch=(x, y)))
+    guard.close()
+    assert all(r.counted for r in results), [r.counted for r in results]
+    assert [s for s, r in enumerate(results) if r.fell_back] == [16]
+    assert {r.amp for r in results[:17]} == {"bf16"} and results[17].amp == "fp32"
+    # A line says which guard wrote it ("[Linear] ") once another guard has lived in this process.
+    lines = [line.split("] ", 1)[-1] for line in nanscope_lines().splitlines() if not line.startswith("nanscope:")]
+    assert lines == ["step 16: trouble on 2 steps in a row at bf16 -> fallback bf16 -> fp32, LR x 0.5"], lines
