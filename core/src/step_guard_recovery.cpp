@@ -21,11 +21,11 @@ void StepGuard::Impl::fall_back(int64_t step, GuardedStep& result, const std::st
   result.fell_back = true;
   // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
-  journal_.record(step, format::EventKind::fallback,
-                  result.amp == Amp::fp32 ? "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)"
-                                          : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut,
-                  what + " at " + precision_name(result.amp) +
-                      (result.counted() ? " -> fallback " : " -> skipped; fallback "));
+  journal_.record(
+      step, format::EventKind::fallback,
+      result.amp == Amp::fp32 ? "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)"
+                              : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut,
+      what + " at " + precision_name(result.amp) + (result.counted() ? " -> fallback " : " -> skipped; fallback "));
   amp_ = Amp::fp32;
 }
 

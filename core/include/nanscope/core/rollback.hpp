@@ -8,11 +8,10 @@
 //
 // Trouble: a step whose loss is non-finite (or, without fp16's scaler, whose
 // gradients are), or whose loss is `spike_ratio` times the largest loss of a
-// healthy step (once there have been ten: the first few are no baseline). A rollback is due when the weights are non-finite, or when
-// trouble lasts `patience` steps in a row (a loss spike that comes back after
-// a skip). After a rollback the run is on probation for `probation_steps`:
-// a step whose loss spikes is skipped instead of applied (the batches shown to
-// be bad), and `max_probation_skips` of those in a row mean the cause persists.
+// healthy step (once there have been ten: the first few are no baseline). A rollback is due when the weights are
+// non-finite, or when trouble lasts `patience` steps in a row (a loss spike that comes back after a skip). After a
+// rollback the run is on probation for `probation_steps`: a step whose loss spikes is skipped instead of applied (the
+// batches shown to be bad), and `max_probation_skips` of those in a row mean the cause persists.
 #include <cstdint>
 #include <limits>
 
