@@ -59,6 +59,11 @@ AtFailedEvaluation::~AtFailedEvaluation() {
 // Forensics: the failing step re-run under op-level capture (eagerly, and
 // compiled again for a compiled model), its first birth said, its snapshot
 // written. nullopt when it was not re-run.
+std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births) const {
+  return "none on rank " + std::to_string(options_.rank) + ": born on rank(s) " + format::rank_list_text(births) +
+         " (their " + format::run_file_name(births.front(), options_.world_size) + " names it)";
+}
+
 std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
                                                             const std::vector<float>& layer_grad_norm) {
   const int64_t step = run.step;
@@ -96,6 +101,14 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
     journal_.say(step, "first birth: " + result.first_birth);
+  }
+  // A replicated rank whose own step was finite re-runs nothing; the averaged
+  // gradients carried another rank's NaN, and its line says whose.
+  const std::vector<int>& sick = outcome.nonfinite_ranks;
+  if (options_.probe && ranks && !lockstep && !investigate && result.first_birth.empty() && !sick.empty() &&
+      std::find(sick.begin(), sick.end(), options_.rank) == sick.end()) {
+    result.first_birth = born_elsewhere(outcome.nonfinite_ranks);
+    journal_.record(step, format::EventKind::first_birth, result.first_birth, "first birth: ");
   }
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && capture) {
@@ -198,9 +211,7 @@ std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
         : !capture->first_birth && !capture->reproduced && changed_micro_batch(run) >= 0
             ? "not reproduced on re-run, but" + changed_micro_batch_text(run)
         : born && !capture->first_birth && !born->births.empty()
-            ? "none on rank " + std::to_string(options_.rank) + ": born on rank(s) " +
-                  format::rank_list_text(born->births) + " (their " +
-                  format::run_file_name(born->births.front(), options_.world_size) + " names it)"
+            ? born_elsewhere(born->births)
             : format::capture_text(*capture) +
                   (changed_micro_batch(run) >= 0 ? "; but" + changed_micro_batch_text(run) : std::string());
     journal_.record(step, format::EventKind::first_birth, result.first_birth,

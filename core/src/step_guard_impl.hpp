@@ -71,6 +71,8 @@ struct StepGuard::Impl {
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
   std::optional<format::Capture> investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  // "none on rank R: born on rank(s) ..., (their run-rank-X.h5 names it)": another rank's birth.
+  std::string born_elsewhere(const std::vector<int>& births) const;
   std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture, NamedTensors parameters);
   // A sharded model's forensics in lockstep: the ranks that found a birth,

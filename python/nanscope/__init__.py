@@ -138,10 +138,11 @@ class StepGuard:
         self._rank = rank
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"nanscope.StepGuard: loss_fn must be a function loss_fn(model, batch), got {loss_fn!r}")
-        # A torch.compile'd model is named as the user wrote it ('mid', not
-        # '_orig_mod.mid'): the guard sees the module inside, the loop calls the
-        # compiled one, and both hold the same parameters.
-        named = _scopes.uncompiled(model)
+        # A torch.compile'd or DistributedDataParallel model is named as the
+        # user wrote it ('mid', not '_orig_mod.mid' or 'module.mid', as a
+        # sharded model's are): the guard sees the module inside, the loop calls
+        # the wrapper, and both hold the same parameters.
+        named = _watch.inner(model)
         if not isinstance(row_dim, dict):
             row_dim = int(row_dim)
         own = dict(model_name=model_name, log=bool(log), row_dim=row_dim)

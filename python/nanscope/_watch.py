@@ -20,7 +20,7 @@ from . import _scopes
 from . import _nanscope
 
 
-def _inner(model):
+def inner(model):
     """The module a re-run calls: without torch.compile (eager, every op seen)
     and without DistributedDataParallel (no collective on one rank's re-run)."""
     model = _scopes.uncompiled(model)
@@ -141,7 +141,7 @@ class Watch:
         self._watch_calls()
         self._loss_fn = True
         compiled = _compiled.program_of(self._model) is not None
-        model = self._model if compiled else _inner(self._named)
+        model = self._model if compiled else inner(self._named)
         paths = _scopes.module_paths(_scopes.uncompiled(model))
 
         def run(batch):

@@ -235,8 +235,9 @@ INSTANTIATE_TEST_SUITE_P(Gloo, DataParallelRun, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
 
 // A NaN born on rank 1 only: every rank skips that step and falls back
-// together, rank 1 (and only rank 1) investigates and names the birth, every
-// rank's file says rank 1 went first, and the snapshot replays on one process.
+// together, rank 1 (and only rank 1) investigates and names the birth, the
+// others' lines and every rank's file say rank 1 went first, and the snapshot
+// replays on one process.
 TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   const int world = 4, fault_step = 6, steps = 10;
   TempDir dir;
@@ -248,7 +249,12 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_NE(job[1].log.find("[rank 1] step 6: first birth: nan at aten::log (forward) in module 'fc1'"),
             std::string::npos)
       << job[1].log;
-  EXPECT_EQ(job[0].log.find("first birth"), std::string::npos) << "rank 0 had nothing to investigate";
+  // Rank 0 had nothing to investigate; its line says whose birth it was.
+  EXPECT_NE(job[0].log.find("[rank 0] step 6: first birth: none on rank 0: born on rank(s) 1 (their run-rank-1.h5 "
+                            "names it)"),
+            std::string::npos)
+      << job[0].log;
+  EXPECT_EQ(job[0].log.find("first birth: nan"), std::string::npos) << "rank 0 re-ran nothing";
 
   for (int r = 0; r < world; ++r) {
     const format::RunData run = rank_run(run_dir, r, world);

@@ -58,10 +58,13 @@ def plain_runs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
+@pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
 @pytest.mark.parametrize("form, fault", [("closure", "forward"), ("closure", "backward"), ("closure", "input"),
                                          ("watched", "forward"), ("watched", "backward")])
 def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path, plain_runs, engine, form, fault):
+    """DDP too: its own buckets mix the gradients in the backward, and the
+    guard's hook saw each rank's before they mixed, so a backward birth on
+    rank 0 alone is rank 0's on every rank's line."""
     guarded = run_ranks(tmp_path, engine, form, fault)
     plain = plain_runs(engine, fault)
     sick = SICK_RANK[fault]
