@@ -40,20 +40,22 @@ class Ranks:
         self._dist, self._group, self._world, self._params = dist, group, world, params
         self.sharded = sharded
         self.reduces_in_backward = False  # DDP's backward averages, through _note_and_all_reduce
-        self._ddp_group = None  # the group DDP's backward reduces over (its process_group)
+        self._ddp_group = self._all_reduce = None  # DDP's group, and its default reduction of a bucket
         self._own_largest = None  # the largest magnitude of this rank's own gradients this step, before they mixed
         self._closed = False
 
     def take_over_sync_of(self, ddp):
-        """Registers the hook that lets DDP's backward average the gradients:
-        False where the model has a communication hook of its own."""
+        """Registers the hook that lets DDP's backward average the gradients,
+        unless the model has a communication hook of its own
+        (reduces_in_backward says which)."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         try:
             ddp.register_comm_hook(self, _note_and_all_reduce)
         except RuntimeError:  # "can only be called once": the loop's own hook stays
-            return False
+            return
         self._ddp_group = ddp.process_group
+        self._all_reduce = default_hooks.allreduce_hook  # DDP's default: divide, then sum
         self.reduces_in_backward = True
-        return True
 
     def own_gradients_nonfinite(self):
         """1.0 (a tensor) when this rank's own gradients held a NaN or an
@@ -97,13 +99,12 @@ def _note_and_all_reduce(ranks, bucket):
     """DDP's communication hook: the bucket's largest magnitude kept (NaN
     propagates through it; a reduction, no copy and no host sync), then the
     bucket averaged as DDP's own default does (divided, then summed)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     if not ranks._closed:
         largest = torch.linalg.vector_norm(bucket.buffer(), float("inf")).to(torch.float32)
         # DDP reduces the buckets in their order: bucket 0 begins a backward.
         earlier = None if bucket.index() == 0 else ranks._own_largest
         ranks._own_largest = largest if earlier is None else torch.maximum(earlier, largest)
-    return default_hooks.allreduce_hook(ranks._ddp_group, bucket)
+    return ranks._all_reduce(ranks._ddp_group, bucket)
 
 
 def averager(model, group):
