@@ -94,6 +94,22 @@ void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::string&
   optimizer.load(archive);
 }
 
+SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer) {
+  SavedOptimizer saved;
+  if (const auto* own = dynamic_cast<const CopiesItsState*>(&optimizer))
+    saved.copy = own->copy_state();
+  else
+    saved.bytes = optimizer_bytes(optimizer);
+  return saved;
+}
+
+void restore_optimizer(torch::optim::Optimizer& optimizer, const SavedOptimizer& saved) {
+  if (saved.copy)
+    dynamic_cast<CopiesItsState&>(optimizer).restore_state(*saved.copy);
+  else
+    load_optimizer_bytes(optimizer, saved.bytes);
+}
+
 void load_optimizer_state_by_name(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
                                   const NamedTensors& state) {
   std::map<std::string, at::Tensor> slots(state.begin(), state.end());

@@ -2,6 +2,8 @@
 
 #include <c10/core/GradMode.h>
 
+#include <limits>
+
 #include "nanscope/core/optimizer.hpp"
 
 namespace nanscope {
@@ -17,14 +19,19 @@ std::string StateHealth::text() const {
 StateHealth state_health(const TrainableModel& model, const torch::optim::Optimizer* optimizer) {
   c10::NoGradGuard no_grad;
   std::vector<std::string> names;
-  std::vector<at::Tensor> flags;
-  // healthy(t): every value finite, or (a buffer) no NaN.
+  // Healthy: every value finite (the largest magnitude of each, one foreach
+  // call for all of them), or, for a buffer, no NaN (a mask holds -inf).
+  std::vector<at::Tensor> strict, lenient;
+  std::vector<bool> is_strict;
   auto check = [&](const char* what, const NamedTensors& tensors, bool infinities_allowed) {
     for (const auto& [name, t] : tensors) {
       if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
       names.push_back(std::string(what) + " " + name);
-      const at::Tensor healthy = infinities_allowed ? at::logical_not(at::isnan(t).any()) : at::isfinite(t).all();
-      flags.push_back(healthy.reshape({1}).to(at::kCPU));
+      is_strict.push_back(!infinities_allowed);
+      if (infinities_allowed)
+        lenient.push_back(at::logical_not(at::isnan(t).any()).reshape({1}).to(at::kCPU));
+      else
+        strict.push_back(t);
     }
   };
   const NamedTensors parameters = model.named_parameters();
@@ -32,11 +39,20 @@ StateHealth state_health(const TrainableModel& model, const torch::optim::Optimi
   check("buffer", model.named_buffers(), true);
   if (optimizer) check("optimizer state", optimizer_state_by_name(*optimizer, model.trainable_parameters()), false);
   StateHealth health;
-  if (flags.empty()) return health;
+  if (names.empty()) return health;
+  std::vector<at::Tensor> flags = std::move(lenient);
+  if (!strict.empty()) {
+    std::vector<at::Tensor> largest = at::_foreach_norm(strict, std::numeric_limits<double>::infinity());
+    for (at::Tensor& m : largest) m = m.to(at::kFloat);
+    flags.push_back(at::isfinite(at::stack(largest)).to(at::kCPU));
+  }
+  // The lenient flags first, then the strict ones, each in the order met.
   const at::Tensor all = at::cat(flags);
   const bool* ok = all.data_ptr<bool>();
+  const size_t lenient_count = size_t(all.numel()) - strict.size();
+  size_t next_lenient = 0, next_strict = lenient_count;
   for (size_t i = 0; i < names.size(); ++i)
-    if (!ok[i]) health.nonfinite.push_back(names[i]);
+    if (!ok[is_strict[i] ? next_strict++ : next_lenient++]) health.nonfinite.push_back(names[i]);
   return health;
 }
 

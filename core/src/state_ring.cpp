@@ -53,7 +53,7 @@ bool StateRing::save(int64_t step, const TrainableModel& model, const torch::opt
   s.step = step;
   s.parameters = host_copies(model.named_parameters());
   s.buffers = host_copies(model.named_buffers());
-  s.optimizer = optimizer_bytes(optimizer);
+  s.optimizer = save_optimizer(optimizer);
   s.scaler = scaler;
   s.cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
   const at::Device device = device_of(model);
@@ -74,7 +74,7 @@ void StateRing::restore(const TrainingState& state, TrainableModel& model, torch
                         LossScaler& scaler) {
   copy_back(model.named_parameters(), state.parameters);
   copy_back(model.named_buffers(), state.buffers);
-  load_optimizer_bytes(optimizer, state.optimizer);
+  restore_optimizer(optimizer, state.optimizer);
   scaler = state.scaler;
   at::Generator cpu = at::detail::getDefaultCPUGenerator();
   cpu.set_state(state.cpu_rng);

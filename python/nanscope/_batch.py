@@ -18,8 +18,36 @@ def is_plain(batch):
             and torch.is_tensor(batch[1]))
 
 
+_flat_structures = {}  # (kind, keys or length) -> the structure of a flat dict, tuple or list of tensors
+
+
 def flatten(batch):
-    """(leaves, structure): the tensors of `batch` in order, and how they nest."""
+    """(leaves, structure): the tensors of `batch` in order, and how they nest.
+    A flat dict, tuple or list of tensors (a tokenizer's batch, as most loops
+    give it) has its structure text made once per shape, not at every
+    micro-batch."""
+    flat = _flat_key(batch)
+    if flat is not None:
+        structure = _flat_structures.get(flat)
+        leaves = list(batch.values()) if isinstance(batch, dict) else list(batch)
+        if structure is None:
+            if len(_flat_structures) > 256:  # a loop whose batches keep changing keys: no cache
+                _flat_structures.clear()
+            structure = _flat_structures[flat] = _walked(batch)[1]
+        return leaves, structure
+    return _walked(batch)
+
+
+def _flat_key(batch):
+    if type(batch) is dict:
+        if len(batch) <= 16 and all(type(k) is str and torch.is_tensor(v) for k, v in batch.items()):
+            return ("d", *batch)
+    elif type(batch) in (tuple, list) and len(batch) <= 16 and all(torch.is_tensor(v) for v in batch):
+        return (type(batch).__name__, len(batch))
+    return None
+
+
+def _walked(batch):
     leaves = []
 
     def encode(node):

@@ -103,32 +103,39 @@ def named_parameters(model, trainable=False):
     return [(name, p._local_tensor if isinstance(p, dtensor) else p) for name, p in items]
 
 
-_module_trees = weakref.WeakKeyDictionary()  # a model -> its (module, name prefix) list, read once
+_module_trees = weakref.WeakKeyDictionary()  # a model -> its modules' buffer dicts, read once
 
 
 def named_buffers(model):
     """model.named_buffers() (each buffer once, in its order), its names clean.
-    The module tree is walked once per model: the transaction takes the buffers
-    at every step, and walking named_modules() each time cost a small model's
-    step a quarter of a millisecond. (A module added to the model after its
-    first step is not looked at for buffers; one that writes a buffer it did
-    not have then is said as written but not saved.)"""
+    The module tree is walked once per model, and each step reads only each
+    module's buffer dict: the transaction takes the buffers at every step, and
+    walking named_modules() each time cost a small model's step a quarter of a
+    millisecond. (A module added to the model after its first step is not
+    looked at for buffers; one that writes a buffer it did not have then is
+    said as written but not saved.)"""
     tree = _module_trees.get(model)
     if tree is None:
-        # Weak: the entry must not keep its own key (the model) alive.
-        tree = [(weakref.ref(module), prefix + "." if prefix else "") for prefix, module in model.named_modules()]
+        # The module held weakly: the entry must not keep its own key (the
+        # model) alive. Its name prefix is clean already; a buffer's own name
+        # has no dots, so the two joined are clean too.
+        tree = [(module._buffers, weakref.ref(module), _dotted(clean_name(prefix)))
+                for prefix, module in model.named_modules()]
         _module_trees[model] = tree
     seen = set()
     out = []
-    for ref, prefix in tree:
-        module = ref()
-        if module is None:
+    for buffers, module, prefix in tree:
+        if not buffers or module() is None:
             continue
-        for key, buffer in module._buffers.items():
+        for key, buffer in buffers.items():
             if buffer is not None and id(buffer) not in seen:
                 seen.add(id(buffer))
-                out.append((clean_name(prefix + key), buffer))
+                out.append((prefix + key, buffer))
     return out
+
+
+def _dotted(prefix):
+    return prefix + "." if prefix else ""
 
 
 def module_names(model):

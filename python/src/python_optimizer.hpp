@@ -9,11 +9,12 @@
 #include <torch/optim/optimizer.h>
 
 #include "nanscope/core/closure_optimizer.hpp"
+#include "nanscope/core/optimizer.hpp"
 #include "python_model.hpp"
 
 namespace nanscope::python {
 
-class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure {
+class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure, public CopiesItsState {
  public:
   explicit PythonOptimizer(py::object optimizer);  // throws TypeError for anything else
   // step(closure) hands Python's step a function that runs `closure`; an
@@ -24,6 +25,9 @@ class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure 
   bool evaluates_closure() const override { return evaluates_closure_; }
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+  // A deep copy of its state_dict(), put back with load_state_dict().
+  std::shared_ptr<const OptimizerStateCopy> copy_state() const override;
+  void restore_state(const OptimizerStateCopy& copy) override;
 
  private:
   explicit PythonOptimizer(SharedObject optimizer);

@@ -329,6 +329,11 @@ TEST(ClosureStep, ABuffersOwnInfinitiesAreNoNonFiniteStepButANewOneIs) {
     net.running_max[3] = NAN;
   }
   EXPECT_EQ(guard.health().nonfinite, std::vector<std::string>{"buffer running_max"});
+  {
+    torch::NoGradGuard no_grad;
+    net.fc->bias[0] = INFINITY;  // a parameter's infinity is sick, a buffer's is not
+  }
+  EXPECT_EQ(guard.health().nonfinite, (std::vector<std::string>{"parameter fc.bias", "buffer running_max"}));
 }
 
 // A NaN made where op-level capture cannot see (here an op run with

@@ -335,6 +335,36 @@ def test_a_rollback_cuts_the_lr_of_the_optimizer_it_restored(tmp_path):
     assert result.lr == pytest.approx(0.05)
 
 
+def test_each_rollback_restores_the_saved_weights_and_optimizer_state_exactly(tmp_path):
+    """Two rollbacks to the same kept state: both put back its weights and
+    AdamW's moments exactly, so the kept copy is not the live state, and the
+    training between them did not change it."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", fallback="off", log=False)
+    after = {}  # step -> (weights, optimizer state) after it
+    restored = []
+    for step in range(45):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        if step in (30, 31, 40, 41):  # NaN on two steps in a row: back to the state after step 24
+            x[0, 0] = float("nan")
+        result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+        weights = [p.detach().clone() for p in model.parameters()]
+        state = {i: {k: v.clone() for k, v in slots.items()} for i, slots in optimizer.state_dict()["state"].items()}
+        if result.rolled_back_to >= 0:
+            restored.append((result.rolled_back_to, weights, state))
+        else:
+            after[step] = (weights, state)
+    assert [r[0] for r in restored] == [24, 24], restored
+    for to, weights, state in restored:
+        kept_weights, kept_state = after[to]
+        assert all(torch.equal(a, b) for a, b in zip(weights, kept_weights))
+        assert state.keys() == kept_state.keys()
+        for i in state:
+            assert all(torch.equal(state[i][k], kept_state[i][k]) for k in kept_state[i]), (to, i)
+
+
 def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
     model = nn.Linear(4, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",

@@ -1,8 +1,8 @@
 #pragma once
 // The last few good training states, kept in host memory so a run can go back
 // to one without a checkpoint file or a restart: the weights and buffers, the
-// optimizer's state (any torch::optim optimizer: saved through its own
-// serialization), the loss scaler, and the CPU (and CUDA) random generators.
+// optimizer's state (any torch::optim optimizer: copied by itself, or saved
+// through its own serialization), the loss scaler, and the CPU (and CUDA) random generators.
 // The data position and the LR schedule are not saved: a rollback does not
 // rewind them (docs/sentinel.md).
 #include <ATen/ATen.h>
@@ -15,13 +15,14 @@
 
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/model.hpp"
+#include "nanscope/core/optimizer.hpp"
 
 namespace nanscope {
 
 struct TrainingState {
   int64_t step = -1;                            // the state as it was after this step's update
   std::vector<at::Tensor> parameters, buffers;  // host copies, in named_parameters()/named_buffers() order
-  std::string optimizer;                        // the optimizer's own serialization
+  SavedOptimizer optimizer;                     // its own copy, or its serialization
   LossScaler scaler;
   at::Tensor cpu_rng;
   at::Tensor device_rng;  // the parameters' CUDA device's generator; undefined on CPU
