@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       const at::Tensor x = data.inputs.index_select(0, rows), y = data.targets.index_select(0, rows);
       for (Arm& arm : arms) {
         const auto start = Clock::now();
-        arm.guard->step(step, x, y);
+        arm.guard->closure_step(x, y, nanscope::StepContext::numbered(step));
         arm.times.push_back(seconds_since(start));
       }
     }
@@ -124,11 +124,8 @@ int main(int argc, char** argv) {
               percentile(arms[0].times, 0.25) * 1e3, percentile(arms[0].times, 0.75) * 1e3);
   std::printf("  warn+rollback on   median step %8.3f ms (p25 %.3f, p75 %.3f)  ratio to off %.3f\n", on * 1e3,
               percentile(arms[1].times, 0.25) * 1e3, percentile(arms[1].times, 0.75) * 1e3, on / off);
-  std::printf(
-      "  ring: one state %.2f MB (weights %.2f MB), %zu states by default = %.2f MB; ring held %.2f MB at "
-      "the end\n",
-      ring.bytes() / 1e6, weight_bytes / 1e6, size_t(RollbackOptions{}.states),
-      RollbackOptions{}.states * ring.bytes() / 1e6, arm.guard->saved_states().bytes() / 1e6);
+  std::printf("  ring: one state %.2f MB (weights %.2f MB), %zu states by default = %.2f MB\n", ring.bytes() / 1e6,
+              weight_bytes / 1e6, size_t(RollbackOptions{}.states), RollbackOptions{}.states * ring.bytes() / 1e6);
   std::printf("  save a state   median %8.3f ms (every 25 steps: %.2f%% of a step each step)\n", median(saves) * 1e3,
               100.0 * median(saves) / 25 / on);
   std::printf("  rollback (restore a state) median %8.3f ms\n", median(restores) * 1e3);

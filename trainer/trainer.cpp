@@ -101,7 +101,7 @@ bool write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
                       StepGuard& guard, int64_t steps_done, bool keep_previous, TrainSummary& summary,
                       std::ostream& log, const std::string& who, bool periodic) {
   // The rows up to the checkpoint reach run.h5 first: a resume keeps them and redoes only what follows.
-  guard.journal().flush();
+  guard.flush();
   const ResumeState state = resume_state(model, optimizer, guard);
   const double loss = summary.last_finite_step >= 0 ? summary.last_finite_loss : std::nan("");
   // The file now at PATH becomes the one before it only if a new one replaces it.
@@ -127,8 +127,8 @@ bool write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
                                : "nothing written";
   const std::string text =
       "checkpoint after step " + std::to_string(steps_done - 1) + " not written: " + why + "; " + kept;
-  guard.journal().event(steps_done - 1, format::EventKind::save_refused, text);
-  guard.journal().flush();
+  guard.record_event(steps_done - 1, format::EventKind::save_refused, text);
+  guard.flush();
   log << who << text << "\n";
   return false;
 }
@@ -213,7 +213,7 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
 // One guarded step, its LR from the schedule; a lost peer is said in this
 // rank's run file, which stays whole.
 GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool interrupted) {
-  StepContext context;
+  StepContext context = StepContext::numbered(step);
   // --schedule-on-skip hold: skipped steps do not move the schedule on.
   const int64_t schedule_position = o.schedule_holds_on_skip ? s.guard->applied_steps() : step;
   // The schedule's LR; the guard applies its own cuts (fallback, rollback) to the update.
@@ -227,10 +227,10 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
     s.ranks.group->set_context("step " + std::to_string(step));
   }
   try {
-    return s.guard->step(step, inputs, targets, context);
+    return s.guard->closure_step(inputs, targets, context);
   } catch (const DistributedError& e) {
-    s.guard->journal().event(step, format::EventKind::dist_error, e.what());
-    s.guard->journal().flush();
+    s.guard->record_event(step, format::EventKind::dist_error, e.what());
+    s.guard->flush();
     throw;
   }
 }
@@ -263,12 +263,12 @@ TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interr
   TrainSummary& summary = tally.summary;
   const StepGuard& guard = *s.guard;
   summary.interrupted = interrupted;
-  summary.final_loss_scale = guard.scaler().scale();
+  summary.final_loss_scale = guard.loss_scale();
   summary.fallback_step = guard.fallback_step();
   summary.rollbacks = guard.rollbacks();
   summary.snapshots = guard.snapshots();
   summary.first_nonfinite_ranks = guard.first_nonfinite_ranks();
-  s.guard->journal().flush();
+  s.guard->flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, o.dist);
     if (!path.empty() && checkpoint_saved_after != summary.steps_run)
@@ -312,8 +312,7 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
     tally.add(result, step, bool(s.ranks.buckets));
     const TrainSummary& sum = tally.summary;
     progress.update({step, o.steps, sum.skipped, outcome.loss, !outcome.finite(), sum.last_finite_loss,
-                     sum.last_finite_step, s.guard->scaler().scale(), outcome.grad_norm,
-                     precision_name(s.guard->amp())});
+                     sum.last_finite_step, s.guard->loss_scale(), outcome.grad_norm, precision_name(s.guard->amp())});
     if (buffer_poisoned_after(s.faults, step)) poison_first_buffer(*s.model);
     if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) {
       if (const std::string path = checkpoint_path_for_rank(o.save, o.dist); !path.empty()) {

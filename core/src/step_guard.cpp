@@ -11,21 +11,14 @@ StepGuard::StepGuard(GuardedModel model, GuardOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), nullptr, std::move(options))) {}
 StepGuard::~StepGuard() = default;
 
-GuardedStep StepGuard::step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets,
-                            const StepContext& context) {
-  return impl_->step(step, inputs, targets, context);
+GuardedStep StepGuard::closure_step(const LossClosure& loss, const Batch& batch, const StepContext& context) {
+  return impl_->step(impl_->number_of(context), loss, batch, context);
 }
-GuardedStep StepGuard::step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context) {
-  return impl_->step(step, loss, batch, context);
+GuardedStep StepGuard::closure_step(const BatchLoss& loss, const Batch& batch, const StepContext& context) {
+  return impl_->step(impl_->number_of(context), loss, batch, context);
 }
-GuardedStep StepGuard::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
-  return impl_->step(step, loss, batch, context);
-}
-GuardedStep StepGuard::step(const LossClosure& loss, const Batch& batch, const StepContext& context) {
-  return impl_->step(impl_->next_step_, loss, batch, context);
-}
-GuardedStep StepGuard::step(const BatchLoss& loss, const Batch& batch, const StepContext& context) {
-  return impl_->step(impl_->next_step_, loss, batch, context);
+GuardedStep StepGuard::closure_step(const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context) {
+  return impl_->step(impl_->number_of(context), inputs, targets, context);
 }
 
 void StepGuard::set_loss_fn(BatchLoss loss) { impl_->steered_.loss_fn = std::move(loss); }
@@ -42,7 +35,6 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
 void StepGuard::unscale() { impl_->unscale(); }
 GuardedStep StepGuard::step(const StepContext& context) { return impl_->step(context); }
 bool StepGuard::step_open() const { return impl_->watched_phase() != WatchedPhase::closed; }
-bool StepGuard::applies_update() const { return impl_->steered_.applies_update; }
 void StepGuard::undo_loops_update() { impl_->undo_loops_update(); }
 
 bool StepGuard::stopped() const { return !impl_->stopped_.empty(); }
@@ -59,10 +51,12 @@ int64_t StepGuard::rollbacks() const { return impl_->recovery_.rollback().rollba
 int64_t StepGuard::fallback_step() const { return impl_->recovery_.fallback().fired_step(); }
 GuardState StepGuard::state() const { return impl_->state(); }
 void StepGuard::restore(const GuardState& state) { impl_->restore(state); }
-const StateRing& StepGuard::saved_states() const { return impl_->recovery_.saved_states(); }
-const LossScaler& StepGuard::scaler() const { return impl_->scaler_; }
-const std::vector<at::Tensor>& StepGuard::parameters() const { return impl_->parameters_; }
-Journal& StepGuard::journal() { return impl_->journal_; }
+double StepGuard::loss_scale() const { return impl_->scaler_.scale(); }
+bool StepGuard::scaling() const { return impl_->scaler_.enabled(); }
+void StepGuard::record_event(int64_t step, format::EventKind kind, const std::string& text) {
+  impl_->journal_.event(step, kind, text);
+}
+void StepGuard::flush() { impl_->journal_.flush(); }
 const std::string& StepGuard::run_file() const { return impl_->journal_.path(); }
 const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
 const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->forensics_.first_nonfinite_ranks(); }

@@ -50,6 +50,7 @@ struct StepGuard::Impl {
                    bool changed_since_call);
   void unscale();
   GuardedStep step(const StepContext& context);
+  int64_t number_of(const StepContext& context) const { return context.step >= 0 ? context.step : next_step_; }
   GuardedStep watched_step(const StepContext& context);
   void undo_loops_update();
   WatchedPhase watched_phase() const { return watched_ ? watched_->phase : WatchedPhase::closed; }

@@ -37,6 +37,11 @@ WatchedPhase next_phase(WatchedPhase phase, WatchedCall call) {
       throw std::logic_error(
           "StepGuard: a backward after unscale() in the same step (unscale once, after the last micro-batch)");
     case WatchedCall::unscale:
+      // As GradScaler's unscale_(): a second call would divide twice.
+      if (phase == WatchedPhase::unscaled)
+        throw std::logic_error(
+            "StepGuard::unscale(): already called in this step (once per step, after the last "
+            "micro-batch's backward and before the clipping)");
       if (loss_given) return WatchedPhase::unscaled;
       throw std::logic_error(std::string("StepGuard::unscale():") + no_backward);
     case WatchedCall::step:
@@ -51,7 +56,8 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
   if (call == WatchedCall::loss && steered_.applies_update && evaluates_closure(steered_.optimizer))
     throw std::logic_error(
         "the optimizer evaluates the loss itself (L-BFGS), several times a step: its steps run in the closure "
-        "form, which gives it the closure (C++: guard.step(loss_closure, batch); Python: guard.closure_step(closure, "
+        "form, which gives it the closure (C++: guard.closure_step(loss_closure, batch); Python: "
+        "guard.closure_step(closure, "
         "batch)), not in the watched form");
   const WatchedPhase next = next_phase(watched_phase(), call);
   if (!watched_) {
@@ -121,9 +127,8 @@ void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
 }
 
 void StepGuard::Impl::unscale() {
-  const bool first = watched_phase() != WatchedPhase::unscaled;
   WatchedStep& w = advance_watched(WatchedCall::unscale);
-  if (first) w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front());
+  w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front());
 }
 
 GuardedStep StepGuard::Impl::step(const StepContext& context) {

@@ -279,7 +279,7 @@ class StepGuard:
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
         try:
             with self._watch.busy():
-                result = guard.step(closure_call, batch, step)
+                result = guard.closure_step(closure_call, batch, step)
         finally:
             _scopes.close_lingering()
         self._watch.keep_others(result)

@@ -202,7 +202,7 @@ class Watch:
         self._stop_listening()
         try:
             with self.busy():
-                result = guard.step_watched()
+                result = guard.step()
         finally:
             _scopes.close_lingering()
         self.keep_others(result)

@@ -110,7 +110,7 @@ class Guard {
                         : std::make_unique<StepGuard>(std::move(body), o);
   }
 
-  StepResult step(const py::function& closure, const py::object& batch, std::optional<int64_t> step) {
+  StepResult closure_step(const py::function& closure, const py::object& batch, std::optional<int64_t> step) {
     if (!optimizer_)
       throw py::type_error(
           "nanscope.StepGuard: the closure form runs the optimizer's step; this guard has no "
@@ -121,8 +121,9 @@ class Guard {
       py::gil_scoped_acquire gil;
       return loss_value(call_python(closure), "the closure");
     };
-    return run([&](const StepContext& context) {
-      return step ? guard().step(*step, loss, b, context) : guard().step(loss, b, context);
+    return run([&](StepContext context) {
+      if (step) context.step = *step;
+      return guard().closure_step(loss, b, context);
     });
   }
 
@@ -148,7 +149,7 @@ class Guard {
     py::gil_scoped_release release;
     guard().unscale();
   }
-  StepResult step_watched() {
+  StepResult step() {
     return run([&](const StepContext& context) { return guard().step(context); });
   }
 
@@ -317,7 +318,7 @@ PYBIND11_MODULE(_nanscope, m) {
 
   py::class_<Guard>(m, "_StepGuard")
       .def(py::init<py::object, py::object, py::dict, py::dict, py::object, int, int, py::object>())
-      .def("step", &Guard::step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
+      .def("closure_step", &Guard::closure_step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_micro_batch", &Guard::begin_micro_batch)
       .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
@@ -326,11 +327,11 @@ PYBIND11_MODULE(_nanscope, m) {
            [](Guard& g, int rank, const std::string& error) { g.guard().stop_for_failed_rank(rank, error); })
       .def("scale", &Guard::scale)
       .def("unscale", &Guard::unscale)
-      .def("step_watched", &Guard::step_watched)
+      .def("step", &Guard::step)
       .def("undo_loops_update", [](Guard& g) { g.guard().undo_loops_update(); })
       .def_property_readonly("step_open", [](Guard& g) { return g.guard().step_open(); })
-      .def_property_readonly("loss_scale", [](Guard& g) { return g.guard().scaler().scale(); })
-      .def_property_readonly("scaling", [](Guard& g) { return g.guard().scaler().enabled(); })
+      .def_property_readonly("loss_scale", [](Guard& g) { return g.guard().loss_scale(); })
+      .def_property_readonly("scaling", [](Guard& g) { return g.guard().scaling(); })
       .def_property_readonly("run_file", [](Guard& g) { return g.guard().run_file(); })
       .def_property_readonly("amp", [](Guard& g) { return std::string(format::to_string(g.guard().amp())); })
       .def_property_readonly("lr_multiplier", [](Guard& g) { return g.guard().lr_multiplier(); })
@@ -361,7 +362,7 @@ PYBIND11_MODULE(_nanscope, m) {
              g.guard().restore(s);
              g.guard().number_steps_from(d["next_step"].cast<int64_t>());
            })
-      .def("flush", [](Guard& g) { g.guard().journal().flush(); })
+      .def("flush", [](Guard& g) { g.guard().flush(); })
       .def("close", &Guard::close)
       .def_property_readonly("stopped", [](Guard& g) { return g.guard().stopped(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
@@ -396,7 +397,7 @@ PYBIND11_MODULE(_nanscope, m) {
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"), py::arg("others"));
-  m.def("scopes_active", [] { return probe::detail::g_scopes_enabled.load(std::memory_order_relaxed); });
-  m.def("push_scope_path", [](const std::string& path) { return probe::detail::push_scope_path(path); });
-  m.def("pop_scope", [] { probe::detail::pop_scope(); });
+  m.def("scopes_active", [] { return probe::module_scopes_active(); });
+  m.def("push_scope_path", [](const std::string& path) { return probe::open_module_scope_by_path(path); });
+  m.def("pop_scope", [] { probe::close_module_scope(); });
 }

@@ -67,7 +67,7 @@ void train(
   size_t batch_idx = 0;
   for (auto& batch : data_loader) {
     auto data = batch.data.to(device), targets = batch.target.to(device);
-    auto loss = guard.step([&] { return torch::nll_loss(model.forward(data), targets); }, {data, targets}).loss;
+    auto loss = guard.closure_step([&] { return torch::nll_loss(model.forward(data), targets); }, {data, targets}).loss;
 
     if (batch_idx++ % kLogInterval == 0) {
       std::printf(

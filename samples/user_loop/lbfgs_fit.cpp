@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     // One long step (a learning rate far too high for it), the others short.
     optimizer.param_groups()[0].options().set_lr(step == 1 ? 3.0 : 0.01);
     const torch::Tensor mu = model.mu.detach().clone(), sigma = model.sigma.detach().clone();
-    nanscope::GuardedStep r = guard.step(loss_of, nanscope::Batch(y));
+    nanscope::GuardedStep r = guard.closure_step(loss_of, nanscope::Batch(y));
     if (r.counted()) continue;
     ++skipped;
     std::cout << "step " << step << ": first birth: " << r.first_birth << "\n";

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < kSteps; ++step) {
     torch::Tensor x = torch::randn({kBatch, 12, 4}), y = (x.sum(-1) > 0).to(torch::kFloat);
     if (step == kFaultStep) x[kFaultSample][5][2] = NAN;  // a missing reading
-    nanscope::GuardedStep r = guard.step(loss_of, nanscope::Batch::of({x, y, h, c}));
+    nanscope::GuardedStep r = guard.closure_step(loss_of, nanscope::Batch::of({x, y, h, c}));
     if (r.counted()) {
       h = next_h, c = next_c;  // truncated BPTT: the state goes on, its graph does not
       continue;

@@ -97,8 +97,8 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < kSteps; ++step) {
     auto [real, z_critic, z] = data(step);
     torch::Tensor fake = g.forward(z_critic).detach();
-    guard_d.step([&] { return bce(d.forward(real), 1) + bce(d.forward(fake), 0); }, {real, fake});
-    nanscope::GuardedStep r = guard_g.step(generator_loss, nanscope::Batch(z));
+    guard_d.closure_step([&] { return bce(d.forward(real), 1) + bce(d.forward(fake), 0); }, {real, fake});
+    nanscope::GuardedStep r = guard_g.closure_step(generator_loss, nanscope::Batch(z));
     if (!r.counted()) std::cout << "step " << step << ": first birth: " << r.first_birth << "\n";
     if (!r.snapshot.empty()) std::cout << "snapshot: " << r.snapshot << "\n";
   }

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < 20; ++step) {
     torch::Tensor counts = torch::randint(0, 10, {16, 4}).to(torch::kFloat), y = counts.sum(1, true);
     if (step == 12) counts[3][1] = -1;  // a missing count, as real data has them
-    nanscope::GuardedStep r = guard.step(loss_of, {counts, y});
+    nanscope::GuardedStep r = guard.closure_step(loss_of, {counts, y});
     if (!r.counted()) std::cout << "step " << step << ": first birth: " << r.first_birth << "\n";
     if (!r.snapshot.empty()) std::cout << "snapshot: " << r.snapshot << "\n";
   }

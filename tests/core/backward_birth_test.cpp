@@ -92,7 +92,7 @@ struct Guarded {
   }
   // One closure step on `x`.
   GuardedStep step(const at::Tensor& x) {
-    return guard.step([&] { return net.forward(x); }, {x, torch::zeros({x.size(0)})});
+    return guard.closure_step([&] { return net.forward(x); }, {x, torch::zeros({x.size(0)})});
   }
   TempDir dir;
   Net net;

@@ -90,7 +90,7 @@ TEST(ClosureOptimizer, ANonFiniteTrialPointSkipsTheStepAsIfItNeverRan) {
   StepGuard guard(model, optimizer, options(dir.file("run"), log));
   auto loss = [&] { return model.nll(y); };
 
-  GuardedStep first = guard.step(loss, {y});  // a small step: finite, and the optimizer has a history
+  GuardedStep first = guard.closure_step(loss, {y});  // a small step: finite, and the optimizer has a history
   ASSERT_TRUE(first.counted()) << log.str();
   set_lr(optimizer, 3);  // a long step now takes sigma below zero at a trial point
   const int failing = plain_failing_evaluation(y, 0.01, 3);
@@ -98,7 +98,7 @@ TEST(ClosureOptimizer, ANonFiniteTrialPointSkipsTheStepAsIfItNeverRan) {
 
   const at::Tensor mu = model.mu.detach().clone(), sigma = model.sigma.detach().clone();
   const std::string state = lbfgs_state(optimizer);
-  GuardedStep r = guard.step(loss, {y});
+  GuardedStep r = guard.closure_step(loss, {y});
   EXPECT_FALSE(r.counted());
   EXPECT_TRUE(torch::equal(model.mu, mu) && torch::equal(model.sigma, sigma)) << "weights as before the step";
   EXPECT_EQ(lbfgs_state(optimizer), state) << "optimizer state as before the step";
@@ -109,8 +109,8 @@ TEST(ClosureOptimizer, ANonFiniteTrialPointSkipsTheStepAsIfItNeverRan) {
   EXPECT_EQ(model.mu.scalar_type(), torch::kDouble);
 
   set_lr(optimizer, 0.01);
-  EXPECT_TRUE(guard.step(loss, {y}).counted()) << log.str();
-  guard.journal().flush();
+  EXPECT_TRUE(guard.closure_step(loss, {y}).counted()) << log.str();
+  guard.flush();
   EXPECT_EQ(format::read_run(guard.run_file()).rows(), size_t(3)) << "one row per step, not per evaluation";
 }
 
@@ -128,7 +128,7 @@ TEST(ClosureOptimizer, AFiniteStepIsThePlainStepBitForBit) {
       loss.backward();
       return loss;
     });
-    ASSERT_TRUE(guard.step([&] { return guarded.nll(y); }, {y}).counted()) << log.str();
+    ASSERT_TRUE(guard.closure_step([&] { return guarded.nll(y); }, {y}).counted()) << log.str();
   }
   EXPECT_TRUE(torch::equal(plain.mu, guarded.mu) && torch::equal(plain.sigma, guarded.sigma));
   EXPECT_EQ(lbfgs_state(plain_optimizer), lbfgs_state(optimizer));

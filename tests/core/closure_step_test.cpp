@@ -108,7 +108,7 @@ TEST(ClosureStep, NamesTheModuleFromNamedModulesWithoutScopes) {
   const at::Tensor x = torch::randn({16, 4}), y = torch::randn({16, 1});
   for (int64_t step = 0; step < 4; ++step) {
     const int64_t poisoned = step == 2 ? 1 : -1;  // log of a linear's output inside blocks.1
-    GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, poisoned), y); }, {x, y});
+    GuardedStep r = guard.closure_step([&] { return torch::mse_loss(net.forward(x, poisoned), y); }, {x, y});
     EXPECT_EQ(r.counted(), step != 2) << step;
     if (step == 2) {
       // The batch rows it names, if not all of them, follow from the signs the linear gives.
@@ -132,7 +132,7 @@ TEST(ClosureStep, AnOpReadingAModulesParameterBelongsToIt) {
     net.stem[0]->as<torch::nn::Linear>()->weight.fill_(3e38f);
   }
   const at::Tensor x = torch::rand({8, 4}) + 1, y = torch::randn({8, 1});
-  GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  GuardedStep r = guard.closure_step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
   EXPECT_FALSE(r.counted());
   EXPECT_NE(r.first_birth.find("in module 'stem.0'"), std::string::npos) << r.first_birth;
 }
@@ -155,7 +155,7 @@ TEST(ClosureStep, LibraryDefaultsAddNothingTheLoopDidNotDo) {
   GuardOptions o{dir.file("run")};
   o.log = nullptr;
   StepGuard guard(guarded, a, o);
-  guard.step([&] { return torch::mse_loss(guarded->forward(x), y); }, {x, y});
+  guard.closure_step([&] { return torch::mse_loss(guarded->forward(x), y); }, {x, y});
   b.zero_grad();
   torch::mse_loss(plain->forward(x), y).backward();
   EXPECT_GT(plain->weight.grad().norm().item<double>(), 10);
@@ -178,7 +178,7 @@ TEST(ClosureStep, AScopeNameThatIsNoModuleIsAWarning) {
   std::ostringstream log;
   StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
   const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 1});
-  for (int i = 0; i < 3; ++i) guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  for (int i = 0; i < 3; ++i) guard.closure_step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
   const std::string text = log.str();
   EXPECT_NE(text.find("NANSCOPE_MODULE_SCOPE(\"fcc\") names no module"), std::string::npos) << text;
   EXPECT_EQ(text.find("names no module"), text.rfind("names no module")) << "said once: " << text;
@@ -208,7 +208,7 @@ TEST(ClosureStep, RowsAreUnknownWithoutBatchRowsAndTheBirthNamesItsRow) {
   at::Tensor x = torch::rand({8, 6});
   x[5].fill_(0.25);  // a blank sample: std 0, log -inf
   const at::Tensor y = torch::randn({8, 1});
-  GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
+  GuardedStep r = guard.closure_step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y});
   ASSERT_FALSE(r.counted());
   ASSERT_FALSE(r.snapshot.empty()) << log.str();
   const probe::SnapshotContents s = probe::read_snapshot(r.snapshot);
@@ -221,7 +221,7 @@ TEST(ClosureStep, RowsAreUnknownWithoutBatchRowsAndTheBirthNamesItsRow) {
   // With the data set rows given, the snapshot carries them.
   StepContext context;
   context.batch_rows = at::arange(100, 108, at::kLong);
-  GuardedStep again = guard.step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y}, context);
+  GuardedStep again = guard.closure_step([&] { return torch::mse_loss(net.forward(x), y); }, {x, y}, context);
   EXPECT_FALSE(again.counted());
 }
 
@@ -238,7 +238,7 @@ TEST(ClosureStep, AClosureThatTakesTheBatchLetsTheFallbackFindTheSample) {
   x[3][2] = -1;  // log of a negative: NaN in one sample, inside the model's forward
   const at::Tensor y = torch::randn({8, 1});
   BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(torch::log(b.inputs)), b.targets); };
-  GuardedStep r = guard.step(loss, {x, y});
+  GuardedStep r = guard.closure_step(loss, {x, y});
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
   EXPECT_EQ(guard.amp(), Amp::bf16) << "a data NaN keeps the precision";
@@ -254,8 +254,8 @@ TEST(ClosureStep, AGuardOfATrainableModelRefusesAClosureStep) {
   o.log = nullptr;
   StepGuard guard(model, optimizer, o);
   const at::Tensor x = torch::randn({4, 4}), y = torch::randn({4, 1});
-  EXPECT_THROW(guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y}), std::logic_error);
-  EXPECT_TRUE(guard.step(0, x, y).counted());
+  EXPECT_THROW(guard.closure_step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y}), std::logic_error);
+  EXPECT_TRUE(guard.closure_step(x, y, StepContext::numbered(0)).counted());
 }
 
 // The forensic re-run keeps and restores the model's buffers around itself;
@@ -272,7 +272,7 @@ TEST(ClosureStep, ALossInTheRootsForwardAfterBlocksThatReadBuffersIsTheRoots) {
   const at::Tensor x = torch::randn({16, 8});
   for (int64_t step = 0; step < 3; ++step) {
     const at::Tensor targets = step == 1 ? torch::full({16}, -1, at::kLong) : torch::randint(0, 8, {16});
-    GuardedStep r = guard.step([&] { return net.forward(x, targets); }, {x, targets});
+    GuardedStep r = guard.closure_step([&] { return net.forward(x, targets); }, {x, targets});
     EXPECT_EQ(r.counted(), step != 1) << step;
     if (step == 1) {
       EXPECT_EQ(r.first_birth.rfind("nan at aten::", 0), 0u) << r.first_birth;
@@ -316,7 +316,7 @@ TEST(ClosureStep, ABuffersOwnInfinitiesAreNoNonFiniteStepButANewOneIs) {
   EXPECT_TRUE(guard.health().finite()) << guard.health().text();
   const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
   for (int64_t step = 0; step < 4; ++step) {
-    GuardedStep r = guard.step([&] { return torch::mse_loss(net.forward(x, step == 2), y); }, {x, y});
+    GuardedStep r = guard.closure_step([&] { return torch::mse_loss(net.forward(x, step == 2), y); }, {x, y});
     EXPECT_EQ(r.counted(), step != 2) << step << "\n" << log.str();
     if (step == 2) {
       EXPECT_NE(std::find(r.restored.begin(), r.restored.end(), "stat"), r.restored.end());
@@ -348,7 +348,7 @@ TEST(ClosureStep, ANanNoCapturedOpMadeIsReproducedNotTransient) {
   std::ostringstream log;
   StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
   const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
-  GuardedStep r = guard.step(
+  GuardedStep r = guard.closure_step(
       [&] {
         at::Tensor h = net->forward(x);
         at::Tensor unseen;
@@ -380,7 +380,7 @@ TEST(ClosureStep, ALossThatRaisesAfterABirthIsASkipWithThatBirth) {
     return torch::binary_cross_entropy(torch::sigmoid(net->forward(b.inputs)), b.inputs);
   };
   GuardedStep r;
-  ASSERT_NO_THROW(r = guard.step(vae_loss, {x, x})) << log.str();
+  ASSERT_NO_THROW(r = guard.closure_step(vae_loss, {x, x})) << log.str();
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.first_birth, "nan at input (input) in module '', batch row 2") << log.str();
   EXPECT_FALSE(r.snapshot.empty());
@@ -389,7 +389,7 @@ TEST(ClosureStep, ALossThatRaisesAfterABirthIsASkipWithThatBirth) {
   // An exception with no birth before it reaches the loop, and says so.
   const at::Tensor wrong = torch::rand({6, 3});
   try {
-    guard.step([&] { return torch::mse_loss(net->forward(wrong), wrong); }, {wrong, wrong});
+    guard.closure_step([&] { return torch::mse_loss(net->forward(wrong), wrong); }, {wrong, wrong});
     FAIL() << "a shape error is the loop's own";
   } catch (const ModelError& e) {
     EXPECT_NE(std::string(e.what()).find("no NaN or Inf was born before it"), std::string::npos) << e.what();
@@ -426,7 +426,7 @@ TEST(ClosureStep, EachTensorOfANestedBatchIsCutAlongItsOwnRowDimension) {
       auto [out, state] = net.lstm->forward(b.leaves[0], std::make_tuple(b.leaves[2], b.leaves[3]));
       return torch::mse_loss(out, b.leaves[1]) + torch::log(b.leaves[0].mean({1, 2})).mean();
     };
-    GuardedStep r = guard.step(loss, Batch::of({data, targets, h0, c0}, std::move(row_dims)));
+    GuardedStep r = guard.closure_step(loss, Batch::of({data, targets, h0, c0}, std::move(row_dims)));
     log_text = log.str();
     return r;
   };
@@ -480,7 +480,7 @@ TEST(ClosureStep, AFloat64ModelStaysFloat64ThroughTheFallback) {
   auto step = [&](bool poisoned) {
     at::Tensor x = torch::randn({8, 3}, at::kDouble), y = torch::randn({8, 1}, at::kDouble);
     if (poisoned) x[4][0] = std::numeric_limits<double>::quiet_NaN();
-    return guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
+    return guard.closure_step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
   };
   EXPECT_TRUE(step(false).counted());
   const GuardedStep failed = step(true);
@@ -516,7 +516,7 @@ TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes)
       const at::Tensor scale = torch::log(b.inputs.std(1, true, true)).unsqueeze(1);
       return torch::mse_loss(net->forward(b.inputs + noise) * scale, b.targets);
     };
-    GuardedStep r = guard.step(loss, {x, y});
+    GuardedStep r = guard.closure_step(loss, {x, y});
     log_text = log.str();
     return r;
   };

@@ -75,7 +75,8 @@ GuardedRun train(const std::string& dir, bool rollback) {
   {
     StepGuard guard(*net, optimizer, o);
     const BatchLoss loss = [&](const Batch& b) { return net->loss(b); };
-    for (int64_t step = 0; step < kTrigger + 10; ++step) run.steps.push_back(guard.step(step, loss, batch_at(step)));
+    for (int64_t step = 0; step < kTrigger + 10; ++step)
+      run.steps.push_back(guard.closure_step(loss, batch_at(step), StepContext::numbered(step)));
   }
   run.log = log.str();
   for (const format::RunEvent& e : format::read_run(dir + "/run.h5").events)

@@ -41,7 +41,7 @@ int run_program(const std::string& run_dir, Ending ending) {
     StepGuard guard(net, optimizer, o);
     for (int i = 0; i < kSteps; ++i) {
       const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
-      guard.step(
+      guard.closure_step(
           [&] {
             if (i == kSteps - 1) ending();
             return torch::mse_loss(net->forward(x), y);
@@ -90,7 +90,7 @@ TEST(ProgramEnding, ALiveWritersMarkIsLeftAlone) {
   o.log = &log;
   StepGuard guard(net, optimizer, o);
   const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
-  guard.step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
+  guard.closure_step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
   EXPECT_FALSE(format::clear_mark_if_writer_gone(run_file(dir))) << "this process writes it";
   EXPECT_TRUE(format::has_writer_mark(run_file(dir)));
 }

@@ -41,7 +41,7 @@ TEST(StateRing, RestoresWeightsOptimizerScalerAndRngBitForBit) {
   g.rollback.enabled = false;  // the ring under test is driven by hand
   StepGuard guard(*model, optimizer, g);
   const at::Tensor x = at::randn({16, 8}), y = at::randint(0, 4, {16});
-  for (int64_t s = 0; s < 5; ++s) guard.step(s, x, y);
+  for (int64_t s = 0; s < 5; ++s) guard.closure_step(x, y, StepContext::numbered(s));
 
   StateRing ring(2, size_t(64) << 20);
   LossScalerConfig fp16;
@@ -52,7 +52,7 @@ TEST(StateRing, RestoresWeightsOptimizerScalerAndRngBitForBit) {
   const NamedTensors saved = snapshot_of(*model, optimizer);
   const at::Tensor draw = at::rand({8});  // the generator moves on from the saved state
 
-  for (int64_t s = 5; s < 10; ++s) guard.step(s, x * 3, y);
+  for (int64_t s = 5; s < 10; ++s) guard.closure_step(x * 3, y, StepContext::numbered(s));
   LossScaler later(fp16);
   ASSERT_FALSE(same_bits(saved.front().second, model->named_parameters().front().second));
 

@@ -200,9 +200,10 @@ TEST(WatchedStep, CallsOutOfOrderThrowAndTheNextStepInOrderStillRuns) {
   EXPECT_NE(message_of([&] { guard.unscale(); }).find("no backward"), std::string::npos);
   EXPECT_NE(message_of([&] { guard.step(); }).find("no backward"), std::string::npos);
   guard.backward(loss(), b);
-  EXPECT_NE(message_of([&] { guard.step(w.loss_of, b); }).find("a watched step is open"), std::string::npos);
+  EXPECT_NE(message_of([&] { guard.closure_step(w.loss_of, b); }).find("a watched step is open"), std::string::npos);
   guard.unscale();
-  guard.unscale();  // once or twice: the gradients are unscaled once
+  EXPECT_NE(message_of([&] { guard.unscale(); }).find("already called in this step"), std::string::npos)
+      << "as GradScaler's unscale_(): a second call would divide twice";
   EXPECT_NE(message_of([&] { guard.backward(loss(), b); }).find("a backward after unscale()"), std::string::npos);
   EXPECT_TRUE(guard.step().counted());
   EXPECT_FALSE(guard.step_open());

@@ -387,6 +387,15 @@ def test_watched_form_errors_are_python_exceptions(tmp_path):
         guard.step(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(TypeError, match="batch must hold tensors"):
         guard.scale(torch.ones((), requires_grad=True), batch=3)
+    # Out of order, as GradScaler refuses it: a second unscale_(), a closure step inside a watched one.
+    X, Y = token_batch(torch.Generator().manual_seed(0))
+    guard.backward(model(X, Y)[1], (X, Y))
+    guard.unscale_()
+    with pytest.raises(RuntimeError, match="already called in this step"):
+        guard.unscale_()
+    with pytest.raises(RuntimeError, match="a watched step is open"):
+        guard.closure_step(lambda: model(X, Y)[1], batch=(X, Y))
+    assert guard.step(optimizer).counted, "the step in order still runs"
     manual = nanscope.StepGuard(model, None, run_dir=tmp_path / "manual", log=False)
     with pytest.raises(TypeError, match="no optimizer"):
         manual.closure_step(lambda: model(*token_batch(torch.Generator()))[1], batch=torch.zeros(1))

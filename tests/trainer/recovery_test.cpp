@@ -103,12 +103,12 @@ void expect_nan_sample_skip_is_a_transaction(TrainableModel& model, const std::s
   StepGuard guard(model, optimizer, options);
   at::manual_seed(0);
   const at::Tensor x = at::randn({32, 6}), y = at::randint(0, 4, {32});
-  for (int64_t s = 0; s < 3; ++s) ASSERT_FALSE(guard.step(s, x, y).outcome.skipped);
+  for (int64_t s = 0; s < 3; ++s) ASSERT_FALSE(guard.closure_step(x, y, StepContext::numbered(s)).outcome.skipped);
   const NamedTensors before = copy_of_state(model, optimizer);
 
   at::Tensor poisoned = x.clone();
   poisoned[5].fill_(std::nan(""));
-  const GuardedStep skipped = guard.step(3, poisoned, y);
+  const GuardedStep skipped = guard.closure_step(poisoned, y, StepContext::numbered(3));
   ASSERT_TRUE(skipped.outcome.skipped);
   EXPECT_TRUE(contains(skipped.restored, bn + ".running_mean"));
   EXPECT_TRUE(contains(skipped.restored, bn + ".running_var"));
@@ -152,14 +152,14 @@ TEST_F(Recovery, AFiniteStepThatLeavesABufferNonFiniteDoesNotCount) {
   StepGuard guard(*model, optimizer, options);
   at::manual_seed(0);
   const at::Tensor x = at::randn({32, 6}), y = at::randint(0, 4, {32});
-  for (int64_t s = 0; s < 3; ++s) ASSERT_FALSE(guard.step(s, x, y).outcome.skipped);
+  for (int64_t s = 0; s < 3; ++s) ASSERT_FALSE(guard.closure_step(x, y, StepContext::numbered(s)).outcome.skipped);
   const NamedTensors before = copy_of_state(*model, optimizer);
 
-  const GuardedStep huge = guard.step(3, x * 1e30, y);
+  const GuardedStep huge = guard.closure_step(x * 1e30, y, StepContext::numbered(3));
   EXPECT_FALSE(huge.outcome.buffers_finite);
   EXPECT_TRUE(huge.outcome.skipped);
   expect_same_state(before, copy_of_state(*model, optimizer));
-  guard.journal().flush();
+  guard.flush();
   const auto skips = test::event_lines(format::read_run(guard.run_file()), format::EventKind::skip);
   ASSERT_EQ(skips.size(), 1u);
   EXPECT_NE(skips[0].find("non-finite buffers"), std::string::npos) << skips[0];

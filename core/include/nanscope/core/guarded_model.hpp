@@ -13,7 +13,7 @@ namespace nanscope {
 // What a guard trains, however the loop holds it. A torch module (a plain
 // object, a shared_ptr or a TORCH_MODULE holder: borrowed, it must outlive the
 // guard) or an owned TrainableModel is trained by the closure step; a
-// borrowed TrainableModel by step(step, inputs, targets) (nanscope-train).
+// borrowed TrainableModel by closure_step(inputs, targets) (nanscope-train).
 class GuardedModel {
  public:
   GuardedModel(torch::nn::Module& module) : module_(&module) {}

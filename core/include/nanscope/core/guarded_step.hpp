@@ -17,10 +17,16 @@ class GradientAverager;
 
 // The defaults suit one process.
 struct StepContext {
+  int64_t step = -1;                     // the step's number; < 0: one after the last step run
   at::Tensor batch_rows;                 // data set rows of the batch (snapshots, replay); empty: unknown
   double lr = -1;                        // the LR the step runs with, for run.h5; < 0: the optimizer's
   GradientAverager* averager = nullptr;  // data parallel: every rank's gradients averaged
   bool stop_requested = false;           // Ctrl-C here, shared so every rank stops after the same step
+  static StepContext numbered(int64_t step) {
+    StepContext context;
+    context.step = step;
+    return context;
+  }
 };
 
 struct GuardedStep {

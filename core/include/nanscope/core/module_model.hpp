@@ -12,7 +12,7 @@
 // whose parameters or buffers it reads, or to the innermost module around it);
 // NANSCOPE_MODULE_SCOPE inside forward names them exactly. A loop of your own
 // needs none of this: StepGuard(module, optimizer, options) and
-// guard.step(closure, batch) (step_guard.hpp).
+// guard.closure_step(closure, batch) (step_guard.hpp).
 #include <torch/nn/module.h>
 
 #include <functional>

@@ -4,7 +4,7 @@
 //
 //   nanscope::StepGuard guard(net, optimizer, {"my-run", nanscope::Amp::bf16});
 //   for (auto& batch : *loader) {
-//     auto r = guard.step([&] { return torch::nll_loss(net->forward(batch.data), batch.target); }, batch);
+//     auto r = guard.closure_step([&] { return torch::nll_loss(net->forward(batch.data), batch.target); }, batch);
 //     if (!r.counted()) std::cout << r.first_birth << "\n";
 //   }
 //
@@ -41,9 +41,6 @@
 
 namespace nanscope {
 
-class Journal;
-class LossScaler;
-class StateRing;
 struct StateHealth;
 
 class StepGuard {
@@ -56,19 +53,18 @@ class StepGuard {
   StepGuard(const StepGuard&) = delete;
   StepGuard& operator=(const StepGuard&) = delete;
 
-  // --- The closure form. Each step throws ModelError (the model's own
-  // exception inside) when the model raised and no birth explains it,
-  // anything at all with an averager (the peers are waiting), and
-  // DeadRunError when nothing can save the run.
-  // A TrainableModel's step: its loss(inputs, targets) is the forward.
-  GuardedStep step(int64_t step, const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
+  // --- The closure form (Python's closure_step). Each step throws
+  // ModelError (the model's own exception inside) when the model raised and
+  // no birth explains it, anything at all with an averager (the peers are
+  // waiting), and DeadRunError when nothing can save the run. The step's
+  // number is context.step, or one after the last step run.
   // `loss` is the forward and loss over `batch` (which the guard checks,
   // snapshots and replays); a BatchLoss also lets it try the batch without
-  // one sample. Without a number, one after the last step run.
-  GuardedStep step(int64_t step, const LossClosure& loss, const Batch& batch, const StepContext& context = {});
-  GuardedStep step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context = {});
-  GuardedStep step(const LossClosure& loss, const Batch& batch, const StepContext& context = {});
-  GuardedStep step(const BatchLoss& loss, const Batch& batch, const StepContext& context = {});
+  // one sample.
+  GuardedStep closure_step(const LossClosure& loss, const Batch& batch, const StepContext& context = {});
+  GuardedStep closure_step(const BatchLoss& loss, const Batch& batch, const StepContext& context = {});
+  // A TrainableModel's step: its loss(inputs, targets) is the forward.
+  GuardedStep closure_step(const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context = {});
 
   // --- The watched form, in this order each step (a call out of it throws
   // std::logic_error): model calls and micro-batch losses, unscale() at most
@@ -92,7 +88,6 @@ class StepGuard {
   void unscale();  // before the loop's own clipping (GradScaler's unscale_); the grad norm is taken here
   GuardedStep step(const StepContext& context = {});  // the verdict, then the update or the skip
   bool step_open() const;
-  bool applies_update() const;  // false: the loop applies its own rule
   // Without an optimizer, after a skip: weight decay or momentum in the loop's
   // own rule moved the weights anyway; back to the step's (GradScaler's update()).
   void undo_loops_update();
@@ -115,12 +110,15 @@ class StepGuard {
   StateHealth health() const;  // every parameter, buffer and optimizer state finite? (slow)
   int64_t rollbacks() const;
   int64_t fallback_step() const;
+  double loss_scale() const;  // 1 where no loss scaling runs
+  bool scaling() const;       // fp16's loss scaler runs
   GuardState state() const;
   void restore(const GuardState& state);  // after the model and optimizer got theirs
-  const StateRing& saved_states() const;
-  const LossScaler& scaler() const;
-  const std::vector<at::Tensor>& parameters() const;
-  Journal& journal();  // run.h5 and the log, for what the loop around the guard records
+  // What the loop around the guard records in run.h5 (a refused checkpoint),
+  // and its buffered rows written out (before a checkpoint, which a resume
+  // continues from).
+  void record_event(int64_t step, format::EventKind kind, const std::string& text);
+  void flush();
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const;
   const std::vector<int>& first_nonfinite_ranks() const;  // at the first skip, several ranks

@@ -48,6 +48,14 @@ class ModuleScope {
   bool active_;
 };
 
+// Scopes opened by hooks that know each module's full dotted path (Python's
+// forward pre- and post-hooks), rather than by a ModuleScope in the forward.
+// Open only while scopes are active (a capture or fp32 regions listen);
+// opening returns true when the path is a listed fp32 module (see push_scope_path).
+inline bool module_scopes_active() { return detail::g_scopes_enabled.load(std::memory_order_relaxed); }
+inline bool open_module_scope_by_path(const std::string& path) { return detail::push_scope_path(path); }
+inline void close_module_scope() { detail::pop_scope(); }
+
 // The dotted path of the innermost open scope on this thread ("" at the root).
 const std::string& current_module_scope();
 // Whether any scope is open on this thread. Forward hooks that open one for
