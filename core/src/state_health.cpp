@@ -2,9 +2,8 @@
 
 #include <c10/core/GradMode.h>
 
-#include <limits>
-
 #include "nanscope/core/optimizer.hpp"
+#include "nanscope/probe/finiteness.hpp"
 
 namespace nanscope {
 
@@ -19,8 +18,8 @@ std::string StateHealth::text() const {
 StateHealth state_health(const TrainableModel& model, const torch::optim::Optimizer* optimizer) {
   c10::NoGradGuard no_grad;
   std::vector<std::string> names;
-  // Healthy: every value finite (the largest magnitude of each, one foreach
-  // call for all of them), or, for a buffer, no NaN (a mask holds -inf).
+  // Healthy: every value finite (probe::finite_each, for all of them at
+  // once), or, for a buffer, no NaN (a mask holds -inf).
   std::vector<at::Tensor> strict, lenient;
   std::vector<bool> is_strict;
   auto check = [&](const char* what, const NamedTensors& tensors, bool infinities_allowed) {
@@ -41,11 +40,7 @@ StateHealth state_health(const TrainableModel& model, const torch::optim::Optimi
   StateHealth health;
   if (names.empty()) return health;
   std::vector<at::Tensor> flags = std::move(lenient);
-  if (!strict.empty()) {
-    std::vector<at::Tensor> largest = at::_foreach_norm(strict, std::numeric_limits<double>::infinity());
-    for (at::Tensor& m : largest) m = m.to(at::kFloat);
-    flags.push_back(at::isfinite(at::stack(largest)).to(at::kCPU));
-  }
+  if (!strict.empty()) flags.push_back(probe::finite_each(strict).to(at::kCPU));
   // The lenient flags first, then the strict ones, each in the order met.
   const at::Tensor all = at::cat(flags);
   const bool* ok = all.data_ptr<bool>();

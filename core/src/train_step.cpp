@@ -12,6 +12,7 @@
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/vocabulary.hpp"
+#include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
 
@@ -199,9 +200,9 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   return out;
 }
 
-// 1 when the forward left a value of a buffer it wrote non-finite: the
-// largest magnitude of each (NaN propagates through it), one foreach call; a
-// buffer with infinities of its own (a mask) against its value before the step.
+// 1 when the forward left a value of a buffer it wrote non-finite
+// (probe::any_nonfinite, for all of them at once); a buffer with infinities of
+// its own (a mask) against its value before the step.
 // Undefined when there are none (no work, nothing added to the host read).
 at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at::Tensor& like) {
   if (!buffers || buffers->empty()) return {};
@@ -213,11 +214,7 @@ at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at
       flags.push_back(
           (~at::isfinite(b.buffer) & (b.buffer != b.before)).any().to(like.device(), at::kFloat).reshape({1}));
   }
-  if (!plain.empty()) {
-    std::vector<at::Tensor> largest = at::_foreach_norm(plain, std::numeric_limits<double>::infinity());
-    for (at::Tensor& m : largest) m = m.to(like.device(), at::kFloat).reshape({1});
-    flags.push_back((~at::isfinite(at::cat(largest))).any().to(at::kFloat).reshape({1}));
-  }
+  if (!plain.empty()) flags.push_back(probe::any_nonfinite(plain).to(like.device()));
   return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/nvtx.hpp"
 #include "tensor_stats.hpp"
 
@@ -28,7 +29,7 @@ void Probe::begin_step(int64_t step, const at::Tensor& batch_rows) {
 
 at::Tensor Probe::batch_nonfinite(const at::Tensor& inputs) const {
   if (!is_floating(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
-  return at::logical_not(at::isfinite(inputs).all()).to(at::kFloat).reshape({1});
+  return any_nonfinite({inputs}).to(inputs.device());
 }
 
 std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_norms) const {
@@ -44,12 +45,7 @@ at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
   if (floating.empty())
     return at::zeros({1},
                      tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
-  if (floating.size() == 1) return batch_nonfinite(floating.front());
-  // The largest magnitude of each tensor (a NaN or an Inf anywhere makes it
-  // non-finite), one foreach call instead of a mask of the whole batch each.
-  std::vector<at::Tensor> largest = at::_foreach_norm(floating, std::numeric_limits<double>::infinity());
-  for (at::Tensor& l : largest) l = l.to(floating.front().device(), at::kFloat);
-  return at::logical_not(at::isfinite(at::stack(largest)).all()).to(at::kFloat).reshape({1});
+  return any_nonfinite(floating).to(floating.front().device());
 }
 
 namespace {

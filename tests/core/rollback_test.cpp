@@ -2,9 +2,17 @@
 // the newest within its budget; the policy finds where trouble began.
 #include <gtest/gtest.h>
 
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
 
 #include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "../support/test_support.hpp"
 #include "../support/tiny_models.hpp"
@@ -68,6 +76,49 @@ TEST(StateRing, RestoresWeightsOptimizerScalerAndRngBitForBit) {
   EXPECT_TRUE(same_bits(at::rand({8}), draw)) << "the CPU generator is back where it was";
   EXPECT_GT(ring.bytes(), size_t(0));
   EXPECT_EQ(ring.newest_before(4), nullptr);
+}
+
+// Each optimizer LibTorch ships keeps its state as a copy of its tensors (no
+// serialization): restored twice, bit for bit both times, so the kept copy is
+// not the live state and a restore does not hand it out.
+TEST(StateRing, EveryShippedOptimizersStateComesBackBitForBitTwice) {
+  using namespace torch::optim;
+  auto model = test::tiny_mlp();
+  const std::vector<at::Tensor> params = trainable_tensors(*model);
+  std::vector<std::pair<std::string, std::unique_ptr<Optimizer>>> optimizers;
+  optimizers.emplace_back("adam", std::make_unique<Adam>(params, AdamOptions(1e-2).amsgrad(true)));
+  optimizers.emplace_back("adamw", std::make_unique<AdamW>(params, AdamWOptions(1e-2)));
+  optimizers.emplace_back("sgd", std::make_unique<SGD>(params, SGDOptions(1e-2).momentum(0.9)));
+  optimizers.emplace_back("rmsprop",
+                          std::make_unique<RMSprop>(params, RMSpropOptions(1e-2).momentum(0.5).centered(true)));
+  optimizers.emplace_back("adagrad", std::make_unique<Adagrad>(params, AdagradOptions(1e-2)));
+  const at::Tensor x = at::randn({16, 8}), y = at::randint(0, 4, {16});
+  for (auto& [name, optimizer] : optimizers) {
+    auto train = [&](int steps) {
+      for (int s = 0; s < steps; ++s) {
+        optimizer->zero_grad();
+        model->loss(x, y).backward();
+        optimizer->step();
+      }
+    };
+    train(3);
+    StateRing ring(1, size_t(64) << 20);
+    ASSERT_TRUE(ring.save(2, *model, *optimizer, LossScaler()));
+    std::vector<at::Tensor> saved;
+    for (const at::Tensor& t : optimizer_state_tensors(*optimizer)) saved.push_back(t.clone());
+    ASSERT_FALSE(saved.empty()) << name;
+    EXPECT_GE(ring.bytes(), size_t(saved.front().nbytes())) << name << ": the copy's bytes count toward the budget";
+    for (int round = 0; round < 2; ++round) {
+      train(2);
+      set_lr(*optimizer, 0.5);
+      LossScaler scaler;
+      StateRing::restore(*ring.oldest(), *model, *optimizer, scaler);
+      const std::vector<at::Tensor> now = optimizer_state_tensors(*optimizer);
+      ASSERT_EQ(now.size(), saved.size()) << name;
+      for (size_t i = 0; i < saved.size(); ++i) EXPECT_TRUE(same_bits(saved[i], now[i])) << name << " round " << round;
+      EXPECT_EQ(group_lrs(*optimizer).front(), 1e-2) << name << ": the group's options come back too";
+    }
+  }
 }
 
 TEST(StateRing, KeepsTheNewestStatesWithinItsBudget) {
