@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
     for (int64_t s = 0; s < steps; ++s)
       for (Arm& arm : arms) arm.times.push_back(run_step(arm));
 
-  std::printf("closure form, MNIST VAE 784-400-20, batch %lld, bf16, Adam, %d thread(s), %lld x %lld steps, LibTorch %s\n",
-              static_cast<long long>(batch), threads, static_cast<long long>(rounds), static_cast<long long>(steps),
-              TORCH_VERSION);
+  std::printf(
+      "closure form, MNIST VAE 784-400-20, batch %lld, bf16, Adam, %d thread(s), %lld x %lld steps, LibTorch %s\n",
+      static_cast<long long>(batch), threads, static_cast<long long>(rounds), static_cast<long long>(steps),
+      TORCH_VERSION);
   // The mean as well: a state kept for rollback every 25 steps is in it, not in the median.
   auto mean = [](const std::vector<double>& v) {
     double sum = 0;

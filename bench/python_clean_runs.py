@@ -36,7 +36,8 @@ def main():
             model = Gpt(2, 4, 128, seq)
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
             with tempfile.TemporaryDirectory() as run_dir:
-                guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", clip=1.0, log=False)
+                guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                                           config=nanscope.GuardConfig(clip=1.0))
                 warnings, skipped = [], 0
                 for step in range(a.steps):
                     x, y = batches(step)

@@ -49,7 +49,8 @@ def main():
         loss.item()
 
     with tempfile.TemporaryDirectory() as run_dir:
-        guard = nanscope.StepGuard(compiled, optimizer, run_dir=run_dir, amp="bf16", clip=1.0, log=False)
+        guard = nanscope.StepGuard(compiled, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                                   config=nanscope.GuardConfig(clip=1.0))
 
         def guarded():
             nonlocal step

@@ -59,7 +59,8 @@ def main():
 
     guarded_model, guarded_opt = make()
     run_dir = tempfile.mkdtemp(prefix="nanscope-bench-")
-    guard = nanscope.StepGuard(guarded_model, guarded_opt, run_dir=run_dir, amp="bf16", clip=1.0, log=False)
+    guard = nanscope.StepGuard(guarded_model, guarded_opt, run_dir=run_dir, amp="bf16", log=False,
+                               config=nanscope.GuardConfig(clip=1.0))
 
     def guarded_step():
         return guard.closure_step(lambda: loss_of(guarded_model), batch=(x, y)).loss

@@ -11,8 +11,34 @@ install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_fo
         EXPORT nanscopeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY common/include/ format/include/ probe/include/ core/include/ samples/models/include/ replay/include/
+install(DIRECTORY common/include/ format/include/ probe/include/ samples/models/include/ replay/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# Of core's headers, those a loop of yours includes: the guard and its
+# options, state and results; the models it trains; an averager, an optimizer
+# or a model interface of your own; the doom search after a run. The rest
+# (the step's arithmetic, the guard's memories, the journal) are the guard's
+# inside, which nanscope's own programs build against from the source tree.
+set(NANSCOPE_PUBLIC_CORE_HEADERS
+    step_guard.hpp guard_errors.hpp guard_options.hpp guard_state.hpp guarded_model.hpp guarded_step.hpp
+    step_outcome.hpp loss_closure.hpp other_model.hpp scoped_autocast.hpp step_setup.hpp fallback_mode.hpp
+    precision.hpp rollback.hpp sentinel.hpp model.hpp module_model.hpp closure_model.hpp native_model.hpp
+    checkpoint.hpp state_health.hpp gradient_averager.hpp closure_optimizer.hpp optimizer.hpp doom_after_run.hpp
+    doom_search.hpp step_history.hpp)
+# The list is closed: a public header (and nanscope.hpp, which includes the
+# usual ones at once) includes no core header left out.
+foreach(header IN LISTS NANSCOPE_PUBLIC_CORE_HEADERS ITEMS ../nanscope.hpp)
+  file(STRINGS core/include/nanscope/core/${header} includes REGEX "#include \"nanscope/core/")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE ".*nanscope/core/([^\"]+)\".*" "\\1" included "${line}")
+    if(NOT included IN_LIST NANSCOPE_PUBLIC_CORE_HEADERS)
+      message(FATAL_ERROR "core/include/nanscope/core/${header} includes ${included}, which is not installed "
+                          "(cmake/Install.cmake, NANSCOPE_PUBLIC_CORE_HEADERS)")
+    endif()
+  endforeach()
+endforeach()
+list(TRANSFORM NANSCOPE_PUBLIC_CORE_HEADERS PREPEND core/include/nanscope/core/)
+install(FILES ${NANSCOPE_PUBLIC_CORE_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/nanscope/core)
+install(FILES core/include/nanscope/nanscope.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/nanscope)
 install(EXPORT nanscopeTargets NAMESPACE nanscope:: DESTINATION ${NANSCOPE_CMAKE_DIR})
 
 configure_package_config_file(cmake/nanscopeConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/nanscopeConfig.cmake

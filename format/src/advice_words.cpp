@@ -51,11 +51,11 @@ constexpr AdviceWords kCppWords{
 
 constexpr AdviceWords kPythonWords{
     "use",
-    "nanscope.StepGuard(..., act_absmax_every=N)",
+    "nanscope.GuardConfig(act_absmax_every=N)",
     "nanscope.StepGuard(..., amp=\"bf16\")",
-    "nanscope.StepGuard(..., fallback=\"auto\")",
-    "nanscope.StepGuard(..., probe=False)",
-    "nanscope.StepGuard(..., fp32_modules=[",
+    "nanscope.GuardConfig(fallback=\"auto\")",
+    "nanscope.GuardConfig(probe=False)",
+    "nanscope.GuardConfig(fp32_modules=[",
     "\"",
     ", ",
     "])",

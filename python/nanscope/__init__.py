@@ -45,9 +45,10 @@ from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport
+from ._options import GuardConfig
 from ._trainer import TrainerGuard, guard_trainer
 
-__all__ = ["StepGuard", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
+__all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
            "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard"]
 
 _logging.install()  # every line through the logging module (logger "nanscope")
@@ -71,25 +72,32 @@ def _close_open_guards():
         guard.close()
 
 
-@_options.with_guard_keywords
+_OWN_KEYWORDS = ("run_dir", "amp", "config", "loss_fn", "row_dim", "model_name", "log", "process_group",
+                 "accelerator")
+
+
 class StepGuard:
     """The guarded step around a loop of yours.
 
     model: the torch.nn.Module your loop calls (a DistributedDataParallel or a
     torch.compile'd one too); optimizer: any torch.optim optimizer over its
     parameters, or None for a loop with its own update rule (watched form).
-    Keywords of Python's own: loss_fn (loss_fn(model, batch) -> the loss of
-    one micro-batch: what re-runs a watched step for forensics, the earlier
-    steps for doom_search, and nanscope.replay's loss); row_dim (the dimension
-    of a batch's tensors that indexes samples: 1 for (seq, batch) data; or a
-    dict naming the tensors that lie otherwise, {"hidden": 1} or {"[2]": 1},
-    each other tensor's found from the batch's size);
-    model_name (what snapshots call the model; default: its class name);
-    log=False silences the guard's lines on stderr. The guard's options
-    (listed at the end) are the same as nanscope-train's flags: amp='bf16'
-    here is --amp bf16 there, and amp also takes the torch dtype. With
-    doom_search=True, StepResult.doomed_by names the earlier step whose update
-    doomed a failing one (docs/recovery.md).
+    run_dir: where run.h5 and snapshots/ go (created); amp: 'bf16', 'fp16'
+    or 'off' (fp32), or the torch dtype (default: off, or the accelerator's
+    precision); config: a nanscope.GuardConfig with the guard's other options
+    (fallback, clip, rollback, doom_search, ...: nanscope-train's flags of the
+    same names), as TrainingArguments holds a Trainer's. Keywords of Python's
+    own: loss_fn (loss_fn(model, batch) -> the loss of one micro-batch: what
+    re-runs a watched step for forensics, the earlier steps for doom_search,
+    and nanscope.replay's loss); row_dim (the dimension of a batch's tensors
+    that indexes samples: 1 for (seq, batch) data; or a dict naming the
+    tensors that lie otherwise, {"hidden": 1} or {"[2]": 1}, each other
+    tensor's found from the batch's size); model_name (what snapshots call
+    the model; default: its class name); log=False silences the guard's lines.
+    A keyword of GuardConfig's (or GradScaler's) given here is a TypeError
+    that says where it goes. With GuardConfig(doom_search=True),
+    StepResult.doomed_by names the earlier step whose update doomed a failing
+    one (docs/recovery.md).
 
     The LR cuts of the fallback and of a rollback are applied to each update
     the guard makes and leave the LR in your optimizer's groups alone: a loop
@@ -122,16 +130,14 @@ class StepGuard:
     (docs/python.md, "Sharded models").
     """
 
-    def __init__(self, model, optimizer=None, *, loss_fn=None, row_dim=0, model_name="", log=True,
-                 process_group=None, accelerator=None, **options):
-        if "scheduler" in options:
-            raise TypeError("nanscope.StepGuard: scheduler= is no keyword of the guard: it never touches your "
-                            "scheduler (call scheduler.step() in your loop as before; the guard's LR cuts leave "
-                            "the groups' LR alone)")
+    def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp=None, config=None, loss_fn=None,
+                 row_dim=0, model_name="", log=True, process_group=None, accelerator=None, **misplaced):
+        _options.refuse_misplaced(misplaced, own=_OWN_KEYWORDS)
         prepared = optimizer
         if accelerator is not None:
-            options.setdefault("amp", _accelerate.precision(accelerator))
+            amp = _accelerate.precision(accelerator) if amp is None else amp
             optimizer = _accelerate.unwrapped(optimizer)
+        options = _options.guard_options(config, run_dir, amp)
         ranks, rank, world_size = _distributed.averager(model, process_group)
         self._averages = ranks is not None
         self._ranks = ranks
@@ -166,7 +172,8 @@ class StepGuard:
         self._last_birth = ""  # the first birth of the latest skipped step
         self._unscaled = False  # unscale_() came in the step in progress
         self._paths = _scopes.module_paths(named)
-        self._watch = _watch.Watch(self, model, named)
+        self._watch = _watch.Watch(self._guard, model, named, several_ranks=self._averages, rank=rank,
+                                   holds_sync=self._ddp_held, check_optimizer=self._check_optimizer)
         if loss_fn is not None:
             self._guard.set_loss_fn(self._watch.rerun(loss_fn))
         self._accelerated = None

@@ -62,7 +62,7 @@ def find_dooming_step(run, model, optimizer, loss, batches, *, checkpoint, start
     numbers. loss(model, batch) -> the loss; batches(step) -> that step's
     batch, as the guard was given it (one batch per step). failing_step:
     default the run's first non-finite step. clip: the max gradient norm each
-    replayed step clips to; default the guard's clip= as run.h5 recorded it
+    replayed step clips to; default the guard's GuardConfig clip as run.h5 recorded it
     (give it when your loop clipped by itself, in the watched form). budget: steps replayed in all. progress: a line
     per replay on stderr (or a function given each line).
 

@@ -30,15 +30,16 @@ def guard_trainer(trainer, **options):
     """Guards a Hugging Face Trainer's training steps; returns its TrainerGuard.
 
     trainer: a transformers.Trainer (or Seq2SeqTrainer, or a subclass), made
-    and not yet training. options: StepGuard's keywords (run_dir, fallback,
-    clip is the Trainer's own max_grad_norm and not taken here, ...); amp is
-    the precision the Trainer's accelerator really runs, and not taken either."""
+    and not yet training. options: StepGuard's keywords (run_dir, config=
+    nanscope.GuardConfig(...), log, ...); amp is the precision the Trainer's
+    accelerator really runs, and clip the Trainer's own max_grad_norm: neither
+    is taken here."""
     for name in ("amp", "accelerator", "loss_fn"):
         if name in options:
             raise TypeError(f"nanscope.guard_trainer: {name}= is the Trainer's own (amp: the precision its "
                             "accelerator runs; loss_fn: its compute_loss); leave it out")
-    if "clip" in options:
-        raise TypeError("nanscope.guard_trainer: clip= is the Trainer's own: TrainingArguments(max_grad_norm=...)")
+    if "clip" in options or getattr(options.get("config"), "clip", 0):
+        raise TypeError("nanscope.guard_trainer: clip is the Trainer's own: TrainingArguments(max_grad_norm=...)")
     if not hasattr(trainer, "accelerator") or not hasattr(trainer, "add_callback"):
         raise TypeError(f"nanscope.guard_trainer: expected a transformers.Trainer, got {trainer!r}")
     if isinstance(getattr(trainer.accelerator, "scaler", None), TrainerGuard):

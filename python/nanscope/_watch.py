@@ -28,8 +28,17 @@ def inner(model):
 
 
 class Watch:
-    def __init__(self, owner, model, named):
-        self._owner = owner
+    """The watched form's hooks and calls, over the guard's C++ core (`core`,
+    the _StepGuard binding) and what the guard told it when it was made:
+    whether several ranks run (`several_ranks`, this one `rank`), whether
+    DistributedDataParallel's own sync is held off (`holds_sync`), and how to
+    check the optimizer a loop hands to step() (`check_optimizer`)."""
+
+    def __init__(self, core, model, named, *, several_ranks, rank, holds_sync, check_optimizer):
+        self._core = core  # None once the guard is closed
+        self._several_ranks = several_ranks
+        self._rank = rank
+        self._check_optimizer = check_optimizer
         self._named = named
         self._busy = False  # inside the guard's own step or re-run: the hook stands aside
         self._watched = False  # the loop uses the watched form (or gave loss_fn): the hook marks micro-batches
@@ -41,7 +50,7 @@ class Watch:
         self._model = model
         self._hook = None
         self._end_hook = None
-        self._holds_sync = owner._ddp_held  # DDP's sync held off: the guard averages
+        self._holds_sync = holds_sync  # DDP's sync held off: the guard averages
         self._listening = None  # the fp32 modules' scopes over the loop's forward
         self._paths = _scopes.module_paths(named)
         self._loss_fn = False  # the guard was given loss_fn: every micro-batch must be known
@@ -57,12 +66,12 @@ class Watch:
         recorder = _CallRecorder(self)
         # Several ranks: first, before a sharded model's all-gather, so that a
         # refused call joins no collective.
-        first = {"prepend": True} if self._owner._averages else {}
+        first = {"prepend": True} if self._several_ranks else {}
         try:
             self._hook = self._model.register_forward_pre_hook(recorder, with_kwargs=True, **first)
         except TypeError:  # torch 1.x: pre-hooks see positional arguments only
             self._hook = self._model.register_forward_pre_hook(recorder)
-        if self._owner._averages:
+        if self._several_ranks:
             try:  # several ranks: a forward that raises is seen (torch 2)
                 self._end_hook = self._model.register_forward_hook(_CallEnd(self), always_call=True)
                 return
@@ -79,7 +88,7 @@ class Watch:
             self._hook.remove()
             self._end_hook.remove()
             self._hook = self._end_hook = None
-        self._model = self._named = self._owner = None
+        self._model = self._named = self._core = self._check_optimizer = None
 
     @contextlib.contextmanager
     def busy(self):
@@ -98,7 +107,7 @@ class Watch:
             module.require_backward_grad_sync = False
         if self._busy or not self._watched or not torch.is_grad_enabled() or _scopes.rerunning():
             return None
-        guard = self._owner._guard
+        guard = self._core
         if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business,
             if self._rank_failed:  # unless a rank failed: the ranks' collectives are out of step, say so
                 guard.refuse_if_stopped()
@@ -123,15 +132,15 @@ class Watch:
         cannot go on without this rank: the guard stops the run with one line,
         and the error goes on to the loop."""
         self._in_call = False
-        guard = self._owner._guard
+        guard = self._core
         if guard is not None and not guard.stopped and not self._busy:
             self._rank_failed = True
-            guard.stop_for_failed_rank(self._owner._rank, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            guard.stop_for_failed_rank(self._rank, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
     def _call_ended(self):
         if self._in_call:
             self._in_call = False
-            self._owner._guard.end_model_call()
+            self._core.end_model_call()
 
     def rerun(self, loss_fn):
         """loss_fn as the core calls it on a micro-batch: on the model's
@@ -171,7 +180,7 @@ class Watch:
         if not torch.is_tensor(loss):
             raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
         self._watch_calls()
-        self._owner._open().refuse_if_stopped()  # a stopped run's hook stands aside: say why, not "no call seen"
+        self._open().refuse_if_stopped()  # a stopped run's hook stands aside: say why, not "no call seen"
         calls, self._calls = self._calls, []
         earlier = []
         changed = False  # the loop changed the call's tensors in place since the call (a refilled buffer)
@@ -189,7 +198,15 @@ class Watch:
         # skipped as a transaction, not re-run.
         self._started = False
         self._stop_listening()
-        return self._owner._open().scale(loss, batch, earlier, changed)
+        return self._open().scale(loss, batch, earlier, changed)
+
+    def _open(self):
+        if self._core is None:
+            raise ValueError("nanscope.StepGuard: the guard is closed")
+        return self._core
+
+    several_ranks = property(lambda self: self._several_ranks)
+    amp = property(lambda self: self._open().amp, doc="the precision the guard runs in now")
 
     def _stop_listening(self):
         if self._listening is not None:
@@ -197,8 +214,8 @@ class Watch:
             self._listening = None
 
     def step(self, optimizer):
-        self._owner._check_optimizer(optimizer)
-        guard = self._owner._open()
+        self._check_optimizer(optimizer)
+        guard = self._open()
         self._stop_listening()
         try:
             with self.busy():
@@ -257,7 +274,7 @@ class _CallEnd(_CallRecorder):
 
     def __call__(self, module, args, output):
         error = sys.exc_info()[1] if output is None else None  # always_call: the forward raised
-        if error is not None and self._watch._owner._averages:
+        if error is not None and self._watch.several_ranks:
             self._watch._call_failed(error)
         else:
             self._watch._call_ended()
@@ -276,7 +293,7 @@ class _Autocast:
         self._made = {}  # (precision, depth) -> its context
 
     def __enter__(self):
-        amp = self._watch._owner.amp
+        amp = self._watch.amp
         key = (amp, len(self._open))
         context = self._made.get(key)
         if context is None:

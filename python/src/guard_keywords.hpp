@@ -11,7 +11,8 @@ namespace nanscope::python {
 // Sets every option `keywords` names. An unknown name raises TypeError (as a
 // Python function does), a value of the wrong type TypeError, a value the
 // option refuses ValueError; each message names the keyword.
-void set_guard_keywords(GuardOptions& options, const pybind11::dict& keywords);
+void set_guard_keywords(GuardOptions& options, const pybind11::dict& keywords,
+                        const std::string& who = "nanscope.StepGuard");
 
 // Each option as a dict: name, default (a Python value), help (Python's
 // spelling) and words (for the options that take a few words).

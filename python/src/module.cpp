@@ -378,6 +378,11 @@ PYBIND11_MODULE(_nanscope, m) {
     }
   });
   m.def("guard_keyword_list", &guard_keyword_list);
+  // nanscope.GuardConfig's check of its values, as the guard will read them.
+  m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {
+    GuardOptions options;
+    set_guard_keywords(options, keywords, who);
+  });
   // Every line of nanscope's in this process goes to `emit(text, step, rank,
   // model, warning)` (nanscope/_logging.py: the logging module) instead of
   // file descriptor 2. The function is kept for the process's life: a line

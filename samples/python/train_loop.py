@@ -36,7 +36,7 @@ torch.manual_seed(0)
 model = Net()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=20)
-guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", clip=1.0)
+guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", config=nanscope.GuardConfig(clip=1.0))
 for step in range(20):
     x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
     if step == 12:

@@ -13,7 +13,7 @@ TEST(AdviceWords, EachOriginSetsAnOptionTheWayItsUserDoes) {
   auto act_absmax = [](Origin o) { return how_to_set(o, advice_words(o).act_absmax_every); };
   EXPECT_EQ(act_absmax(Origin::nanscope_train), "train with --act-absmax-every N");
   EXPECT_EQ(act_absmax(Origin::cpp), "set GuardOptions::act_absmax_every = N");
-  EXPECT_EQ(act_absmax(Origin::python), "use nanscope.StepGuard(..., act_absmax_every=N)");
+  EXPECT_EQ(act_absmax(Origin::python), "use nanscope.GuardConfig(act_absmax_every=N)");
   // Files from before format 1.2 were all written by nanscope-train.
   EXPECT_EQ(act_absmax(Origin::unknown), act_absmax(Origin::nanscope_train));
 
@@ -21,7 +21,7 @@ TEST(AdviceWords, EachOriginSetsAnOptionTheWayItsUserDoes) {
   EXPECT_EQ(fp32_modules_setting(Origin::nanscope_train, modules), "--fp32-modules blocks.0.ln1,head");
   EXPECT_EQ(fp32_modules_setting(Origin::cpp, modules), "GuardOptions::fp32_modules = {\"blocks.0.ln1\", \"head\"}");
   EXPECT_EQ(fp32_modules_setting(Origin::python, modules),
-            "nanscope.StepGuard(..., fp32_modules=[\"blocks.0.ln1\", \"head\"])");
+            "nanscope.GuardConfig(fp32_modules=[\"blocks.0.ln1\", \"head\"])");
   EXPECT_EQ(std::string(advice_words(Origin::cpp).amp_bf16), "GuardOptions::amp = nanscope::Amp::bf16");
   EXPECT_EQ(std::string(advice_words(Origin::python).amp_bf16), "nanscope.StepGuard(..., amp=\"bf16\")");
 }

@@ -59,9 +59,8 @@ def main():
     torch.manual_seed(0)
     model = wrap(doom.Net("transformer"), engine)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="fp32", log=False, warn=False,
-                               fallback="off", loss_fn=loss_fn, doom_search=True, rollback=rollback,
-                               rollback_every=40, rollback_states=4)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="fp32", log=False, loss_fn=loss_fn,
+                               config=nanscope.GuardConfig(warn=False, fallback="off", doom_search=True, rollback=rollback, rollback_every=40, rollback_states=4))
     results = []
     for step in range(STEPS):
         b = batch(step, rank)

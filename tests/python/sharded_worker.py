@@ -145,8 +145,8 @@ def main():
     if form != "plain":
         import nanscope
         options = json.loads(os.environ.get("GUARD_OPTIONS", "{}"))
-        guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=os.environ.get("LOG") == "1", loss_fn=loss_of,
-                                   **options)
+        guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=os.environ.get("LOG") == "1",
+                                   loss_fn=loss_of, config=nanscope.GuardConfig(**options))
     for step in range(STEPS):
         x, y = batch(step, rank, fault)
         if fault == "raises" and step >= FAULT_STEP:

@@ -121,8 +121,8 @@ def guarded_step(tmp_path, how, checkpointing=None, micro_batches=1):
     torch.manual_seed(0)
     model = Net(how, checkpointing)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
-                               log=False, loss_fn=lambda m, b: loss_of(m, *b))
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: loss_of(m, *b), config=nanscope.GuardConfig(fallback="off"))
     for micro in range(micro_batches):
         x = batch() if micro == micro_batches - 1 else torch.randn(BATCH, 5, 8)
         reset_calls(model)
@@ -203,8 +203,8 @@ def test_a_parameters_gradient_hook_is_named_by_the_parameters_module(tmp_path):
     zero = torch.zeros(())
     model.blocks[1].lin.weight.register_hook(lambda g: g / zero)  # a scale that went to 0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
-                               log=False, loss_fn=lambda m, b: loss_of(m, *b))
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: loss_of(m, *b), config=nanscope.GuardConfig(fallback="off"))
     guard.scale(model(torch.randn(BATCH, 5, 8))).backward()
     result = guard.step(optimizer)
     guard.close()
@@ -226,7 +226,8 @@ def test_an_input_that_requires_grad_still_does_when_its_step_is_re_run(tmp_path
         reset_calls(m)
         return checkpoint.checkpoint(m.blocks[0], x, use_reentrant=True).sum(-1).mean()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(tmp_path / "run"),
-                               amp="fp32", fallback="off", log=False, loss_fn=loss_with_input_grad)
+                               amp="fp32", log=False, loss_fn=loss_with_input_grad,
+                               config=nanscope.GuardConfig(fallback="off"))
     with torch.no_grad():
         model.blocks[0].lin.bias.zero_()
     x = batch().requires_grad_()

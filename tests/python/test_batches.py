@@ -28,8 +28,8 @@ def loss_of(model, batch):
 def one_step(tmp_path, batch_size, row_dim=0, lines=None):
     torch.manual_seed(0)
     model = Tagger()
-    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=str(tmp_path),
-                               amp="fp32", fallback="auto", row_dim=row_dim, loss_fn=loss_of)
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=str(tmp_path), amp="fp32",
+                               row_dim=row_dim, loss_fn=loss_of, config=nanscope.GuardConfig(fallback="auto"))
     x, y = torch.rand(batch_size, 4, 3), torch.rand(batch_size, 4, 5)
     x[1] *= -1  # one sample whose mean goes negative: its log is NaN
     h, c = torch.zeros(2, batch_size, 5), torch.zeros(2, batch_size, 5)
@@ -59,7 +59,8 @@ def test_the_same_data_every_step_is_called_data_not_carried_state(tmp_path, nan
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(tmp_path), amp="fp32",
-                               fallback="off", rollback=False, loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]))
+                               loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]),
+                               config=nanscope.GuardConfig(fallback="off", rollback=False))
     x, y = torch.randn(16, 3), torch.randn(16, 1)
     x[5, 2] = float("nan")
     for _ in range(3):

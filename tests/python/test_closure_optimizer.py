@@ -69,7 +69,8 @@ def test_a_non_finite_trial_point_skips_the_step_as_if_it_never_ran(tmp_path, na
     y = samples()
     model = GaussianFit()
     optimizer = lbfgs(model, 0.01)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="fp32", fallback="off")
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="fp32",
+                               config=nanscope.GuardConfig(fallback="off"))
     assert guard.closure_step(lambda: model(y), y).counted  # a short step: the optimizer has a history
     set_lr(optimizer, 3.0)  # a long step now takes sigma below zero at a trial point
     failing = plain_failing_evaluation(y, 0.01, 3.0)

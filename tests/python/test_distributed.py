@@ -124,7 +124,7 @@ model = nn.Sequential(nn.Linear(4, 8, bias=False), Normalize(), nn.Linear(8, 2))
 if kind == "ddp":
     model = nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", fallback=fallback,
+guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", config=nanscope.GuardConfig(fallback=fallback),
                            loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
 results = []
 for step in range(6):

@@ -104,9 +104,8 @@ def train(tmp_path, trunk, plan, steps, doom_search=True, rollback=True, lr=0.05
     torch.manual_seed(0)
     model = Net(trunk)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, warn=False,
-                               loss_fn=loss_fn, doom_search=doom_search, rollback=rollback, rollback_every=40,
-                               rollback_states=4)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, loss_fn=loss_fn,
+                               config=nanscope.GuardConfig(warn=False, doom_search=doom_search, rollback=rollback, rollback_every=40, rollback_states=4))
     results = []
     for step in range(steps):
         for group in optimizer.param_groups:
@@ -187,8 +186,8 @@ def train_with_checkpoint(tmp_path, trunk, plan, steps, checkpoint_step, lr=0.05
     torch.manual_seed(0)
     model = Net(trunk)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, warn=False,
-                               loss_fn=loss_fn, rollback=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="fp32", log=False, loss_fn=loss_fn,
+                               config=nanscope.GuardConfig(warn=False, rollback=False))
     path = tmp_path / "ckpt.pt"
     for step in range(steps):
         if step == checkpoint_step:

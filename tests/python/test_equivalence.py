@@ -108,8 +108,8 @@ def test_python_and_nanscope_train_find_the_same_birth(tmp_path, tool, capfd, sc
 
     model.load_state_dict(initial)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "py", amp="bf16", clip=1.0, warn=False,
-                               log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "py", amp="bf16", log=False,
+                               config=nanscope.GuardConfig(clip=1.0, warn=False))
     births = []
     for step in range(STEPS):
         rows = slice(step * BATCH, (step + 1) * BATCH)

@@ -60,8 +60,8 @@ def nanogpt_loop(guarded, bad_iteration=3, bad_micro=1, iterations=7, accumulati
     torch.manual_seed(0)
     model = DropoutGPT()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    guard = (nanscope.StepGuard(model, optimizer, run_dir=guarded, amp="fp32", fallback="off", log=False,
-                                loss_fn=lambda m, b: m(*b)[1]) if guarded else None)
+    guard = (nanscope.StepGuard(model, optimizer, run_dir=guarded, amp="fp32", log=False, loss_fn=lambda m, b: m(*b)[1],
+                                config=nanscope.GuardConfig(fallback="off")) if guarded else None)
     drawn = []
     X, Y = get_batch()
     results = []
@@ -106,8 +106,8 @@ def test_a_refilled_target_buffer_is_rerun_as_it_was_at_its_backward(tmp_path):
     model = DropoutGPT()
     model.drop.p = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="auto",
-                               log=False, loss_fn=lambda m, b: m(*b)[1])
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: m(*b)[1], config=nanscope.GuardConfig(fallback="auto"))
     X = torch.empty(4, 6, dtype=torch.long)
     Y = torch.empty(4, 6, dtype=torch.long)
     results = []
@@ -149,8 +149,8 @@ def test_a_buffer_refilled_between_the_model_call_and_its_backward_is_said_never
     model = StagedGPT()
     model.drop.p = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
-                               log=False, loss_fn=lambda m, b: m(*b)[1])
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: m(*b)[1], config=nanscope.GuardConfig(fallback="off"))
     X, Y = (t.clone() for t in get_batch())
     results = []
     for it in range(3):
@@ -180,8 +180,9 @@ def test_a_model_call_between_steps_is_not_taken_for_the_micro_batch(tmp_path):
     model.drop.p = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     calls = []
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
-                               log=False, loss_fn=lambda m, b: (calls.append(b), m(*b)[1])[1])
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: (calls.append(b), m(*b)[1])[1],
+                               config=nanscope.GuardConfig(fallback="off"))
     fixed = get_batch()
     results = []
     for it in range(4):
@@ -221,8 +222,10 @@ def test_two_guards_say_which_wrote_each_line(tmp_path, nanscope_lines):
     netG, netD = Generator(), Discriminator()
     optG = torch.optim.SGD(netG.parameters(), lr=0.01)
     optD = torch.optim.SGD(netD.parameters(), lr=0.01)
-    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", model_name="G")
-    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback="off", model_name="D")
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", model_name="G",
+                            config=nanscope.GuardConfig(fallback="off"))
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", model_name="D",
+                            config=nanscope.GuardConfig(fallback="off"))
     for it in range(2):
         real = torch.randn(4, 6)
         if it == 1:
@@ -277,8 +280,8 @@ def word_language_model(run_dir, put_back, batches=8, bad_batch=3, counter=None,
             counter.append(1)
         return word_loss(m, b)
 
-    guard = nanscope.StepGuard(model, None, row_dim=1, run_dir=run_dir, amp="fp32", fallback="auto", log=True,
-                               loss_fn=loss_fn, **options)
+    guard = nanscope.StepGuard(model, None, row_dim=1, run_dir=run_dir, amp="fp32", log=True, loss_fn=loss_fn,
+                               config=nanscope.GuardConfig(fallback="auto", **options))
     hidden = torch.zeros(1, 5, 8)
     results = []
     for i in range(batches):
@@ -436,10 +439,12 @@ def gan(tmp_path, netG, netD, critic_fallback="off"):
     critic's loss_fn takes (images, labels); the generator's runs the critic."""
     optG = torch.optim.SGD(netG.parameters(), lr=0.01)
     optD = torch.optim.SGD(netD.parameters(), lr=0.01)
-    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", fallback=critic_fallback, log=False,
-                            loss_fn=lambda m, b: bce(m(b[0]), b[1]))
-    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", fallback="off", log=False,
-                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))))
+    gD = nanscope.StepGuard(netD, optD, run_dir=str(tmp_path / "D"), amp="fp32", log=False,
+                            loss_fn=lambda m, b: bce(m(b[0]), b[1]),
+                            config=nanscope.GuardConfig(fallback=critic_fallback))
+    gG = nanscope.StepGuard(netG, optG, run_dir=str(tmp_path / "G"), amp="fp32", log=False,
+                            loss_fn=lambda m, b: bce(netD(m(*b)), torch.ones(len(b[0]))),
+                            config=nanscope.GuardConfig(fallback="off"))
     return netG, netD, optG, optD, gG, gD
 
 
@@ -538,8 +543,9 @@ def test_a_fault_that_does_not_come_back_is_transient_though_a_mask_makes_infini
         calls[0] += 1
         return output * float("nan") if calls[0] == 2 else None
     mix.register_forward_hook(sick_once)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="auto",
-                               log=False, loss_fn=lambda m, b: F.cross_entropy(m(b[0]).view(-1, 16), b[1].view(-1)))
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]).view(-1, 16), b[1].view(-1)),
+                               config=nanscope.GuardConfig(fallback="auto"))
     results = []
     for it in range(3):
         x, y = get_batch()
@@ -560,8 +566,8 @@ def test_an_op_in_a_modules_own_forward_hook_is_named_by_that_module(tmp_path):
     inner = model[1][0]
     inner.register_forward_hook(lambda m, i, o: o / o.abs().sum(-1, keepdim=True))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", fallback="off",
-                               log=False, loss_fn=lambda m, b: m(b[0]).pow(2).mean())
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: m(b[0]).pow(2).mean(), config=nanscope.GuardConfig(fallback="off"))
     with torch.no_grad():
         inner.weight.zero_()
         inner.bias.zero_()  # every sample's output is 0: the hook divides 0 by 0

@@ -18,8 +18,8 @@ import nanscope
 def _failing_step(run_dir, model_name=""):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
-    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(run_dir),
-                               amp="fp32", fallback="off", model_name=model_name)
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(run_dir), amp="fp32",
+                               model_name=model_name, config=nanscope.GuardConfig(fallback="off"))
     for step in range(3):
         x, y = torch.randn(8, 4), torch.randn(8, 1)
         if step == 2:

@@ -71,7 +71,8 @@ net = GeluNet()
 # The root alone sharded: Dynamo compiles its forward (it traces no module sharded on its own).
 model = torch.compile(fully_shard(net), backend=CorruptingBackend())
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-guard = nanscope.StepGuard(model, optimizer, run_dir=sys.argv[2], amp="bf16", fallback="auto", loss_fn=_gelu_loss)
+guard = nanscope.StepGuard(model, optimizer, run_dir=sys.argv[2], amp="bf16", config=nanscope.GuardConfig(fallback="auto"),
+                           loss_fn=_gelu_loss)
 results = []
 for step in range(4):
     # Rank 1's step 2 holds the large sample the wrong GELU makes NaN; rank 0's batches stay small.

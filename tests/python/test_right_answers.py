@@ -212,7 +212,7 @@ def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_t
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "auto")
     assert "fallback auto" in nanscope_lines()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "whole",
-                               fallback="whole")
+                               config=nanscope.GuardConfig(fallback="whole"))
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     x[2, 0] = float("nan")  # the stock fallback fires on any non-finite step
     guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))

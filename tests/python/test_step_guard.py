@@ -60,7 +60,8 @@ def test_the_birth_is_named_by_its_named_modules_path(tmp_path, poison, module):
     torch.manual_seed(0)
     model = Net()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", fallback="whole", log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", log=False,
+                               config=nanscope.GuardConfig(fallback="whole"))
     x, y = data()
     for step in range(5):
         model.blocks[1].poison = poison if step == 3 else None
@@ -86,7 +87,8 @@ def test_a_skip_is_a_transaction_for_weights_buffers_and_the_optimizer(tmp_path)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False, fallback="off")
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False,
+                               config=nanscope.GuardConfig(fallback="off"))
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -107,8 +109,8 @@ def test_the_scheduler_keeps_the_fallbacks_lr_cut(tmp_path):
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", fallback="whole",
-                               lr_backoff=0.5, log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", log=False,
+                               config=nanscope.GuardConfig(fallback="whole", lr_backoff=0.5))
     x, y = data()
     for step in range(4):
         model.blocks[0].poison = "functional" if step == 1 else None
@@ -204,22 +206,41 @@ def test_files_are_the_c_plus_plus_sides_and_the_snapshot_replays(tmp_path, tool
     assert report.to_dict()["capture"]["first_birth"]["module"] == "blocks.1.log_act"
 
 
-def test_the_guards_options_are_keywords_with_nanscope_trains_defaults_and_words(tmp_path):
+def test_the_guards_options_are_one_config_with_nanscope_trains_defaults_and_words(tmp_path):
+    import dataclasses
     import inspect
     import h5py
     from nanscope._nanscope import guard_keyword_list
     declared = guard_keyword_list()
-    parameters = inspect.signature(nanscope.StepGuard).parameters
+    own = inspect.signature(nanscope.StepGuard).parameters
+    fields = {f.name: f for f in dataclasses.fields(nanscope.GuardConfig)}
     for option in declared:
-        assert parameters[option["name"]].kind is inspect.Parameter.KEYWORD_ONLY, option["name"]
-        assert parameters[option["name"]].default == option["default"], option["name"]
-        assert f"{option['name']}=" in nanscope.StepGuard.__doc__
-    # Options Python never had a keyword for before their declaration was shared.
-    assert {"max_rollbacks", "rollback_memory", "capture", "max_nonfinite_run", "fallback_min_scale"} <= set(parameters)
+        if option["name"] in ("run_dir", "amp"):  # every loop sets them: StepGuard's own keywords
+            assert own[option["name"]].kind is inspect.Parameter.KEYWORD_ONLY
+            assert option["name"] not in fields
+            continue
+        assert fields[option["name"]].default == option["default"], option["name"]
+        assert fields[option["name"]].kw_only, option["name"]
+        assert f"{option['name']}=" in nanscope.GuardConfig.__doc__
+        assert option["name"] not in own, f"{option['name']} is declared once, in GuardConfig"
+    # As GradScaler's few: the keywords a loop needs, and the config.
+    assert len(own) <= 12, list(own)
+    # Each option elsewhere says where it goes, as does a GradScaler keyword.
+    with pytest.raises(TypeError, match=r"clip= is an option of nanscope.GuardConfig: nanscope.StepGuard\(\.\.\., "
+                                        r"config=nanscope.GuardConfig\(clip=1.0\)\)"):
+        nanscope.StepGuard(Net(), None, run_dir=tmp_path / "x", clip=1.0)
+    with pytest.raises(TypeError, match="init_scale= is no keyword of the guard: the guard keeps fp16's loss scale"):
+        nanscope.StepGuard(Net(), None, run_dir=tmp_path / "x", init_scale=2.0 ** 16)
+    with pytest.raises(TypeError, match="config must be a nanscope.GuardConfig"):
+        nanscope.StepGuard(Net(), None, run_dir=tmp_path / "x", config={"clip": 1.0})
+    assert not (tmp_path / "x").exists()
+    frozen = nanscope.GuardConfig(clip=1.0)
+    assert dataclasses.replace(frozen, clip=0.5).clip == 0.5 and frozen.clip == 1.0
+    assert frozen.given() == {"clip": 1.0}
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.bfloat16, max_rollbacks=1,
-                               rollback_memory=64, capture="every-step", fp32_modules=("blocks.0",), log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp=torch.bfloat16, log=False,
+                               config=nanscope.GuardConfig(max_rollbacks=1, rollback_memory=64, capture="every-step", fp32_modules=("blocks.0",)))
     assert guard.amp == "bf16"
     guard.close()
     with h5py.File(tmp_path / "run" / "run.h5", "r") as f:
@@ -229,21 +250,22 @@ def test_the_guards_options_are_keywords_with_nanscope_trains_defaults_and_words
     assert (config["capture"], config["fp32_modules"], config["rollback"]) == ("every-step", "blocks.0", "on")
     # What Python's own flags and counts take: numpy's bool, a float that is a whole number, a bytes path.
     import numpy as np
-    lenient = nanscope.StepGuard(model, optimizer, run_dir=bytes(tmp_path / "e"), warn=np.bool_(False),
-                                 rollback_every=50 / 2, log=False)
+    lenient = nanscope.StepGuard(model, optimizer, run_dir=bytes(tmp_path / "e"), log=False,
+                                 config=nanscope.GuardConfig(warn=np.bool_(False), rollback_every=50 / 2))
     lenient.close()
     with h5py.File(tmp_path / "e" / "run.h5", "r") as f:
         assert f["config"].attrs["warn"] in ("off", b"off") and f["config"].attrs["rollback_every"] in ("25", b"25")
-    with pytest.raises(TypeError, match="rollback_every must be an int, not 2.5"):
-        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "f", rollback_every=2.5)
+    with pytest.raises(TypeError, match="nanscope.GuardConfig: rollback_every must be an int, not 2.5"):
+        nanscope.GuardConfig(rollback_every=2.5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'rollbak'"):
         nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", rollbak=False)
     with pytest.raises(TypeError, match="max_rollbacks must be an int, not 1.5"):
-        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "b", max_rollbacks=1.5)
+        nanscope.GuardConfig(max_rollbacks=1.5)
     with pytest.raises(ValueError, match="rollback_every must be a positive whole number, not '0'"):
-        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "c", rollback_every=0)
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "c", config=nanscope.GuardConfig(rollback_every=0))
     with pytest.raises(ValueError, match="act_absmax_every needs probe on"):
-        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "d", probe=False, act_absmax_every=5)
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "d",
+                           config=nanscope.GuardConfig(probe=False, act_absmax_every=5))
     assert not (tmp_path / "b").exists() and not (tmp_path / "d").exists()
 
 
@@ -253,7 +275,7 @@ def test_bad_arguments_raise_python_errors(tmp_path):
     with pytest.raises(ValueError, match="amp must be"):
         nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", amp="fp8")
     with pytest.raises(ValueError, match="fallback must be"):
-        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "b", fallback="sometimes")
+        nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "b", config=nanscope.GuardConfig(fallback="sometimes"))
     with pytest.raises(TypeError, match="torch.nn.Module"):
         nanscope.StepGuard("not a model", optimizer, run_dir=tmp_path / "c")
     with pytest.raises(TypeError, match="torch.optim.Optimizer"):
@@ -304,7 +326,7 @@ def test_fallback_auto_puts_only_the_module_that_needs_it_in_fp32(tmp_path):
     torch.manual_seed(0)
     model = Model()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
-                               amp="bf16", fallback="auto", log=False)
+                               amp="bf16", log=False, config=nanscope.GuardConfig(fallback="auto"))
     x, y = torch.rand(8, 6), torch.randint(0, 3, (8,))
     first = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
     assert not first.counted
@@ -318,8 +340,8 @@ def test_a_rollback_cuts_the_lr_of_the_optimizer_it_restored(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", fallback="off", lr_backoff=0.5,
-                               log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False,
+                               config=nanscope.GuardConfig(fallback="off", lr_backoff=0.5))
     rolled_back = []
     for step in range(40):
         x, y = torch.randn(8, 4), torch.randn(8, 1)
@@ -342,7 +364,8 @@ def test_each_rollback_restores_the_saved_weights_and_optimizer_state_exactly(tm
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", fallback="off", log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False,
+                               config=nanscope.GuardConfig(fallback="off"))
     after = {}  # step -> (weights, optimizer state) after it
     restored = []
     for step in range(45):
@@ -418,8 +441,8 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = data()
-    with nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", amp=torch.bfloat16, fallback="whole",
-                            log=False) as guard:
+    with nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "a", amp=torch.bfloat16, log=False,
+                            config=nanscope.GuardConfig(fallback="whole")) as guard:
         assert guard.amp == "bf16"
         for step in range(4):
             model.blocks[0].poison = "functional" if step == 2 else None
@@ -453,8 +476,8 @@ def test_the_guard_is_a_pytorch_object_with_a_state_dict_and_a_with_form(tmp_pat
     old = dict(state, rollback_lr_multiplier=1.0)
     del old["lr_multiplier"]
     fresh = Net()
-    guard = nanscope.StepGuard(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1), run_dir=tmp_path / "c",
-                               amp="bf16", lr_backoff=0.5, log=False)
+    guard = nanscope.StepGuard(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1), run_dir=tmp_path / "c", amp="bf16",
+                               log=False, config=nanscope.GuardConfig(lr_backoff=0.5))
     guard.load_state_dict(old)
     assert guard.lr_multiplier == 0.5 and guard.state_dict()["lr_multiplier"] == 0.5
     guard.close()

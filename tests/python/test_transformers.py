@@ -213,7 +213,7 @@ def test_the_trainer_guarded_in_one_line_names_the_fault_and_skips_as_the_plain_
     make_model, samples, fault, trainer_class, birth, remedy = CASES[case]
     items = plant(samples(4 * accumulation * 6), 4, accumulation, fault)
     trainer, guard = train(tmp_path / "guarded", make_model, items, guarded=True, trainer_class=trainer_class,
-                           accumulation=accumulation, fallback="auto")
+                           accumulation=accumulation, config=nanscope.GuardConfig(fallback="auto"))
     step = guard.guard
     assert step.skipped_steps == 1, nanscope_lines()
     micro = f", micro-batch {accumulation - 1}" if accumulation > 1 else ""
@@ -272,8 +272,8 @@ def hand_loop(tmp_path, make_model, items, loss_of, *, amp, accumulation, guarde
     loader = torch.utils.data.DataLoader(Samples(items), batch_size=batch_size, shuffle=False)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
     if guarded:
-        scaler = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp=amp, fallback="auto",
-                                    loss_fn=loss_of)
+        scaler = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp=amp, loss_fn=loss_of,
+                                    config=nanscope.GuardConfig(fallback="auto"))
         autocast = scaler.autocast
     else:
         scaler = torch.amp.GradScaler("cpu", enabled=amp == "fp16")

@@ -58,8 +58,8 @@ def run_nanogpt_loop(run_dir, bad=None, steps=5, accumulation=4, fallback="auto"
     model = TinyGPT()
     zero_bad_token(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scaler = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", loss_fn=nanogpt_loss,
-                                fallback=fallback, log=False)
+    scaler = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", loss_fn=nanogpt_loss, log=False,
+                                config=nanscope.GuardConfig(fallback=fallback))
     ctx = scaler.autocast()
     generator = torch.Generator().manual_seed(1)
     X, Y = token_batch(generator)
@@ -443,8 +443,8 @@ def test_fp32_modules_run_in_fp32_inside_the_loops_own_forward(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     dtypes = []
     model.lm_head.register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
-    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", loss_fn=nanogpt_loss,
-                               fp32_modules=["lm_head"], log=False)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", loss_fn=nanogpt_loss, log=False,
+                               config=nanscope.GuardConfig(fp32_modules=["lm_head"]))
     X, Y = token_batch(torch.Generator().manual_seed(2))
     for _ in range(2):
         with guard.autocast():

@@ -272,9 +272,8 @@ TEST(Replay, TheFp32ModulesAreNamedAsThePythonModuleTakesThem) {
   restamp(snapshot, "python");
   auto r = test::run_command(kReplay + " --no-write " + snapshot);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("use nanscope.StepGuard(..., fp32_modules=[\"blocks.0.ln1\"])"), std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("nanscope.StepGuard(..., fallback=\"auto\")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use nanscope.GuardConfig(fp32_modules=[\"blocks.0.ln1\"])"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nanscope.GuardConfig(fallback=\"auto\")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("--fp32-modules"), std::string::npos) << r.output;
   // The divisor is a square root of a variance: the eps goes under the root.
   EXPECT_NE(r.output.find("comes from aten::sqrt"), std::string::npos) << r.output;
@@ -672,8 +671,8 @@ TEST(VerdictRules, OptionsAndCodeAreNamedAsTheUserSetsThem) {
         "(or GuardOptions::fallback = nanscope::FallbackMode::automatic,",
         "set GuardOptions::amp = nanscope::Amp::bf16"}},
       {format::Origin::python,
-       {"use nanscope.StepGuard(..., fp32_modules=[\"blocks.0.mlp\", \"head\"])",
-        "(or nanscope.StepGuard(..., fallback=\"auto\"),", "use nanscope.StepGuard(..., amp=\"bf16\")"}},
+       {"use nanscope.GuardConfig(fp32_modules=[\"blocks.0.mlp\", \"head\"])",
+        "(or nanscope.GuardConfig(fallback=\"auto\"),", "use nanscope.StepGuard(..., amp=\"bf16\")"}},
   };
   for (const auto& [origin, fragments] : expected) {
     in.origin = origin;

@@ -6,12 +6,18 @@
 # same for its GAN of two guarded models (two_models), with and without the
 # critic the generator's loss runs, for its L-BFGS fit (lbfgs_fit) and for its
 # LSTM with a nested batch and a loss that raises (lstm_sequences).
+# Of core's headers only those a loop includes are installed.
 # Usage: user_loop_out_of_tree.sh BUILD_DIR SOURCE_DIR [CMAKE_PREFIX_PATH]
 set -euo pipefail
 build=$1 source=$2 prefix_path=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# The guard's face is installed, its inside is not.
+test -f "$work/prefix/include/nanscope/core/step_guard.hpp"
+for inside in journal.hpp train_step.hpp state_ring.hpp recovery_memory.hpp loss_scaler.hpp; do
+  if [ -e "$work/prefix/include/nanscope/core/$inside" ]; then echo "installed: core/$inside" >&2; exit 1; fi
+done
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "$source/samples/user_loop" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -49,7 +49,7 @@ struct AdviceWords {
 const AdviceWords& advice_words(Origin origin);
 
 // "--fp32-modules a.b,c", "GuardOptions::fp32_modules = {\"a.b\", \"c\"}",
-// "nanscope.StepGuard(..., fp32_modules=[\"a.b\", \"c\"])".
+// "nanscope.GuardConfig(fp32_modules=[\"a.b\", \"c\"])".
 std::string fp32_modules_setting(Origin origin, const std::vector<std::string>& modules);
 
 // "train with --act-absmax-every N", "set GuardOptions::act_absmax_every = N", ...
