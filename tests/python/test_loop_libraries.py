@@ -299,6 +299,8 @@ def test_ignite_handlers_see_the_skipped_iteration_for_what_it_was(tmp_path):
 
 @needs_ignite
 def test_the_step_that_stops_the_run_terminates_the_engine(tmp_path, nanscope_lines):
+    import nanscope
+
     trainer, guard, _, batches = _ignite_trainer(tmp_path, poison=set(range(3, 12)),
                                                  config=nanscope.GuardConfig(fallback="off", max_nonfinite_run=3))
     guard.attach(trainer)
