@@ -72,10 +72,6 @@ def _close_open_guards():
         guard.close()
 
 
-_OWN_KEYWORDS = ("run_dir", "amp", "config", "loss_fn", "row_dim", "model_name", "log", "process_group",
-                 "accelerator")
-
-
 class StepGuard:
     """The guarded step around a loop of yours.
 
@@ -132,7 +128,7 @@ class StepGuard:
 
     def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp=None, config=None, loss_fn=None,
                  row_dim=0, model_name="", log=True, process_group=None, accelerator=None, **misplaced):
-        _options.refuse_misplaced(misplaced, own=_OWN_KEYWORDS)
+        _options.refuse_misplaced(misplaced, own=_options.keywords_of(StepGuard.__init__))
         prepared = optimizer
         if accelerator is not None:
             amp = _accelerate.precision(accelerator) if amp is None else amp

@@ -3,6 +3,7 @@ in the C++ core (the list nanscope-train's flags come from too): run_dir and
 amp, which every loop sets, are StepGuard's own keywords; the rest live in
 nanscope.GuardConfig, one object, as a Trainer's live in TrainingArguments."""
 import dataclasses
+import inspect
 import textwrap
 
 from ._nanscope import check_guard_keywords
@@ -66,6 +67,11 @@ def guard_options(config, run_dir, amp, who="nanscope.StepGuard"):
     if amp is not None:
         options["amp"] = amp
     return options
+
+
+def keywords_of(function):
+    """The keyword-only parameters of `function` (what a TypeError lists as taken)."""
+    return [p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY]
 
 
 def refuse_misplaced(keywords, who="nanscope.StepGuard", own=()):
