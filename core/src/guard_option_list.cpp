@@ -131,8 +131,8 @@ const char* const kPrecision = "The guard: precision and fallback";
 const char* const kForensics = "The guard: forensics and warnings";
 const char* const kRollback = "The guard: rollback (docs/sentinel.md) and the dooming step (docs/recovery.md)";
 
-std::vector<GuardOption> declared_options() {
-  std::vector<GuardOption> list;
+// The options of the run and its precision.
+void declare_precision_options(std::vector<GuardOption>& list) {
   list.push_back({"run_dir",
                   "run_dir",
                   OptionKind::directory,
@@ -188,6 +188,10 @@ std::vector<GuardOption> declared_options() {
   list.push_back(number("fallback_min_scale", NANSCOPE_FIELD(fallback_min_scale), kNonNegative, kUnbounded, kPrecision,
                         "fp16: overflowing gradients are the scaler's business (skip and back off) until the "
                         "scale falls below this; then the fallback fires"));
+}
+
+// The options of forensics and warnings.
+void declare_forensics_options(std::vector<GuardOption>& list) {
   list.push_back(on_off("probe", NANSCOPE_FIELD(probe), kForensics,
                         "on: per-layer grad norms and the forensic re-run of a non-finite step; off: the bare loop"));
   list.push_back(on_off("warn", NANSCOPE_FIELD(warn), kForensics,
@@ -210,6 +214,10 @@ std::vector<GuardOption> declared_options() {
                          "in a row once nothing is left to try: the fp32 fallback done (or off) and no rollback "
                          "left (or {rollback} off). Weights that are finite but wrecked would otherwise be skipped "
                          "to the end; 0: never"));
+}
+
+// The options of rollback and the doom search.
+void declare_rollback_options(std::vector<GuardOption>& list) {
   list.push_back(on_off("rollback", NANSCOPE_FIELD(rollback.enabled), kRollback,
                         "on: keep the last few good states in memory and go back to the newest one from before the "
                         "trouble when the weights went non-finite or a loss spike or non-finite step comes back on "
@@ -230,6 +238,13 @@ std::vector<GuardOption> declared_options() {
                         "without that update only, instead of skipping every batch since"));
   list.push_back(number("doom_search_memory", NANSCOPE_FIELD(doom_search.memory_mb), kPositive, kUnbounded, kRollback,
                         "Host memory the steps kept for the search may take, in MB (references to the batches)"));
+}
+
+std::vector<GuardOption> declared_options() {
+  std::vector<GuardOption> list;
+  declare_precision_options(list);
+  declare_forensics_options(list);
+  declare_rollback_options(list);
   return list;
 }
 

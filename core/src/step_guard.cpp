@@ -37,18 +37,18 @@ GuardedStep StepGuard::step(const StepContext& context) { return impl_->step(con
 bool StepGuard::step_open() const { return impl_->watched_phase() != WatchedPhase::closed; }
 void StepGuard::undo_loops_update() { impl_->undo_loops_update(); }
 
-bool StepGuard::stopped() const { return !impl_->stopped_.empty(); }
+bool StepGuard::stopped() const { return !impl_->recovery_.stopped().empty(); }
 void StepGuard::refuse_if_stopped() const { impl_->refuse_if_stopped(); }
 void StepGuard::stop_for_failed_rank(int rank, const std::string& error) { impl_->stop_for_failed_rank(rank, error); }
 int64_t StepGuard::next_step() const { return impl_->next_step_; }
 void StepGuard::number_steps_from(int64_t step) { impl_->next_step_ = step; }
-Amp StepGuard::amp() const { return impl_->amp_; }
+Amp StepGuard::amp() const { return impl_->amp(); }
 double StepGuard::lr_multiplier() const { return impl_->lr_multiplier(); }
-int64_t StepGuard::applied_steps() const { return impl_->applied_steps_; }
-const std::vector<std::string>& StepGuard::fp32_modules() const { return impl_->fp32_modules_; }
+int64_t StepGuard::applied_steps() const { return impl_->recovery_.memory().applied_steps(); }
+const std::vector<std::string>& StepGuard::fp32_modules() const { return impl_->fp32_modules(); }
 StateHealth StepGuard::health() const { return impl_->health(); }
-int64_t StepGuard::rollbacks() const { return impl_->recovery_.rollback().rollbacks(); }
-int64_t StepGuard::fallback_step() const { return impl_->recovery_.fallback().fired_step(); }
+int64_t StepGuard::rollbacks() const { return impl_->recovery_.memory().rollback().rollbacks(); }
+int64_t StepGuard::fallback_step() const { return impl_->recovery_.memory().fallback().fired_step(); }
 GuardState StepGuard::state() const { return impl_->state(); }
 void StepGuard::restore(const GuardState& state) { impl_->restore(state); }
 double StepGuard::loss_scale() const { return impl_->scaler_.scale(); }

@@ -55,44 +55,40 @@ void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
   record.setup = run.setup;
   record.applied = !run.result.outcome.skipped;
   record.batch_rows = run.context.batch_rows;
-  const TrainingState* oldest = recovery_.saved_states().oldest();
+  const TrainingState* oldest = recovery_.memory().saved_states().oldest();
   doom_.record(std::move(record), oldest ? oldest->step : -1);
 }
 
-bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
-  const int64_t step = run.step;
-  GuardedStep& result = run.result;
-  auto not_searched = [&](const std::string& why) {
-    result.doomed_by = "not searched: " + why;
-    journal_.say(step, "doomed by: " + result.doomed_by);
-    return false;
-  };
+// Why the search cannot run at this step ("" : it can). Not this step's
+// updates, or its own batch: no earlier step to look for.
+std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                                 const TrainingState* from) const {
   GradientAverager* const ranks = run.context.averager;
-  const TrainingState* from = recovery_.saved_states().oldest();
+  if (run.buffers_written_outside) return "its buffers were written outside its steps";
+  if (!run.result.outcome.batch_finite) return "the batch holds a non-finite value";
+  if (capture && capture->first_birth &&
+      (capture->first_birth->op.phase == format::Phase::input ||
+       probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
+    return "the birth is the batch's own";
+  if (!steered_.applies_update) return "the loop applies its own update, which a replay cannot repeat";
+  if (evaluates_closure(steered_.optimizer))
+    return "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
+  if (ranks && !ranks->sums())
+    return "several ranks whose process group cannot sum (every rank's verdict on a replay needs it)";
+  if (!rerunnable(run)) return "no loss function to replay steps with";
+  if (!runs_other_batches(run)) return "the closure runs its own batch only (give a loss function of the batch)";
+  if (!from) return "no state saved yet to replay from";
+  return "";
+}
+
+DoomSearch StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
+  const int64_t step = run.step;
+  DoomSearch doom;
+  GradientAverager* const ranks = run.context.averager;
+  const TrainingState* from = recovery_.memory().saved_states().oldest();
   const std::vector<const StepRecord*> records =
       from ? doom_.steps_between(from->step, step) : std::vector<const StepRecord*>{};
-  std::string why;
-  // Not this step's updates, or its own batch: no earlier step to look for.
-  if (run.buffers_written_outside)
-    why = "its buffers were written outside its steps";
-  else if (!result.outcome.batch_finite)
-    why = "the batch holds a non-finite value";
-  else if (capture && capture->first_birth &&
-           (capture->first_birth->op.phase == format::Phase::input ||
-            probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
-    why = "the birth is the batch's own";
-  else if (!steered_.applies_update)
-    why = "the loop applies its own update, which a replay cannot repeat";
-  else if (evaluates_closure(steered_.optimizer))
-    why = "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
-  else if (ranks && !ranks->sums())
-    why = "several ranks whose process group cannot sum (every rank's verdict on a replay needs it)";
-  else if (!rerunnable(run))
-    why = "no loss function to replay steps with";
-  else if (!runs_other_batches(run))
-    why = "the closure runs its own batch only (give a loss function of the batch)";
-  else if (!from)
-    why = "no state saved yet to replay from";
+  std::string why = doom_search_refused(run, capture, from);
   // The weights the earlier finding blamed are still the run's: no new search.
   const DoomMemory::Finding* const found_before = why.empty() ? doom_.still_explains(from->step) : nullptr;
   if (why.empty() && !found_before && records.empty() && step > from->step + 1)
@@ -101,44 +97,55 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   // a collective): every rank searches, over the same steps, or none does.
   if (ranks && ranks->sums() && !every_rank_can_search(*ranks, why.empty(), records.size()) && why.empty())
     why = "another rank cannot (its run-rank-R.h5 says why)";
-  if (!why.empty()) return not_searched(why);
+  if (!why.empty()) {
+    doom.doomed_by = "not searched: " + why;
+    journal_.say(step, "doomed by: " + doom.doomed_by);
+    return doom;
+  }
   if (found_before) {
     const DoomFinding& f = found_before->finding;
-    result.doomed_by = doom_text(f) + " (found at step " + std::to_string(found_before->at_step) + ")";
-    result.doomed_by_step = f.step;
-    result.doom_rows = f.rows;
-    journal_.say(step, "doomed by: " + result.doomed_by);
-    return false;
+    doom.doomed_by = doom_text(f) + " (found at step " + std::to_string(found_before->at_step) + ")";
+    doom.doomed_by_step = f.step;
+    doom.rows = f.rows;
+    journal_.say(step, "doomed by: " + doom.doomed_by);
+    return doom;
   }
+  replay_earlier_steps(run, *from, records, doom);
+  return doom;
+}
 
+// The search proper: replays from the oldest saved state find the dooming
+// update; where the run may go back (replay_possible), a replay without it
+// is tried to the end. The live state comes back unless that replay survived
+// (then it waits in `doom.live` for the recovery's decision); the loop's LRs
+// and random generators come back either way.
+void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState& from,
+                                           const std::vector<const StepRecord*>& records, DoomSearch& doom) {
+  const int64_t step = run.step;
   const auto start = std::chrono::steady_clock::now();
-  // The live state, put back after the search unless the recovery replaces
-  // it; the groups' LR is the loop's either way.
   std::optional<GroupLrScope> loop_lrs(std::in_place, steered_.optimizer);
-  StateRing live(1, std::numeric_limits<size_t>::max());
-  live.save(step, steered_.model, steered_.optimizer, scaler_);
+  doom.live.emplace(1, std::numeric_limits<size_t>::max());
+  doom.live->save(step, steered_.model, steered_.optimizer, scaler_);
   const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   StepRecord failing;
   failing.step = step;
   failing.micro_batches = replayable(run.micro_batches);
-  failing.amp = result.amp;
-  failing.loss_scale = result.loss_scale;
+  failing.amp = run.result.amp;
+  failing.loss_scale = run.result.loss_scale;
   failing.setup = run.setup;
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, failing.micro_batches.front().batch);
   // The replays run the modules the fallback moved to fp32 in fp32, as the
   // steps did; each step replays at its own precision (at fp32 they switch nothing).
   std::optional<Fp32ModuleRegions> fp32;
-  if (!fp32_modules_.empty()) fp32.emplace(steered_.model, fp32_modules_);
-  LiveEarlierSteps replays(steered_.model, steered_.optimizer, parameters_, options_.clip, *from, records, failing,
-                           recovery_.rollback().spike_threshold());
-  replays.set_ranks(ranks);
+  if (!fp32_modules().empty()) fp32.emplace(steered_.model, fp32_modules());
+  LiveEarlierSteps replays(steered_.model, steered_.optimizer, parameters_, options_.clip, from, records, failing,
+                           recovery_.memory().rollback().spike_threshold());
+  replays.set_ranks(run.context.averager);
   const DoomFinding finding = find_dooming_step(replays);
-
-  const bool recover = finding.outcome == DoomOutcome::dooming_step && options_.rollback.enabled &&
-                       recovery_.rollback().can_roll_back() &&
-                       replays.survives({finding.step, finding.step, finding.rows});
-  if (!recover) go_back_to(*live.oldest(), /*with_scaler=*/false);
+  doom.replay_survives = finding.outcome == DoomOutcome::dooming_step && replay_possible(recovery_.state_at(step)) &&
+                         replays.survives({finding.step, finding.step, finding.rows});
+  if (!doom.replay_survives) recovery_.settle_replay(doom, /*stands=*/false);
   loop_lrs.reset();
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -147,38 +154,40 @@ bool StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<
   clear_grads(parameters_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  result.doomed_by = doom_text(finding);
+  doom.finding = finding;
+  doom.replayed_from = from.step;
+  doom.doomed_by = doom_text(finding);
   // The event's text fits run.h5's event width: the cost in one clause.
   const std::string cost = std::to_string(finding.replays) + " replays from the state after step " +
-                           std::to_string(from->step) + ", " + std::to_string(replays.steps_run()) + " steps run, " +
+                           std::to_string(from.step) + ", " + std::to_string(replays.steps_run()) + " steps run, " +
                            seconds_text(seconds);
   if (finding.outcome != DoomOutcome::dooming_step) {
-    const std::string text = doom_sentence(finding, step, "") + "; " + cost;
-    journal_.record(step, format::EventKind::doom, text, "doomed by: ");
-    return false;
+    doom.sentence = doom_sentence(finding, step, "") + "; " + cost;
+    return;
   }
-  result.doomed_by_step = finding.step;
-  result.doom_rows = finding.rows;
-  if (!recover) doom_.found(step, finding);
+  doom.doomed_by_step = finding.step;
+  doom.rows = finding.rows;
   const StepRecord* doomer = nullptr;
   for (const StepRecord* r : records)
     if (r->step == finding.step) doomer = r;
   // Several ranks name the rank whose rows they were, alike on every rank.
-  if (ranks && !finding.rows.empty())
-    result.doomed_by = "step " + std::to_string(finding.step) + ", " + replays.rows_text(doomer, finding.rows, false);
-  std::string text = doom_sentence(finding, step, replays.rows_text(doomer, finding.rows)) + "; " + cost;
-  if (recover) {
-    // The run as the replay left it: every update since the saved state but
-    // the dooming one.
-    recovery_.replayed_without(finding.step, step);
-    doom_.forget_from(finding.step);
-    if (finding.rows.empty()) --applied_steps_;
-    last_applied_step_ = step - 1;
-    result.rolled_back_to = from->step;
-    text += "; recovered: replayed without it";
+  if (run.context.averager && !finding.rows.empty())
+    doom.doomed_by = "step " + std::to_string(finding.step) + ", " + replays.rows_text(doomer, finding.rows, false);
+  doom.sentence = doom_sentence(finding, step, replays.rows_text(doomer, finding.rows)) + "; " + cost;
+}
+
+// The search's sentence, once the recovery is decided: a finding not acted
+// on is remembered (a later failing step it still explains needs no search).
+void StepGuard::Impl::say_doom_search(int64_t step, const DoomSearch& doom, bool replayed) {
+  if (!doom.finding) return;
+  const DoomFinding& finding = *doom.finding;
+  if (finding.outcome != DoomOutcome::dooming_step) {
+    journal_.record(step, format::EventKind::doom, doom.sentence, "doomed by: ");
+    return;
   }
-  journal_.record_about(finding.step, step, format::EventKind::doom, text, "doomed by: ");
-  return recover;
+  if (!replayed) doom_.found(step, finding);
+  journal_.record_about(finding.step, step, format::EventKind::doom,
+                        doom.sentence + (replayed ? "; recovered: replayed without it" : ""), "doomed by: ");
 }
 
 }  // namespace nanscope

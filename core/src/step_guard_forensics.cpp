@@ -37,6 +37,14 @@
 
 namespace nanscope {
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 AtFailedEvaluation::AtFailedEvaluation(const std::vector<at::Tensor>& parameters, const ClosureEvaluations& evaluations)
     : parameters_(parameters) {
   if (evaluations.failed_point.size() != parameters.size()) return;
@@ -64,174 +72,207 @@ std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births) cons
          " (their " + format::run_file_name(births.front(), options_.world_size) + " names it)";
 }
 
-std::optional<format::Capture> StepGuard::Impl::investigate(RunningStep& run,
-                                                            const std::vector<float>& layer_grad_norm) {
+// Forensics where the fault is: a rank whose own check failed re-runs its
+// own batch; if none did (only the averaged gradients overflowed), rank 0.
+// A sharded model's forward and backward are collectives (they gather the
+// parameters and scatter the gradients, and its reduce-scatter spreads one
+// rank's NaN to every rank): every rank re-runs its own micro-batches in
+// lockstep, each finds the births of its own, and one collective tells every
+// rank which ranks found one.
+bool StepGuard::Impl::investigates(const RunningStep& run, bool input_birth) const {
+  const StepOutcome& outcome = run.result.outcome;
+  const bool lockstep = run.context.averager && run.context.averager->sharded();
+  return options_.probe && (rerunnable(run) || input_birth) &&
+         (lockstep ? !outcome.finite()
+                   : !outcome.locally_finite() || !outcome.buffers_finite ||
+                         (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+}
+
+Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float>& layer_grad_norm) {
   const int64_t step = run.step;
-  GuardedStep& result = run.result;
-  const StepOutcome& outcome = result.outcome;
-  // Forensics where the fault is: a rank whose own check failed re-runs its
-  // own batch; if none did (only the averaged gradients overflowed), rank 0.
-  // A sharded model's forward and backward are collectives (they gather the
-  // parameters and scatter the gradients, and its reduce-scatter spreads one
-  // rank's NaN to every rank): every rank re-runs its own micro-batches in
-  // lockstep, each finds the births of its own, and one collective tells every
-  // rank which ranks found one.
+  const StepOutcome& outcome = run.result.outcome;
   GradientAverager* const ranks = run.context.averager;
   const bool lockstep = ranks && ranks->sharded();
   // A watched step's micro-batches can be run again only through the loop's loss function.
   std::vector<Batch> batches;
   for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
+  Forensics found;
   // A micro-batch that already holds the NaN/Inf is the birth: no re-run
   // needed, so a skip on a non-finite input costs about one step.
-  std::optional<format::Capture> capture;
   if (options_.probe && !outcome.batch_finite) {
-    capture = probe::Probe::input_capture(batches);
-    if (!capture->first_birth) capture.reset();  // another rank's batch: this one re-runs as usual
+    found.capture = probe::Probe::input_capture(batches);
+    if (!found.capture->first_birth) found.capture.reset();  // another rank's batch: this one re-runs as usual
   }
-  const bool investigate = options_.probe && (rerunnable(run) || capture) &&
-                           (lockstep ? !outcome.finite()
-                                     : !outcome.locally_finite() || !outcome.buffers_finite ||
-                                           (outcome.nonfinite_ranks.empty() && options_.rank == 0));
+  const bool investigate = investigates(run, found.capture.has_value());
   // In lockstep a rank whose input holds the NaN re-runs too (its peers'
   // re-runs wait for its part of each collective); its input stays the birth.
   std::optional<format::Capture> input_birth;
-  if (lockstep && capture && rerunnable(run)) input_birth = std::exchange(capture, std::nullopt);
-  if (options_.probe && !rerunnable(run) && !capture) {
-    result.first_birth =
+  if (lockstep && found.capture && rerunnable(run)) input_birth = std::exchange(found.capture, std::nullopt);
+  if (options_.probe && !rerunnable(run) && !found.capture) {
+    found.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
-    journal_.say(step, "first birth: " + result.first_birth);
+    journal_.say(step, "first birth: " + found.first_birth);
   }
   // A replicated rank whose own step was finite re-runs nothing; the averaged
   // gradients carried another rank's NaN, and its line says whose.
   const std::vector<int>& sick = outcome.nonfinite_ranks;
-  if (options_.probe && ranks && !lockstep && !investigate && result.first_birth.empty() && !sick.empty() &&
+  if (options_.probe && ranks && !lockstep && !investigate && found.first_birth.empty() && !sick.empty() &&
       std::find(sick.begin(), sick.end(), options_.rank) == sick.end()) {
-    result.first_birth = born_elsewhere(outcome.nonfinite_ranks);
-    journal_.record(step, format::EventKind::first_birth, result.first_birth, "first birth: ");
+    found.first_birth = born_elsewhere(sick);
+    journal_.record(step, format::EventKind::first_birth, found.first_birth, "first birth: ");
   }
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
-  if (investigate && capture) {
-    if (recovery_.nonfinite_in_a_row() == 1) say_carried_state(step, batches);
-    // Kept to tell a data set reused every step from carried state next time.
-    skipped_inputs_.clear();
-    for (const Batch& b : batches) skipped_inputs_.push_back(b.copied());
-  } else if (investigate) {
-    // The same step again: same weights (it was skipped), RNG state (restored
-    // by the probe, and per micro-batch), precision, loss scale, micro-batches
-    // and the harness's setup of the step (run.setup).
-    bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
-    // Another guard may have named this model's tensors since (a GAN's two
-    // guards, one told of the other's model as an outside one): this one's names.
-    register_tensor_owners(steered_.model);
-    std::optional<Fp32ModuleRegions> fp32;
-    if (run.watched && fp32_regions_apply(result.amp, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
-    auto rerun = [&](probe::OpCapture& op_capture) {
-      rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
-                                        run.micro_batches, &op_capture)
-                             .finite();
-    };
-    {
-      std::optional<ClosureModel::Step> with_loss_fn;
-      if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
-      const auto start = std::chrono::steady_clock::now();
-      capture = probe_.investigate(rerun, batches);
-      if (steered_.model.compiled()) {
-        // The re-run ran eagerly, op by op: a compiled program's fault is
-        // not there to see. Finite and no birth: run the step compiled too.
-        const auto eager_end = std::chrono::steady_clock::now();
-        compiled_cost = "eager re-run " + seconds_text(std::chrono::duration<double>(eager_end - start).count());
-        const bool eager_clean = !rerun_nonfinite && capture->ops_seen >= 0 && !capture->first_birth;
-        auto compiled_nonfinite = [&] {
-          bool nonfinite = false;
-          try {
-            nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
-                                        run.micro_batches)
-                             .finite();
-          } catch (const std::exception&) {
-            // A compiled run that raised says nothing of the values it makes.
-          }
-          clear_grads(parameters_);
-          return nonfinite;
-        };
-        if (lockstep) {
-          // A sharded model's compiled program is a collective too: when no
-          // rank's eager re-run met the fault, every rank runs its own
-          // micro-batches compiled once more, together, and the verdict is
-          // every rank's. The region search (a run per module tried) is not run.
-          if (ranks->every_rank(eager_clean)) {
-            capture->compiled_only = !ranks->every_rank(!compiled_nonfinite());
-            compiled_cost +=
-                ", compiled re-run on every rank " +
-                seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - eager_end).count()) +
-                " (its region is not searched on a sharded model)";
-          }
-        } else if (eager_clean) {
-          const CompiledCheck check = check_compiled_program(steered_.model, compiled_nonfinite);
-          capture->compiled_only = check.nonfinite;
-          if (check.nonfinite && check.region) capture->compiled_region = check.region->module;
-          compiled_cost += ", compiled re-run" +
-                           (check.region ? " and region search (" + std::to_string(check.region->runs + 1) + " runs)"
-                                         : std::string()) +
-                           " " + seconds_text(check.seconds);
-        }
-      }
-    }
-    // With no birth, the re-run's own verdict says whether it reproduced the
-    // step: non-finite again though no op was seen making it (a fused or
-    // compiled kernel) is reproduced, never "transient"; finite is not, though
-    // ops made infinities on the way (a causal mask's masked_fill(-inf)).
-    if (capture->ops_seen >= 0 && !capture->first_birth) capture->reproduced = rerun_nonfinite;
-    clear_grads(parameters_);
-  }
-  if (input_birth) capture = std::move(input_birth);
+  if (investigate && found.capture)
+    keep_skipped_inputs(step, batches);
+  else if (investigate)
+    found.capture = rerun_under_capture(run, batches, compiled_cost);
+  if (input_birth) found.capture = std::move(input_birth);
   std::optional<RanksBorn> born;
-  if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, capture, run);
-  if (investigate) {
-    if (!result.error.empty() && !capture->first_birth) {
-      journal_.flush();
-      throw ModelError(
-          "step " + std::to_string(step) + ": the model raised, and no NaN or Inf was born before it: " + result.error,
-          std::exchange(model_exception_, nullptr));
-    }
-    // A GAN's generator phase runs the critic in train mode on a sick fake
-    // batch: the critic's BatchNorm statistics go non-finite outside any of
-    // its steps, and its next step is where they show. Re-run from the
-    // buffers its skip put back, that step is finite.
-    run.buffers_written_outside = capture->ops_seen >= 0 && !capture->first_birth && !capture->reproduced &&
-                                  !outcome.buffers_finite && run.calls_outside_losses > 0;
-    // A re-run that raised says why ("the forensic re-run failed: RuntimeError: ...").
-    result.first_birth =
-        capture->ops_seen < 0 ? "the " + probe_.last_error()
-        : run.buffers_written_outside
-            ? "none in this step: its buffers were already non-finite, written by " +
-                  std::to_string(run.calls_outside_losses) +
-                  " call(s) of the model that fed none of its losses (another model's phase, a logging call; train "
-                  "mode); re-run from the buffers before them, it is finite"
-        : !capture->first_birth && !capture->reproduced && changed_micro_batch(run) >= 0
-            ? "not reproduced on re-run, but" + changed_micro_batch_text(run)
-        : born && !capture->first_birth && !born->births.empty()
-            ? born_elsewhere(born->births)
-            : format::capture_text(*capture) +
-                  (changed_micro_batch(run) >= 0 ? "; but" + changed_micro_batch_text(run) : std::string());
-    journal_.record(step, format::EventKind::first_birth, result.first_birth,
-                    "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
-    const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born);
-    if (!decision.write) {
-      journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
-    } else if (std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture,
-                                                 born ? born->gathered : steered_.model.named_parameters());
-               !path.empty()) {
-      journal_.event(step, format::EventKind::snapshot, path);
-      forensics_.wrote_snapshot(path);
-      result.snapshot = path;
-    } else {
-      journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
-    }
-  } else if (born && !born->gathered.empty()) {
-    born->gathered.clear();  // gathered for a peer's snapshot
+  if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
+  if (!investigate) return found;
+  const format::Capture& capture = *found.capture;
+  if (!run.result.error.empty() && !capture.first_birth) {
+    journal_.flush();
+    throw ModelError("step " + std::to_string(step) +
+                         ": the model raised, and no NaN or Inf was born before it: " + run.result.error,
+                     std::exchange(model_exception_, nullptr));
   }
+  // A GAN's generator phase runs the critic in train mode on a sick fake
+  // batch: the critic's BatchNorm statistics go non-finite outside any of
+  // its steps, and its next step is where they show. Re-run from the
+  // buffers its skip put back, that step is finite.
+  run.buffers_written_outside = capture.ops_seen >= 0 && !capture.first_birth && !capture.reproduced &&
+                                !outcome.buffers_finite && run.calls_outside_losses > 0;
+  found.first_birth = first_birth_text(run, capture, born);
+  journal_.record(step, format::EventKind::first_birth, found.first_birth,
+                  "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
+  found.snapshot = keep_snapshot(run, found.capture, born, layer_grad_norm);
+  return found;
+}
+
+// The input already holds the birth: said if it came again after a skip,
+// and kept to tell a data set reused every step from carried state next time.
+void StepGuard::Impl::keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches) {
+  if (recovery_.memory().nonfinite_in_a_row() == 1) say_carried_state(step, batches);
+  skipped_inputs_.clear();
+  for (const Batch& b : batches) skipped_inputs_.push_back(b.copied());
+}
+
+// The same step again: same weights (it was skipped), RNG state (restored by
+// the probe, and per micro-batch), precision, loss scale, micro-batches and
+// the harness's setup of the step (run.setup).
+format::Capture StepGuard::Impl::rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches,
+                                                     std::string& compiled_cost) {
+  const GuardedStep& result = run.result;
+  bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
+  // Another guard may have named this model's tensors since (a GAN's two
+  // guards, one told of the other's model as an outside one): this one's names.
+  register_tensor_owners(steered_.model);
+  std::optional<Fp32ModuleRegions> fp32;
+  if (run.watched && fp32_regions_apply(result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
+  auto rerun = [&](probe::OpCapture& op_capture) {
+    rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
+                                      run.micro_batches, &op_capture)
+                           .finite();
+  };
+  format::Capture capture;
+  {
+    std::optional<ClosureModel::Step> with_loss_fn;
+    if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
+    const auto start = std::chrono::steady_clock::now();
+    capture = probe_.investigate(rerun, batches);
+    if (steered_.model.compiled()) {
+      // The re-run ran eagerly, op by op: a compiled program's fault is not
+      // there to see. Finite and no birth: run the step compiled too.
+      compiled_cost = "eager re-run " + seconds_text(seconds_since(start));
+      const bool eager_clean = !rerun_nonfinite && capture.ops_seen >= 0 && !capture.first_birth;
+      compiled_cost += check_compiled_step(run, capture, eager_clean);
+    }
+  }
+  // With no birth, the re-run's own verdict says whether it reproduced the
+  // step: non-finite again though no op was seen making it (a fused or
+  // compiled kernel) is reproduced, never "transient"; finite is not, though
+  // ops made infinities on the way (a causal mask's masked_fill(-inf)).
+  if (capture.ops_seen >= 0 && !capture.first_birth) capture.reproduced = rerun_nonfinite;
+  clear_grads(parameters_);
   return capture;
+}
+
+// A compiled model whose eager re-run was clean runs the step compiled again:
+// only the compiled program fails, and (one process) in which module. Returns
+// what that cost, as a clause.
+std::string StepGuard::Impl::check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean) {
+  const GuardedStep& result = run.result;
+  GradientAverager* const ranks = run.context.averager;
+  const auto start = std::chrono::steady_clock::now();
+  auto compiled_nonfinite = [&] {
+    bool nonfinite = false;
+    try {
+      nonfinite =
+          !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup, run.micro_batches)
+               .finite();
+    } catch (const std::exception&) {
+      // A compiled run that raised says nothing of the values it makes.
+    }
+    clear_grads(parameters_);
+    return nonfinite;
+  };
+  if (ranks && ranks->sharded()) {
+    // A sharded model's compiled program is a collective too: when no rank's
+    // eager re-run met the fault, every rank runs its own micro-batches
+    // compiled once more, together, and the verdict is every rank's. The
+    // region search (a run per module tried) is not run.
+    if (!ranks->every_rank(eager_clean)) return "";
+    capture.compiled_only = !ranks->every_rank(!compiled_nonfinite());
+    return ", compiled re-run on every rank " + seconds_text(seconds_since(start)) +
+           " (its region is not searched on a sharded model)";
+  }
+  if (!eager_clean) return "";
+  const CompiledCheck check = check_compiled_program(steered_.model, compiled_nonfinite);
+  capture.compiled_only = check.nonfinite;
+  if (check.nonfinite && check.region) capture.compiled_region = check.region->module;
+  return ", compiled re-run" +
+         (check.region ? " and region search (" + std::to_string(check.region->runs + 1) + " runs)" : std::string()) +
+         " " + seconds_text(check.seconds);
+}
+
+// The first birth's line. A re-run that raised says why ("the forensic
+// re-run failed: RuntimeError: ...").
+std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const format::Capture& capture,
+                                              const std::optional<RanksBorn>& born) const {
+  if (capture.ops_seen < 0) return "the " + probe_.last_error();
+  if (run.buffers_written_outside)
+    return "none in this step: its buffers were already non-finite, written by " +
+           std::to_string(run.calls_outside_losses) +
+           " call(s) of the model that fed none of its losses (another model's phase, a logging call; train "
+           "mode); re-run from the buffers before them, it is finite";
+  const bool changed = changed_micro_batch(run) >= 0;
+  if (!capture.first_birth && !capture.reproduced && changed)
+    return "not reproduced on re-run, but" + changed_micro_batch_text(run);
+  if (born && !capture.first_birth && !born->births.empty()) return born_elsewhere(born->births);
+  return format::capture_text(capture) + (changed ? "; but" + changed_micro_batch_text(run) : std::string());
+}
+
+// The snapshot of an investigated step, as the policy (and the ranks) decide:
+// its path, or "".
+std::string StepGuard::Impl::keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                           std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm) {
+  const int64_t step = run.step;
+  const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born);
+  if (!decision.write) {
+    journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
+    return "";
+  }
+  std::string path = write_snapshot(run, diagnosed_micro_batch(run, capture), layer_grad_norm, *capture,
+                                    born ? std::move(born->gathered) : steered_.model.named_parameters());
+  if (path.empty()) {
+    journal_.event(step, format::EventKind::snapshot_failed, probe_.last_error());
+    return "";
+  }
+  journal_.event(step, format::EventKind::snapshot, path);
+  forensics_.wrote_snapshot(path);
+  return path;
 }
 
 // Which ranks found a birth and which write a snapshot, summed in one
@@ -394,7 +435,7 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   s.origin = options_.origin;
   s.config = recorded_config(options_);
   // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
-  s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules_);
+  s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules());
   if (run.micro_batches.size() > 1) {
     s.config["micro_batch"] = std::to_string(micro);
     s.config["micro_batches"] = std::to_string(run.micro_batches.size());
@@ -415,15 +456,8 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
 }
 
 RemedyChoice StepGuard::Impl::diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture,
-                                                   const StepFacts& facts) {
+                                                   bool needed) {
   GradientAverager& ranks = *run.context.averager;
-  // Whether this rank's decision needs a diagnosis (decide_recovery is pure:
-  // asked once more below, with the answer).
-  bool needed = false;
-  decide_recovery(facts, recovery_state(run.step), [&] {
-    needed = true;
-    return RemedyChoice{};
-  });
   // The rank that found the birth leads; else one whose own loss went
   // non-finite; else any that re-ran the step (a fault seen by no op).
   const int claim = !needed || !capture ? 0 : capture->first_birth ? 3 : !run.result.outcome.local_loss_finite ? 2 : 1;
@@ -446,7 +480,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   // are searched within it, never across micro-batches).
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
-  failed.fp32_modules = fp32_modules_;
+  failed.fp32_modules = fp32_modules();
   LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);

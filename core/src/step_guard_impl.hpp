@@ -1,9 +1,11 @@
 #pragma once
 // StepGuard's insides, behind its public header: what it steers, the step
-// runner (both forms), forensics, recovery and the doom search, each
-// implemented in its own step_guard_*.cpp. The last three keep their state in
-// their own objects (forensics_memory.hpp, recovery_memory.hpp,
-// doom_memory.hpp); Impl holds them and wires one to another. Private to core.
+// runner (both forms), the failed step's pipeline, forensics and the doom
+// search, each implemented in its own step_guard_*.cpp, and recovery, an
+// object of its own (recovery_actions.hpp). Forensics and the doom search
+// keep their state in their own objects (forensics_memory.hpp,
+// doom_memory.hpp); Impl holds them, and a failed step passes values from one
+// stage to the next (failed_step.hpp). Private to core.
 #include <exception>
 #include <functional>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "failed_step.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/doom_memory.hpp"
 #include "nanscope/core/forensics_memory.hpp"
@@ -19,12 +22,13 @@
 #include "nanscope/core/journal.hpp"
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/recovery.hpp"
-#include "nanscope/core/recovery_memory.hpp"
+#include "nanscope/core/recovery_words.hpp"
 #include "nanscope/core/sentinel.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/probe.hpp"
+#include "recovery_actions.hpp"
 #include "running_step.hpp"
 #include "steered.hpp"
 #include "watched_step.hpp"
@@ -67,11 +71,30 @@ struct StepGuard::Impl {
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   std::string undo_skipped_step(GuardedStep& result);
-  bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
-  void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+  // The end of a step whose trouble lasted the rollback policy's patience: its recovery.
+  void on_persisting_trouble(RunningStep& run);
 
-  // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture; nullopt when not re-run.
-  std::optional<format::Capture> investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  // --- A failed step's pipeline (step_guard_failed.cpp): its facts, the
+  // forensics' findings, the doom search's finding, the decision, the
+  // recovery, and the GuardedStep filled from them once.
+  void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+  bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
+  // "non-finite loss at the optimizer's evaluation 2 of the step on rank(s) 1"
+  std::string failure_text(const RunningStep& run) const;
+  void say_scalers_backoff(const RunningStep& run, const std::string& undone);
+  void record_skip(const RunningStep& run, const std::string& what, const std::string& undone);
+  StepFacts step_facts(const RunningStep& run, const std::string& what, const Forensics& found,
+                       const DoomSearch& doom) const;
+  // --fallback auto's diagnosis where the decision needs it (on every rank
+  // of a sharded model, together); nullopt where it does not.
+  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const Forensics& found, const StepFacts& facts);
+
+  // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
+  Forensics investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  bool investigates(const RunningStep& run, bool input_birth) const;  // the step is re-run (or its input is the birth)
+  void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
+  format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
+  std::string check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean);
   // "none on rank R: born on rank(s) ..., (their run-rank-X.h5 names it)": another rank's birth.
   std::string born_elsewhere(const std::vector<int>& births) const;
   std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
@@ -87,6 +110,10 @@ struct StepGuard::Impl {
                             const RunningStep& run);
   SnapshotPolicy::Decision snapshot_decision(const RunningStep& run, const format::Capture& capture,
                                              const std::optional<RanksBorn>& born);
+  std::string first_birth_text(const RunningStep& run, const format::Capture& capture,
+                               const std::optional<RanksBorn>& born) const;
+  std::string keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
+                            std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm);
   void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
   // The step's micro-batches can run again (a watched step needs a loss function).
   bool rerunnable(const RunningStep& run) const;
@@ -109,32 +136,15 @@ struct StepGuard::Impl {
   RemedyChoice diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
                         GradientAverager* lockstep = nullptr, int leader = -1);
   // A sharded model's diagnosis on every rank together: the rank that leads
-  // is agreed first (one sum), from what each rank's decision needs.
-  RemedyChoice diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture,
-                                    const StepFacts& facts);
+  // is agreed first (one sum), from what each rank's decision `needed`.
+  RemedyChoice diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture, bool needed);
 
-  // --- Recovery (step_guard_recovery.cpp): what decide_recovery needs of the
-  // guard, and the one place its decision is carried out.
-  RecoveryState recovery_state(int64_t step) const;
-  void apply_recovery(int64_t step, GuardedStep& result, RecoveryTrigger trigger, const RecoveryPlan& recovery,
-                      const std::string& birth = "");
-  void roll_back(int64_t step, GuardedStep& result, const std::string& why);
-  // Several ranks: the plan every rank carries out, from each rank's own (one
-  // or two sums, on every rank).
-  RecoveryPlan agree_on_recovery(GradientAverager& ranks, const RecoveryPlan& mine);
-  // The one way back to a saved state (a rollback; the doom search's return
-  // to the live state): weights, buffers, optimizer and RNG as saved, the
-  // loop's LRs kept, the scaler too unless `with_scaler`, gradients cleared.
-  void go_back_to(const TrainingState& state, bool with_scaler);
-  void fall_back(int64_t step, GuardedStep& result, const std::string& what);
-  [[noreturn]] void stop_dead_run(int64_t step, const std::string& text);
+  // --- What recovery (recovery_actions.hpp) leaves to the guard.
   void stop_for_failed_rank(int rank, const std::string& error);
   void refuse_if_stopped() const;
-  // Several ranks of a sharded model save alike: each its own shards, on the same steps.
-  void save_state_if_due(int64_t step, GradientAverager* ranks);
-  // Every rank's training state finite (one rank's `local` verdict, all-reduced under a sharded model).
-  bool state_finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) const;
-  double lr_multiplier() const { return recovery_.lr_cut(); }
+  double lr_multiplier() const { return recovery_.memory().lr_cut(); }
+  Amp amp() const { return recovery_.memory().amp(); }
+  const std::vector<std::string>& fp32_modules() const { return recovery_.memory().fp32_modules(); }
   GuardState state() const;
   void restore(const GuardState& state);
   std::unique_ptr<format::RunWriter> open_run_file();
@@ -143,10 +153,15 @@ struct StepGuard::Impl {
   // --- The doom search (step_guard_doom.cpp).
   // GuardOptions::doom_search: keeps what a replay of this step needs.
   void record_for_doom_search(const RunningStep& run);
-  // Searches back for the update that doomed this failing step; with
-  // rollback on, goes back and replays the run without it. True when the
-  // run was recovered so (nothing more to do for this step).
-  bool search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
+  // Searches back for the update that doomed this failing step, and where the
+  // run may go back, replays it without that update to the end (the replay
+  // waits in DoomSearch::live for the decision).
+  DoomSearch search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
+  std::string doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                  const TrainingState* from) const;
+  void replay_earlier_steps(RunningStep& run, const TrainingState& from, const std::vector<const StepRecord*>& records,
+                            DoomSearch& doom);
+  void say_doom_search(int64_t step, const DoomSearch& doom, bool replayed);
 
   Steered steered_;                       // declared first: the members below are built from it
   std::unique_ptr<WatchedStep> watched_;  // the watched step in progress
@@ -155,23 +170,19 @@ struct StepGuard::Impl {
   probe::Probe probe_;
   LossScaler scaler_;
   Journal journal_;  // run.h5 and the log: each decision's event and line from one call
-  Amp amp_;
   Sentinel sentinel_;
-  // Each job's own state: forensics, recovery and the doom search.
+  // Each job's own state: forensics and the doom search; recovery carries
+  // out a failed step's action and owns what that changes.
   ForensicsMemory forensics_;
-  RecoveryMemory recovery_;
   DoomMemory doom_;
-  int64_t last_applied_step_ = -1;  // the last step whose update reached the weights
-  int64_t applied_steps_ = 0;
+  Recovery recovery_;
   BufferTransaction transaction_;
-  std::vector<std::string> fp32_modules_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
   bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)
   std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)
-  std::string stopped_;                // "step S: why" once the run was stopped
   StepSetupHook step_setup_hook_;      // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
 };

@@ -66,19 +66,19 @@ RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context
   run.context = context;
   run.start = std::chrono::steady_clock::now();
   model_exception_ = nullptr;
-  run.result.amp = amp_;
+  run.result.amp = amp();
   // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
   run.result.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
   run.result.loss_scale = scaler_.scale();
   if (step_setup_hook_) run.setup = step_setup_hook_(step);
   if (run.setup) run.setup(true);
   transaction_.begin(steered_.model);
-  run.settings = StepSettings{amp_, options_.clip, options_.probe, {}};
+  run.settings = StepSettings{amp(), options_.clip, options_.probe, {}};
   run.settings.written_buffers = &transaction_.written_floating();
   run.settings.buckets = context.averager;
   run.settings.averaged_parameter_norms = options_.warn;
   run.settings.stop_requested = context.stop_requested;
-  run.settings.skip_loss_above = recovery_.rollback().skip_loss_above(step);
+  run.settings.skip_loss_above = recovery_.memory().rollback().skip_loss_above(step);
   next_step_ = step + 1;
   return run;
 }
@@ -107,6 +107,23 @@ GuardedStep StepGuard::Impl::stopping_if_a_rank_fails(const GradientAverager* ra
     stop_for_failed_rank(ranks->rank(), one_line_error(e));
     throw;
   }
+}
+
+void StepGuard::Impl::stop_for_failed_rank(int rank, const std::string& error) {
+  const int64_t step = watched_ ? watched_->run.step : next_step_ - 1;
+  if (watched_ && watched_->run.setup) watched_->run.setup(false);
+  watched_.reset();
+  recovery_.stop(step, "failed on rank " + std::to_string(rank) + ": " + error +
+                           "; a step of several ranks cannot go on without every rank: the run stops on each (the "
+                           "others end with the process group's error, at once or at its timeout)");
+}
+
+void StepGuard::Impl::refuse_if_stopped() const {
+  // A loop that misses the stop would otherwise pay a forensic re-run on
+  // every later step of a run nothing can save.
+  if (!recovery_.stopped().empty())
+    throw DeadRunError("the guard stopped the run at " + recovery_.stopped() +
+                       " (no further step: end the loop, or start again from a healthy checkpoint)");
 }
 
 GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, const StepContext& context) {
@@ -139,7 +156,7 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
       activations.emplace(probe_.layers().layer_names());
     // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
     std::optional<Fp32ModuleRegions> fp32;
-    if (fp32_regions_apply(amp_, fp32_modules_)) fp32.emplace(steered_.model, fp32_modules_);
+    if (fp32_regions_apply(amp(), fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !steered_.model.is_torchscript() && !steered_.model.scopes_named_by_hooks())
       scope_names.emplace();
@@ -173,7 +190,7 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
     undone = undo_skipped_step(result);
   } else {
     transaction_.commit();
-    ++applied_steps_;
+    recovery_.applied(step);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
@@ -201,7 +218,6 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
                         " (a spike, on probation after a rollback); optimizer step skipped" + undone);
     recovery_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
-    if (!outcome.skipped) last_applied_step_ = step;
     recovery_.finite_step();
     const bool trouble = recovery_.observe(step, outcome.global_loss, false, false);
     if (options_.warn) {
@@ -212,26 +228,33 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
       warn_if_heading_for_trouble(step, result, global_layers.empty() ? row.layer_grad_norm : global_layers,
                                   row.layer_act_absmax);
     }
-    if (!trouble) save_state_if_due(step, run.context.averager);
+    if (!trouble) recovery_.save_state_if_due(step, run.context.averager);
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
     recovery_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
     on_nonfinite_step(run, row.layer_grad_norm, undone);
   }
-  if (recovery_.rollback().trouble_persists() && result.rolled_back_to < 0) {
-    StepFacts trouble;
-    trouble.trigger = RecoveryTrigger::persisting_trouble;
-    trouble.what = outcome.skipped_as_spike
-                       ? "loss spikes through the probation after a rollback"
-                       : "trouble on " + std::to_string(recovery_.rollback().options().patience) + " steps in a row";
-    trouble.amp = amp_;
-    trouble.loss_finite = outcome.loss_finite;
-    apply_recovery(step, result, RecoveryTrigger::persisting_trouble,
-                   decide_recovery(trouble, recovery_state(step), [] { return RemedyChoice{}; }));
-  }
+  if (recovery_.memory().rollback().trouble_persists() && result.rolled_back_to < 0) on_persisting_trouble(run);
   model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
   end_if_interrupted();        // Ctrl-C during the step: its row is in, the program ends now
   return result;
+}
+
+void StepGuard::Impl::on_persisting_trouble(RunningStep& run) {
+  const StepOutcome& outcome = run.result.outcome;
+  StepFacts trouble;
+  trouble.trigger = RecoveryTrigger::persisting_trouble;
+  trouble.what =
+      outcome.skipped_as_spike
+          ? "loss spikes through the probation after a rollback"
+          : "trouble on " + std::to_string(recovery_.memory().rollback().options().patience) + " steps in a row";
+  trouble.amp = amp();
+  trouble.loss_finite = outcome.loss_finite;
+  const RecoveryState state = recovery_.state_at(run.step);
+  const RecoveryPlan plan = decide_recovery(trouble, state);
+  const RecoveryDone done = recovery_.apply(run, plan, recovery_words(plan, trouble, state));
+  run.result.fell_back = run.result.fell_back || done.fell_back;
+  if (done.rolled_back_to >= 0) run.result.rolled_back_to = done.rolled_back_to;
 }
 
 ClosureModel& StepGuard::Impl::closure_model() {
@@ -315,120 +338,6 @@ void StepGuard::Impl::check_planned_fp32_modules(const std::vector<std::string>&
   throw std::invalid_argument(format::fp32_modules_setting(options_.origin, missing) + ": no module " +
                               fp32_modules_flag_value(missing) +
                               " ran in the step (names are dotted paths as named_modules() gives them" + where + ")");
-}
-
-// fp16's routine, as torch.amp.GradScaler has it: gradients that overflow
-// at a finite loss and a finite forward, at a scale above 1, are what the
-// scale made of them (the step is skipped and the scale halved), no fault:
-// no forensics, no snapshot, no remedy. At a scale of 1 or less the scaler
-// no longer explains an overflow, and the step is investigated as any other.
-// Several ranks decide alike: every flag here is all ranks'.
-bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_scale) const {
-  return scaler_.enabled() && outcome.loss_finite && outcome.buffers_finite && !outcome.grads_finite &&
-         loss_scale > 1.0;
-}
-
-void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
-                                        const std::string& undone) {
-  const int64_t step = run.step;
-  GuardedStep& result = run.result;
-  const StepContext& context = run.context;
-  const StepOutcome& outcome = result.outcome;
-  decide_micro_batches(run);
-  // The re-runs below set the random generators to replay the step's draws;
-  // the loop goes on from where its own step left them (a rollback excepted).
-  KeepGeneratorStates loop_generators;
-  // An optimizer that evaluates the loss itself (L-BFGS) met it at a trial point.
-  const std::string what = std::string(!outcome.loss_finite     ? "non-finite loss"
-                                       : outcome.buffers_finite ? "non-finite gradients"
-                                                                : "non-finite buffers") +
-                           (run.evaluations.failed > 0 ? " at the optimizer's evaluation " +
-                                                             std::to_string(run.evaluations.failed) + " of the step"
-                                                       : std::string());
-  const std::string where = context.averager ? " on rank(s) " + format::rank_list_text(outcome.nonfinite_ranks) : "";
-  if (scalers_backoff(outcome, result.loss_scale)) {
-    const std::string backoff = "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale());
-    journal_.event(step, format::EventKind::skip,
-                   "gradients overflowed at loss scale " + number_text(result.loss_scale) + where +
-                       "; optimizer step skipped (the loss scaler's backoff)" + undone);
-    journal_.event(step, format::EventKind::scale_backoff, backoff);
-    journal_.say(step, "gradients overflowed" + where + " -> skipped; " + backoff + " (the scaler's routine)",
-                 /*routine=*/true);
-    return;
-  }
-  journal_.event(step, format::EventKind::skip,
-                 what + where + " at " + precision_name(result.amp) + "; optimizer step skipped" +
-                     (run.evaluations.failed > 0 ? " (weights and optimizer state as before the step)" : "") +
-                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
-  if (context.averager) {
-    // Every rank records who went non-finite; the first time, as the run's first.
-    const std::string ranks = format::rank_list_text(outcome.nonfinite_ranks);
-    if (forensics_.nonfinite_ranks(outcome.nonfinite_ranks))
-      journal_.event(step, format::EventKind::first_nonfinite, ranks);
-    journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
-  }
-  if (scaler_.enabled())
-    journal_.event(step, format::EventKind::scale_backoff,
-                   "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
-
-  std::optional<format::Capture> capture;
-  {
-    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
-    capture = investigate(run, layer_grad_norm);
-  }
-
-  // The first failing step of a run of them: was it doomed by an earlier
-  // update? With rollback on, a run replayed without that update goes on.
-  // Several ranks all enter the search (it is collective) and agree there whether it runs.
-  if ((!run.buffers_written_outside || context.averager) && options_.doom_search.enabled &&
-      recovery_.nonfinite_in_a_row() == 0 && search_dooming_step(run, capture)) {
-    journal_.flush();
-    journal_.say(step, what + where + " -> skipped; the run goes on without the update that doomed it");
-    return;
-  }
-
-  StepFacts facts;
-  facts.trigger = RecoveryTrigger::nonfinite_step;
-  facts.what = what + where;
-  facts.amp = result.amp;
-  facts.loss_finite = outcome.loss_finite;
-  facts.buffers_written_outside = run.buffers_written_outside;
-  facts.rerunnable = rerunnable(run);
-  if (!facts.buffers_written_outside) {
-    const StateHealth health = this->health();
-    if (!state_finite_on_every_rank(health, context.averager)) {
-      facts.state_finite = false;
-      facts.broken_state =
-          "the training state is non-finite (" + (health.finite() ? "on another rank's shard" : health.text()) +
-          "; the last update that reached the weights: " +
-          (last_applied_step_ >= 0 ? "step " + std::to_string(last_applied_step_) : std::string("none")) + ")";
-    }
-  }
-  const std::string birth = capture && capture->first_birth ? birth_key(*capture) : std::string();
-  if (capture && capture->first_birth) facts.birth_where = format::birth_place_text(*capture->first_birth);
-  if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth)) {
-    facts.same_birth_step = seen->step;
-    facts.same_birth_as = seen->remedy;
-  }
-  // A sharded model's diagnosis runs on every rank together, before the decision.
-  const bool lockstep = context.averager && context.averager->sharded();
-  std::optional<RemedyChoice> lockstep_choice;
-  if (lockstep) lockstep_choice = diagnose_in_lockstep(run, capture, facts);
-  const RecoveryPlan mine = decide_recovery(facts, recovery_state(step), [&] {
-    if (lockstep_choice) return *lockstep_choice;
-    // Several ranks: a rank that re-ran nothing (its own batch was finite) has no say.
-    if (context.averager && !capture) {
-      RemedyChoice none;
-      none.no_say = true;
-      return none;
-    }
-    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
-    return diagnose(run, capture);
-  });
-  // Several ranks carry out one plan: the strongest any rank made.
-  const RecoveryPlan recovery = context.averager ? agree_on_recovery(*context.averager, mine) : mine;
-  if (recovery.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
-  apply_recovery(step, result, RecoveryTrigger::nonfinite_step, recovery, birth);
 }
 
 }  // namespace nanscope

@@ -87,12 +87,10 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       scaler_(scaler_config(options_.amp)),
       journal_(options_.log, options_.log_prefix, options_.model_name, options_.rank, run_file_path(options_),
                [this] { return open_run_file(); }),
-      amp_(options_.amp),
       sentinel_(options_.sentinel),
       forensics_(options_.max_snapshots),
-      recovery_(options_),
       doom_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
-      fp32_modules_(options_.fp32_modules),
+      recovery_(options_, steered_, scaler_, parameters_, journal_, forensics_, doom_),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   use_cpu_kernels_from_environment();
   // Births in a native model are named by the module whose tensors an op
@@ -139,27 +137,19 @@ std::unique_ptr<format::RunWriter> StepGuard::Impl::open_run_file() {
 
 GuardState StepGuard::Impl::state() const {
   GuardState s;
-  s.amp = amp_;
   recovery_.write_to(s);
   s.scaling = scaler_.enabled();
   s.loss_scale = scaler_.scale();
   s.growth_tracker = scaler_.growth_tracker();
-  s.last_applied_step = last_applied_step_;
-  s.applied_steps = applied_steps_;
-  s.fp32_modules = fp32_modules_;
   s.sentinel = sentinel_.state();
   return s;
 }
 
 void StepGuard::Impl::restore(const GuardState& s) {
   restored_ = true;
-  recovery_.restore(s, steered_.model, steered_.optimizer, scaler_, parameters_.front().device());
-  amp_ = s.amp;
+  recovery_.restore(s);
   if (!s.scaling) scaler_.disable();
   scaler_.restore(s.loss_scale, s.growth_tracker);
-  last_applied_step_ = s.last_applied_step;
-  applied_steps_ = s.applied_steps;
-  fp32_modules_ = s.fp32_modules;
   fp32_modules_checked_ = true;  // checked by the run that chose them
   if (!s.sentinel.empty()) sentinel_.restore(s.sentinel);
 }

@@ -15,7 +15,7 @@ namespace nanscope {
 
 ScopedAutocast StepGuard::Impl::autocast() {
   begin_micro_batch();
-  return ScopedAutocast(parameters_.front().device().type(), amp_);
+  return ScopedAutocast(parameters_.front().device().type(), amp());
 }
 
 void StepGuard::Impl::undo_loops_update() {
@@ -67,7 +67,7 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
     watched_->run.watched = true;
     if (options_.probe) probe_.begin_step(watched_->run.step, at::full({0}, -1, at::kLong));
     // Planned fp32 modules run in fp32 inside the loop's forward too.
-    if (fp32_regions_apply(amp_, fp32_modules_)) watched_->fp32.emplace(steered_.model, fp32_modules_);
+    if (fp32_regions_apply(amp(), fp32_modules())) watched_->fp32.emplace(steered_.model, fp32_modules());
   }
   watched_->phase = next;
   return *watched_;

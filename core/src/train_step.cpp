@@ -244,6 +244,44 @@ class HostRead {
 };
 
 // The finiteness verdict and the norms, copied to the host once.
+// Every rank's verdict, from the flags the ranks summed (FlagLayout).
+void read_every_ranks_flags(StepOutcome& out, const float* flags, const StepSettings& settings, bool sharded) {
+  const FlagLayout at_{settings.buckets->world_size()};
+  bool any_grads = false, any_loss = false;
+  double loss_sum = 0;
+  std::vector<int> loss_ranks;
+  for (int r = 0; r < at_.world; ++r) {
+    const bool grads_bad = flags[at_.grads(r)] != 0.0f, loss_bad = flags[at_.loss_bad(r)] != 0.0f;
+    if (grads_bad || loss_bad) out.nonfinite_ranks.push_back(r);
+    if (loss_bad) loss_ranks.push_back(r);
+    any_grads |= grads_bad;
+    any_loss |= loss_bad;
+    loss_sum += flags[at_.loss(r)];
+  }
+  // A sharded model's reduce-scatter spreads one rank's non-finite gradient
+  // into every rank's shards: there the losses name the ranks, where they can.
+  if (sharded && !loss_ranks.empty()) out.nonfinite_ranks = loss_ranks;
+  out.stop_requested = flags[at_.stop()] != 0.0f;
+  out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
+  if (settings.batch_absmax.defined())
+    for (int r = 0; r < at_.world; ++r) out.batch_absmax = std::max(out.batch_absmax, double(flags[at_.absmax(r)]));
+  out.loss_finite = !any_loss;
+  out.grads_finite = !any_grads && std::isfinite(out.grad_norm);
+}
+
+// The parameters' gradient norms as read: `norms` one per parameter that had
+// a gradient (the others read as 0: unused this step), `averaged` one per
+// parameter after averaging (nullptr: not read). A shard's norm is a part:
+// the run records the whole gradients' norms.
+void read_parameter_norms(StepOutcome& out, const std::vector<bool>& had_grad, const float* norms,
+                          const float* averaged, bool sharded) {
+  out.parameter_norms.assign(had_grad.size(), 0.0f);
+  for (size_t i = 0; i < had_grad.size(); ++i)
+    if (had_grad[i] && norms) out.parameter_norms[i] = *norms++;
+  if (averaged) out.global_parameter_norms.assign(averaged, averaged + had_grad.size());
+  if (sharded) out.parameter_norms = out.global_parameter_norms;
+}
+
 StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const UnscaledGradients& unscaled,
                             const StepSettings& settings, const at::Tensor& loss) {
   NANSCOPE_NVTX_RANGE("unscale_and_check");
@@ -290,28 +328,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
                                                      : std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;
   if (at_buffers != HostRead::kNone) out.buffers_finite = read[at_buffers] == 0.0f;
   if (settings.buckets) {
-    const FlagLayout at_{settings.buckets->world_size()};
-    const float* flags = read.at(at_flags);
-    bool any_grads = false, any_loss = false;
-    double loss_sum = 0;
-    std::vector<int> loss_ranks;
-    for (int r = 0; r < at_.world; ++r) {
-      const bool grads_bad = flags[at_.grads(r)] != 0.0f, loss_bad = flags[at_.loss_bad(r)] != 0.0f;
-      if (grads_bad || loss_bad) out.nonfinite_ranks.push_back(r);
-      if (loss_bad) loss_ranks.push_back(r);
-      any_grads |= grads_bad;
-      any_loss |= loss_bad;
-      loss_sum += flags[at_.loss(r)];
-    }
-    // A sharded model's reduce-scatter spreads one rank's non-finite gradient
-    // into every rank's shards: there the losses name the ranks, where they can.
-    if (sharded && !loss_ranks.empty()) out.nonfinite_ranks = loss_ranks;
-    out.stop_requested = flags[at_.stop()] != 0.0f;
-    out.global_loss = any_loss ? std::numeric_limits<double>::quiet_NaN() : loss_sum / at_.world;
-    if (settings.batch_absmax.defined())
-      for (int r = 0; r < at_.world; ++r) out.batch_absmax = std::max(out.batch_absmax, double(flags[at_.absmax(r)]));
-    out.loss_finite = !any_loss;
-    out.grads_finite = !any_grads && std::isfinite(out.grad_norm);
+    read_every_ranks_flags(out, read.at(at_flags), settings, sharded);
     out.allreduce_seconds = averaged.seconds;
   } else {
     out.global_loss = out.loss;
@@ -323,16 +340,10 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   if (at_micro != HostRead::kNone)
     out.micro_losses.assign(read.at(at_micro), read.at(at_micro) + settings.micro_losses.numel());
   if (settings.parameter_norms) {
-    // Parameters without a gradient (unused this step) read as 0.
-    out.parameter_norms.assign(parameters.size(), 0.0f);
-    const float* norm = at_norms != HostRead::kNone ? read.at(at_norms) : nullptr;
-    for (size_t i = 0; i < parameters.size(); ++i)
-      if (had_grad[i] && norm) out.parameter_norms[i] = *norm++;
-    // After averaging every parameter has a gradient.
-    if (at_averaged_norms != HostRead::kNone && averaged.norms.size() == parameters.size())
-      out.global_parameter_norms.assign(read.at(at_averaged_norms), read.at(at_averaged_norms) + averaged.norms.size());
-    // A shard's norm is a part: the run records the whole gradients' norms.
-    if (sharded) out.parameter_norms = out.global_parameter_norms;
+    // After averaging every parameter has a gradient; a shard's norm is a part.
+    const bool averaged_all = at_averaged_norms != HostRead::kNone && averaged.norms.size() == parameters.size();
+    read_parameter_norms(out, had_grad, at_norms != HostRead::kNone ? read.at(at_norms) : nullptr,
+                         averaged_all ? read.at(at_averaged_norms) : nullptr, sharded);
   }
   return out;
 }

@@ -52,17 +52,25 @@ TEST(RecoveryMemory, ARollbackCutsTheLrAndForgetsLaterStatesAReplayWithoutTheDoo
   torch::optim::AdamW optimizer(trainable_tensors(*model), torch::optim::AdamWOptions(1e-2));
   const LossScaler scaler;
   RecoveryMemory memory(with_backoff(0.25));
-  for (int64_t step : {2, 4, 6}) ASSERT_TRUE(memory.save(step, *model, optimizer, scaler));
+  for (int64_t step : {2, 4, 6}) {
+    memory.applied(step);
+    ASSERT_TRUE(memory.save(step, *model, optimizer, scaler));
+  }
   memory.count_nonfinite(8);
 
   memory.rolled_back(/*to=*/4, /*step=*/9);
+  EXPECT_EQ(memory.last_applied_step(), 4);
   EXPECT_DOUBLE_EQ(memory.lr_cut(), 0.25);
   EXPECT_EQ(memory.rollback().rollbacks(), 1);
   EXPECT_EQ(memory.nonfinite_in_a_row(), 0);
   ASSERT_NE(memory.saved_states().newest_before(100), nullptr);
   EXPECT_EQ(memory.saved_states().newest_before(100)->step, 4);
 
-  memory.replayed_without(/*dooming_step=*/4, /*step=*/11);
+  memory.applied(10);
+  const int64_t applied = memory.applied_steps();
+  memory.replayed_without(/*dooming_step=*/4, /*step=*/11, /*whole_update=*/true);
+  EXPECT_EQ(memory.applied_steps(), applied - 1) << "the dooming step's update is gone";
+  EXPECT_EQ(memory.last_applied_step(), 10);
   EXPECT_DOUBLE_EQ(memory.lr_cut(), 0.25);
   EXPECT_EQ(memory.rollback().rollbacks(), 2);
   EXPECT_EQ(memory.saved_states().newest_before(100)->step, 2);
@@ -74,8 +82,11 @@ TEST(RecoveryMemory, TheFallbacksCutIsPartOfTheOneCutAndSurvivesACheckpoint) {
   LossScaler scaler;
   RecoveryMemory memory(with_backoff(0.5));
   memory.fall_back(*model, optimizer, scaler, at::kCPU, 3);
+  EXPECT_EQ(memory.amp(), Amp::fp32);
+  memory.add_fp32_modules({"norm"});
   memory.rolled_back(-1, 5);
   EXPECT_DOUBLE_EQ(memory.lr_cut(), 0.25);
+  memory.applied(6);
   GuardState saved;
   memory.write_to(saved);
   EXPECT_EQ(saved.fallback_step, 3);
@@ -86,6 +97,10 @@ TEST(RecoveryMemory, TheFallbacksCutIsPartOfTheOneCutAndSurvivesACheckpoint) {
   EXPECT_EQ(resumed.fallback().fired_step(), 3);
   EXPECT_DOUBLE_EQ(resumed.lr_cut(), 0.25);
   EXPECT_EQ(resumed.rollback().rollbacks(), 1);
+  EXPECT_EQ(resumed.amp(), Amp::fp32);
+  EXPECT_EQ(resumed.fp32_modules(), std::vector<std::string>{"norm"});
+  EXPECT_EQ(resumed.applied_steps(), 1);
+  EXPECT_EQ(resumed.last_applied_step(), 6);
 
   // Before format 1.7 the field held the rollbacks' cut alone.
   GuardState old = saved;

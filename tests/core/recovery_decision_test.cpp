@@ -1,14 +1,17 @@
 // The recovery decision as a table: each row is what was measured at a failed
 // step and the guard's recovery state, and the action it must get. No model
-// runs: the diagnosis is a stand-in that says what it would have found.
+// runs: where the decision says it needs a diagnosis, a stand-in says what
+// it would have found. The words come from the plan and the facts.
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "nanscope/core/recovery.hpp"
+#include "nanscope/core/recovery_words.hpp"
 
 using namespace nanscope;
 
@@ -17,11 +20,11 @@ namespace recovery_decision_test {
 struct Row {
   const char* name;
   std::function<void(StepFacts&, RecoveryState&)> given;
-  Remedy diagnosis;  // what the stand-in diagnosis finds (unknown: it must not be asked)
+  Remedy diagnosis;  // what the stand-in diagnosis finds (unknown: the decision must not need one)
   RecoveryAction action;
   Remedy remedy;     // the remedy event's word (none: no remedy event)
   bool stops_after;  // then_stop set
-  const char* says;  // in why, or in then_stop when stops_after ("" : not checked)
+  const char* says;  // in the words' why, or their then_stop when stops_after ("" : not checked)
 };
 
 // A bf16 step with a non-finite loss, the stock whole fallback unused, rollback off.
@@ -90,6 +93,21 @@ const std::vector<Row>& rows() {
       {"at fp32 the fallback is the LR cut",
        all(failed_bf16_step, [](StepFacts& f, RecoveryState&) { f.amp = Amp::fp32; }), Remedy::unknown,
        RecoveryAction::whole_fallback, Remedy::none, false, ""},
+      // --- The doom search's replay without the update that doomed the step.
+      {"doom: a replay that survives stands",
+       all(failed_bf16_step, rollback_with_a_good_state,
+           [](StepFacts& f, RecoveryState&) {
+             f.replay_without_survives = true;
+             f.state_finite = false;  // the live state's sickness is what the replay leaves behind
+           }),
+       Remedy::unknown, RecoveryAction::replay_without, Remedy::none, false, ""},
+      {"doom: no rollback left, the replay does not stand",
+       all(failed_bf16_step, automatic, rollback_with_a_good_state,
+           [](StepFacts& f, RecoveryState& s) {
+             f.replay_without_survives = true;
+             s.rollback_left = false;
+           }),
+       Remedy::skip_data, RecoveryAction::skip_data, Remedy::skip_data, false, "; no fallback"},
       // --- The training state went non-finite: skipping cannot save it.
       {"sick state with a good state saved rolls back",
        all(failed_bf16_step, rollback_with_a_good_state,
@@ -226,21 +244,22 @@ TEST_P(RecoveryDecision, GivesTheActionItsRowSays) {
   StepFacts facts;
   RecoveryState state;
   row.given(facts, state);
-  bool asked = false;
-  const RecoveryPlan r = decide_recovery(facts, state, [&] {
-    asked = true;
+  const bool asked = needs_diagnosis(facts, state);
+  if (asked) {
     RemedyChoice choice;
     choice.remedy = row.diagnosis;
     choice.why = "the stand-in diagnosis";
     if (row.diagnosis == Remedy::fp32_modules) choice.modules = {"blocks.0.attn"};
-    return choice;
-  });
+    facts.diagnosis = choice;
+  }
+  const RecoveryPlan r = decide_recovery(facts, state);
+  const RecoveryWords words = recovery_words(r, facts, state);
   SCOPED_TRACE(row.name);
   EXPECT_EQ(to_string(r.action), std::string(to_string(row.action)));
   EXPECT_EQ(to_string(r.remedy), std::string(to_string(row.remedy)));
   EXPECT_EQ(asked, row.diagnosis != Remedy::unknown) << "the diagnosis runs re-runs: asked only where it decides";
-  EXPECT_EQ(r.then_stop.has_value(), row.stops_after) << r.then_stop.value_or("");
-  const std::string said = row.stops_after ? r.then_stop.value_or("") : r.why;
+  EXPECT_EQ(r.then_stop, row.stops_after) << words.then_stop;
+  const std::string said = row.stops_after ? words.then_stop : words.why;
   EXPECT_NE(said.find(row.says), std::string::npos) << said;
   if (r.action == RecoveryAction::fp32_modules) {
     EXPECT_EQ(r.modules, std::vector<std::string>{"blocks.0.attn"});
@@ -276,10 +295,26 @@ TEST(RecoveryDecision, TheSameBirthAgainIsWordedWithThisStepsRowNotTheFirstOnes)
   facts.same_birth_as = RemedyChoice{Remedy::skip_data, {}, "finite without batch row(s) 21"};
   facts.same_birth_step = 2;
   facts.birth_where = "batch row 24";
-  const RecoveryPlan r = decide_recovery(facts, state, [] { return RemedyChoice{}; });
+  ASSERT_FALSE(needs_diagnosis(facts, state)) << "the earlier diagnosis decides";
+  const RecoveryPlan r = decide_recovery(facts, state);
+  const std::string why = recovery_words(r, facts, state).why;
   EXPECT_EQ(r.action, RecoveryAction::skip_data);
-  EXPECT_NE(r.why.find("the same first birth as step 2, here in batch row 24"), std::string::npos) << r.why;
-  EXPECT_EQ(r.why.find("21"), std::string::npos) << "step 2's row is not this step's: " << r.why;
+  EXPECT_NE(why.find("the same first birth as step 2, here in batch row 24"), std::string::npos) << why;
+  EXPECT_EQ(why.find("21"), std::string::npos) << "step 2's row is not this step's: " << why;
+}
+
+// The decision is pure: one that needs the step's diagnosis and is not given
+// it says so instead of guessing.
+TEST(RecoveryDecision, ADecisionThatNeedsTheDiagnosisRefusesWithoutIt) {
+  StepFacts facts;
+  RecoveryState state;
+  recovery_decision_test::failed_bf16_step(facts, state);
+  recovery_decision_test::automatic(facts, state);
+  ASSERT_TRUE(needs_diagnosis(facts, state));
+  EXPECT_THROW(decide_recovery(facts, state), std::logic_error);
+  facts.diagnosis = RemedyChoice{Remedy::skip_transient, {}, "finite on re-run"};
+  EXPECT_FALSE(needs_diagnosis(facts, state));
+  EXPECT_EQ(decide_recovery(facts, state).action, RecoveryAction::skip_transient);
 }
 
 // Several ranks: a rank whose own batch was finite re-ran nothing and has no
@@ -292,7 +327,8 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
   recovery_decision_test::automatic(facts, state);
   RemedyChoice none;
   none.no_say = true;
-  const RecoveryPlan no_say = decide_recovery(facts, state, [&] { return none; });
+  facts.diagnosis = none;
+  const RecoveryPlan no_say = decide_recovery(facts, state);
   EXPECT_TRUE(no_say.no_say);
   EXPECT_EQ(plan_strength(no_say), 0);
   auto plan = [](RecoveryAction action) {
@@ -301,15 +337,11 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
     return p;
   };
   // A skip < data < fp32 modules < whole < rollback < stop.
-  const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,
-                                                     RecoveryAction::skip_transient,
-                                                     RecoveryAction::skip_compiler,
-                                                     RecoveryAction::skip_undiagnosed,
-                                                     RecoveryAction::skip_data,
-                                                     RecoveryAction::fp32_modules,
-                                                     RecoveryAction::whole_fallback,
-                                                     RecoveryAction::roll_back,
-                                                     RecoveryAction::stop};
+  const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,           RecoveryAction::skip_transient,
+                                                     RecoveryAction::skip_compiler,  RecoveryAction::skip_undiagnosed,
+                                                     RecoveryAction::skip_data,      RecoveryAction::fp32_modules,
+                                                     RecoveryAction::whole_fallback, RecoveryAction::replay_without,
+                                                     RecoveryAction::roll_back,      RecoveryAction::stop};
   ASSERT_EQ(weakest_first.size(), format::Words<RecoveryAction>::count) << "every action has its place";
   for (size_t i = 0; i < weakest_first.size(); ++i) {
     EXPECT_GT(plan_strength(plan(weakest_first[i])), 0) << to_string(weakest_first[i]);

@@ -1,12 +1,16 @@
 #pragma once
-// What recovery (step_guard_recovery.cpp) keeps between steps: the fp32
-// fallback and whether it fired, the rollback policy and the states saved for
-// it, the LR cut in force, and the run of non-finite steps the stop rule
-// counts. The step runner reports each step to it; only apply_recovery's
-// actions (and a restored checkpoint) change the cut, the precision and the
-// saved states.
+// What recovery (Recovery, core/src/recovery_actions.hpp) keeps between steps and alone
+// changes: the precision and the modules in fp32, the fp32 fallback and
+// whether it fired, the rollback policy and the states saved for it, the LR
+// cut in force, the steps whose update reached the weights, and the run of
+// non-finite steps the stop rule counts. The step runner reports each step to
+// it; only Recovery::apply's actions (and a restored checkpoint) change the
+// cut, the precision, the modules and the saved states, or take back an
+// applied step.
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/guard_options.hpp"
@@ -26,7 +30,9 @@ class RecoveryMemory {
                   ? size_t(std::max<int64_t>(0, options.rollback.states))
                   : 0,
               size_t(std::max(0.0, options.rollback.memory_mb) * 1024 * 1024)),
-        lr_backoff_(options.lr_backoff) {
+        lr_backoff_(options.lr_backoff),
+        amp_(options.amp),
+        fp32_modules_(options.fp32_modules) {
     if (options.doom_search.enabled) rollback_.keep_states_for_search();
   }
 
@@ -36,6 +42,10 @@ class RecoveryMemory {
   double lr_cut() const { return lr_cut_; }  // lr_backoff for the fallback and each rollback
   int64_t nonfinite_in_a_row() const { return nonfinite_in_a_row_; }
   int64_t nonfinite_since() const { return nonfinite_since_; }  // the first of them
+  Amp amp() const { return amp_; }                              // the precision steps run in now
+  const std::vector<std::string>& fp32_modules() const { return fp32_modules_; }
+  int64_t applied_steps() const { return applied_steps_; }
+  int64_t last_applied_step() const { return last_applied_step_; }  // the last step whose update reached the weights
 
   // --- Each step, as the step runner saw it.
   // Its loss for the rollback policy; true for a step that was trouble.
@@ -43,6 +53,11 @@ class RecoveryMemory {
     return rollback_.observe(step, loss, nonfinite, skipped_as_spike);
   }
   void finite_step() { nonfinite_in_a_row_ = 0; }
+  // The step's update reached the weights.
+  void applied(int64_t step) {
+    ++applied_steps_;
+    last_applied_step_ = step;
+  }
   void warned(int64_t step) { rollback_.warned(step); }
   // The state after the healthy `step`; false when it is not kept (the budget).
   bool save(int64_t step, const TrainableModel& model, const torch::optim::Optimizer& optimizer,
@@ -52,12 +67,17 @@ class RecoveryMemory {
   void forget_saved_from(int64_t step) { ring_.forget_from(step); }
   void stop_saving() { ring_ = StateRing(0, 0); }  // one state is over the budget
 
-  // --- apply_recovery's actions.
+  // --- Recovery::apply's actions.
   // The whole-model fp32 fallback, with its LR cut.
   void fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
                  int64_t step) {
     fallback_.fire(model, optimizer, scaler, device, step);
     lr_cut_ *= lr_backoff_;
+    amp_ = Amp::fp32;
+  }
+  // --fallback auto's remedy: these modules run in fp32 from now on.
+  void add_fp32_modules(const std::vector<std::string>& modules) {
+    fp32_modules_.insert(fp32_modules_.end(), modules.begin(), modules.end());
   }
   // The newest good state before the trouble began; nullptr if none.
   const TrainingState* rollback_target() const { return ring_.newest_before(rollback_.trouble_began()); }
@@ -67,12 +87,16 @@ class RecoveryMemory {
     ring_.forget_from(to + 1);
     rollback_.rolled_back(step);
     nonfinite_in_a_row_ = 0;
+    last_applied_step_ = to;
   }
-  // At `step` the run was replayed without the update of `dooming_step`: no
-  // LR cut (the cause is known and gone), and it counts as a rollback.
-  void replayed_without(int64_t dooming_step, int64_t step) {
+  // At `step` the run was replayed without the update of `dooming_step`
+  // (its whole update, or some of its rows): no LR cut (the cause is known
+  // and gone), and it counts as a rollback.
+  void replayed_without(int64_t dooming_step, int64_t step, bool whole_update) {
     ring_.forget_from(dooming_step);
     rollback_.rolled_back(step);
+    if (whole_update) --applied_steps_;
+    last_applied_step_ = step - 1;
   }
   // A non-rollback answer to persisting trouble: the policy starts counting again.
   void escalated() { rollback_.escalated(); }
@@ -86,6 +110,10 @@ class RecoveryMemory {
     s.fallback_step = fallback_.fired_step();
     s.lr_multiplier = lr_cut_;
     s.rollbacks = rollback_.rollbacks();
+    s.amp = amp_;
+    s.fp32_modules = fp32_modules_;
+    s.last_applied_step = last_applied_step_;
+    s.applied_steps = applied_steps_;
   }
   // The fallback fires again on the model as it had (fp32 weights, scaler off).
   void restore(const GuardState& s, TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
@@ -94,6 +122,10 @@ class RecoveryMemory {
     // A state from before format 1.7 kept the rollbacks' cut alone.
     lr_cut_ = s.lr_multiplier * (s.lr_multiplier_lacks_fallback && s.fallback_step >= 0 ? lr_backoff_ : 1.0);
     rollback_.restore_rollbacks(s.rollbacks);
+    amp_ = s.amp;
+    fp32_modules_ = s.fp32_modules;
+    last_applied_step_ = s.last_applied_step;
+    applied_steps_ = s.applied_steps;
   }
 
  private:
@@ -104,6 +136,10 @@ class RecoveryMemory {
   double lr_cut_ = 1;
   int64_t nonfinite_in_a_row_ = 0;  // failed steps since the last finite one (or rollback)
   int64_t nonfinite_since_ = -1;
+  Amp amp_;
+  std::vector<std::string> fp32_modules_;
+  int64_t applied_steps_ = 0;
+  int64_t last_applied_step_ = -1;
 };
 
 }  // namespace nanscope

@@ -107,6 +107,17 @@ class Sentinel {
   static void visit_scalars(Self& self, Visit&& visit);
   bool quiet(const std::string& key, int64_t step);
   void fire(std::vector<Warning>& out, int64_t step, Warning w);
+  // observe()'s tests, one signal each; `warm`: past the warm-up.
+  struct Jumps {
+    bool loss = false, grad_norm = false;
+  };
+  Jumps observe_jumps(std::vector<Warning>& out, int64_t step, const StepSignals& s);
+  void observe_grad_norm(std::vector<Warning>& out, int64_t step, const StepSignals& s, bool warm, bool jumped);
+  void observe_layers(std::vector<Warning>& out, int64_t step, const StepSignals& s, bool warm);
+  void observe_loss(std::vector<Warning>& out, int64_t step, const StepSignals& s, bool warm, bool jumped);
+  void observe_loss_scale(std::vector<Warning>& out, int64_t step, const StepSignals& s);
+  void observe_headroom(std::vector<Warning>& out, int64_t step, const std::string& where, double absmax,
+                        double precision_limit, bool warm);
 
   SentinelOptions options_;
   int64_t finite_steps_ = 0;

@@ -1,0 +1,48 @@
+#pragma once
+// The values a failed step's pipeline passes on, one stage to the next
+// (step_guard_failed.cpp): what the forensics found, what the doom search
+// found, what the recovery did. The GuardedStep is filled from them once, at
+// the end. Private to the guard's files.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanscope/core/doom_search.hpp"
+#include "nanscope/core/remedy.hpp"
+#include "nanscope/core/state_ring.hpp"
+#include "nanscope/format/capture.hpp"
+
+namespace nanscope {
+
+// The forensic re-run's findings.
+struct Forensics {
+  std::optional<format::Capture> capture;  // nullopt: not re-run (and no birth in the batch)
+  std::string first_birth;                 // GuardedStep::first_birth
+  std::string snapshot;                    // the snapshot written, or ""
+};
+
+// The doom search's finding. Its sentence is said once the recovery is
+// decided (a replay that stands adds its clause).
+struct DoomSearch {
+  std::string doomed_by;  // GuardedStep::doomed_by ("": not run)
+  int64_t doomed_by_step = -1;
+  std::vector<int64_t> rows;
+  std::optional<DoomFinding> finding;  // a new search's (nullopt: not searched, or found before)
+  int64_t replayed_from = -1;          // the saved state the replays ran from
+  std::string sentence;                // the doom event's text, from the new search
+  // The run replayed without the dooming update survives. The live state
+  // is kept here until the recovery decides: the replay stands
+  // (RecoveryAction::replay_without) or the live state comes back.
+  bool replay_survives = false;
+  std::optional<StateRing> live;
+};
+
+// What carrying out the recovery did, for the GuardedStep.
+struct RecoveryDone {
+  Remedy remedy = Remedy::none;
+  bool fell_back = false;
+  int64_t rolled_back_to = -1;
+};
+
+}  // namespace nanscope

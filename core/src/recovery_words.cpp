@@ -1,0 +1,99 @@
+#include "nanscope/core/recovery_words.hpp"
+
+#include <sstream>
+#include <vector>
+
+#include "nanscope/common/number_text.hpp"
+
+namespace nanscope {
+
+namespace {
+
+std::string rollbacks_text(int64_t n) { return std::to_string(n) + " rollback(s)"; }
+
+// Worded from this step's own capture: the earlier step's rows are not this
+// one's (its diagnosis's why is that step's measurement).
+std::string same_birth_text(const StepFacts& facts) {
+  const std::string same = "the same first birth as step " + std::to_string(facts.same_birth_step) +
+                           (facts.birth_where.empty() ? "" : ", here in " + facts.birth_where);
+  if (facts.same_birth_as && facts.same_birth_as->remedy == Remedy::skip_data)
+    return same + " (a data fault at step " + std::to_string(facts.same_birth_step) + "); no fallback";
+  const std::vector<std::string> none;
+  return same + ", with " + fp32_modules_flag_value(facts.same_birth_as ? facts.same_birth_as->modules : none) +
+         " in fp32";
+}
+
+std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts) {
+  const RemedyChoice& choice = *plan.diagnosis;
+  switch (plan.action) {
+    case RecoveryAction::fp32_modules: {
+      std::ostringstream cost;
+      cost.precision(3);
+      cost << "; a re-run of the step: " << choice.seconds_before * 1e3 << " ms -> " << choice.seconds_after * 1e3
+           << " ms (x" << (choice.seconds_before > 0 ? choice.seconds_after / choice.seconds_before : 1.0) << ")";
+      return fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + "), the rest stays " +
+             precision_name(facts.amp) + cost.str();
+    }
+    case RecoveryAction::whole_fallback: return choice.why;
+    default: return choice.why + "; no fallback";
+  }
+}
+
+// A run of non-finite steps that outlasted everything there was to try.
+std::string dead_run_text(const StepFacts& facts, const RecoveryState& state) {
+  const std::string tried = std::string(state.fallback_fired     ? "after the fp32 fallback"
+                                        : facts.amp == Amp::fp32 ? "at fp32"
+                                                                 : "fallback off") +
+                            (!state.rollback_enabled ? ", rollback off"
+                             : state.rollbacks > 0   ? ", no rollback left"
+                                                     : ", no good state to roll back to");
+  const int64_t since = state.nonfinite_in_a_row > 0 ? state.nonfinite_since : state.step;
+  return "non-finite on " + std::to_string(state.nonfinite_in_a_row + 1) +
+         " steps in a row; the trouble began at step " + std::to_string(since) + " (" + tried + "): the run stops";
+}
+
+}  // namespace
+
+RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, const RecoveryState& state) {
+  RecoveryWords w;
+  w.subject = facts.what;
+  switch (plan.reason) {
+    case RecoveryReason::stock_skip:
+      if (state.scaler_enabled) w.why = ", loss scale " + number_text(state.loss_scale);
+      break;
+    case RecoveryReason::written_outside: w.why = "; the buffers from before those calls are back, no fallback"; break;
+    case RecoveryReason::broken_state:
+      if (plan.action == RecoveryAction::roll_back)
+        w.subject = facts.broken_state;
+      else
+        w.why = facts.broken_state + "; skipping cannot save them" +
+                (state.rollback_enabled ? " and no rollback is left" : "") + ": the run stops";
+      break;
+    case RecoveryReason::remedies_did_not_hold:
+      w.why = std::to_string(state.nonfinite_in_a_row + 1) + " non-finite steps in a row";
+      break;
+    case RecoveryReason::same_birth_again: w.why = same_birth_text(facts); break;
+    case RecoveryReason::no_loss_fn: w.why = "no loss function to diagnose the step with"; break;
+    case RecoveryReason::diagnosed: w.why = diagnosed_text(plan, facts); break;
+    case RecoveryReason::no_rank_diagnosed: w.why = "no rank diagnosed the step"; break;
+    case RecoveryReason::trouble_quiet: w.subject.clear(); break;  // the step's own line is said
+    case RecoveryReason::trouble_fallback:
+      if (state.rollbacks > 0) w.subject += " after " + rollbacks_text(state.rollbacks);
+      break;
+    case RecoveryReason::trouble_unstable:
+      w.why = facts.what + " after " + rollbacks_text(state.rollbacks) +
+              " and at fp32: the model itself is unstable; the run stops";
+      break;
+    case RecoveryReason::rollback_not_everywhere:
+      w.why = facts.what + "; a rollback was due, but not every rank holds a good state to go back to: the run stops";
+      break;
+    case RecoveryReason::stock_fallback:
+    case RecoveryReason::no_say:
+    case RecoveryReason::replayed:
+    case RecoveryReason::trouble_rollback: break;
+  }
+  if (plan.then_stop) w.then_stop = dead_run_text(facts, state);
+  return w;
+}
+
+}  // namespace nanscope

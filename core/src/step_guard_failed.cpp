@@ -1,0 +1,186 @@
+// A failed step's pipeline, one way through: the step's own lines, the
+// forensics' findings (birth, snapshot), the doom search's finding, the facts
+// they make, the diagnosis where the decision needs it, the decision
+// (decide_recovery: values in, an action out), the ranks' agreement, the
+// recovery that carries it out, and the GuardedStep filled from those values
+// at the end.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nanscope/common/number_text.hpp"
+#include "nanscope/core/generator_states.hpp"
+#include "nanscope/core/snapshot_policy.hpp"
+#include "nanscope/format/event_text.hpp"
+#include "step_guard_impl.hpp"
+
+namespace nanscope {
+
+void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
+                                        const std::string& undone) {
+  decide_micro_batches(run);
+  // The re-runs below set the random generators to replay the step's draws;
+  // the loop goes on from where its own step left them (a rollback excepted).
+  KeepGeneratorStates loop_generators;
+  if (scalers_backoff(run.result.outcome, run.result.loss_scale)) {
+    say_scalers_backoff(run, undone);
+    return;
+  }
+  const std::string what = failure_text(run);
+  record_skip(run, what, undone);
+  Forensics found;
+  {
+    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
+    found = investigate(run, layer_grad_norm);
+  }
+  // The first failing step of a run of them: was it doomed by an earlier
+  // update? Several ranks all enter the search (it is collective) and agree
+  // there whether it runs.
+  DoomSearch doom;
+  if ((!run.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
+      recovery_.memory().nonfinite_in_a_row() == 0)
+    doom = search_dooming_step(run, found.capture);
+
+  StepFacts facts = step_facts(run, what, found, doom);
+  const RecoveryState state = recovery_.state_at(run.step);
+  if (needs_diagnosis(facts, state))
+    recovery_.settle_replay(doom, /*stands=*/false);  // the diagnosis re-runs the live step
+  facts.diagnosis = diagnosis_if_needed(run, found, facts);
+  RecoveryPlan plan = decide_recovery(facts, state);
+  RecoveryWords words = recovery_words(plan, facts, state);
+  // Several ranks carry out one plan: the strongest any rank made.
+  if (run.context.averager) std::tie(plan, words) = recovery_.agree(*run.context.averager, plan, words, facts, state);
+  if (plan.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
+  say_doom_search(run.step, doom, plan.action == RecoveryAction::replay_without);
+  const std::string birth = found.capture && found.capture->first_birth ? birth_key(*found.capture) : std::string();
+  const RecoveryDone done = recovery_.apply(run, plan, words, &doom, birth);
+
+  GuardedStep& result = run.result;
+  result.first_birth = found.first_birth;
+  result.snapshot = found.snapshot;
+  result.doomed_by = doom.doomed_by;
+  result.doomed_by_step = doom.doomed_by_step;
+  result.doom_rows = doom.rows;
+  result.remedy = done.remedy;
+  result.fell_back = done.fell_back;
+  result.rolled_back_to = done.rolled_back_to;
+}
+
+// fp16's routine, as torch.amp.GradScaler has it: gradients that overflow
+// at a finite loss and a finite forward, at a scale above 1, are what the
+// scale made of them (the step is skipped and the scale halved), no fault:
+// no forensics, no snapshot, no remedy. At a scale of 1 or less the scaler
+// no longer explains an overflow, and the step is investigated as any other.
+// Several ranks decide alike: every flag here is all ranks'.
+bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_scale) const {
+  return scaler_.enabled() && outcome.loss_finite && outcome.buffers_finite && !outcome.grads_finite &&
+         loss_scale > 1.0;
+}
+
+namespace {
+
+std::string ranks_text(const RunningStep& run) {
+  return run.context.averager ? " on rank(s) " + format::rank_list_text(run.result.outcome.nonfinite_ranks) : "";
+}
+
+}  // namespace
+
+std::string StepGuard::Impl::failure_text(const RunningStep& run) const {
+  const StepOutcome& outcome = run.result.outcome;
+  // An optimizer that evaluates the loss itself (L-BFGS) met it at a trial point.
+  return std::string(!outcome.loss_finite     ? "non-finite loss"
+                     : outcome.buffers_finite ? "non-finite gradients"
+                                              : "non-finite buffers") +
+         (run.evaluations.failed > 0
+              ? " at the optimizer's evaluation " + std::to_string(run.evaluations.failed) + " of the step"
+              : std::string()) +
+         ranks_text(run);
+}
+
+void StepGuard::Impl::say_scalers_backoff(const RunningStep& run, const std::string& undone) {
+  const int64_t step = run.step;
+  const double scale = run.result.loss_scale;
+  const std::string where = ranks_text(run);
+  const std::string backoff = "loss scale " + number_text(scale) + " -> " + number_text(scaler_.scale());
+  journal_.event(step, format::EventKind::skip,
+                 "gradients overflowed at loss scale " + number_text(scale) + where +
+                     "; optimizer step skipped (the loss scaler's backoff)" + undone);
+  journal_.event(step, format::EventKind::scale_backoff, backoff);
+  journal_.say(step, "gradients overflowed" + where + " -> skipped; " + backoff + " (the scaler's routine)",
+               /*routine=*/true);
+}
+
+void StepGuard::Impl::record_skip(const RunningStep& run, const std::string& what, const std::string& undone) {
+  const int64_t step = run.step;
+  const GuardedStep& result = run.result;
+  journal_.event(step, format::EventKind::skip,
+                 what + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                     (run.evaluations.failed > 0 ? " (weights and optimizer state as before the step)" : "") +
+                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
+  if (run.context.averager) {
+    // Every rank records who went non-finite; the first time, as the run's first.
+    const std::string ranks = format::rank_list_text(result.outcome.nonfinite_ranks);
+    if (forensics_.nonfinite_ranks(result.outcome.nonfinite_ranks))
+      journal_.event(step, format::EventKind::first_nonfinite, ranks);
+    journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
+  }
+  if (scaler_.enabled())
+    journal_.event(step, format::EventKind::scale_backoff,
+                   "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
+}
+
+StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string& what, const Forensics& found,
+                                      const DoomSearch& doom) const {
+  StepFacts facts;
+  facts.trigger = RecoveryTrigger::nonfinite_step;
+  facts.what = what;
+  facts.amp = run.result.amp;
+  facts.loss_finite = run.result.outcome.loss_finite;
+  facts.buffers_written_outside = run.buffers_written_outside;
+  facts.rerunnable = rerunnable(run);
+  facts.replay_without_survives = doom.replay_survives;
+  // The live state's health (a replay that survived is the decision's
+  // already, on every rank alike).
+  if (!facts.buffers_written_outside && !doom.replay_survives) {
+    const StateHealth health = this->health();
+    if (!finite_on_every_rank(health, run.context.averager)) {
+      const int64_t last = recovery_.memory().last_applied_step();
+      facts.state_finite = false;
+      facts.broken_state = "the training state is non-finite (" +
+                           (health.finite() ? "on another rank's shard" : health.text()) +
+                           "; the last update that reached the weights: " +
+                           (last >= 0 ? "step " + std::to_string(last) : std::string("none")) + ")";
+    }
+  }
+  const std::optional<format::Capture>& capture = found.capture;
+  if (capture && capture->first_birth) {
+    facts.birth_where = format::birth_place_text(*capture->first_birth);
+    if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth_key(*capture))) {
+      facts.same_birth_step = seen->step;
+      facts.same_birth_as = seen->remedy;
+    }
+  }
+  return facts;
+}
+
+std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const Forensics& found,
+                                                                 const StepFacts& facts) {
+  const bool needed = needs_diagnosis(facts, recovery_.state_at(run.step));
+  // A sharded model's diagnosis runs on every rank together, needed here or not.
+  if (run.context.averager && run.context.averager->sharded()) {
+    const RemedyChoice choice = diagnose_in_lockstep(run, found.capture, needed);
+    return needed ? std::optional<RemedyChoice>(choice) : std::nullopt;
+  }
+  if (!needed) return std::nullopt;
+  // Several ranks: a rank that re-ran nothing (its own batch was finite) has no say.
+  if (run.context.averager && !found.capture) {
+    RemedyChoice none;
+    none.no_say = true;
+    return none;
+  }
+  const AtFailedEvaluation trial_point(parameters_, run.evaluations);
+  return diagnose(run, found.capture);
+}
+
+}  // namespace nanscope
