@@ -50,23 +50,40 @@ void GroupLrScope::set(const std::vector<double>& lrs) {
 
 namespace {
 
-// The tensors of one parameter's state, of the kinds deep_copy knows.
-std::vector<at::Tensor> optimizer_state_tensors_of(const torch::optim::OptimizerParamState& state) {
+// Calls each(tensor) on every tensor field of one parameter's state, for the
+// optimizers LibTorch ships whose state is tensors and counters; false for
+// any other kind (an optimizer of your own). `State` is const or not, and so
+// is each field handed on: the one list of those kinds and their tensors.
+template <class Kind, class State>
+auto* state_as(State& state) {
+  return dynamic_cast<std::conditional_t<std::is_const_v<State>, const Kind, Kind>*>(&state);
+}
+
+template <class State, class Each>
+bool for_each_state_tensor(State& state, Each&& each) {
   using namespace torch::optim;
-  std::vector<at::Tensor> all;
-  if (const auto* s = dynamic_cast<const AdamParamState*>(&state))
-    all = {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()};
-  else if (const auto* s = dynamic_cast<const AdamWParamState*>(&state))
-    all = {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()};
-  else if (const auto* s = dynamic_cast<const SGDParamState*>(&state))
-    all = {s->momentum_buffer()};
-  else if (const auto* s = dynamic_cast<const RMSpropParamState*>(&state))
-    all = {s->square_avg(), s->momentum_buffer(), s->grad_avg()};
-  else if (const auto* s = dynamic_cast<const AdagradParamState*>(&state))
-    all = {s->sum()};
+  if (auto* s = state_as<AdamParamState>(state)) {
+    each(s->exp_avg()), each(s->exp_avg_sq()), each(s->max_exp_avg_sq());
+  } else if (auto* s = state_as<AdamWParamState>(state)) {
+    each(s->exp_avg()), each(s->exp_avg_sq()), each(s->max_exp_avg_sq());
+  } else if (auto* s = state_as<SGDParamState>(state)) {
+    each(s->momentum_buffer());
+  } else if (auto* s = state_as<RMSpropParamState>(state)) {
+    each(s->square_avg()), each(s->momentum_buffer()), each(s->grad_avg());
+  } else if (auto* s = state_as<AdagradParamState>(state)) {
+    each(s->sum());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The defined tensors of one parameter's state, of the kinds for_each_state_tensor knows.
+std::vector<at::Tensor> optimizer_state_tensors_of(const torch::optim::OptimizerParamState& state) {
   std::vector<at::Tensor> out;
-  for (const at::Tensor& t : all)
+  for_each_state_tensor(state, [&](const at::Tensor& t) {
     if (t.defined()) out.push_back(t);
+  });
   return out;
 }
 
@@ -122,39 +139,13 @@ namespace {
 
 at::Tensor copied(const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
 
-// A LibTorch optimizer's per-parameter state with its tensors copied, for the
-// optimizers LibTorch ships whose state is tensors and counters; nullptr for
-// any other (an optimizer of your own), which is serialized instead.
+// A LibTorch optimizer's per-parameter state with its tensors copied;
+// nullptr for a kind for_each_state_tensor does not know, which is
+// serialized instead.
 std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(const torch::optim::OptimizerParamState& state) {
-  using namespace torch::optim;
-  if (const auto* s = dynamic_cast<const AdamParamState*>(&state)) {
-    auto c = std::make_unique<AdamParamState>(*s);
-    c->exp_avg(copied(s->exp_avg())).exp_avg_sq(copied(s->exp_avg_sq())).max_exp_avg_sq(copied(s->max_exp_avg_sq()));
-    return c;
-  }
-  if (const auto* s = dynamic_cast<const AdamWParamState*>(&state)) {
-    auto c = std::make_unique<AdamWParamState>(*s);
-    c->exp_avg(copied(s->exp_avg())).exp_avg_sq(copied(s->exp_avg_sq())).max_exp_avg_sq(copied(s->max_exp_avg_sq()));
-    return c;
-  }
-  if (const auto* s = dynamic_cast<const SGDParamState*>(&state)) {
-    auto c = std::make_unique<SGDParamState>(*s);
-    c->momentum_buffer(copied(s->momentum_buffer()));
-    return c;
-  }
-  if (const auto* s = dynamic_cast<const RMSpropParamState*>(&state)) {
-    auto c = std::make_unique<RMSpropParamState>(*s);
-    c->square_avg(copied(s->square_avg()))
-        .momentum_buffer(copied(s->momentum_buffer()))
-        .grad_avg(copied(s->grad_avg()));
-    return c;
-  }
-  if (const auto* s = dynamic_cast<const AdagradParamState*>(&state)) {
-    auto c = std::make_unique<AdagradParamState>(*s);
-    c->sum(copied(s->sum()));
-    return c;
-  }
-  return nullptr;
+  std::unique_ptr<torch::optim::OptimizerParamState> copy = state.clone();  // its counters; the tensors shared
+  const bool known = for_each_state_tensor(*copy, [](at::Tensor& t) { t = copied(t); });
+  return known ? std::move(copy) : nullptr;
 }
 
 // Copying the tensors costs a memcpy each; the serialization it replaces
