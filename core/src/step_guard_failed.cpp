@@ -44,9 +44,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
 
   StepFacts facts = step_facts(run, what, found, doom);
   const RecoveryState state = recovery_.state_at(run.step);
-  if (needs_diagnosis(facts, state))
-    recovery_.settle_replay(doom, /*stands=*/false);  // the diagnosis re-runs the live step
-  facts.diagnosis = diagnosis_if_needed(run, found, facts);
+  facts.diagnosis = diagnosis_if_needed(run, found, facts, state, doom);
   RecoveryPlan plan = decide_recovery(facts, state);
   RecoveryWords words = recovery_words(plan, facts, state);
   // Several ranks carry out one plan: the strongest any rank made.
@@ -165,8 +163,10 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
 }
 
 std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const Forensics& found,
-                                                                 const StepFacts& facts) {
-  const bool needed = needs_diagnosis(facts, recovery_.state_at(run.step));
+                                                                 const StepFacts& facts, const RecoveryState& state,
+                                                                 DoomSearch& doom) {
+  const bool needed = needs_diagnosis(facts, state);
+  if (needed) recovery_.settle_replay(doom, /*stands=*/false);  // the diagnosis re-runs the live step
   // A sharded model's diagnosis runs on every rank together, needed here or not.
   if (run.context.averager && run.context.averager->sharded()) {
     const RemedyChoice choice = diagnose_in_lockstep(run, found.capture, needed);

@@ -86,8 +86,10 @@ struct StepGuard::Impl {
   StepFacts step_facts(const RunningStep& run, const std::string& what, const Forensics& found,
                        const DoomSearch& doom) const;
   // --fallback auto's diagnosis where the decision needs it (on every rank
-  // of a sharded model, together); nullopt where it does not.
-  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const Forensics& found, const StepFacts& facts);
+  // of a sharded model, together), from the live state (a replay the doom
+  // search kept goes first); nullopt where it does not.
+  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const Forensics& found, const StepFacts& facts,
+                                                  const RecoveryState& state, DoomSearch& doom);
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
   Forensics investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
