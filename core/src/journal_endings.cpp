@@ -7,7 +7,7 @@
 //  - where the program left Ctrl-C to its default, the first Ctrl-C is held
 //    until the guard's next step boundary, which writes the rows and ends the
 //    process by SIGINT as Ctrl-C would have; a second Ctrl-C ends it at once.
-// SIGKILL cannot be met: the rows since the last flush (16 rows, 2 s) go.
+// SIGKILL cannot be met: the rows since the last flush (64 rows, 2 s) go.
 #include <atomic>
 #include <csignal>
 #include <exception>

@@ -137,14 +137,15 @@ void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::string&
 
 namespace {
 
-at::Tensor copied(const at::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
-
 // A LibTorch optimizer's per-parameter state with its tensors copied;
 // nullptr for a kind for_each_state_tensor does not know, which is
 // serialized instead.
-std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(const torch::optim::OptimizerParamState& state) {
+std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(const torch::optim::OptimizerParamState& state,
+                                                             TensorRecycler& recycler) {
   std::unique_ptr<torch::optim::OptimizerParamState> copy = state.clone();  // its counters; the tensors shared
-  const bool known = for_each_state_tensor(*copy, [](at::Tensor& t) { t = copied(t); });
+  const bool known = for_each_state_tensor(*copy, [&](at::Tensor& t) {
+    if (t.defined()) t = recycler.copy(t, t.device());
+  });
   return known ? std::move(copy) : nullptr;
 }
 
@@ -154,10 +155,11 @@ std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(const torch::optim:
 class LibTorchStateCopy : public OptimizerStateCopy {
  public:
   // nullptr when a state is of a kind deep_copy does not know.
-  static std::shared_ptr<const LibTorchStateCopy> of(const torch::optim::Optimizer& optimizer) {
+  static std::shared_ptr<const LibTorchStateCopy> of(const torch::optim::Optimizer& optimizer,
+                                                     TensorRecycler& recycler) {
     auto copy = std::make_shared<LibTorchStateCopy>();
     for (const auto& [key, state] : optimizer.state()) {
-      std::unique_ptr<torch::optim::OptimizerParamState> c = deep_copy(*state);
+      std::unique_ptr<torch::optim::OptimizerParamState> c = deep_copy(*state, recycler);
       if (!c) return nullptr;
       for (const at::Tensor& t : optimizer_state_tensors_of(*c)) copy->bytes_ += size_t(t.nbytes());
       copy->states_.emplace_back(key, std::move(c));
@@ -166,10 +168,17 @@ class LibTorchStateCopy : public OptimizerStateCopy {
     return copy;
   }
   size_t bytes() const override { return bytes_; }
+  std::vector<at::Tensor> tensors() const override {
+    std::vector<at::Tensor> out;
+    for (const auto& [key, state] : states_)
+      for (at::Tensor& t : optimizer_state_tensors_of(*state)) out.push_back(std::move(t));
+    return out;
+  }
   // The kept copy stays as it is: each restore gets copies of its own.
   void restore(torch::optim::Optimizer& optimizer) const {
     optimizer.state().clear();  // state a parameter gained after the save goes too
-    for (const auto& [key, state] : states_) optimizer.state()[key] = deep_copy(*state);
+    TensorRecycler fresh;
+    for (const auto& [key, state] : states_) optimizer.state()[key] = deep_copy(*state, fresh);
     for (size_t i = 0; i < options_.size() && i < optimizer.param_groups().size(); ++i)
       optimizer.param_groups()[i].set_options(options_[i]->clone());
   }
@@ -183,12 +192,26 @@ class LibTorchStateCopy : public OptimizerStateCopy {
 
 }  // namespace
 
-SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer) {
+at::Tensor TensorRecycler::copy(const at::Tensor& t, const at::Device& device) {
+  if (!t.defined()) return t;
+  const at::Tensor source = t.detach();
+  at::Tensor spare = next_ < spares_.size() ? std::move(spares_[next_++]) : at::Tensor();
+  // Held by nothing else: the copy being replaced let go of it, and no view of it is out.
+  const bool fits = spare.defined() && spare.use_count() == 1 && spare.storage().use_count() == 1 &&
+                    spare.device() == device && spare.scalar_type() == source.scalar_type() &&
+                    spare.sizes() == source.sizes() && spare.is_contiguous() && !spare.requires_grad();
+  if (!fits) return source.to(device, /*non_blocking=*/false, /*copy=*/true);
+  c10::NoGradGuard no_grad;
+  return spare.copy_(source);
+}
+
+SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer, TensorRecycler* recycler) {
   SavedOptimizer saved;
+  TensorRecycler fresh;
   if (const auto* own = dynamic_cast<const CopiesItsState*>(&optimizer))
     saved.copy = own->copy_state();
   else
-    saved.copy = LibTorchStateCopy::of(optimizer);
+    saved.copy = LibTorchStateCopy::of(optimizer, recycler ? *recycler : fresh);
   if (!saved.copy) saved.bytes = optimizer_bytes(optimizer);
   return saved;
 }

@@ -10,10 +10,11 @@ namespace nanscope {
 
 namespace {
 
-std::vector<at::Tensor> host_copies(const NamedTensors& tensors) {
+std::vector<at::Tensor> host_copies(const NamedTensors& tensors, std::vector<at::Tensor> spares) {
+  TensorRecycler recycler(std::move(spares));
   std::vector<at::Tensor> out;
   out.reserve(tensors.size());
-  for (const auto& [name, t] : tensors) out.push_back(t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  for (const auto& [name, t] : tensors) out.push_back(recycler.copy(t, at::kCPU));
   return out;
 }
 
@@ -49,11 +50,20 @@ StateRing::StateRing(size_t max_states, size_t max_bytes) : max_states_(max_stat
 bool StateRing::save(int64_t step, const TrainableModel& model, const torch::optim::Optimizer& optimizer,
                      const LossScaler& scaler) {
   if (max_states_ == 0) return false;
+  // The state this one displaces (the ring is full) goes first and lends it its memory.
+  TrainingState displaced;
+  if (states_.size() >= max_states_) {
+    displaced = std::move(states_.front());
+    states_.pop_front();
+  }
   TrainingState s;
   s.step = step;
-  s.parameters = host_copies(model.named_parameters());
-  s.buffers = host_copies(model.named_buffers());
-  s.optimizer = save_optimizer(optimizer);
+  s.parameters = host_copies(model.named_parameters(), std::move(displaced.parameters));
+  s.buffers = host_copies(model.named_buffers(), std::move(displaced.buffers));
+  TensorRecycler optimizer_memory(displaced.optimizer.copy ? displaced.optimizer.copy->tensors()
+                                                           : std::vector<at::Tensor>{});
+  displaced.optimizer = {};  // its tensors now held by the recycler alone
+  s.optimizer = save_optimizer(optimizer, &optimizer_memory);
   s.scaler = scaler;
   s.cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
   const at::Device device = device_of(model);

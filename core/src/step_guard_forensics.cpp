@@ -425,8 +425,9 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   // it was, with its RNG state and loss weight: what replay and the row
   // search re-run (never a regrouping of the step's rows).
   s.batch = kept.batch;
-  s.batch_rows = kept.batch.rows() == probe_.batch_rows().numel() ? probe_.batch_rows()
-                                                                  : at::full({kept.batch.rows()}, -1, at::kLong);
+  s.batch_rows = probe_.batch_rows().defined() && kept.batch.rows() == probe_.batch_rows().numel()
+                     ? probe_.batch_rows()
+                     : at::full({kept.batch.rows()}, -1, at::kLong);
   s.cpu_rng_state = kept.cpu_rng_state.defined() ? kept.cpu_rng_state : probe_.cpu_rng_state();
   s.precision = result.amp;
   s.loss_scale = result.loss_scale;

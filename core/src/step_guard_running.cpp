@@ -28,6 +28,7 @@
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
+#include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
 
@@ -146,7 +147,7 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
   run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
   // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
   if (options_.warn && batch.inputs.defined() && batch.inputs.is_floating_point())
-    settings.batch_absmax = batch.inputs.detach().abs().max();
+    settings.batch_absmax = probe::abs_max(batch.inputs);
   std::vector<float> act_absmax;
   try {
     std::optional<probe::OpCapture> live_capture;

@@ -65,7 +65,7 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
     watched_ = std::make_unique<WatchedStep>();
     watched_->run = begin_step(next_step_, {});
     watched_->run.watched = true;
-    if (options_.probe) probe_.begin_step(watched_->run.step, at::full({0}, -1, at::kLong));
+    if (options_.probe) probe_.begin_step(watched_->run.step, {});  // the rows come with step(), if at all
     // Planned fp32 modules run in fp32 inside the loop's forward too.
     if (fp32_regions_apply(amp(), fp32_modules())) watched_->fp32.emplace(steered_.model, fp32_modules());
   }
@@ -95,13 +95,18 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
   // the step can be re-run (one device copy of each micro-batch; no host sync).
   const bool rerunnable = options_.probe && steered_.loss_fn;
   std::vector<ModelCall> calls = std::exchange(w.calls, {});
-  w.run.micro_batches.push_back(MicroBatch{rerunnable ? micro_batch.copied() : micro_batch,
+  auto copy_of = [&](const Batch& batch) {
+    Batch copy = batch.copied(&spare_copies_);
+    for (const at::Tensor& t : copy.tensors()) w.copies.push_back(t);
+    return copy;
+  };
+  w.run.micro_batches.push_back(MicroBatch{rerunnable ? copy_of(micro_batch) : micro_batch,
                                            calls.empty() ? at::Tensor() : calls.back().cpu_rng_state, 1.0});
   w.run.micro_batches.back().changed_since_call = changed_since_call;
   if (rerunnable && calls.size() > 1) {
     // The latest call is the likely one; the loss's graph decides if the step fails.
     for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)
-      calls[i].batch = earlier_call_batches[i].copied();
+      calls[i].batch = copy_of(earlier_call_batches[i]);
     w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
   w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
@@ -146,14 +151,15 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   run.context.batch_rows = context.batch_rows;
   run.context.averager = context.averager;
   run.settings.buckets = context.averager;
-  const at::Tensor losses = at::stack(w->losses);
-  if (w->losses.size() > 1) run.settings.micro_losses = losses;
+  const bool several = w->losses.size() > 1;
+  const at::Tensor losses = several ? at::stack(w->losses) : w->losses.front();
+  if (several) run.settings.micro_losses = losses;
   StepFinish finish;
   finish.optimizer = steered_.applies_update ? &steered_.optimizer : nullptr;
   finish.zero_grads_in_place = !steered_.applies_update;
   finish.lr_multiplier = lr_multiplier();
   if (w->unscaled) finish.unscaled = &*w->unscaled;
-  run.result.outcome = finish_step(scaler_, parameters_, run.settings, losses.sum(), finish);
+  run.result.outcome = finish_step(scaler_, parameters_, run.settings, several ? losses.sum() : losses, finish);
   // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
   const std::vector<float>& recorded = run.result.outcome.micro_losses;
   for (size_t k = 0; k < run.micro_batches.size(); ++k)
@@ -169,6 +175,7 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
         p.mutable_grad() = at::zeros_like(p);
     }
   };
+  spare_copies_ = std::move(w->copies);  // written again by the next step, once this one lets go of them
   try {
     GuardedStep result = end_step(run, {});
     if (result.outcome.skipped && !steered_.applies_update) {

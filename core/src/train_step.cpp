@@ -214,33 +214,52 @@ at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at
       flags.push_back(
           (~at::isfinite(b.buffer) & (b.buffer != b.before)).any().to(like.device(), at::kFloat).reshape({1}));
   }
-  if (!plain.empty()) flags.push_back(probe::any_nonfinite(plain).to(like.device()));
+  if (!plain.empty()) {
+    const at::Tensor bad = probe::any_nonfinite(plain);
+    flags.push_back(bad.device() == like.device() ? bad : bad.to(like.device()));
+  }
   return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
 }
 
-// Device values gathered into one float tensor and copied to the host once;
-// each part is read back by the offset add() gave it.
+// The values a step reads, each part read back by the offset add() gave it.
+// On a device they are gathered into one float tensor and copied to the host
+// once (the step's one sync); on the CPU each is read where it lies, with no
+// kernel to gather them.
 class HostRead {
  public:
   static constexpr size_t kNone = SIZE_MAX;
   size_t add(const at::Tensor& t) {
     const size_t offset = size_;
-    parts_.push_back(t.reshape({-1}).to(at::kFloat));
-    size_ += size_t(parts_.back().numel());
+    parts_.push_back(t);
+    size_ += size_t(t.numel());
     return offset;
   }
   void to_host() {
+    host_.reserve(size_);
+    bool on_host = true;
+    for (const at::Tensor& p : parts_) on_host = on_host && p.is_cpu();
+    if (on_host) {
+      for (const at::Tensor& p : parts_)
+        append(p.scalar_type() == at::kFloat ? p.contiguous() : p.to(at::kFloat).contiguous());
+      return;
+    }
     const at::Device device = parts_.front().device();
-    for (at::Tensor& p : parts_) p = p.to(device);
-    host_ = at::cat(parts_).to(at::kCPU);
+    std::vector<at::Tensor> flat;
+    flat.reserve(parts_.size());
+    for (const at::Tensor& p : parts_) flat.push_back(p.reshape({-1}).to(device, at::kFloat));
+    append(at::cat(flat).to(at::kCPU));
   }
-  float operator[](size_t offset) const { return host_.data_ptr<float>()[offset]; }
-  const float* at(size_t offset) const { return host_.data_ptr<float>() + offset; }
+  float operator[](size_t offset) const { return host_[offset]; }
+  const float* at(size_t offset) const { return host_.data() + offset; }
 
  private:
+  void append(const at::Tensor& floats) {
+    const float* begin = floats.data_ptr<float>();
+    host_.insert(host_.end(), begin, begin + floats.numel());
+  }
   std::vector<at::Tensor> parts_;
   size_t size_ = 0;
-  at::Tensor host_;
+  std::vector<float> host_;
 };
 
 // The finiteness verdict and the norms, copied to the host once.
@@ -289,7 +308,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const std::vector<at::Tensor>& norms = unscaled.norms;
   const at::Tensor& local_norm = unscaled.total_norm;
   const std::vector<bool>& had_grad = unscaled.had_grad;
-  const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf.to(at::kFloat));
+  const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf);
   AveragedGradients averaged;
   if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, buffers_bad, unscaled);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
@@ -300,7 +319,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const size_t at_norm = read.add(total_norm);
   const size_t at_found_inf = read.add(found_inf);
   const size_t at_batch_flag =
-      read.add(settings.batch_nonfinite.defined() ? settings.batch_nonfinite : at::zeros_like(found_inf));
+      settings.batch_nonfinite.defined() ? read.add(settings.batch_nonfinite) : HostRead::kNone;
   const size_t at_local_norm = read.add(local_norm);
   const size_t at_buffers = buffers_bad.defined() ? read.add(buffers_bad) : HostRead::kNone;
   const size_t at_flags = settings.buckets ? read.add(averaged.flags) : HostRead::kNone;
@@ -322,7 +341,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   StepOutcome out;
   out.loss = read[at_loss];
   out.grad_norm = read[at_norm];
-  out.batch_finite = read[at_batch_flag] == 0.0f;
+  out.batch_finite = at_batch_flag == HostRead::kNone || read[at_batch_flag] == 0.0f;
   out.local_loss_finite = std::isfinite(read[at_loss]);
   out.local_grads_finite = at_own != HostRead::kNone ? read[at_own] == 0.0f
                                                      : std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;

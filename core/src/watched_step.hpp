@@ -33,6 +33,7 @@ struct WatchedStep {
   std::vector<ModelCall> calls;    // the model's calls since the last micro-batch's loss
   std::optional<UnscaledGradients> unscaled;
   std::optional<Fp32ModuleRegions> fp32;
+  std::vector<at::Tensor> copies;  // the tensors of the micro-batches' copies: the next step's spares
 };
 
 }  // namespace nanscope

@@ -105,10 +105,30 @@ Batch with_each_tensor(const Batch& batch, const F& f) {
   return out;
 }
 
-Batch Batch::copied() const {
-  // A tensor that required grad keeps requiring it: reentrant activation
-  // checkpointing and input-gradient methods need it on re-run as the loop had it.
-  return with_each_tensor(*this, [](const at::Tensor& t) {
+namespace {
+
+// A spare can take `t`'s values in place when nothing but the spares holds it
+// (no view, no autograd record, no weak reference) and it is laid out as `t`.
+bool takes_in_place(const at::Tensor& spare, const at::Tensor& t) {
+  return spare.defined() && spare.use_count() == 1 && spare.weak_use_count() == 1 && spare.storage().use_count() == 1 &&
+         spare.storage_offset() == 0 && !t.requires_grad() && spare.scalar_type() == t.scalar_type() &&
+         spare.device() == t.device() && spare.sizes() == t.sizes() && spare.strides() == t.strides() &&
+         t.is_non_overlapping_and_dense();
+}
+
+}  // namespace
+
+Batch Batch::copied(std::vector<at::Tensor>* spares) const {
+  return with_each_tensor(*this, [&](const at::Tensor& t) {
+    if (spares)
+      for (auto it = spares->begin(); it != spares->end(); ++it)
+        if (takes_in_place(*it, t)) {
+          at::Tensor copy = std::move(*it);
+          spares->erase(it);
+          return copy.copy_(t.detach());
+        }
+    // A tensor that required grad keeps requiring it: reentrant activation
+    // checkpointing and input-gradient methods need it on re-run as the loop had it.
     at::Tensor copy = t.detach().clone();
     return t.requires_grad() ? copy.requires_grad_(true) : copy;
   });

@@ -1,11 +1,138 @@
 #include "nanscope/probe/finiteness.hpp"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 namespace nanscope::probe {
 
 namespace {
+
+// The host scans' loops, one per width of a value's bits. A value is NaN or
+// infinite exactly when its exponent bits are all ones (an or over the bits);
+// with the sign cleared, the integer order of the bits is the order of the
+// magnitudes, NaN above infinity (an integer max). Both vectorize; each is
+// also built for AVX2, taken where the CPU has it (without it the unsigned max
+// is emulated, about five times slower than LibTorch's own kernels).
+#if defined(__GNUC__) && defined(__x86_64__)
+#define NANSCOPE_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define NANSCOPE_VECTOR_CLONES
+#endif
+
+template <typename Bits>
+inline __attribute__((always_inline)) bool any_saturated(const Bits* values, int64_t n, Bits exponent) {
+  Bits hit = 0;
+  for (int64_t i = 0; i < n; ++i) hit |= Bits((values[i] & exponent) == exponent);
+  return hit != 0;
+}
+template <typename Bits>
+inline __attribute__((always_inline)) Bits largest_bits(const Bits* values, int64_t n, Bits magnitude) {
+  Bits largest = 0;
+  for (int64_t i = 0; i < n; ++i) largest = std::max<Bits>(largest, values[i] & magnitude);
+  return largest;
+}
+
+NANSCOPE_VECTOR_CLONES bool any_saturated16(const uint16_t* v, int64_t n, uint16_t e) { return any_saturated(v, n, e); }
+NANSCOPE_VECTOR_CLONES bool any_saturated32(const uint32_t* v, int64_t n, uint32_t e) { return any_saturated(v, n, e); }
+NANSCOPE_VECTOR_CLONES bool any_saturated64(const uint64_t* v, int64_t n, uint64_t e) { return any_saturated(v, n, e); }
+NANSCOPE_VECTOR_CLONES uint16_t largest16(const uint16_t* v, int64_t n, uint16_t m) { return largest_bits(v, n, m); }
+NANSCOPE_VECTOR_CLONES uint32_t largest32(const uint32_t* v, int64_t n, uint32_t m) { return largest_bits(v, n, m); }
+NANSCOPE_VECTOR_CLONES uint64_t largest64(const uint64_t* v, int64_t n, uint64_t m) { return largest_bits(v, n, m); }
+
+bool any_saturated_bits(const uint16_t* v, int64_t n, uint16_t e) { return any_saturated16(v, n, e); }
+bool any_saturated_bits(const uint32_t* v, int64_t n, uint32_t e) { return any_saturated32(v, n, e); }
+bool any_saturated_bits(const uint64_t* v, int64_t n, uint64_t e) { return any_saturated64(v, n, e); }
+uint16_t largest_magnitude(const uint16_t* v, int64_t n, uint16_t m) { return largest16(v, n, m); }
+uint32_t largest_magnitude(const uint32_t* v, int64_t n, uint32_t m) { return largest32(v, n, m); }
+uint64_t largest_magnitude(const uint64_t* v, int64_t n, uint64_t m) { return largest64(v, n, m); }
+
+// Small tensors (a batch, a BatchNorm's statistics) in one pass on this
+// thread; large ones in pieces on LibTorch's threads.
+constexpr int64_t kGrain = int64_t(1) << 18;
+
+template <typename Bits>
+bool exponent_saturated_anywhere(const void* data, int64_t n, Bits exponent) {
+  const Bits* values = static_cast<const Bits*>(data);
+  std::atomic<bool> found{false};
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    if (any_saturated_bits(values + begin, end - begin, exponent)) found.store(true, std::memory_order_relaxed);
+  });
+  return found.load(std::memory_order_relaxed);
+}
+
+// Whether a CPU tensor holds a NaN or an infinity, read where it lies; nullopt
+// when it cannot be (another device, a layout or type read by kernels only).
+// The checks of a clean step run on small tensors, where the dispatcher's
+// fixed cost of a kernel (and of the composite isfinite in LibTorch 1.13)
+// is most of what a check costs.
+std::optional<bool> nonfinite_on_host(const at::Tensor& t) {
+  if (!t.is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return std::nullopt;
+  if (!at::isFloatingType(t.scalar_type())) {
+    if (at::isComplexType(t.scalar_type())) return std::nullopt;
+    return false;  // integers and bools hold no NaN
+  }
+  const void* data = t.data_ptr();
+  const int64_t n = t.numel();
+  switch (t.scalar_type()) {
+    case at::kFloat: return exponent_saturated_anywhere<uint32_t>(data, n, 0x7f800000u);
+    case at::kDouble: return exponent_saturated_anywhere<uint64_t>(data, n, 0x7ff0000000000000ull);
+    case at::kBFloat16: return exponent_saturated_anywhere<uint16_t>(data, n, uint16_t(0x7f80));
+    case at::kHalf: return exponent_saturated_anywhere<uint16_t>(data, n, uint16_t(0x7c00));
+    default: return std::nullopt;
+  }
+}
+
+template <typename Bits>
+Bits largest_magnitude_bits(const void* data, int64_t n, Bits magnitude) {
+  const Bits* values = static_cast<const Bits*>(data);
+  return at::parallel_reduce(
+      0, n, kGrain, Bits(0),
+      [&](int64_t begin, int64_t end, Bits largest) {
+        return std::max(largest, largest_magnitude(values + begin, end - begin, magnitude));
+      },
+      [](Bits a, Bits b) { return std::max(a, b); });
+}
+
+template <typename Float, typename Bits>
+float as_float(Bits bits) {
+  Float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return float(value);
+}
+
+std::optional<float> abs_max_on_host(const at::Tensor& t) {
+  if (!t.is_cpu() || t.layout() != at::kStrided || !t.is_contiguous() || t.numel() == 0) return std::nullopt;
+  const void* data = t.data_ptr();
+  const int64_t n = t.numel();
+  switch (t.scalar_type()) {
+    case at::kFloat: return as_float<float>(largest_magnitude_bits<uint32_t>(data, n, 0x7fffffffu));
+    case at::kDouble: return as_float<double>(largest_magnitude_bits<uint64_t>(data, n, 0x7fffffffffffffffull));
+    case at::kBFloat16:
+      return as_float<float>(uint32_t(largest_magnitude_bits<uint16_t>(data, n, uint16_t(0x7fff))) << 16);
+    case at::kHalf:
+      return float(c10::Half(largest_magnitude_bits<uint16_t>(data, n, uint16_t(0x7fff)), c10::Half::from_bits()));
+    default: return std::nullopt;
+  }
+}
+
+// One flag per tensor read on the host, or nullopt when any must go to a kernel.
+std::optional<std::vector<bool>> nonfinite_each_on_host(const std::vector<at::Tensor>& tensors) {
+  std::vector<bool> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) {
+    const std::optional<bool> bad = t.numel() == 0 ? std::optional<bool>(false) : nonfinite_on_host(t.detach());
+    if (!bad) return std::nullopt;
+    out.push_back(*bad);
+  }
+  return out;
+}
 
 // The smallest and largest value; LibTorch 1.13 has no CPU aminmax for fp16.
 std::tuple<at::Tensor, at::Tensor> min_max(const at::Tensor& t) {
@@ -47,6 +174,13 @@ std::vector<at::Tensor> with_values(const std::vector<at::Tensor>& tensors) {
 at::Tensor finite_each(const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return at::ones({0}, at::kBool);
   const at::Device device = tensors.front().device();
+  if (device.is_cpu())
+    if (const std::optional<std::vector<bool>> bad = nonfinite_each_on_host(tensors)) {
+      at::Tensor finite = at::empty({int64_t(tensors.size())}, at::kBool);
+      bool* out = finite.data_ptr<bool>();
+      for (size_t i = 0; i < bad->size(); ++i) out[i] = !(*bad)[i];
+      return finite;
+    }
   const std::vector<at::Tensor> present = with_values(tensors);
   if (present.empty()) return at::ones({int64_t(tensors.size())}, at::TensorOptions(device).dtype(at::kBool));
   int64_t per_tensor = 1;
@@ -63,13 +197,30 @@ at::Tensor finite_each(const std::vector<at::Tensor>& tensors) {
 }
 
 at::Tensor any_nonfinite(const std::vector<at::Tensor>& tensors) {
+  const at::TensorOptions flag_options =
+      tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat);
+  if (flag_options.device().is_cpu())
+    if (const std::optional<std::vector<bool>> bad = nonfinite_each_on_host(tensors)) {
+      bool any = false;
+      for (const bool b : *bad) any = any || b;
+      at::Tensor flag = at::empty({1}, flag_options);
+      *flag.data_ptr<float>() = any ? 1.0f : 0.0f;
+      return flag;
+    }
   const std::vector<at::Tensor> present = with_values(tensors);
-  if (present.empty())
-    return at::zeros({1},
-                     tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
+  if (present.empty()) return at::zeros({1}, flag_options);
   int64_t per_tensor = 1;
   const at::Tensor extremes = stacked_extremes(present, present.front().device(), per_tensor);
   return at::logical_not(at::isfinite(extremes).all()).to(at::kFloat).reshape({1});
+}
+
+at::Tensor abs_max(const at::Tensor& t) {
+  if (const std::optional<float> largest = abs_max_on_host(t.detach())) {
+    at::Tensor out = at::empty({}, at::kFloat);
+    *out.data_ptr<float>() = *largest;
+    return out;
+  }
+  return t.detach().abs().max().to(at::kFloat);
 }
 
 }  // namespace nanscope::probe

@@ -29,7 +29,7 @@ void Probe::begin_step(int64_t step, const at::Tensor& batch_rows) {
 
 at::Tensor Probe::batch_nonfinite(const at::Tensor& inputs) const {
   if (!is_floating(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
-  return any_nonfinite({inputs}).to(inputs.device());
+  return any_nonfinite({inputs});  // on the inputs' device
 }
 
 std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_norms) const {
@@ -45,7 +45,7 @@ at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
   if (floating.empty())
     return at::zeros({1},
                      tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
-  return any_nonfinite(floating).to(floating.front().device());
+  return any_nonfinite(floating);  // on the first tensor's device
 }
 
 namespace {

@@ -190,16 +190,8 @@ class StepGuard:
         As GradScaler's, further arguments would go to optimizer.step(): only
         None is taken (Accelerate passes closure=None); an optimizer closure is
         refused, as GradScaler refuses it."""
-        if "batch" in kwargs or (callable(optimizer) and not _is_optimizer(optimizer)):
-            raise TypeError("nanscope.StepGuard.step() ends a step your loop ran (guard.step(), as "
-                            "GradScaler.step(optimizer)); a closure with its batch is "
-                            "guard.closure_step(closure, batch)")
-        if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
-            raise TypeError("nanscope.StepGuard.step(optimizer) takes no arguments for optimizer.step() (an optimizer "
-                            "closure, as with GradScaler); a closure with its batch is "
-                            "guard.closure_step(closure, batch)")
-        if optimizer is not None and not _is_optimizer(optimizer):
-            raise TypeError(f"nanscope.StepGuard.step: expected the guard's optimizer or nothing, got {optimizer!r}")
+        if optimizer is not None or args or kwargs:  # guard.step() itself needs no check
+            _check_step_arguments(optimizer, args, kwargs)
         self._open()
         self._unscaled = False
         return self._ended(self._watch.step(optimizer))
@@ -388,7 +380,7 @@ class StepGuard:
         return self._guard.health()
 
     def flush(self):
-        """Writes run.h5's buffered rows to disk (they are written every 16 rows and at the end)."""
+        """Writes run.h5's buffered rows to disk (they are written every 64 rows or 2 seconds, and at the end)."""
         self._guard.flush()
 
 
@@ -408,6 +400,19 @@ def _other_models(others):
                    if torch.is_tensor(t) and id(t) not in named]
         out.append((str(label), [(n, p) for n, p in parameters], buffers))
     return out
+
+
+def _check_step_arguments(optimizer, args, kwargs):
+    if "batch" in kwargs or (callable(optimizer) and not _is_optimizer(optimizer)):
+        raise TypeError("nanscope.StepGuard.step() ends a step your loop ran (guard.step(), as "
+                        "GradScaler.step(optimizer)); a closure with its batch is "
+                        "guard.closure_step(closure, batch)")
+    if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+        raise TypeError("nanscope.StepGuard.step(optimizer) takes no arguments for optimizer.step() (an optimizer "
+                        "closure, as with GradScaler); a closure with its batch is "
+                        "guard.closure_step(closure, batch)")
+    if optimizer is not None and not _is_optimizer(optimizer):
+        raise TypeError(f"nanscope.StepGuard.step: expected the guard's optimizer or nothing, got {optimizer!r}")
 
 
 def _is_optimizer(obj):

@@ -52,6 +52,8 @@ def keep_buffers(module, kept):
 
 def put_back(kept):
     """The buffers `kept` holds, back as they were; `kept` is emptied."""
+    if not kept:  # every clean step: no re-run kept any
+        return
     with torch.no_grad():
         for buffer, before in kept.values():
             buffer.copy_(before)

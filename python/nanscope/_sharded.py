@@ -103,35 +103,20 @@ def named_parameters(model, trainable=False):
     return [(name, p._local_tensor if isinstance(p, dtensor) else p) for name, p in items]
 
 
-_module_trees = weakref.WeakKeyDictionary()  # a model -> its modules' buffer dicts, read once
-
-
-def named_buffers(model):
-    """model.named_buffers() (each buffer once, in its order), its names clean.
-    The module tree is walked once per model, and each step reads only each
-    module's buffer dict: the transaction takes the buffers at every step, and
-    walking named_modules() each time cost a small model's step a quarter of a
-    millisecond. (A module added to the model after its first step is not
+def buffer_tree(model):
+    """Where model.named_buffers() comes from: each module's own buffer dict
+    (which the module writes into), the module held weakly, and its clean name
+    prefix. The guard reads it once per model and lists the buffers from these
+    dicts at every step (its transaction takes them then; walking
+    named_modules() each time cost a small model's step a quarter of a
+    millisecond). A module added to the model after its first step is not
     looked at for buffers; one that writes a buffer it did not have then is
-    said as written but not saved.)"""
-    tree = _module_trees.get(model)
-    if tree is None:
-        # The module held weakly: the entry must not keep its own key (the
-        # model) alive. Its name prefix is clean already; a buffer's own name
-        # has no dots, so the two joined are clean too.
-        tree = [(module._buffers, weakref.ref(module), _dotted(clean_name(prefix)))
-                for prefix, module in model.named_modules()]
-        _module_trees[model] = tree
-    seen = set()
-    out = []
-    for buffers, module, prefix in tree:
-        if not buffers or module() is None:
-            continue
-        for key, buffer in buffers.items():
-            if buffer is not None and id(buffer) not in seen:
-                seen.add(id(buffer))
-                out.append((prefix + key, buffer))
-    return out
+    said as written but not saved."""
+    # The module held weakly: the guard's model must not keep a module the
+    # loop dropped alive. Its name prefix is clean already; a buffer's own
+    # name has no dots, so the two joined are clean too.
+    return [(module._buffers, weakref.ref(module), _dotted(clean_name(prefix)))
+            for prefix, module in model.named_modules()]
 
 
 def _dotted(prefix):

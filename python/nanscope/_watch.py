@@ -217,12 +217,16 @@ class Watch:
         self._check_optimizer(optimizer)
         guard = self._open()
         self._stop_listening()
+        # busy() spelt out: this runs at every step, where a generator-made
+        # context manager costs a small step measurably.
+        was, self._busy = self._busy, True
         try:
-            with self.busy():
-                result = guard.step()
+            result = guard.step()
         finally:
+            self._busy = was
             _scopes.close_lingering()
-        self.keep_others(result)
+        if self.others or self.kept_buffers:  # a re-run ran another model (a GAN's critic)
+            self.keep_others(result)
         self._started, self._calls = False, []
         return result
 

@@ -4,8 +4,17 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace nanscope::python {
+
+py::handle module_attr(const char* module, const char* name) {
+  static auto* found = new std::map<std::string, py::object>();  // leaked: see the header
+  const std::string key = std::string(module) + ":" + name;
+  auto it = found->find(key);
+  if (it == found->end()) it = found->emplace(key, py::module_::import(module).attr(name)).first;
+  return it->second;
+}
 
 SharedObject share(py::object object) {
   return SharedObject(new py::object(std::move(object)), [](py::object* p) {
@@ -23,7 +32,7 @@ py::object batch_object(const Batch& batch) {
   if (!batch.is_nested()) return batch_object(batch.inputs, batch.targets);
   py::list leaves;
   for (const at::Tensor& t : batch.leaves) leaves.append(py::cast(t));
-  return py::module_::import("nanscope._batch").attr("unflatten")(batch.structure, leaves);
+  return module_attr("nanscope._batch", "unflatten")(batch.structure, leaves);
 }
 
 PythonModel::PythonModel(py::object module, std::string name, py::object loss, py::object program)
@@ -69,7 +78,7 @@ namespace {
 
 // Names, parameters and gradients as nanscope/_sharded.py gives them: a
 // sharded model's (FSDP) are this rank's shards, named without the wrappers.
-py::object sharded(const char* name) { return py::module_::import("nanscope._sharded").attr(name); }
+py::handle sharded(const char* name) { return module_attr("nanscope._sharded", name); }
 
 NamedTensors named_tensors(const py::handle& items) {
   NamedTensors out;
@@ -99,7 +108,23 @@ NamedTensors PythonModel::gathered_parameters() {
 
 NamedTensors PythonModel::named_buffers() const {
   py::gil_scoped_acquire gil;
-  return named_tensors(sharded("named_buffers")(*named_));
+  // Listed at every step (the guard's transaction): read in place from the
+  // modules' buffer dicts, which are found once (nanscope/_sharded.py).
+  if (!buffer_tree_) buffer_tree_ = share(sharded("buffer_tree")(*named_));
+  NamedTensors out;
+  std::unordered_set<PyObject*> seen;  // a buffer two modules share is listed once, as named_buffers() does
+  for (const py::handle entry : *buffer_tree_) {
+    const py::tuple where = py::reinterpret_borrow<py::tuple>(entry);
+    PyObject* buffers = where[0].ptr();
+    if (PyDict_Size(buffers) == 0 || where[1]().is_none()) continue;  // no buffers, or the module is gone
+    const std::string prefix = where[2].cast<std::string>();
+    Py_ssize_t position = 0;
+    PyObject *key = nullptr, *value = nullptr;
+    while (PyDict_Next(buffers, &position, &key, &value))
+      if (value != Py_None && seen.insert(value).second)
+        out.emplace_back(prefix + py::handle(key).cast<std::string>(), py::handle(value).cast<at::Tensor>());
+  }
+  return out;
 }
 
 std::vector<std::string> PythonModel::module_paths() const {
@@ -114,15 +139,14 @@ void PythonModel::set_training(bool on) {
 
 Batch batch_of(const py::object& batch, const RowDims& rows) {
   const int64_t row_dim = rows.all;
-  const py::module_ batches = py::module_::import("nanscope._batch");
   Batch b;
   if (THPVariable_Check(batch.ptr())) {
     b = Batch(batch.cast<at::Tensor>());
-  } else if (batches.attr("is_plain")(batch).cast<bool>()) {
+  } else if (module_attr("nanscope._batch", "is_plain")(batch).cast<bool>()) {
     const py::sequence items = batch.cast<py::sequence>();
     b = Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
   } else {
-    const py::tuple flat = batches.attr("flatten")(batch);
+    const py::tuple flat = module_attr("nanscope._batch", "flatten")(batch);
     b = Batch::nested(flat[0].cast<std::vector<at::Tensor>>(), flat[1].cast<std::string>());
     if (b.leaves.empty())
       throw py::type_error(

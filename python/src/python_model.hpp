@@ -24,6 +24,12 @@ namespace py = pybind11;
 using SharedObject = std::shared_ptr<py::object>;
 SharedObject share(py::object object);
 
+// An attribute of a Python module (a function of nanscope's Python half),
+// looked up once per process: py::module_::import goes through __import__
+// and costs microseconds, which a lookup on every step paid. The caller holds
+// the GIL. Never released: a handle dropped after the interpreter ended would crash.
+py::handle module_attr(const char* module, const char* name);
+
 // Ctrl-C or sys.exit() inside the user's code: not an error of the model for
 // the guard or a replay to diagnose (it is no std::exception, so they let it
 // pass), but the user's wish, handed back to Python as it was raised.
@@ -85,6 +91,7 @@ class PythonModel : public TrainableModel {
 
  private:
   SharedObject module_, named_, loss_, program_;
+  mutable SharedObject buffer_tree_;  // nanscope._sharded.buffer_tree, read at the first named_buffers()
   std::string name_;
 };
 

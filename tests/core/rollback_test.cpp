@@ -121,6 +121,56 @@ TEST(StateRing, EveryShippedOptimizersStateComesBackBitForBitTwice) {
   }
 }
 
+// A full ring's new state is written into the memory of the one it displaces
+// (no fresh pages to fault in), with the new values; memory something else
+// still holds is never written.
+TEST(StateRing, ANewStateTakesTheMemoryOfTheOneItDisplaces) {
+  auto model = test::tiny_mlp();
+  torch::optim::Adam optimizer(trainable_tensors(*model), torch::optim::AdamOptions(1e-2));
+  const at::Tensor x = at::randn({16, 8}), y = at::randint(0, 4, {16});
+  auto train = [&] {
+    optimizer.zero_grad();
+    model->loss(x, y).backward();
+    optimizer.step();
+  };
+  train();
+  StateRing ring(1, size_t(64) << 20);
+  ASSERT_TRUE(ring.save(0, *model, optimizer, LossScaler()));
+  std::vector<const void*> memory;
+  for (const at::Tensor& t : ring.oldest()->parameters) memory.push_back(t.data_ptr());
+  at::Tensor held;  // a tensor someone keeps: its memory is not taken
+  std::vector<const void*> optimizer_memory;
+  {
+    const std::vector<at::Tensor> first = ring.oldest()->optimizer.copy->tensors();
+    ASSERT_GT(first.size(), size_t(1));
+    held = first.front();
+    for (size_t i = 1; i < first.size(); ++i) optimizer_memory.push_back(first[i].data_ptr());
+  }
+  const at::Tensor held_values = held.clone();
+
+  train();
+  ASSERT_TRUE(ring.save(1, *model, optimizer, LossScaler()));
+  const TrainingState& second = *ring.oldest();
+  EXPECT_EQ(second.step, 1);
+  const NamedTensors params = model->named_parameters();
+  ASSERT_EQ(second.parameters.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(second.parameters[i].data_ptr(), memory[i]) << params[i].first;
+    EXPECT_TRUE(same_bits(second.parameters[i], params[i].second)) << params[i].first;
+  }
+  const std::vector<at::Tensor> now = optimizer_state_tensors(optimizer);
+  const std::vector<at::Tensor> kept = second.optimizer.copy->tensors();
+  ASSERT_EQ(kept.size(), now.size());
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(same_bits(kept[i], now[i])) << i;
+  size_t reused = 0;
+  for (const at::Tensor& t : kept) {
+    EXPECT_NE(t.data_ptr(), held.data_ptr()) << "memory still held elsewhere was written";
+    for (const void* p : optimizer_memory) reused += t.data_ptr() == p;
+  }
+  EXPECT_EQ(reused, optimizer_memory.size());
+  EXPECT_TRUE(same_bits(held, held_values));
+}
+
 TEST(StateRing, KeepsTheNewestStatesWithinItsBudget) {
   test::TempDir dir;
   auto model = test::tiny_mlp();

@@ -56,7 +56,11 @@ struct Batch {
   // The same batch with its own copy of every tensor (detached from the
   // loop's graph, requiring grad where the loop's did): what a loop's later
   // in-place writes (a refilled label or staging buffer) cannot change.
-  Batch copied() const;
+  // `spares`: copies of an earlier batch; one that nothing else holds any
+  // more and is laid out alike takes the values in place and leaves the list
+  // (a clean step's copy then allocates nothing: a large allocation per step
+  // costs a small step more than the copy).
+  Batch copied(std::vector<at::Tensor>* spares = nullptr) const;
   // The same batch with every tensor on `device` (those already there shared).
   Batch to(const at::Device& device) const;
   // The same batch without sample `row`, cut from every tensor whose row_dim

@@ -43,8 +43,8 @@ class Probe {
 
   const LayerIndex& layers() const { return layers_; }
 
-  // Step start: remembers the batch rows and the CPU generator's state so the
-  // step can be re-run exactly.
+  // Step start: remembers the batch rows (undefined: not known yet) and the
+  // CPU generator's state so the step can be re-run exactly.
   void begin_step(int64_t step, const at::Tensor& batch_rows);
   // The data set rows, when the loop says them only at the step's end (a watched step).
   void set_batch_rows(const at::Tensor& batch_rows) { batch_rows_ = batch_rows; }
