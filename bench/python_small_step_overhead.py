@@ -10,6 +10,12 @@ their ratio, the guard's own time per step (the difference), and what a skip
 costs when the micro-batch itself holds the NaN (the guard sees it in the
 batch and needs no forensic re-run), in clean guarded steps.
 
+Then, in a guarded run of its own, the guard's own time per call, each call
+timed where the loop makes it (median over the steps): the model call's two
+hooks, guard.backward() less the backward itself, and guard.step() less the
+optimizer's step. Their sum is the guard's own time without the timer's noise
+between arms (a shared machine moves the ratio by a few percent).
+
 usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_small_step_overhead.py [--rounds 8] [--steps 20]
 """
 import argparse
@@ -67,6 +73,57 @@ def arm(guarded, run_dir, batches):
     return step
 
 
+def own_time_per_call(batches, run_dir, steps=400):
+    """The guard's own calls in a step, each timed (microseconds, medians)."""
+    from nanscope import _watch  # the hooks the guard puts on the model, timed where they run
+    torch.manual_seed(0)
+    model = RowRnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    times = {"model call's hooks": [], "backward() less the backward": [], "step() less the optimizer": []}
+    hooks, inner = [0.0], {"backward": 0.0, "optimizer": 0.0}
+
+    def timed(function, into):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                into(time.perf_counter() - start)
+        return call
+
+    def add_hook(seconds):
+        hooks[0] += seconds
+    originals = (_watch._CallRecorder.__call__, _watch._CallEnd.__call__)
+    _watch._CallRecorder.__call__ = timed(originals[0], add_hook)
+    _watch._CallEnd.__call__ = timed(originals[1], add_hook)
+    optimizer.step = timed(optimizer.step, lambda t: inner.__setitem__("optimizer", t))
+    try:
+        context = guard.autocast()
+        for i in range(steps):
+            x, y = batches[i % len(batches)]
+            hooks[0] = 0.0
+            with context:
+                loss = F.cross_entropy(model(x), y)
+            start = time.perf_counter()
+            scaled = guard.scale(loss, (x, y))
+            middle = time.perf_counter()
+            scaled.backward()
+            end = time.perf_counter()
+            guard.step()
+            after = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            if i >= steps // 4:  # warmed up
+                times["model call's hooks"].append(hooks[0])
+                times["backward() less the backward"].append(middle - start)
+                times["step() less the optimizer"].append(after - end - inner["optimizer"])
+    finally:
+        _watch._CallRecorder.__call__, _watch._CallEnd.__call__ = originals
+        guard.close()
+    return {name: statistics.median(values) * 1e6 for name, values in times.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=8, help="alternations of the two arms")
@@ -106,6 +163,10 @@ def main():
               f"the blocks' ratios {statistics.median(ratios):.3f}); the guard's own {1e3 * (guarded - plain):+.3f} ms")
         print(f"  a skip whose batch holds the NaN: {statistics.median(skips) * 1e3:.2f} ms = "
               f"{statistics.median(skips) / statistics.median(clean):.2f} clean guarded steps")
+        calls = own_time_per_call(batches, tmp + "/calls")
+        print("  the guard's own time per call (median us): " +
+              ", ".join(f"{name} {us:.0f}" for name, us in calls.items()) +
+              f"; in all {sum(calls.values()):.0f} us a step")
 
 
 if __name__ == "__main__":
