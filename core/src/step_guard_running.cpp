@@ -139,9 +139,8 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
   RunningStep run = begin_step(step, context);
   StepSettings& settings = run.settings;
   if (options_.probe) {
-    // Without the data set rows, they are unknown (-1), not guessed.
-    probe_.begin_step(step,
-                      context.batch_rows.defined() ? context.batch_rows : at::full({batch.rows()}, -1, at::kLong));
+    // Without the data set rows, they are unknown (a snapshot says -1), not guessed.
+    probe_.begin_step(step, context.batch_rows);
     settings.batch_nonfinite = probe_.batch_nonfinite(batch);
   }
   run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
