@@ -8,6 +8,7 @@
 // machine's state and noise. Prints each arm's median step time, its ratio to
 // plain, and the guard's own time per step (the median difference).
 // Usage: closure_vae_overhead [ROUNDS=9] [STEPS_PER_ROUND=30] [BATCH=128] [THREADS=1]
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
@@ -86,7 +87,13 @@ int main(int argc, char** argv) {
   }
   const at::Tensor images = at::rand({batch, 784});
 
-  auto run_step = [&](Arm& arm) {
+  // Each arm's k-th step draws the same noise (the VAE samples z), and
+  // denormals are flushed: an arm's speed must not depend on its weights
+  // (Adam's state going denormal on one arm's path cost it 10 ms a step at
+  // batch 640, and all arms several times their step once they shared a path).
+  at::globalContext().setFlushDenormal(true);
+  auto run_step = [&](Arm& arm, int64_t k) {
+    torch::manual_seed(uint64_t(k));
     const auto start = std::chrono::steady_clock::now();
     if (arm.guard) {
       arm.guard->closure_step([&] { return arm.model->loss(images); }, Batch(images)).loss.item<double>();
@@ -103,11 +110,19 @@ int main(int argc, char** argv) {
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  for (int64_t warm = 0; warm < 5; ++warm)
-    for (Arm& arm : arms) run_step(arm);
+  // The arms take turns in a rotating order: none always runs right after
+  // another (whose freed memory the allocator hands on, or not).
+  auto in_turn = [&](int64_t k, bool timed) {
+    for (size_t i = 0; i < arms.size(); ++i) {
+      Arm& arm = arms[(size_t(k) + i) % arms.size()];
+      const double seconds = run_step(arm, k);
+      if (timed) arm.times.push_back(seconds);
+    }
+  };
+  int64_t k = 0;
+  for (; k < 5; ++k) in_turn(k, false);
   for (int64_t r = 0; r < rounds; ++r)
-    for (int64_t s = 0; s < steps; ++s)
-      for (Arm& arm : arms) arm.times.push_back(run_step(arm));
+    for (int64_t s = 0; s < steps; ++s, ++k) in_turn(k, true);
 
   std::printf(
       "closure form, MNIST VAE 784-400-20, batch %lld, bf16, Adam, %d thread(s), %lld x %lld steps, LibTorch %s\n",
@@ -122,8 +137,13 @@ int main(int argc, char** argv) {
   const double plain = median(arms[0].times), plain_mean = mean(arms[0].times);
   for (const Arm& arm : arms) {
     const double m = median(arm.times), a = mean(arm.times);
-    std::printf("  %-10s median step %7.3f ms  ratio %.3f  guard's own %+.3f ms | mean %7.3f ms  ratio %.3f\n",
+    std::printf("  %-10s median step %7.3f ms  ratio %.3f  guard's own %+.3f ms | mean %7.3f ms  ratio %.3f",
                 arm.name.c_str(), m * 1e3, m / plain, (m - plain) * 1e3, a * 1e3, a / plain_mean);
+    // Every update applied, or the arm is no like-for-like of the plain loop.
+    if (arm.guard)
+      std::printf("  (updates applied %lld of %lld)", static_cast<long long>(arm.guard->applied_steps()),
+                  static_cast<long long>(k));
+    std::printf("\n");
   }
   std::filesystem::remove_all(dir);
   return 0;
