@@ -125,7 +125,7 @@ Batch Batch::copied(std::vector<at::Tensor>* spares) const {
         if (takes_in_place(*it, t)) {
           at::Tensor copy = std::move(*it);
           spares->erase(it);
-          return copy.copy_(t.detach());
+          return copy.copy_(t);  // t requires no grad (takes_in_place)
         }
     // A tensor that required grad keeps requiring it: reentrant activation
     // checkpointing and input-gradient methods need it on re-run as the loop had it.

@@ -39,19 +39,25 @@ inline __attribute__((always_inline)) Bits largest_bits(const Bits* values, int6
   return largest;
 }
 
-NANSCOPE_VECTOR_CLONES bool any_saturated16(const uint16_t* v, int64_t n, uint16_t e) { return any_saturated(v, n, e); }
-NANSCOPE_VECTOR_CLONES bool any_saturated32(const uint32_t* v, int64_t n, uint32_t e) { return any_saturated(v, n, e); }
-NANSCOPE_VECTOR_CLONES bool any_saturated64(const uint64_t* v, int64_t n, uint64_t e) { return any_saturated(v, n, e); }
-NANSCOPE_VECTOR_CLONES uint16_t largest16(const uint16_t* v, int64_t n, uint16_t m) { return largest_bits(v, n, m); }
-NANSCOPE_VECTOR_CLONES uint32_t largest32(const uint32_t* v, int64_t n, uint32_t m) { return largest_bits(v, n, m); }
-NANSCOPE_VECTOR_CLONES uint64_t largest64(const uint64_t* v, int64_t n, uint64_t m) { return largest_bits(v, n, m); }
-
-bool any_saturated_bits(const uint16_t* v, int64_t n, uint16_t e) { return any_saturated16(v, n, e); }
-bool any_saturated_bits(const uint32_t* v, int64_t n, uint32_t e) { return any_saturated32(v, n, e); }
-bool any_saturated_bits(const uint64_t* v, int64_t n, uint64_t e) { return any_saturated64(v, n, e); }
-uint16_t largest_magnitude(const uint16_t* v, int64_t n, uint16_t m) { return largest16(v, n, m); }
-uint32_t largest_magnitude(const uint32_t* v, int64_t n, uint32_t m) { return largest32(v, n, m); }
-uint64_t largest_magnitude(const uint64_t* v, int64_t n, uint64_t m) { return largest64(v, n, m); }
+// Not templates: target_clones needs a function of its own for each width.
+NANSCOPE_VECTOR_CLONES bool any_saturated_bits(const uint16_t* v, int64_t n, uint16_t e) {
+  return any_saturated(v, n, e);
+}
+NANSCOPE_VECTOR_CLONES bool any_saturated_bits(const uint32_t* v, int64_t n, uint32_t e) {
+  return any_saturated(v, n, e);
+}
+NANSCOPE_VECTOR_CLONES bool any_saturated_bits(const uint64_t* v, int64_t n, uint64_t e) {
+  return any_saturated(v, n, e);
+}
+NANSCOPE_VECTOR_CLONES uint16_t largest_magnitude(const uint16_t* v, int64_t n, uint16_t m) {
+  return largest_bits(v, n, m);
+}
+NANSCOPE_VECTOR_CLONES uint32_t largest_magnitude(const uint32_t* v, int64_t n, uint32_t m) {
+  return largest_bits(v, n, m);
+}
+NANSCOPE_VECTOR_CLONES uint64_t largest_magnitude(const uint64_t* v, int64_t n, uint64_t m) {
+  return largest_bits(v, n, m);
+}
 
 // Small tensors (a batch, a BatchNorm's statistics) in one pass on this
 // thread; large ones in pieces on LibTorch's threads.
@@ -127,7 +133,7 @@ std::optional<std::vector<bool>> nonfinite_each_on_host(const std::vector<at::Te
   std::vector<bool> out;
   out.reserve(tensors.size());
   for (const at::Tensor& t : tensors) {
-    const std::optional<bool> bad = t.numel() == 0 ? std::optional<bool>(false) : nonfinite_on_host(t.detach());
+    const std::optional<bool> bad = t.numel() == 0 ? std::optional<bool>(false) : nonfinite_on_host(t);
     if (!bad) return std::nullopt;
     out.push_back(*bad);
   }
@@ -148,7 +154,10 @@ at::Tensor stacked_extremes(const std::vector<at::Tensor>& present, const at::De
   for (const at::Tensor& t : present) all_cuda = all_cuda && t.is_cuda();
   if (all_cuda) {
     per_tensor = 1;
-    return at::stack(at::_foreach_norm(present, std::numeric_limits<double>::infinity()));
+    std::vector<at::Tensor> detached;  // a tensor that requires grad records no graph here
+    detached.reserve(present.size());
+    for (const at::Tensor& t : present) detached.push_back(t.detach());
+    return at::stack(at::_foreach_norm(detached, std::numeric_limits<double>::infinity()));
   }
   per_tensor = 2;
   std::vector<at::Tensor> extremes;
@@ -215,7 +224,7 @@ at::Tensor any_nonfinite(const std::vector<at::Tensor>& tensors) {
 }
 
 at::Tensor abs_max(const at::Tensor& t) {
-  if (const std::optional<float> largest = abs_max_on_host(t.detach())) {
+  if (const std::optional<float> largest = abs_max_on_host(t)) {
     at::Tensor out = at::empty({}, at::kFloat);
     *out.data_ptr<float>() = *largest;
     return out;

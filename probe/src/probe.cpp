@@ -41,7 +41,7 @@ at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
   const std::vector<at::Tensor> tensors = batch.tensors();
   std::vector<at::Tensor> floating;
   for (const at::Tensor& t : tensors)
-    if (is_floating(t) && t.numel() > 0) floating.push_back(t.detach());
+    if (is_floating(t) && t.numel() > 0) floating.push_back(t);  // read, never written: no detach
   if (floating.empty())
     return at::zeros({1},
                      tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));
