@@ -28,3 +28,26 @@ def nanscope_lines(caplog):
         new, seen = records[seen:], len(records)
         return "\n".join(r.getMessage() for r in new)
     return lines
+
+
+@pytest.fixture(scope="session")
+def rank_pools(tmp_path_factory):
+    """Gloo ranks that stay up for the session's multi-rank scenarios (rank_pool.py)."""
+    from rank_pool import RankPools
+    pools = RankPools(tmp_path_factory.mktemp("ranks"))
+    yield pools
+    pools.close()
+
+
+@pytest.fixture
+def run_ranks(rank_pools):
+    """run_ranks(where, engine, form, fault, options=None, world=2, **settings):
+    each rank's out of sharded_worker.run, its run directory
+    where/ENGINE-FORM-FAULT-WORLD/run, the guard's options {"fallback": "off"}
+    unless given, its lines logged under "log"."""
+    def run(where, engine, form, fault, options=None, world=2, **settings):
+        run_dir = where / f"{engine}-{form}-{fault}-{world}" / "run"
+        run_dir.parent.mkdir(parents=True)
+        return rank_pools.run("sharded", world, 300, run_dir=str(run_dir), engine=engine, form=form, fault=fault,
+                              log=True, guard_options=options or {"fallback": "off"}, **settings)
+    return run

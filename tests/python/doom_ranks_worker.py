@@ -4,14 +4,9 @@ count on rank 1's step P wrecks the shared probe head; its sample comes again
 on rank 1 at P + D and overflows) on 2 Gloo ranks, the model sharded (FSDP2,
 FSDP1) or replicated (DDP).
 
-usage: doom_ranks_worker.py RANK RUN_DIR ENGINE ROLLBACK   (ENGINE: fsdp2 | fsdp1 | ddp; ROLLBACK: 0 | 1)
-Prints one JSON line: each step's StepResult fields, and the rank's weights at the end."""
-import json
-import os
-import sys
-
+run() is one rank's run, on its process group (rank_server.py): each step's
+StepResult fields, and the rank's weights at the end."""
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -52,15 +47,14 @@ def batch(step, rank):
     return doom.batch_at(step + 10_000, {})
 
 
-def main():
-    rank, run_dir, engine, rollback = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=2)
+def run(rank, run_dir, engine, rollback):
     import nanscope
     torch.manual_seed(0)
     model = wrap(doom.Net("transformer"), engine)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="fp32", log=False, loss_fn=loss_fn,
-                               config=nanscope.GuardConfig(warn=False, fallback="off", doom_search=True, rollback=rollback, rollback_every=40, rollback_states=4))
+                               config=nanscope.GuardConfig(warn=False, fallback="off", doom_search=True,
+                                                           rollback=rollback, rollback_every=40, rollback_states=4))
     results = []
     for step in range(STEPS):
         b = batch(step, rank)
@@ -71,9 +65,4 @@ def main():
     guard.close()
     weights = (sharded_worker.whole_weights(model) if engine != "ddp" else
                {name: p.detach().flatten().tolist() for name, p in model.module.named_parameters()})
-    print(json.dumps({"results": results, "weights": weights}), flush=True)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+    return {"results": results, "weights": weights}

@@ -1,9 +1,11 @@
 """One rank of a sharded training run for test_sharded.py, over Gloo on CPU:
-FSDP2 (fully_shard) or FSDP1 (use_orig_params=True), the guard's closure or
-watched form, or the plain FSDP loop that leaves out one step's update by hand.
+FSDP2 (fully_shard), FSDP1 (use_orig_params=True) or DDP, the guard's closure
+or watched form, or the plain loop that leaves out one step's update by hand.
+The tests run it through rank_server.py (run()); the command line is for a
+rank that must end on its own (the "raises" fault).
 
 usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
-  ENGINE: fsdp2 | fsdp1      FORM: closure | watched | plain
+  ENGINE: fsdp2 | fsdp1 | ddp      FORM: closure | watched | plain
   FAULT:  forward (rank 1's batch has a blank row: 0/0 in Normalize's forward)
           backward (rank 0's batch has a blank row: sqrt'(0) in Magnitude's backward)
           input (rank 1's batch holds a NaN)
@@ -11,7 +13,7 @@ usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
           AFTER=exit: rank 1 then ends, AFTER=stay: it stays, and its peer ends
           at the process group's timeout, env PG_TIMEOUT seconds)
 Prints one JSON line: the StepResults, the whole weights and each step's grad norm.
-Env: OPTIMIZER=sgd (AdamW unless), CLIP=C (the plain loop clips at C)."""
+Env: STORE (the process group's file), WORLD (2), GUARD_OPTIONS (JSON), LOG=1."""
 import datetime
 import json
 import os
@@ -23,8 +25,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-STEPS, FAULT_STEP, BLANK_ROW, NAN_ROW = int(os.environ.get("STEPS", 5)), 3, 5, 6
-FAULT_STEPS = [int(s) for s in os.environ.get("FAULT_STEPS", str(FAULT_STEP)).split(",")]  # a fault on each
+STEPS, FAULT_STEP, BLANK_ROW, NAN_ROW = 5, 3, 5, 6
 
 
 class Normalize(nn.Module):
@@ -62,10 +63,10 @@ def loss_of(model, batch):
     return F.cross_entropy(model(x), y)
 
 
-def batch(step, rank, fault):
+def batch(step, rank, fault, fault_steps=(FAULT_STEP,)):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x, y = torch.randn(8, 8, generator=g) + 0.5, torch.randint(0, 3, (8,), generator=g)
-    if step in FAULT_STEPS:
+    if step in fault_steps:
         if fault == "forward" and rank == 1 or fault == "backward" and rank == 0:
             x[BLANK_ROW] = 0.0
         if fault == "input" and rank == 1:
@@ -131,30 +132,30 @@ def failed_step(guard, model, optimizer, form, x, y, step):
     return failed
 
 
-def main():
-    rank, run_dir, engine, form, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank,
-                            world_size=int(os.environ.get("WORLD", 2)),
-                            timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", 1800))))
+def run(rank, run_dir, engine, form, fault, steps=STEPS, fault_steps=(FAULT_STEP,), optimizer="adamw", clip=None,
+        fallback=None, trace=False, log=False, guard_options=None):
+    """One run on this rank's process group: the StepResults (the guard's
+    forms), each step's whole grad norm (the plain loop), the snapshots and
+    the whole weights at the end. The plain loop clips at clip (the loop's
+    own clip, as PyTorch does it on a sharded model) and, from the step after
+    the fault, trains in fp32 at the LR cut by fallback (as the guard's
+    whole-model fallback). Under the "raises" fault the run stops at the
+    fault step with what it raised ("failed"), the guard left open."""
     torch.manual_seed(0)  # every rank builds the same weights; FSDP keeps its shard of them
     model = shard(Net(fault), engine)
-    optimizer = (torch.optim.SGD(model.parameters(), lr=0.5) if os.environ.get("OPTIMIZER") == "sgd" else
+    optimizer = (torch.optim.SGD(model.parameters(), lr=0.5) if optimizer == "sgd" else
                  torch.optim.AdamW(model.parameters(), lr=1e-2))
     out = {"results": [], "norms": []}
     guard = None
     if form != "plain":
         import nanscope
-        options = json.loads(os.environ.get("GUARD_OPTIONS", "{}"))
-        guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=os.environ.get("LOG") == "1",
-                                   loss_fn=loss_of, config=nanscope.GuardConfig(**options))
-    for step in range(STEPS):
-        x, y = batch(step, rank, fault)
+        guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=log, loss_fn=loss_of,
+                                   config=nanscope.GuardConfig(**(guard_options or {})))
+    for step in range(steps):
+        x, y = batch(step, rank, fault, fault_steps)
         if fault == "raises" and step >= FAULT_STEP:
             out["failed"] = failed_step(guard, model, optimizer, form, x, y, step)
-            if rank == 1 and os.environ.get("AFTER") == "stay":
-                print(json.dumps(out), flush=True)
-                time.sleep(600)  # alive, out of every collective: the peer must end at the timeout
-            break
+            return out, guard
         if form == "closure":
             result = guard.closure_step(lambda: loss_of(model, (x, y)), batch=(x, y))
         elif form == "watched":
@@ -163,18 +164,16 @@ def main():
             guard.scale(loss, (x, y)).backward()
             result = guard.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
-        else:  # the plain FSDP loop, bf16 autocast as the guard's, the fault step's update left out by hand
-            # (env FALLBACK=LR_BACKOFF: and then fp32 at that LR cut, as the guard's whole-model fallback)
-            fell_back = "FALLBACK" in os.environ and step > FAULT_STEP
+        else:  # the plain loop, bf16 autocast as the guard's, the fault step's update left out by hand
+            fell_back = fallback is not None and step > FAULT_STEP
             if fell_back:
                 for group in optimizer.param_groups:
-                    group["lr"] = 1e-2 * float(os.environ["FALLBACK"])
+                    group["lr"] = 1e-2 * fallback
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not fell_back):
                 loss = loss_of(model, (x, y))
             loss.backward()
             out["norms"].append(total_norm(model, engine))
-            if "CLIP" in os.environ:  # the loop's own clip, as PyTorch does it on a sharded model
-                clip = float(os.environ["CLIP"])
+            if clip is not None:
                 if engine == "fsdp1":
                     model.clip_grad_norm_(clip)
                 else:
@@ -187,18 +186,33 @@ def main():
                                 "first_birth": result.first_birth, "snapshot": result.snapshot,
                                 "rolled_back_to": result.rolled_back_to, "amp": result.amp, "lr": result.lr,
                                 "remedy": result.remedy})
-        if os.environ.get("TRACE") == "1":  # the whole weights after each step
+        if trace:  # the whole weights after each step
             out.setdefault("trace", []).append(whole_weights(model))
-    if fault == "raises":
-        guard.close()
-        print(json.dumps(out), flush=True)
-        os._exit(0)  # a process group whose peer is gone cannot be torn down in step
     if guard is not None:
         out["snapshots"] = guard.snapshots
         guard.close()
     out["weights"] = whole_weights(model)
+    return out
+
+
+def main():
+    rank, run_dir, engine, form, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank,
+                            world_size=int(os.environ.get("WORLD", 2)),
+                            timeout=datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", 1800))))
+    out = run(rank, run_dir, engine, form, fault, log=os.environ.get("LOG") == "1",
+              guard_options=json.loads(os.environ.get("GUARD_OPTIONS", "{}")))
+    if fault != "raises":
+        print(json.dumps(out), flush=True)
+        dist.destroy_process_group()
+        return
+    out, guard = out
+    if rank == 1 and os.environ.get("AFTER") == "stay":
+        print(json.dumps(out), flush=True)
+        time.sleep(600)  # alive, out of every collective: the peer must end at the timeout
+    guard.close()
     print(json.dumps(out), flush=True)
-    dist.destroy_process_group()
+    os._exit(0)  # a process group whose peer is gone cannot be torn down in step
 
 
 if __name__ == "__main__":

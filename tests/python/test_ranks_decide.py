@@ -17,13 +17,13 @@ if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 1
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sharded_worker  # noqa: E402
-from test_sharded import run_ranks  # noqa: E402
 
 
 @pytest.mark.parametrize("engine, world, form", [("fsdp2", 2, "closure"), ("fsdp1", 2, "closure"),
                                                  ("fsdp2", 4, "closure"), ("ddp", 4, "closure"),
                                                  ("ddp", 2, "watched")])
-def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, engine, world, form):
+def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, run_ranks, engine, world,
+                                                                                 form):
     """fallback='auto': rank 1's blank sample is 0/0 in fp32 too and the step
     is finite without it. Rank 1 diagnoses the step (a sharded model's ranks
     re-run it together), and every rank takes its remedy: data, a skip and

@@ -1,6 +1,7 @@
 """The guard on a sharded model: two Gloo ranks on CPU under FSDP2
 (fully_shard) and FSDP1 (use_orig_params=True), a fault planted in one rank's
-batch (sharded_worker.py). Every rank skips the same step and ends with the
+batch (sharded_worker.py, run by ranks that stay up across the tests:
+rank_pool.py). Every rank skips the same step and ends with the
 weights of the plain FSDP loop that left that step's update out by hand; the
 guard's grad norms are the whole gradients' (as PyTorch's own sharded norm
 gives them); the sick rank names the birth's op, module and row, its peer
@@ -31,29 +32,14 @@ EXPECTED = {  # by construction: the blank row 5 meets body.1; the NaN sits in i
 }
 
 
-def run_ranks(tmp_path, engine, form, fault, options=None, world=2, **env_vars):
-    where = tmp_path / f"{engine}-{form}-{fault}-{world}"
-    where.mkdir()
-    env = dict(os.environ, STORE=str(where / "store"), OMP_NUM_THREADS="1", LOG="1", WORLD=str(world),
-               GUARD_OPTIONS=json.dumps(options or {"fallback": "off"}), **env_vars)
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(where / "run"), engine, form, fault],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(world)]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-        outs.append(dict(json.loads(out.strip().splitlines()[-1]), log=err))
-    return outs
-
-
 @pytest.fixture(scope="module")
-def plain_runs(tmp_path_factory):
+def plain_runs(tmp_path_factory, rank_pools):
     cache = {}
 
     def get(engine, fault):
         if (engine, fault) not in cache:
-            cache[engine, fault] = run_ranks(tmp_path_factory.mktemp("plain"), engine, "plain", fault)
+            cache[engine, fault] = rank_pools.run("sharded", 2, 300, run_dir=str(tmp_path_factory.mktemp("plain")),
+                                                  engine=engine, form="plain", fault=fault)
         return cache[engine, fault]
     return get
 
@@ -61,7 +47,8 @@ def plain_runs(tmp_path_factory):
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
 @pytest.mark.parametrize("form, fault", [("closure", "forward"), ("closure", "backward"), ("closure", "input"),
                                          ("watched", "forward"), ("watched", "backward")])
-def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path, plain_runs, engine, form, fault):
+def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path, run_ranks, plain_runs, engine, form,
+                                                                        fault):
     """DDP too: its own buckets mix the gradients in the backward, and the
     guard's hook saw each rank's before they mixed, so a backward birth on
     rank 0 alone is rank 0's on every rank's line."""
@@ -102,20 +89,20 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
-def test_the_guards_clip_uses_the_whole_gradients_norm(tmp_path, engine):
+def test_the_guards_clip_uses_the_whole_gradients_norm(tmp_path, run_ranks, engine):
     """clip= on a sharded model scales every rank's shards by the whole
     gradients' norm: SGD ends where the plain FSDP loop's own
     clip_grad_norm_ takes it (a clip by a shard's own norm would not)."""
     clip = 0.05  # below every step's norm: each step is clipped
-    guarded = run_ranks(tmp_path, engine, "closure", "none", {"fallback": "off", "clip": clip}, OPTIMIZER="sgd")
-    plain = run_ranks(tmp_path, engine, "plain", "none", OPTIMIZER="sgd", CLIP=str(clip))
+    guarded = run_ranks(tmp_path, engine, "closure", "none", {"fallback": "off", "clip": clip}, optimizer="sgd")
+    plain = run_ranks(tmp_path, engine, "plain", "none", optimizer="sgd", clip=clip)
     assert all(norm > clip for norm in plain[0]["norms"])
     for rank in (0, 1):
         for name, values in plain[rank]["weights"].items():
             assert guarded[rank]["weights"][name] == pytest.approx(values, rel=1e-5, abs=1e-7), (rank, name)
 
 
-def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool):
+def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool, run_ranks):
     """The run directory of two FSDP2 ranks reads as a DDP one does: a run per
     rank in nanscope-report, the sick rank named as the first non-finite one
     and as the birth's, and a heatmap per rank in nanscope-view."""
@@ -143,12 +130,12 @@ def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool):
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
-def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, engine):
+def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, run_ranks, engine):
     """A forward birth on rank 1 with fallback='whole': both ranks skip, go to
     fp32 and cut the LR, and end with the weights of the plain FSDP loop that
     dropped the update and went on in fp32 at the cut LR."""
-    guarded = run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "whole", "lr_backoff": 0.5}, STEPS="6")
-    plain = run_ranks(tmp_path, engine, "plain", "forward", STEPS="6", FALLBACK="0.5")
+    guarded = run_ranks(tmp_path, engine, "closure", "forward", {"fallback": "whole", "lr_backoff": 0.5}, steps=6)
+    plain = run_ranks(tmp_path, engine, "plain", "forward", steps=6, fallback=0.5)
     for rank, out in enumerate(guarded):
         results = out["results"]
         assert [r["skipped"] for r in results] == [s == sharded_worker.FAULT_STEP for s in range(6)], rank
@@ -158,14 +145,14 @@ def test_the_whole_model_fallback_switches_every_rank_alike(tmp_path, engine):
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1"])
-def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path, engine):
+def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path, run_ranks, engine):
     """Births on two steps in a row (rollback's patience): every rank goes back
     to the state saved after step 2, its shards of the weights and of AdamW's
     state, and trains on alike."""
     fault_steps = (sharded_worker.FAULT_STEP, sharded_worker.FAULT_STEP + 1)
     guarded = run_ranks(tmp_path, engine, "closure", "forward",
-                        {"fallback": "off", "rollback_every": 1, "lr_backoff": 0.5}, STEPS="7",
-                        FAULT_STEPS=",".join(map(str, fault_steps)), TRACE="1")
+                        {"fallback": "off", "rollback_every": 1, "lr_backoff": 0.5}, steps=7,
+                        fault_steps=fault_steps, trace=True)
     for rank, out in enumerate(guarded):
         results, trace = out["results"], out["trace"]
         rolled = [(step, r["rolled_back_to"]) for step, r in enumerate(results) if r["rolled_back_to"] >= 0]
@@ -175,30 +162,14 @@ def test_a_rollback_restores_every_ranks_shards_of_the_same_saved_step(tmp_path,
         assert results[-1]["lr"] == pytest.approx(0.005), rank
 
 
-DOOM_WORKER = Path(__file__).parent / "doom_ranks_worker.py"
-
-
-def run_doom_ranks(tmp_path, engine, rollback):
-    env = dict(os.environ, STORE=str(tmp_path / "store"), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(DOOM_WORKER), str(rank), str(tmp_path / "run"), engine,
-                               "1" if rollback else "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for rank in range(2)]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
-    return outs
-
-
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
-def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, engine):
+def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, rank_pools, engine):
     """Rank 1's finite update at step P dooms its step P + D: every rank
     replays its own batches together, and every rank names step P and the
     row: rank 1's batch row 3, row B + 3 of the whole batch (every rank's rows
     in rank order, as one process with the summed batch reads them)."""
     import doom_ranks_worker as w
-    outs = run_doom_ranks(tmp_path, engine, rollback=False)
+    outs = rank_pools.run("doom", 2, 600, run_dir=str(tmp_path / "run"), engine=engine, rollback=False)
     for rank, out in enumerate(outs):
         results = out["results"]
         assert all(r["counted"] for r in results[:w.POISON + w.D]), rank
@@ -209,12 +180,12 @@ def test_every_rank_searches_together_and_names_the_dooming_step(tmp_path, engin
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "ddp"])
-def test_every_rank_goes_on_without_the_dooming_update(tmp_path, engine):
+def test_every_rank_goes_on_without_the_dooming_update(tmp_path, rank_pools, engine):
     """With rollback on, every rank puts back the state saved before step P
     and replays the steps since without P's update: the run goes on finite,
     the ranks' weights alike."""
     import doom_ranks_worker as w
-    outs = run_doom_ranks(tmp_path, engine, rollback=True)
+    outs = rank_pools.run("doom", 2, 600, run_dir=str(tmp_path / "run"), engine=engine, rollback=True)
     failed = [out["results"][w.POISON + w.D] for out in outs]
     assert failed[0]["rolled_back_to"] == failed[1]["rolled_back_to"]  # the same saved state
     for rank, out in enumerate(outs):
