@@ -22,8 +22,8 @@ import sharded_worker  # noqa: E402
 @pytest.mark.parametrize("engine, world, form", [("fsdp2", 2, "closure"), ("fsdp1", 2, "closure"),
                                                  ("fsdp2", 4, "closure"), ("ddp", 4, "closure"),
                                                  ("ddp", 2, "watched")])
-def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, run_ranks, engine, world,
-                                                                                 form):
+def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, tool, run_ranks, engine,
+                                                                                 world, form):
     """fallback='auto': rank 1's blank sample is 0/0 in fp32 too and the step
     is finite without it. Rank 1 diagnoses the step (a sharded model's ranks
     re-run it together), and every rank takes its remedy: data, a skip and
