@@ -25,9 +25,9 @@ class RankPool:
                       for rank in range(world)]
         self.pending = [b""] * world
 
-    def run(self, kind, timeout, **args):
-        """Each rank's out of one scenario, in rank order."""
-        request = (json.dumps({"kind": kind, "args": args}) + "\n").encode()
+    def run(self, function, timeout, **args):
+        """Each rank's out of rank_server.RUNS[function](**args), in rank order."""
+        request = (json.dumps({"function": function, "args": args}) + "\n").encode()
         for p in self.procs:
             p.stdin.write(request)
             p.stdin.flush()
@@ -80,13 +80,13 @@ class RankPools:
     def __init__(self, where):
         self.where, self.pools, self.started = where, {}, 0
 
-    def run(self, kind, world, timeout, **args):
+    def run(self, function, world, timeout, **args):
         pool = self.pools.get(world)
         if pool is None:
             self.started += 1
             pool = self.pools[world] = RankPool(world, self.where / f"pool-{self.started}-world-{world}")
         try:
-            return pool.run(kind, timeout, **args)
+            return pool.run(function, timeout, **args)
         except BaseException:
             del self.pools[world]
             pool.kill()

@@ -4,8 +4,8 @@ for a run, not for starting the ranks: a rank's start (Python, torch,
 nanscope and the process group) took 4 of the 5 s of a whole sharded run.
 
 usage: rank_server.py RANK WORLD   (env STORE: the process group's file)
-Reads one JSON request a line on stdin: {"kind": "sharded" | "doom", "args": {...}},
-the keyword arguments of sharded_worker.run or doom_ranks_worker.run. Answers
+Reads one JSON request a line on stdin: {"function": a name in RUNS, "args": {...}},
+the keyword arguments of that run function but the rank. Answers
 one JSON line on stdout: {"out": ...} with the nanscope lines the run logged
 under "log", or {"error": the traceback}. Ends at the end of stdin."""
 import contextlib
@@ -18,10 +18,12 @@ import traceback
 
 import torch.distributed as dist
 
+import ddp_worker
 import doom_ranks_worker
 import sharded_worker
 
-RUNS = {"sharded": sharded_worker.run, "doom": doom_ranks_worker.run}
+RUNS = {"sharded": sharded_worker.run, "doom": doom_ranks_worker.run, "ddp_skip": ddp_worker.skip_run,
+        "ddp_auto_fallback": ddp_worker.auto_fallback_run}
 
 
 def main():
@@ -34,7 +36,7 @@ def main():
         log = io.StringIO()  # the guard's lines reach sys.stderr as it is at each line
         try:
             with contextlib.redirect_stderr(log):
-                out = RUNS[request["kind"]](rank=rank, **request["args"])
+                out = RUNS[request["function"]](rank=rank, **request["args"])
             answer = {"out": dict(out, log=log.getvalue())}
         except Exception:  # noqa: BLE001 (the test shows it)
             answer = {"error": log.getvalue() + traceback.format_exc()}

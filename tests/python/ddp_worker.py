@@ -1,0 +1,91 @@
+"""One rank of test_distributed.py's runs, on two Gloo ranks (rank_server.py
+runs them): a small model, plain (the guard averages the gradients) or under
+DistributedDataParallel, with a NaN sample (skip_run) or a blank one
+(auto_fallback_run) in rank 1's batch at step 3."""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+FAULT_STEP, STEPS = 3, 6
+
+
+def skip_run(rank, run_dir, kind, watched):
+    """kind: plain | ddp | ddp-own-hook (the loop's own communication hook,
+    registered before the guard is made). watched: nanoGPT's loop, DDP's sync
+    on for the last micro-batch only, GradScaler's calls on the guard."""
+    import nanscope
+    world = dist.get_world_size()
+    torch.manual_seed(rank)  # different initial weights: the guard (or DDP) starts every rank from rank 0's
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    ddp = kind.startswith("ddp")
+    if ddp:
+        model = nn.parallel.DistributedDataParallel(model)
+    if kind == "ddp-own-hook":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                               loss_fn=(lambda m, b: F.cross_entropy(m(b[0]), b[1])) if watched else None)
+    counted, synced_in_backward = [], None
+    for step in range(STEPS):
+        torch.manual_seed(100 * step + rank)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        if step == FAULT_STEP and rank == 1:
+            x[6, 0] = float("nan")
+        if not watched:
+            result = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        else:
+            for micro in range(2):
+                if ddp:
+                    model.require_backward_grad_sync = micro == 1
+                rows = slice(4 * micro, 4 * micro + 4)
+                with guard.autocast():
+                    loss = F.cross_entropy(model(x[rows]), y[rows]) / 2
+                guard.scale(loss, (x[rows], y[rows])).backward()
+            if step == 0:  # were the gradients averaged in the backward (DDP's own sync), before guard.step?
+                grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+                every = [torch.zeros_like(grads) for _ in range(world)]
+                dist.all_gather(every, grads)
+                synced_in_backward = all(torch.equal(every[0], g) for g in every)
+            result = guard.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+        counted.append(result.counted)
+    guard.flush()
+    out = {"counted": counted, "weights": [p.detach().flatten().tolist() for p in model.parameters()],
+           "snapshots": guard.snapshots, "synced_in_backward": synced_in_backward}
+    guard.close()
+    return out
+
+
+class Normalize(nn.Module):
+    """Each row over its length: a blank row is 0/0, at any precision."""
+
+    def forward(self, x):
+        return x / x.norm(dim=1, keepdim=True)
+
+
+def auto_fallback_run(rank, run_dir, kind, fallback):
+    """kind: plain | ddp; the guard's fallback as given, its lines logged."""
+    import nanscope
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), Normalize(), nn.Linear(8, 2))
+    if kind == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16",
+                               config=nanscope.GuardConfig(fallback=fallback),
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    results = []
+    for step in range(STEPS):
+        torch.manual_seed(100 * step + rank)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        if step == FAULT_STEP and rank == 1:
+            x[6] = 0.0  # a blank sample
+        r = guard.closure_step(lambda: F.cross_entropy(model(x), y), batch=(x, y))
+        results.append({"skipped": r.skipped, "remedy": r.remedy, "amp": r.amp, "lr": r.lr})
+    guard.flush()
+    out = {"results": results, "weights": [p.detach().flatten().tolist() for p in model.parameters()]}
+    guard.close()
+    return out
+
