@@ -9,12 +9,17 @@ clang_format=$(command -v clang-format || true)
 [ -n "$clang_format" ] || { echo "format.sh: clang-format not found (apt-get install clang-format)"; exit 2; }
 mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.c' '*.h')
 if [ "${1:-}" = "--check" ]; then
-  bad=()
-  for f in "${files[@]}"; do
-    "$clang_format" --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-  done
+  # One clang-format for every file (one per file took 44 s, most of it in
+  # starting 383 processes); it names each file that differs in its errors.
+  status=0
+  errors=$("$clang_format" --dry-run --Werror "${files[@]}" 2>&1 >/dev/null) || status=$?
+  mapfile -t bad < <(printf '%s\n' "$errors" |
+    sed -n 's/^\(.*\):[0-9]*:[0-9]*: error: code should be clang-formatted.*/\1/p' | sort -u)
   if [ ${#bad[@]} -gt 0 ]; then
     printf 'not laid out by .clang-format (run scripts/format.sh):\n'; printf '  %s\n' "${bad[@]}"; exit 1
+  fi
+  if [ "$status" != 0 ]; then  # not a layout: .clang-format or a file it cannot read
+    printf '%s\n' "$errors"; echo "format.sh: clang-format failed (exit $status)"; exit 2
   fi
   echo "format.sh: ${#files[@]} files follow .clang-format"
 else
