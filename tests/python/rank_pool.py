@@ -28,9 +28,12 @@ class RankPool:
     def run(self, function, timeout, **args):
         """Each rank's out of rank_server.RUNS[function](**args), in rank order."""
         request = (json.dumps({"function": function, "args": args}) + "\n").encode()
-        for p in self.procs:
-            p.stdin.write(request)
-            p.stdin.flush()
+        for rank, p in enumerate(self.procs):
+            try:
+                p.stdin.write(request)
+                p.stdin.flush()
+            except BrokenPipeError:
+                raise AssertionError(f"rank {rank} ended; its stderr ends:\n{self._stderr(rank)}") from None
         deadline = time.monotonic() + timeout
         answers = [json.loads(self._line(rank, deadline)) for rank in range(len(self.procs))]
         errors = [f"rank {rank}:\n{a['error'][-3000:]}" for rank, a in enumerate(answers) if "error" in a]
