@@ -137,6 +137,27 @@ struct RunFollower::Impl {
       read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers, run.layer_act_absmax, path);
   }
 
+  // The rows every step column holds. The writer extends /steps/step last,
+  // but a SWMR reader may see another dataset's new extent after step's (HDF5
+  // orders the metadata of one dataset, not across datasets), so a row
+  // counts once all of its columns show it.
+  hsize_t committed_rows() {
+    hid_t f = file.get();
+    const std::string steps = run_schema::kStepsGroup;
+    hsize_t rows = row_count(f, steps + "/step", run.path);
+    for (const char* name : {"loss", "lr", "loss_scale", "grad_norm", "skipped", "amp", "step_time"})
+      rows = std::min(rows, leading_dim(name));
+    if (has_layer_grad_norm) rows = std::min(rows, leading_dim("layer_grad_norm"));
+    if (has_layer_act_absmax) rows = std::min(rows, leading_dim("layer_act_absmax"));
+    return rows;
+  }
+
+  hsize_t leading_dim(const char* name) {
+    h5::Handle ds = open_dataset(file.get(), run_schema::kStepsGroup, name, run.path);
+    const auto dims = refreshed_dims(ds.get(), run.path, name);
+    return dims.empty() ? 0 : dims[0];
+  }
+
   // Events are few; they are re-read whole when their count changes.
   void read_events() {
     hid_t f = file.get();
@@ -189,8 +210,7 @@ RunFollower::~RunFollower() = default;
 
 size_t RunFollower::refresh() {
   RunData& run = impl_->run;
-  // /steps/step is written last in each batch: its length is the committed row count.
-  const hsize_t rows = row_count(impl_->file.get(), std::string(run_schema::kStepsGroup) + "/step", run.path);
+  const hsize_t rows = impl_->committed_rows();
   const hsize_t have = run.rows();
   if (rows > have) impl_->read_steps(have, rows);
   impl_->read_events();

@@ -356,8 +356,8 @@ void RunWriter::Impl::write_pending() {
       if (act_absmax && r.layer_act_absmax.size() == layers)
         std::copy(r.layer_act_absmax.begin(), r.layer_act_absmax.end(), &act[i * layers]);
     }
-    // The step column goes last: a reader takes its length as the row count,
-    // so a row is visible only once all of its columns are written.
+    // The step column goes last; a reader counts a row once every column
+    // shows it (a SWMR reader may see the datasets' extents in another order).
     append_rows(loss, losses.data(), n, path);
     append_rows(lr, lrs.data(), n, path);
     append_rows(loss_scale, scales.data(), n, path);
