@@ -243,7 +243,7 @@ TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
   EXPECT_NE(r.output.find("(step 10)"), std::string::npos) << r.output;
 }
 
-TEST(NestedBatch, NamesItsTensorsByKeyAndPositionAndTheOneThatHoldsANan) {
+TEST(NestedBatchSnapshot, NamesItsTensorsByKeyAndPositionAndTheOneThatHoldsANan) {
   // The structures the Python side writes (nanscope/_batch.py), as json.dumps spaces them.
   const std::string dict = R"({"d": [["pixel_values", {"t": 0}], ["labels", {"t": 1}], ["note", {"v": "a \"b\" ]"}]]})";
   at::Tensor pixels = at::zeros({4, 3}), labels = at::zeros({4}, at::kLong);

@@ -17,7 +17,7 @@
 
 using namespace nanscope;
 
-TEST(Checkpoint, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
+TEST(CheckpointKill, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
   // nanscope-train writes a checkpoint every step on a slow disk (writes in
   // pieces, LD_PRELOAD), and is killed at a random moment, until 5 kills
   // landed mid-write (how often they do depends on the machine's load: the

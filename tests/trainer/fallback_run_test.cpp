@@ -11,7 +11,7 @@
 using namespace nanscope;
 using namespace nanscope::trainer;
 
-TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
+TEST(FallbackRun, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
   test::TempDir dir;
   TrainOptions o = test::quick_mlp_run(dir.file("run"), 40);
   o.amp = Amp::bf16;
@@ -41,7 +41,7 @@ TEST(Fallback, RunSkipsBothFaultsFallsBackOnceAndTrainsOn) {
   EXPECT_EQ(r.layer_names[0], "fc1");
 }
 
-TEST(Fallback, DisabledFallbackSkipsWithoutTouchingLr) {
+TEST(FallbackRun, DisabledFallbackSkipsWithoutTouchingLr) {
   test::TempDir dir;
   TrainOptions o = test::quick_mlp_run(dir.file("run"), 10);
   o.fallback = FallbackMode::off;
@@ -53,7 +53,7 @@ TEST(Fallback, DisabledFallbackSkipsWithoutTouchingLr) {
   for (double lr : r.lr) EXPECT_DOUBLE_EQ(lr, 1e-3);
 }
 
-TEST(Fallback, Fp16RunBacksOffTheScaleOnOverflow) {
+TEST(FallbackRun, Fp16RunBacksOffTheScaleOnOverflow) {
   if (!compat::autocast_supported(c10::kCPU, at::kHalf)) GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
   test::TempDir dir;
   TrainOptions o = test::quick_mlp_run(dir.file("run"), 12);

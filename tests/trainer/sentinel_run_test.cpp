@@ -58,7 +58,7 @@ test::CommandResult train_fixture(const test::TempDir& dir, const std::string& m
 
 }  // namespace
 
-TEST(Sentinel, WarnsTenStepsOrMoreBeforeAnLrRampMakesItNonFinite) {
+TEST(SentinelRun, WarnsTenStepsOrMoreBeforeAnLrRampMakesItNonFinite) {
   test::TempDir dir;
   std::ostringstream log;
   TrainSummary s = run(ramp_run(dir.file("run"), "lr_ramp@50:0.2", 250), log);
@@ -70,7 +70,7 @@ TEST(Sentinel, WarnsTenStepsOrMoreBeforeAnLrRampMakesItNonFinite) {
   EXPECT_NE(log.str().find("warning: grad_norm"), std::string::npos) << log.str();
 }
 
-TEST(Sentinel, WarnsTenStepsOrMoreBeforeGrowingInputsOverflow) {
+TEST(SentinelRun, WarnsTenStepsOrMoreBeforeGrowingInputsOverflow) {
   test::TempDir dir;
   std::ostringstream log;
   TrainSummary s = run(ramp_run(dir.file("run"), "input_ramp@50:0.3", 300), log);
@@ -82,7 +82,7 @@ TEST(Sentinel, WarnsTenStepsOrMoreBeforeGrowingInputsOverflow) {
   EXPECT_NE(log.str().find("steps"), std::string::npos) << "the predicted steps to the limit";
 }
 
-TEST(Sentinel, CleanRunsRaiseNoWarning) {
+TEST(SentinelRun, CleanRunsRaiseNoWarning) {
   test::TempDir dir;
   TrainOptions mlp = test::quick_mlp_run(dir.file("mlp"), 2000);
   mlp.amp = Amp::bf16;
@@ -98,7 +98,7 @@ TEST(Sentinel, CleanRunsRaiseNoWarning) {
   EXPECT_EQ(timeline_of(run(gpt, log).run_file).warnings, 0) << log.str();
 }
 
-TEST(Sentinel, WarnOffWritesNoWarning) {
+TEST(SentinelRun, WarnOffWritesNoWarning) {
   test::TempDir dir;
   TrainOptions o = ramp_run(dir.file("run"), "lr_ramp@50:0.2", 200);
   o.warn = false;

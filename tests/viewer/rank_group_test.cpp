@@ -31,7 +31,7 @@ std::vector<int> ranks_of(const ViewModel& model, const viewer::RankGroup& group
 
 }  // namespace
 
-TEST(RankList, TheEarliestEventThatParsesWins) {
+TEST(FirstNonfiniteRanks, TheEarliestEventThatParsesWins) {
   const std::vector<format::RunEvent> events = {{10, format::EventKind::nonfinite_ranks, "3"},
                                                 {50, format::EventKind::first_nonfinite, "0"},
                                                 {40, format::EventKind::first_nonfinite, "garbage"},
