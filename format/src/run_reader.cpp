@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "h5.hpp"
 #include "nanscope/format/bulk_buffer.hpp"
@@ -142,11 +143,8 @@ struct RunFollower::Impl {
   // orders the metadata of one dataset, not across datasets), so a row
   // counts once all of its columns show it.
   hsize_t committed_rows() {
-    hid_t f = file.get();
-    const std::string steps = run_schema::kStepsGroup;
-    hsize_t rows = row_count(f, steps + "/step", run.path);
-    for (const char* name : {"loss", "lr", "loss_scale", "grad_norm", "skipped", "amp", "step_time"})
-      rows = std::min(rows, leading_dim(name));
+    hsize_t rows = std::numeric_limits<hsize_t>::max();
+    for (const char* name : run_schema::kScalarStepColumns) rows = std::min(rows, leading_dim(name));
     if (has_layer_grad_norm) rows = std::min(rows, leading_dim("layer_grad_norm"));
     if (has_layer_act_absmax) rows = std::min(rows, leading_dim("layer_act_absmax"));
     return rows;
