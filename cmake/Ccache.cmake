@@ -1,7 +1,14 @@
 # LibTorch headers are slow to compile; ccache makes a rebuild of an unchanged
-# tree nearly free, also from a fresh clone in another folder (CI): BASEDIR
-# makes paths relative before hashing. (Unity batches include their sources by
-# absolute path, so those hit the cache only from the same folder.)
+# tree nearly free, also from a fresh clone in another folder (CI). For that,
+# nothing compiled may name the folder:
+# - BASEDIR makes the paths on the command line relative before hashing;
+# - -ffile-prefix-map writes __FILE__ (GoogleTest's failure locations) and the
+#   debug information (the sanitizer lane's -g) relative to the repository,
+#   and ccache then leaves the build folder out of the hash of a -g compile;
+# - the test programs read their paths from a generated file
+#   (cmake/TestPaths.cmake), not from -D definitions.
+# The option is set with or without ccache, so an object is the same either way.
+add_compile_options(-ffile-prefix-map=${PROJECT_SOURCE_DIR}/=)
 find_program(NANSCOPE_CCACHE ccache)
 if(NANSCOPE_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   set(CMAKE_CXX_COMPILER_LAUNCHER

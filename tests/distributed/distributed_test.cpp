@@ -67,7 +67,7 @@ class Job {
       const std::string command = "exec env RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
                                   " LOCAL_RANK=" + std::to_string(r) +
                                   " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
-                                  NANSCOPE_TRAIN_EXE + " " + args + " >" + log + " 2>&1";
+                                  test::paths::train_exe + " " + args + " >" + log + " 2>&1";
       const pid_t pid = fork();
       if (pid == 0) {
         execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
@@ -193,7 +193,7 @@ TEST_P(DataParallelRun, RanksAgreeBitForBitAndFollowOneProcessWithTheSummedBatch
 
   const std::string single_dir = dir.file("single");
   const auto single =
-      test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " " + mlp_args(single_dir, steps, batch * world) +
+      test::run_command(std::string(test::paths::train_exe) + " " + mlp_args(single_dir, steps, batch * world) +
                         " --save " + dir.file("single.h5"));
   ASSERT_EQ(single.exit_code, 0) << single.output;
 
@@ -287,7 +287,7 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_EQ(summary.config.at("faults"), "log_nonpositive@6:0");  // the rank's own fault, no rank in it
 
   // Replay needs no process group: one process, the snapshot alone.
-  const auto replay = test::run_command(std::string(NANSCOPE_REPLAY_EXE) + " " + snapshot + " --json --repeats 1");
+  const auto replay = test::run_command(std::string(test::paths::replay_exe) + " " + snapshot + " --json --repeats 1");
   EXPECT_EQ(replay.exit_code, 0) << replay.output;
   EXPECT_NE(replay.output.find("\"verdict\": \"model_or_data\""), std::string::npos) << replay.output;
 }
@@ -411,7 +411,7 @@ TEST(DataParallel, EveryRankSearchesTogetherAndNamesTheDoomingStep) {
 TEST(DataParallel, EveryRankRestoresItsBatchNormStatisticsOnASkip) {
   const int world = 2, steps = 12;
   TempDir dir;
-  const auto fixtures = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+  const auto fixtures = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
                                           "/make_scripted_model.py " + dir.path().string());
   ASSERT_EQ(fixtures.exit_code, 0) << fixtures.output;
   const std::string run_dir = dir.file("dp");
@@ -618,7 +618,7 @@ TEST(DataParallel, MissingPeerFailsTheRendezvousWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto result = test::run_command(
       "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) + " timeout 60 " +
-      NANSCOPE_TRAIN_EXE + " " + mlp_args(dir.file("dp"), 5, 8) + " --dist-timeout 2");
+      test::paths::train_exe + " " + mlp_args(dir.file("dp"), 5, 8) + " --dist-timeout 2");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("rendezvous at 127.0.0.1"), std::string::npos) << result.output;
@@ -627,7 +627,7 @@ TEST(DataParallel, MissingPeerFailsTheRendezvousWithinTheTimeout) {
 
 TEST(DataParallel, BadRankOrFaultRankIsAUsageError) {
   TempDir dir;
-  const std::string exe = NANSCOPE_TRAIN_EXE;
+  const std::string exe = test::paths::train_exe;
   auto r = test::run_command("RANK=2 WORLD_SIZE=2 " + exe + " " + mlp_args(dir.file("a"), 5, 8));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("outside [0, 2)"), std::string::npos) << r.output;
@@ -648,8 +648,8 @@ namespace {
 // rank stops the others instead of leaving them waiting for it.
 TEST(Launcher, StartsEveryRankAndStopsTheOthersWhenOneFails) {
   test::TempDir dir;
-  const std::string launch = std::string(NANSCOPE_SCRIPTS) + "/launch.sh";
-  auto ok = test::run_command(launch + " 2 " + NANSCOPE_TRAIN_EXE +
+  const std::string launch = std::string(test::paths::scripts) + "/launch.sh";
+  auto ok = test::run_command(launch + " 2 " + test::paths::train_exe +
                               " --model mlp --steps 5 --threads 1 --quiet --run-dir " + dir.file("dp"));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("dp/run-rank-0.h5")));

@@ -35,7 +35,7 @@ std::string refusal(Read read) {
 // A checkpoint-kind file written by h5py: nanscope's identity attributes, then
 // `body` (Python lines, indented, with the file open as `f`).
 void make_checkpoint_with_h5py(const std::string& path, const std::string& body) {
-  const std::string make = std::string(NANSCOPE_PYTHON) +
+  const std::string make = std::string(nanscope::test::paths::python) +
                            " -c \"import h5py, sys, numpy as np\n"
                            "with h5py.File(sys.argv[1], 'w') as f:\n"
                            "    f.attrs['format'] = np.bytes_('nanscope-checkpoint')\n"
@@ -163,7 +163,7 @@ TEST(DataFile, RoundTripsAndChecksSampleCounts) {
 TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
   // HDF5 1.10 opens the dataset and the size check refuses it; 1.14 already
   // refuses to open it. Either way: named, and nothing allocated for it.
-  const std::string lie = std::string(NANSCOPE_FUZZ_CRASHERS) + "/data_file/storage-size-lie.h5";
+  const std::string lie = std::string(nanscope::test::paths::fuzz_crashers) + "/data_file/storage-size-lie.h5";
   const std::string why = refusal([&] { read_data_file(lie); });
   EXPECT_NE(why.find(lie), std::string::npos) << why;
   EXPECT_TRUE(why.find("/inputs claims 549755813984 bytes, more than the whole file (2205 bytes") !=
@@ -174,7 +174,7 @@ TEST(DataFile, SizesTheFileClaimsAndDataKeptElsewhereAreRefused) {
   TempDir dir;
   const std::string path = dir.file("external.h5");
   const std::string make =
-      std::string(NANSCOPE_PYTHON) +
+      std::string(nanscope::test::paths::python) +
       " -c \"import h5py, sys, numpy as np\n"
       "with h5py.File(sys.argv[1], 'w') as f:\n"
       "    f.create_dataset('inputs', shape=(4, 2), dtype='<f4', external=[(sys.argv[2], 0, 32)])\n"

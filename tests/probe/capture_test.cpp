@@ -215,8 +215,8 @@ class ScriptedCapture : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    auto r = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_probe_models.py " +
-                               dir_->path().string());
+    auto r = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                               "/make_probe_models.py " + dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }

@@ -61,8 +61,8 @@ TEST_P(Catalog, FirstBirthIsFoundAtTheRightOpPhaseModuleAndStep) {
   if (s.needs_fp16 && !compat::autocast_supported(c10::kCPU, at::kHalf))
     GTEST_SKIP() << "needs fp16 autocast (CUDA, or CPU with LibTorch 2.x)";
   test::TempDir dir;
-  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + s.file + ".toml";
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+  const std::string config = std::string(test::paths::samples) + "/faults/" + s.file + ".toml";
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --config " + config +
                              " --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, s.exit_code) << r.output;
 
@@ -112,8 +112,8 @@ INSTANTIATE_TEST_SUITE_P(SamplesFaults, Catalog, ::testing::ValuesIn(kCatalog), 
 
 TEST(Catalog, Bf16OnlyFailureRunsCleanInFp32) {
   test::TempDir dir;
-  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/p10-bf16-cancellation.toml";
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+  const std::string config = std::string(test::paths::samples) + "/faults/p10-bf16-cancellation.toml";
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --config " + config +
                              " --amp off --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = format::read_run(dir.file("run/run.h5"));
@@ -122,8 +122,8 @@ TEST(Catalog, Bf16OnlyFailureRunsCleanInFp32) {
 
 TEST(Catalog, LrExplosionShowsTheGradNormRiseBeforeTheFirstSkip) {
   test::TempDir dir;
-  const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/p12-lr-explosion.toml";
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+  const std::string config = std::string(test::paths::samples) + "/faults/p12-lr-explosion.toml";
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --config " + config +
                              " --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, kExitDeadRun) << r.output;  // the LR stays up: see kCatalog
   auto run = format::read_run(dir.file("run/run.h5"));
@@ -142,8 +142,8 @@ TEST(Catalog, LrExplosionShowsTheGradNormRiseBeforeTheFirstSkip) {
 TEST(Catalog, SlowOnsetScenariosWarnTenStepsOrMoreAhead) {
   for (const char* name : {"slow-lr-ramp", "slow-input-ramp"}) {
     test::TempDir dir;
-    const std::string config = std::string(NANSCOPE_SAMPLES) + "/faults/" + name + ".toml";
-    auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + config +
+    const std::string config = std::string(test::paths::samples) + "/faults/" + name + ".toml";
+    auto r = test::run_command(std::string(test::paths::train_exe) + " --config " + config +
                                " --quiet --threads 1 --run-dir " + dir.file("run"));
     // The ramp goes on after the first non-finite step, so the run either
     // ends or, once 20 steps in a row fail with no rollback left, stops dead:
@@ -165,10 +165,10 @@ TEST(Catalog, SlowOnsetScenariosWarnTenStepsOrMoreAhead) {
 // the state saved just before the burst.
 TEST(Catalog, SampleBurstIsRolledBackToTheStateBeforeIt) {
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --config " + test::paths::samples +
                              "/faults/sample-burst.toml --model " + dir.file("relu_regressor.pt") + " --data " +
                              dir.file("regressor_data.h5") + " --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

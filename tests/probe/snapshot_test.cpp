@@ -77,7 +77,7 @@ namespace {
 
 // Trains 12 gpt steps with faults at 3 and 8, writing under `run_dir`.
 test::CommandResult train_with_faults(const std::string& run_dir) {
-  return test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+  return test::run_command(std::string(test::paths::train_exe) +
                            " --model gpt --steps 12 --batch-size 4 --quiet --threads 1 --fault log_nonpositive@3"
                            " --fault exp_overflow@8 --run-dir " +
                            run_dir);
@@ -160,7 +160,7 @@ TEST(Snapshot, FullFilesystemLeavesTrainingRunning) {
 TEST(ActivationAbsmax, RecordedEveryNStepsPerLayerWithHeadroom) {
   test::TempDir dir;
   auto r =
-      test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+      test::run_command(std::string(test::paths::train_exe) +
                         " --model mlp --steps 6 --act-absmax-every 3 --quiet --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto run = format::read_run(dir.file("run/run.h5"));
@@ -183,7 +183,7 @@ TEST(ActivationAbsmax, SeesTheBlowUpThatOverflowsFp16) {
   // fp32): the next layer, blocks.0.mlp.proj, outputs ~4e4 where it output
   // ~0.06: from over 10 bits of headroom to fp16's 65504 down to under one.
   test::TempDir dir;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+  auto r = test::run_command(std::string(test::paths::train_exe) +
                              " --model gpt --steps 2 --batch-size 4 --act-absmax-every 1 --quiet --threads 1"
                              " --fault activation_overflow@1 --run-dir " +
                              dir.file("run"));
@@ -202,7 +202,7 @@ TEST(Snapshot, OnePerDistinctFirstBirthUpToMaxSnapshots) {
   // Steps 2-4 go NaN at the same op and module, 6 and 8 at others; the run
   // ends on a skipped step. With --max-snapshots 2: snapshots at 2 and 6 only.
   test::TempDir dir;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+  auto r = test::run_command(std::string(test::paths::train_exe) +
                              " --model gpt --steps 12 --batch-size 4 --threads 1 --log-every 1 --max-snapshots 2"
                              " --fault log_nonpositive@2 --fault log_nonpositive@3 --fault log_nonpositive@4"
                              " --fault exp_overflow@6 --fault sqrt_grad_zero@8 --fault log_nonpositive@11"

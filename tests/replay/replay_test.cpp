@@ -22,13 +22,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTrain = NANSCOPE_TRAIN_EXE;
-const std::string kReplay = NANSCOPE_REPLAY_EXE;
+const std::string kTrain = test::paths::train_exe;
+const std::string kReplay = test::paths::replay_exe;
 
 // Trains a catalog scenario into `run_dir` and returns its first snapshot.
 std::string snapshot_of(const std::string& scenario, const std::string& run_dir, const std::string& extra = "",
                         int exit_code = kExitOk) {
-  auto r = test::run_command(kTrain + " --config " + NANSCOPE_SAMPLES + "/faults/" + scenario +
+  auto r = test::run_command(kTrain + " --config " + test::paths::samples + "/faults/" + scenario +
                              ".toml --quiet --threads 1 --run-dir " + run_dir + " " + extra);
   EXPECT_EQ(r.exit_code, exit_code) << r.output;
   std::vector<std::string> snapshots;
@@ -46,8 +46,8 @@ bool has(const std::string& json, const std::string& key, const std::string& val
 // `extra` flags) into dir/run and returns the snapshot of `snapshot_step`.
 std::string scripted_snapshot(const test::TempDir& dir, const std::string& model, int steps, int snapshot_step,
                               const std::string& extra = "") {
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   EXPECT_EQ(fixture.exit_code, 0) << fixture.output;
   auto r = test::run_command(kTrain + " --model " + dir.file(model) + " --data " + dir.file("regressor_data.h5") +
                              " --steps " + std::to_string(steps) + " --batch-size 16 --quiet --threads 1 " + extra +
@@ -164,8 +164,8 @@ TEST(Replay, ABatchWhoseEveryTargetIsIgnoredIsTheDataNotThePrecision) {
   // loss with every input finite. The capture counts the targets the loss
   // counted (none), and the verdict names the batch and the fix.
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   auto train = test::run_command(kTrain + " --model " + dir.file("padded_classifier.pt") + " --data " +
                                  dir.file("padded_data.h5") + " --steps 4 --batch-size 16 --no-shuffle --amp bf16" +
@@ -367,7 +367,7 @@ TEST(Replay, EveryKindOfBadInputExitsTwoNamingTheFile) {
 // H5Aiterate2 -> H5A__close, found by mutating snapshots): the read rehearsed
 // in a child process (the same read, rehearsed) takes the crash, and replay says "corrupt" and exits 2.
 TEST(Replay, ASnapshotThatCrashesHdf5IsBadInputNotACrash) {
-  const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
+  const std::string crasher = std::string(test::paths::fuzz_crashers) + "/snapshot/h5aiterate-h5a-close.h5";
   auto r = test::run_command(kReplay + " " + crasher + " --json --no-write");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   // HDF5 1.10 (bookworm) crashes on it, which the rehearsal reports; newer

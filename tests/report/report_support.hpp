@@ -17,7 +17,7 @@ inline std::string format_version_text() {
   return std::to_string(format::kFormatMajor) + "." + std::to_string(format::kFormatMinor);
 }
 
-inline const std::string kReport = NANSCOPE_REPORT_EXE;
+inline const std::string kReport = test::paths::report_exe;
 
 inline CommandResult report_tool(const std::string& args) { return run_command(kReport + " " + args); }
 

@@ -16,7 +16,7 @@ using test::TempDir;
 
 namespace {
 
-const std::string kTrain = NANSCOPE_TRAIN_EXE;
+const std::string kTrain = test::paths::train_exe;
 
 // A NaN planted in batch row 2 of step 5, in bf16.
 std::string train_command(const std::string& run_dir, int steps) {

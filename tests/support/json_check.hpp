@@ -1,6 +1,6 @@
 #pragma once
 // JSON a tool printed, checked by the one strict reader every test trusts:
-// Python's json module. The test target defines NANSCOPE_PYTHON.
+// Python's json module. The test program names paths::python (nanscope_test_paths).
 #include <string>
 
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ namespace nanscope::test {
 // Expressions use double quotes only.
 inline std::string python_json(const std::string& json_path, const std::string& expression) {
   const CommandResult r = run_command(
-      std::string(NANSCOPE_PYTHON) +
+      std::string(test::paths::python) +
       " -c 'import json,sys; d=json.load(open(sys.argv[1]), parse_constant=lambda c: sys.exit(\"not JSON: \" + c)); "
       "print(" +
       expression + ")' " + json_path);

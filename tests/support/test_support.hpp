@@ -15,6 +15,7 @@
 
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/vocabulary.hpp"
+#include "test_paths.hpp"
 
 namespace nanscope::test {
 

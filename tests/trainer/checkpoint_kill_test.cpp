@@ -37,11 +37,12 @@ TEST(CheckpointKill, SigkillWhileOneIsWrittenAlwaysLeavesALoadableOne) {
     std::filesystem::remove(ckpt);
     const pid_t child = fork();
     if (child == 0) {
-      setenv("LD_PRELOAD", NANSCOPE_SLOW_FWRITE, 1);
+      setenv("LD_PRELOAD", test::paths::slow_fwrite, 1);
       const std::string run_dir = dir.file("run");
-      execl(NANSCOPE_TRAIN_EXE, NANSCOPE_TRAIN_EXE, "--model", "gpt", "--n-layer", "2", "--n-embd", "128", "--seq-len",
-            "16", "--batch-size", "1", "--steps", "1000000", "--checkpoint-every", "1", "--save", ckpt.c_str(),
-            "--probe", "off", "--quiet", "--threads", "1", "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
+      execl(test::paths::train_exe, test::paths::train_exe, "--model", "gpt", "--n-layer", "2", "--n-embd", "128",
+            "--seq-len", "16", "--batch-size", "1", "--steps", "1000000", "--checkpoint-every", "1", "--save",
+            ckpt.c_str(), "--probe", "off", "--quiet", "--threads", "1", "--run-dir", run_dir.c_str(),
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

@@ -26,7 +26,7 @@ using nanscope::test::TmpfsMount;
 
 namespace {
 
-const std::string kTrain = NANSCOPE_TRAIN_EXE;
+const std::string kTrain = nanscope::test::paths::train_exe;
 
 }  // namespace
 
@@ -56,7 +56,7 @@ TEST(Cli, ASkipWithAFiniteLossSaysTheGradientsWereNotFinite) {
   // sqrt of an all-zero RMS: finite forward and loss, Inf in its backward. The
   // progress line must not call the step's own finite loss "skipped; last finite ...".
   test::TempDir dir;
-  auto r = run_command(kTrain + " --config " + std::string(NANSCOPE_SAMPLES) +
+  auto r = run_command(kTrain + " --config " + std::string(nanscope::test::paths::samples) +
                        "/faults/p08-sqrt-grad-zero.toml --steps 7 --threads 1 --run-dir " + dir.file("run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("(skipped: gradients non-finite)"), std::string::npos) << r.output;
@@ -240,7 +240,7 @@ TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
   ASSERT_GE(seen, 1000u);
   ASSERT_LT(seen, 3000u) << "the run finished before the kill";
   const std::string plain_open =
-      std::string(NANSCOPE_PYTHON) + " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')\" ";
+      std::string(nanscope::test::paths::python) + " -c \"import h5py, sys; h5py.File(sys.argv[1], 'r')\" ";
   EXPECT_NE(run_command(plain_open + killed + "/run.h5").exit_code, 0)
       << "a killed SWMR writer's file should need clearing";
 
@@ -262,7 +262,7 @@ TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
   EXPECT_EQ(resume_events, 1u);
   // The final weights: both runs' last checkpoints, read through h5py, byte for byte.
   const std::string compare =
-      std::string(NANSCOPE_PYTHON) +
+      std::string(nanscope::test::paths::python) +
       " -c \"import h5py, sys, numpy as np\n"
       "a, b = (h5py.File(p, 'r') for p in sys.argv[1:3])\n"
       "names = []\n"

@@ -17,7 +17,7 @@ using nanscope::test::TempDir;
 
 namespace {
 
-const std::string kTrain = NANSCOPE_TRAIN_EXE;
+const std::string kTrain = nanscope::test::paths::train_exe;
 // Small and quick: one block of width 32, bf16, no rollback (the run goes on
 // skipping), a checkpoint every 10 steps kept by step.
 const std::string kRun = kTrain +

@@ -90,7 +90,7 @@ TEST(FallbackAuto, PlannedFp32ModulesKeepTheFaultedStepFinite) {
 
 TEST(FallbackAuto, AnFp32ModuleTheModelDoesNotHaveIsABadInput) {
   test::TempDir dir;
-  const auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) +
+  const auto r = test::run_command(std::string(test::paths::train_exe) +
                                    " --model gpt --steps 3 --amp bf16 --quiet --threads 1 --fp32-modules "
                                    "blocks.0.ln1,blocks.0.lnX --run-dir " +
                                    dir.file("run"));

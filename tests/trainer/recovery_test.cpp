@@ -32,7 +32,7 @@ class Recovery : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     fixtures_ = new test::TempDir();
-    const auto made = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES +
+    const auto made = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
                                         "/make_scripted_model.py " + fixtures_->path().string());
     ASSERT_EQ(made.exit_code, 0) << made.output;
   }
@@ -42,20 +42,21 @@ class Recovery : public ::testing::Test {
   }
   static std::string fixture(const std::string& name) { return fixtures_->file(name); }
   static std::string train(const std::string& run_dir, const std::string& flags) {
-    return std::string(NANSCOPE_TRAIN_EXE) + " --model " + fixture("batchnorm_classifier.pt") + " --data " +
+    return std::string(test::paths::train_exe) + " --model " + fixture("batchnorm_classifier.pt") + " --data " +
            fixture("classes_data.h5") + " --batch-size 32 --lr 0.01 --amp bf16 --quiet --threads 1 --run-dir " +
            run_dir + " " + flags;
   }
   // The run in `run_dir` resumed from its checkpoint, up to `steps` steps.
   static test::CommandResult resume(const std::string& run_dir, int steps) {
-    return test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps " +
+    return test::run_command(std::string(test::paths::train_exe) + " --resume " + run_dir + " --steps " +
                              std::to_string(steps));
   }
   // Edits an HDF5 file in place with h5py (`f` is the open file): a file as
   // another writer, or an older nanscope, left it.
   static void edit_with_h5py(const std::string& path, const std::string& statements) {
-    const auto edited = test::run_command(std::string(NANSCOPE_PYTHON) + " -c \"import h5py, numpy; f = h5py.File('" +
-                                          path + "', 'r+'); " + statements + "\"");
+    const auto edited =
+        test::run_command(std::string(test::paths::python) + " -c \"import h5py, numpy; f = h5py.File('" + path +
+                          "', 'r+'); " + statements + "\"");
     ASSERT_EQ(edited.exit_code, 0) << edited.output;
   }
   static test::TempDir* fixtures_;

@@ -37,7 +37,7 @@ double final_loss(const format::RunData& run, size_t n = 20) {
 }
 
 std::string burst_run(const test::TempDir& dir, const std::string& name, const std::string& extra) {
-  return std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file("relu_regressor.pt") + " --data " +
+  return std::string(test::paths::train_exe) + " --model " + dir.file("relu_regressor.pt") + " --data " +
          dir.file("regressor_data.h5") +
          " --optimizer sgd --lr 0.01 --clip 0 --amp bf16 --steps 300 --quiet --threads 1 --run-dir " + dir.file(name) +
          " " + extra;
@@ -47,8 +47,8 @@ std::string burst_run(const test::TempDir& dir, const std::string& name, const s
 
 TEST(Rollback, ABurstOfHugeSamplesWrecksTheStockLoopAndRollbackUndoesIt) {
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   const auto clean = test::run_command(burst_run(dir, "clean", ""));
   const auto off = test::run_command(burst_run(dir, "off", "--rollback off --fault sample_burst@100:1000"));
@@ -107,10 +107,10 @@ TEST(Rollback, WeightsThatWentNonFiniteGoBackToTheLastGoodState) {
   // The model writes a NaN into its own weights on a NaN batch at step 30;
   // with a state saved after step 29, the run goes back and on.
   test::TempDir dir;
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file("poisons_its_weights.pt") +
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --model " + dir.file("poisons_its_weights.pt") +
                              " --data " + dir.file("regressor_data.h5") +
                              " --steps 60 --batch-size 16 --rollback-every 10 --fault nonfinite_input@30:0 --quiet "
                              "--threads 1 --run-dir " +

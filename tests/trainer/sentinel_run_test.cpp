@@ -48,10 +48,10 @@ TrainOptions ramp_run(const std::string& run_dir, const std::string& fault, int6
 // nanscope-train on one of the TorchScript fixtures (make_scripted_model.py,
 // written into `dir`) and its regressor data, into dir/run.
 test::CommandResult train_fixture(const test::TempDir& dir, const std::string& model, const std::string& flags) {
-  auto fixture = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                                   dir.path().string());
+  auto fixture = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                                   "/make_scripted_model.py " + dir.path().string());
   EXPECT_EQ(fixture.exit_code, 0) << fixture.output;
-  return test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir.file(model) + " --data " +
+  return test::run_command(std::string(test::paths::train_exe) + " --model " + dir.file(model) + " --data " +
                            dir.file("regressor_data.h5") + " " + flags + " --quiet --threads 1 --run-dir " +
                            dir.file("run"));
 }
@@ -131,9 +131,9 @@ TEST(DeadRun, FiniteButWreckedWeightsStopAfterARunOfNonFiniteStepsWithNothingLef
   // --max-nonfinite-run of them, naming the step the trouble began at.
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
-  auto r = train_fixture(
-      dir, "relu_regressor.pt",
-      "--config " + std::string(NANSCOPE_SAMPLES) + "/faults/sample-burst.toml --rollback off --max-nonfinite-run 15");
+  auto r = train_fixture(dir, "relu_regressor.pt",
+                         "--config " + std::string(test::paths::samples) +
+                             "/faults/sample-burst.toml --rollback off --max-nonfinite-run 15");
   EXPECT_EQ(r.exit_code, kExitDeadRun) << r.output;
   const format::RunData run = format::read_run(run_dir + "/run.h5");
   // The first non-finite step of the run, read from the run itself.

@@ -25,8 +25,8 @@ class TorchScript : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    auto r = test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/make_scripted_model.py " +
-                               dir_->path().string());
+    auto r = test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures +
+                               "/make_scripted_model.py " + dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << "the fixture needs python3-torch and python3-h5py:\n" << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -78,7 +78,7 @@ TEST_F(TorchScript, AnAdditiveMinusInfMaskBufferIsTheModelsOwnNotASickState) {
   const std::string args = " --model " + dir_->file("masked_attention_regressor.pt") + " --data " +
                            dir_->file("regressor_data.h5") +
                            " --batch-size 16 --amp bf16 --quiet --threads 1 --checkpoint-every 10 --rollback-every 5";
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + args + " --steps 30 --fault nonfinite_input@12:3" +
+  auto r = test::run_command(std::string(test::paths::train_exe) + args + " --steps 30 --fault nonfinite_input@12:3" +
                              " --run-dir " + run_dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step 12: first birth: nan at input (input) in module '', batch row 3"), std::string::npos)
@@ -97,7 +97,7 @@ TEST_F(TorchScript, AnAdditiveMinusInfMaskBufferIsTheModelsOwnNotASickState) {
   EXPECT_TRUE(health->finite);
   EXPECT_EQ(health->step, 30);
 
-  auto resumed = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --resume " + run_dir + " --steps 40");
+  auto resumed = test::run_command(std::string(test::paths::train_exe) + " --resume " + run_dir + " --steps 40");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("(healthy)"), std::string::npos) << resumed.output;
   EXPECT_EQ(format::read_run(run_dir + "/run.h5").rows(), 40u);
@@ -114,7 +114,7 @@ TEST_F(TorchScript, OpRaisingOnANanIsANonFiniteStepAndTheRunGoesOn) {
   // skipped like any non-finite step, its birth found and snapshotted.
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("raises_after_nan.pt") +
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --model " + dir_->file("raises_after_nan.pt") +
                              " --data " + dir_->file("regressor_data.h5") +
                              " --steps 3 --batch-size 16 --quiet --threads 1 --run-dir " + run_dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -138,7 +138,7 @@ TEST_F(TorchScript, ABackwardBirthInAScriptedModuleNamesItsModuleAndRow) {
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
   auto r =
-      test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("rmsnorm_regressor.pt") +
+      test::run_command(std::string(test::paths::train_exe) + " --model " + dir_->file("rmsnorm_regressor.pt") +
                         " --data " + dir_->file("zero_row_data.h5") +
                         " --steps 3 --batch-size 8 --no-shuffle --amp fp32 --quiet --threads 1 --run-dir " + run_dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -153,7 +153,7 @@ TEST_F(TorchScript, ABackwardBirthInAScriptedModuleNamesItsModuleAndRow) {
 
 TEST_F(TorchScript, ModelThatRaisesWithoutANanFailsTheRunInOneLine) {
   test::TempDir dir;
-  auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file("raises_always.pt") +
+  auto r = test::run_command(std::string(test::paths::train_exe) + " --model " + dir_->file("raises_always.pt") +
                              " --data " + dir_->file("regressor_data.h5") +
                              " --steps 3 --batch-size 16 --quiet --threads 1 --run-dir " + dir.file("run"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -169,7 +169,7 @@ TEST_F(TorchScript, AModelOutsideTheContractExitsTwoNamingIt) {
   for (const auto& [model, says] : {std::pair<std::string, std::string>{"one_argument.pt", "it is forward("},
                                     {"vector_loss.pt", "must return a scalar loss"}}) {
     test::TempDir dir;
-    auto r = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --model " + dir_->file(model) + " --data " +
+    auto r = test::run_command(std::string(test::paths::train_exe) + " --model " + dir_->file(model) + " --data " +
                                dir_->file("regressor_data.h5") + " --steps 3 --quiet --run-dir " + dir.file("run"));
     EXPECT_EQ(r.exit_code, 2) << model << "\n" << r.output;
     EXPECT_NE(r.output.find(model), std::string::npos) << r.output;
@@ -185,7 +185,7 @@ TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
   test::TempDir dir;
   const int steps = 12, batch = 8;
   auto fixture =
-      test::run_command(std::string(NANSCOPE_PYTHON) + " " + NANSCOPE_FIXTURES + "/tied_lm_reference.py " +
+      test::run_command(std::string(test::paths::python) + " " + test::paths::fixtures + "/tied_lm_reference.py " +
                         dir.path().string() + " " + std::to_string(steps) + " " + std::to_string(batch) + " 0.01");
   ASSERT_EQ(fixture.exit_code, 0) << fixture.output;
   std::ifstream reference(dir.file("reference_losses.txt"));
@@ -218,7 +218,7 @@ TEST(TiedWeights, StepLikePyTorchWithTheSharedTensorOnce) {
 // --init with another model's checkpoint: exit 2, one line naming the file,
 // the first parameter that does not fit and, for a shape, both shapes.
 TEST_F(TorchScript, InitFromAnotherModelsCheckpointNamesTheFirstMismatch) {
-  const std::string train = NANSCOPE_TRAIN_EXE;
+  const std::string train = test::paths::train_exe;
   const std::string data = " --data " + dir_->file("regressor_data.h5") + " --quiet --threads 1 --steps 2";
   auto saved = test::run_command(train + " --model " + dir_->file("regressor.pt") + data + " --run-dir " +
                                  dir_->file("init-a") + " --save " + dir_->file("regressor-ckpt.h5"));

@@ -21,8 +21,8 @@ using namespace nanscope;
 
 namespace {
 
-const std::string kView = NANSCOPE_VIEW_EXE;
-const std::string kXvfbRun = NANSCOPE_XVFB_RUN;
+const std::string kView = test::paths::view_exe;
+const std::string kXvfbRun = test::paths::xvfb_run;
 
 struct Rgb {
   int r, g, b;
@@ -139,7 +139,7 @@ const Rgb kNaN = rgb_of(viewer::kNaNColor);
 TEST_F(ViewerScreenshot, SampleRunShowsLossCurveNaNMarkerAndHeatmap) {
   test::TempDir dir;
   const std::string run = dir.file("run");
-  auto train = test::run_command(std::string(NANSCOPE_TRAIN_EXE) + " --config " + NANSCOPE_SAMPLES +
+  auto train = test::run_command(std::string(test::paths::train_exe) + " --config " + test::paths::samples +
                                  "/configs/gpt-finetune-fault.toml --steps 60 --act-absmax-every 5 --run-dir " + run);
   ASSERT_EQ(train.exit_code, 0) << train.output;
   auto r = view(run, dir.file("run.png"));

@@ -252,7 +252,7 @@ TEST(ViewModel, RolledBackRowsAreNoPartOfTheCurveAndTheWarnedLayerIsMarked) {
 TEST(ViewModel, AFileThatCrashesHdf5IsAnErrorNotACrash) {
   test::TempDir dir;
   test::write_synthetic_run(dir.file("run.h5"), 20, 2, -1);
-  const std::string crasher = std::string(NANSCOPE_FUZZ_CRASHERS) + "/snapshot/h5aiterate-h5a-close.h5";
+  const std::string crasher = std::string(test::paths::fuzz_crashers) + "/snapshot/h5aiterate-h5a-close.h5";
   ViewModel model;
   EXPECT_FALSE(model.open({crasher, dir.file("run.h5")}));
   // HDF5 1.10 (bookworm) crashes on it and the rehearsal says so; newer HDF5
