@@ -32,7 +32,7 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
                             const std::vector<Batch>& earlier_call_batches, bool changed_since_call) {
   return impl_->scale(loss, micro_batch, earlier_call_batches, changed_since_call);
 }
-void StepGuard::unscale() { impl_->unscale(); }
+at::Tensor StepGuard::unscale() { return impl_->unscale(); }
 GuardedStep StepGuard::step(const StepContext& context) { return impl_->step(context); }
 bool StepGuard::step_open() const { return impl_->watched_phase() != WatchedPhase::closed; }
 void StepGuard::undo_loops_update() { impl_->undo_loops_update(); }

@@ -52,7 +52,7 @@ struct StepGuard::Impl {
   void end_model_call();
   at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch, const std::vector<Batch>& earlier_call_batches,
                    bool changed_since_call);
-  void unscale();
+  at::Tensor unscale();
   GuardedStep step(const StepContext& context);
   int64_t number_of(const StepContext& context) const { return context.step >= 0 ? context.step : next_step_; }
   GuardedStep watched_step(const StepContext& context);

@@ -131,9 +131,10 @@ void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
   run.undecided.clear();
 }
 
-void StepGuard::Impl::unscale() {
+at::Tensor StepGuard::Impl::unscale() {
   WatchedStep& w = advance_watched(WatchedCall::unscale);
   w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front());
+  return w.unscaled->total_norm;
 }
 
 GuardedStep StepGuard::Impl::step(const StepContext& context) {

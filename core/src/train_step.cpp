@@ -55,7 +55,9 @@ GradNorms grad_norms(const std::vector<at::Tensor>& grads) {
   GradNorms out;
   out.each = at::_foreach_norm(grads);
   out.stacked = at::stack(out.each);
-  out.total = out.stacked.norm();
+  // As torch.nn.utils.get_total_norm takes it, op for op: a clip given this
+  // norm (the Accelerate integration's) clips as clip_grad_norm_ would, bit for bit.
+  out.total = at::linalg_vector_norm(out.stacked, 2);
   return out;
 }
 

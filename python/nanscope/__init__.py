@@ -228,8 +228,15 @@ class StepGuard:
         """Divides the gradients by the loss scale now, before your own clipping,
         as GradScaler.unscale_(); the step's grad norm is taken here."""
         self._check_optimizer(optimizer)
-        self._open().unscale()
+        self._unscale_taking_norm()
+
+    def _unscale_taking_norm(self):
+        """unscale_(), returning the grad norm it took: a 0-dim tensor, as
+        torch.nn.utils.get_total_norm takes it (for a clip that need not take
+        it again: the Accelerate integration's)."""
+        norm = self._open().unscale()
         self._unscaled = True
+        return norm
 
     def update(self, new_scale=None):
         """GradScaler's update(): the guard updated the scale in step(). After a

@@ -145,9 +145,9 @@ class Guard {
     // None: no micro-batch named and no model call seen; the step is checked and skipped, not re-run.
     return guard().scale(loss, batch.is_none() ? Batch() : batch_of(batch, row_dims_), earlier, changed_since_call);
   }
-  void unscale() {
+  at::Tensor unscale() {
     py::gil_scoped_release release;
-    guard().unscale();
+    return guard().unscale();
   }
   StepResult step() {
     return run([&](const StepContext& context) { return guard().step(context); });

@@ -212,3 +212,30 @@ TEST(WatchedStep, CallsOutOfOrderThrowAndTheNextStepInOrderStillRuns) {
   EXPECT_TRUE(guard.step().counted());
   EXPECT_EQ(guard.applied_steps(), 2);
 }
+
+// unscale() returns the step's grad norm as PyTorch's clip_grad_norm_ takes it
+// (the 2-norm of the stacked per-gradient 2-norms), still a tensor, so the
+// loop's clip can use it instead of taking it again; it is the norm the step
+// then records.
+TEST(WatchedStep, UnscaleReturnsTheGradNormTheClipWouldTakeAndTheStepRecords) {
+  Watched w;
+  StepGuard& guard = *w.guard;
+  for (const Batch& b : micro_batches(2, -1, 0)) {
+    at::Tensor loss;
+    {
+      auto autocast = guard.autocast();
+      loss = w.loss_of(b) / 2.0;
+    }
+    guard.backward(loss, b);
+  }
+  std::vector<at::Tensor> each;
+  for (const auto& p : w.net.parameters()) each.push_back(at::linalg_vector_norm(p.grad(), 2));
+  const at::Tensor clip_would_take = at::linalg_vector_norm(at::stack(each), 2);
+
+  const at::Tensor norm = guard.unscale();
+  ASSERT_EQ(norm.dim(), 0);
+  EXPECT_TRUE(at::equal(norm, clip_would_take)) << norm.item<float>() << " against " << clip_would_take.item<float>();
+  const GuardedStep r = guard.step();
+  ASSERT_TRUE(r.counted());
+  EXPECT_EQ(r.outcome.grad_norm, clip_would_take.item<double>());
+}

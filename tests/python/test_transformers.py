@@ -388,6 +388,25 @@ def test_run_h5s_grad_norm_is_the_one_before_the_trainers_clip(tmp_path, bf16):
     assert rows["grad_norm"] == pytest.approx(logged, rel=1e-5), (rows["grad_norm"], logged)
 
 
+def test_the_trainers_clip_takes_the_guards_norm_and_clips_as_the_plain_trainer_bit_for_bit(tmp_path, monkeypatch):
+    """The guard has taken the step's norm when the Trainer clips; the clip
+    takes that one instead of taking it again, and the run stays the plain
+    run: the same weights and the same logged norms, to the bit."""
+    items = image_samples(4 * 6)
+    plain, _ = train(tmp_path / "plain", vit, items, guarded=False)
+    clip = torch.nn.utils.clip_grad_norm_
+    norms_taken = []
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms_taken.append(1) or clip(*a, **k))
+    trainer, guard = train(tmp_path / "guarded", vit, items, guarded=True)
+    assert guard.guard.skipped_steps == 0
+    assert norms_taken == [], "the Trainer's clip took the norm again"
+    plain_norms = [e["grad_norm"] for e in plain.state.log_history if "grad_norm" in e]
+    guarded_norms = [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e]
+    assert max(plain_norms) > 1.0, "the clip (max_grad_norm=1) must have acted for the test to mean something"
+    assert guarded_norms == plain_norms
+    same_weights(trainer.model, plain.model)
+
+
 def test_resumed_from_a_trainer_checkpoint_the_guard_goes_on_and_appends_to_its_run_file(tmp_path):
     """The Trainer saves the guard's state_dict as scaler.pt and loads it on
     resume_from_checkpoint before any callback runs. The resumed run ends

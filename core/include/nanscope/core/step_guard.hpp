@@ -85,7 +85,11 @@ class StepGuard {
   // tensors after the call, so the copy kept here is not what the forward saw.
   at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch,
                    const std::vector<Batch>& earlier_call_batches = {}, bool changed_since_call = false);
-  void unscale();  // before the loop's own clipping (GradScaler's unscale_); the grad norm is taken here
+  // Before the loop's own clipping (GradScaler's unscale_): divides by the
+  // loss scale and takes the step's grad norm. Returns that norm as torch's
+  // clip_grad_norm_ takes it (the 2-norm of the per-gradient 2-norms; a
+  // 0-dim tensor, not read to the host), so a clip need not take it again.
+  at::Tensor unscale();
   GuardedStep step(const StepContext& context = {});  // the verdict, then the update or the skip
   bool step_open() const;
   // Without an optimizer, after a skip: weight decay or momentum in the loop's
