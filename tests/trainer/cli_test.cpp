@@ -257,9 +257,15 @@ TEST(Cli, ResumeAfterSigkillReachesTheUninterruptedRunsWeightsBitForBit) {
     ASSERT_EQ(b.step[i], int64_t(i));
     ASSERT_EQ(b.loss[i], a.loss[i]) << "step " << i;  // bit for bit, the steps before the kill and after
   }
-  size_t resume_events = 0;
-  for (const auto& e : b.events) resume_events += e.kind == format::EventKind::resume;
-  EXPECT_EQ(resume_events, 1u);
+  // What the resumed run wrote and where, shown if the resume event is missing.
+  std::string events, files;
+  for (const auto& e : b.events)
+    events += std::to_string(e.step) + " " + nanscope::format::to_string(e.kind) + ": " + e.text + "\n";
+  for (const auto& f : std::filesystem::directory_iterator(killed)) files += f.path().filename().string() + " ";
+  EXPECT_EQ(nanscope::test::event_lines(b, format::EventKind::resume).size(), 1u)
+      << "events:\n"
+      << events << "files: " << files << "\nthe resume printed:\n"
+      << resumed.output;
   // The final weights: both runs' last checkpoints, read through h5py, byte for byte.
   const std::string compare =
       std::string(nanscope::test::paths::python) +
