@@ -3,7 +3,9 @@ causal LM (left-padded, bf16 autocast on CPU), trained
 
   - by the Trainer, plain and with nanscope.guard_trainer(trainer) (one line);
   - by a hand-written loop, plain (torch.autocast, clip, AdamW) and with the
-    guard in GradScaler's place (the watched form).
+    guard in GradScaler's place (the watched form), its clip either
+    clip_grad_norm_ as written or clip_grads_with_norm_ with the norm
+    guard.unscale_() returns (not taken a second time).
 
 Both arms of each pair in one process, alternated: the Trainer's as whole short
 trainings (each step timed from on_step_begin to on_step_end by a callback, the
@@ -86,7 +88,7 @@ def trainer_run(a, items, guarded, out):
     return times.times[a.skip:]
 
 
-def hand_loop(a, items, guarded, out):
+def hand_loop(a, items, guarded, out, reuse_norm=False):
     m = model(a)
     m.train()
     optimizer = torch.optim.AdamW(m.parameters(), lr=1e-4)
@@ -106,10 +108,13 @@ def hand_loop(a, items, guarded, out):
             loss = loss_of(m, batch)
         if guarded:
             guard.backward(loss, batch)
-            guard.unscale_()
+            norm = guard.unscale_()
         else:
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        if reuse_norm:
+            torch.nn.utils.clip_grads_with_norm_(m.parameters(), 1.0, norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         if guarded:
             guard.step()
         else:
@@ -120,9 +125,13 @@ def hand_loop(a, items, guarded, out):
 
 
 def report(name, times, block_ratios):
-    p, g = statistics.median(times["plain"]), statistics.median(times["guarded"])
-    print(f"{name}: plain {p * 1e3:.2f} ms, guarded {g * 1e3:.2f} ms, ratio {g / p:.3f}; median of the "
-          f"{len(block_ratios)} neighbouring blocks' ratios {statistics.median(block_ratios):.3f}")
+    p = statistics.median(times["plain"])
+    arms = [f"plain {p * 1e3:.2f} ms"]
+    for arm, ratios in block_ratios.items():
+        g = statistics.median(times[arm])
+        arms.append(f"{arm} {g * 1e3:.2f} ms, ratio {g / p:.3f} (median of the {len(ratios)} neighbouring blocks' "
+                    f"ratios {statistics.median(ratios):.3f})")
+    print(f"{name}:\n  " + "\n  ".join(arms))
 
 
 def main():
@@ -140,20 +149,23 @@ def main():
     items = samples(a, a.batch * a.steps)
     with tempfile.TemporaryDirectory() as tmp:
         times = {"plain": [], "guarded": []}
-        ratios = []
+        ratios = {"guarded": []}
         for r in range(a.rounds + 1):
             block = {arm: trainer_run(a, items, arm == "guarded", f"{tmp}/t{r}{arm}") for arm in ("plain", "guarded")}
             if r == 0:
                 continue  # warm-up
             for arm in block:
                 times[arm] += block[arm]
-            ratios.append(statistics.median(block["guarded"]) / statistics.median(block["plain"]))
+            ratios["guarded"].append(statistics.median(block["guarded"]) / statistics.median(block["plain"]))
         report(f"Trainer, Llama {a.layers}x{a.hidden}, batch {a.batch}x{a.seq}, bf16 ({a.rounds} alternated runs "
                f"x {a.steps - a.skip} steps)", times, ratios)
 
-        steps = {arm: hand_loop(a, items, arm == "guarded", f"{tmp}/{arm}") for arm in ("plain", "guarded")}
-        times = {"plain": [], "guarded": []}
-        ratios = []
+        steps = {"plain": hand_loop(a, items, False, f"{tmp}/plain"),
+                 "guarded": hand_loop(a, items, True, f"{tmp}/guarded")}
+        if hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # torch 2.6 and later
+            steps["guarded, clipping with unscale_()'s norm"] = hand_loop(a, items, True, f"{tmp}/reused", True)
+        times = {arm: [] for arm in steps}
+        ratios = {arm: [] for arm in steps if arm != "plain"}
         i = 0
         for r in range(a.rounds + 1):
             block = {}
@@ -168,7 +180,8 @@ def main():
                 continue
             for arm in block:
                 times[arm] += block[arm]
-            ratios.append(statistics.median(block["guarded"]) / statistics.median(block["plain"]))
+            for arm in ratios:
+                ratios[arm].append(statistics.median(block[arm]) / statistics.median(block["plain"]))
         report(f"hand loop (watched form), the same Llama ({a.rounds} alternated blocks x {a.steps} steps)", times,
                ratios)
 

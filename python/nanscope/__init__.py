@@ -226,14 +226,13 @@ class StepGuard:
 
     def unscale_(self, optimizer=None):
         """Divides the gradients by the loss scale now, before your own clipping,
-        as GradScaler.unscale_(); the step's grad norm is taken here."""
+        as GradScaler.unscale_(); the step's grad norm is taken here. Returns
+        that norm, a 0-dim tensor (no host read) taken as
+        torch.nn.utils.get_total_norm takes it, so a clip need not take it
+        again: torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+        then does what clip_grad_norm_ would, bit for bit (where the
+        gradients are all the guard's parameters' and the norm is the 2-norm)."""
         self._check_optimizer(optimizer)
-        self._unscale_taking_norm()
-
-    def _unscale_taking_norm(self):
-        """unscale_(), returning the grad norm it took: a 0-dim tensor, as
-        torch.nn.utils.get_total_norm takes it (for a clip that need not take
-        it again: the Accelerate integration's)."""
         norm = self._open().unscale()
         self._unscaled = True
         return norm

@@ -127,7 +127,7 @@ class Installed:
                 if reuses_norm and guard._guard is not None and not guard._unscaled and float(norm_type) == 2.0:
                     parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
                     if _same_gradients(parameters, steered):
-                        norm = guard._unscale_taking_norm()
+                        norm = guard.unscale_()
                         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
                         return norm
                 return clip(parameters, max_norm, norm_type)

@@ -126,6 +126,46 @@ def test_a_clean_accumulating_loop_matches_plain_pytorch(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_unscale_returns_the_norm_a_clip_would_take_so_the_clip_need_not_take_it_again(tmp_path):
+    """guard.unscale_() returns the step's grad norm: the one
+    clip_grad_norm_ returns on the same gradients, to the bit. Where torch has
+    clip_grads_with_norm_, clipping with it leaves the gradients and the
+    weights the plain loop's (clip_grad_norm_), to the bit."""
+    def trained(guarded):
+        torch.manual_seed(0)
+        model = TinyGPT()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False) if guarded else None
+        generator = torch.Generator().manual_seed(1)
+        norms = []
+        for _ in range(3):
+            X, Y = token_batch(generator)
+            loss = model(X, Y)[1] * 50  # norms well over the clip's 1.0: the clip acts
+            if guarded:
+                guard.backward(loss, (X, Y))
+                norm = guard.unscale_()
+                reference = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+                assert norm.dim() == 0 and torch.equal(norm, reference), (norm, reference)
+                if hasattr(torch.nn.utils, "clip_grads_with_norm_"):
+                    torch.nn.utils.clip_grads_with_norm_(list(model.parameters()), 1.0, norm)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                assert guard.step().counted
+            else:
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            norms.append(float(norm))
+        return model, norms
+    guarded, guarded_norms = trained(True)
+    plain, plain_norms = trained(False)
+    assert min(plain_norms) > 1.0
+    assert guarded_norms == plain_norms
+    for a, b in zip(guarded.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_the_fallbacks_lr_cut_survives_an_lr_set_by_hand(tmp_path):
     # 'whole': the first non-finite step switches to fp32 and cuts the LR.
     model, optimizer, guard, results = run_nanogpt_loop(tmp_path / "run", bad=(1, 0, 2), fallback="whole")
