@@ -18,7 +18,11 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         import torch  # the torch the extension is for; its LibTorch is the one linked
 
-        build = Path(self.build_temp).resolve() / "cmake"
+        # One level below the source, as the lanes' build/ is: ccache makes the
+        # include paths relative to the build folder, so only at the same depth
+        # do these compiles match the objects a build of the tree already made
+        # (setuptools' build/temp.*/cmake, three levels down, never did).
+        build = SOURCE / ("build-" + Path(self.build_temp).name.removeprefix("temp."))
         build.mkdir(parents=True, exist_ok=True)
         configure = ["cmake", "-S", str(SOURCE), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPython3_EXECUTABLE={sys.executable}", f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
