@@ -12,6 +12,17 @@
 #include "nanscope/common/torch_compat.hpp"
 
 namespace nanscope {
+namespace {
+
+// The micro-batch's loss as one float, off the graph. Each view or cast
+// skipped where the loss is one already: they are a dispatch each, every step.
+at::Tensor scalar_float(const at::Tensor& loss) {
+  at::Tensor value = loss.detach();
+  if (value.dim() != 0) value = value.reshape({});
+  return value.scalar_type() == at::kFloat ? value : value.to(at::kFloat);
+}
+
+}  // namespace
 
 ScopedAutocast StepGuard::Impl::autocast() {
   begin_micro_batch();
@@ -74,11 +85,16 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
 }
 
 void StepGuard::Impl::begin_micro_batch() {
+  const bool step_begins = !watched_;
   WatchedStep& w = advance_watched(WatchedCall::model_call);
+  if (!options_.probe) return;
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
-  if (options_.probe)
-    w.calls.push_back(ModelCall{at::detail::getDefaultCPUGenerator().get_state(), next_autograd_node(),
-                                std::numeric_limits<uint64_t>::max(), std::nullopt});
+  // The step's first call draws from where the probe's step began (taken
+  // just now, nothing drawn since): that copy serves.
+  at::Tensor rng_state =
+      step_begins ? probe_.cpu_rng_state() : at::detail::getDefaultCPUGenerator().get_state();
+  w.calls.push_back(
+      ModelCall{std::move(rng_state), next_autograd_node(), std::numeric_limits<uint64_t>::max(), std::nullopt});
 }
 
 void StepGuard::Impl::end_model_call() {
@@ -109,7 +125,7 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
       calls[i].batch = copy_of(earlier_call_batches[i]);
     w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
-  w.losses.push_back(loss.detach().reshape({}).to(at::kFloat));
+  w.losses.push_back(scalar_float(loss));
   if (options_.probe) {
     const at::Tensor bad = probe_.batch_nonfinite(micro_batch);
     at::Tensor& flag = w.run.settings.batch_nonfinite;
