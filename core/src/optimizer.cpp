@@ -208,10 +208,11 @@ at::Tensor TensorRecycler::copy(const at::Tensor& t, const at::Device& device) {
 SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer, TensorRecycler* recycler) {
   SavedOptimizer saved;
   TensorRecycler fresh;
+  TensorRecycler& memory = recycler ? *recycler : fresh;
   if (const auto* own = dynamic_cast<const CopiesItsState*>(&optimizer))
-    saved.copy = own->copy_state();
+    saved.copy = own->copy_state(memory);
   else
-    saved.copy = LibTorchStateCopy::of(optimizer, recycler ? *recycler : fresh);
+    saved.copy = LibTorchStateCopy::of(optimizer, memory);
   if (!saved.copy) saved.bytes = optimizer_bytes(optimizer);
   return saved;
 }

@@ -91,8 +91,7 @@ void StepGuard::Impl::begin_micro_batch() {
   // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
   // The step's first call draws from where the probe's step began (taken
   // just now, nothing drawn since): that copy serves.
-  at::Tensor rng_state =
-      step_begins ? probe_.cpu_rng_state() : at::detail::getDefaultCPUGenerator().get_state();
+  at::Tensor rng_state = step_begins ? probe_.cpu_rng_state() : at::detail::getDefaultCPUGenerator().get_state();
   w.calls.push_back(
       ModelCall{std::move(rng_state), next_autograd_node(), std::numeric_limits<uint64_t>::max(), std::nullopt});
 }

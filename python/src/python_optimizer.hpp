@@ -26,7 +26,7 @@ class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure,
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
   // A deep copy of its state_dict(), put back with load_state_dict().
-  std::shared_ptr<const OptimizerStateCopy> copy_state() const override;
+  std::shared_ptr<const OptimizerStateCopy> copy_state(TensorRecycler& recycler) const override;
   void restore_state(const OptimizerStateCopy& copy) override;
 
  private:

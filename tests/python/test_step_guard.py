@@ -388,6 +388,35 @@ def test_each_rollback_restores_the_saved_weights_and_optimizer_state_exactly(tm
             assert all(torch.equal(state[i][k], kept_state[i][k]) for k in kept_state[i]), (to, i)
 
 
+def test_a_kept_state_written_into_the_memory_of_one_it_displaced_restores_exactly(tmp_path):
+    """Two kept states, one every 5 steps: from the third on, each kept
+    optimizer state is written into the memory of the one it displaces. Two
+    rollbacks to such a state (no state is kept between them) both put back
+    AdamW's moments exactly as they were after its step."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False,
+                               config=nanscope.GuardConfig(fallback="off", rollback_every=5, rollback_states=2))
+    after, restored = {}, []
+    for step in range(60):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        if step in (47, 48, 52, 53):  # NaN on two steps in a row: a rollback
+            x[0, 0] = float("nan")
+        result = guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y))
+        state = {i: {k: v.clone() for k, v in slots.items()} for i, slots in optimizer.state_dict()["state"].items()}
+        if result.rolled_back_to >= 0:
+            restored.append((result.rolled_back_to, state))
+        else:
+            after[step] = state
+    assert [r[0] for r in restored] == [44, 44], [r[0] for r in restored]
+    for to, state in restored:
+        kept = after[to]
+        assert state.keys() == kept.keys()
+        for i in state:
+            assert all(torch.equal(state[i][k], kept[i][k]) for k in kept[i]), (to, i)
+
+
 def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
     model = nn.Linear(4, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",

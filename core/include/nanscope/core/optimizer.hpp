@@ -82,7 +82,8 @@ class OptimizerStateCopy {
 class CopiesItsState {
  public:
   virtual ~CopiesItsState() = default;
-  virtual std::shared_ptr<const OptimizerStateCopy> copy_state() const = 0;
+  // `recycler`: the memory of the copy this one displaces.
+  virtual std::shared_ptr<const OptimizerStateCopy> copy_state(TensorRecycler& recycler) const = 0;
   virtual void restore_state(const OptimizerStateCopy& copy) = 0;
 };
 // The state of any optimizer, kept in memory to be put back: its own copy
@@ -92,7 +93,7 @@ struct SavedOptimizer {
   std::shared_ptr<const OptimizerStateCopy> copy;
   size_t size() const { return copy ? copy->bytes() : bytes.size(); }
 };
-// `recycler`: the memory of a state this one displaces (LibTorch's optimizers).
+// `recycler`: the memory of a state this one displaces.
 SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer, TensorRecycler* recycler = nullptr);
 void restore_optimizer(torch::optim::Optimizer& optimizer, const SavedOptimizer& saved);
 // The fp32 fallback casts the optimizer state with the model.
