@@ -97,6 +97,7 @@ std::vector<at::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& o
 }
 
 NamedTensors optimizer_state_by_name(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters) {
+  if (const auto* own = dynamic_cast<const CopiesItsState*>(&optimizer)) return own->state_by_name(parameters);
   NamedTensors out;
   for (const auto& [name, p] : parameters) {
     const torch::optim::OptimizerParamState* state = compat::find_param_state(optimizer, p);

@@ -198,6 +198,24 @@ std::shared_ptr<const OptimizerStateCopy> PythonOptimizer::copy_state(TensorRecy
   return copied_state_dict(*optimizer_, recycler);
 }
 
+NamedTensors PythonOptimizer::state_by_name(const NamedTensors& parameters) const {
+  py::gil_scoped_acquire gil;
+  const py::object state = optimizer_->attr("state");  // keyed by the parameters themselves
+  NamedTensors out;
+  for (const auto& [name, parameter] : parameters) {
+    const py::object slots = state.attr("get")(py::cast(parameter));
+    if (!py::isinstance<py::dict>(slots)) continue;
+    for (const auto& [slot, value] : slots.cast<py::dict>()) {
+      py::object plain = py::reinterpret_borrow<py::object>(value);
+      if (THPVariable_Check(value.ptr()) && !THPVariable_CheckExact(value.ptr()))
+        plain = py::hasattr(value, "to_local") ? value.attr("to_local")() : py::none();
+      if (THPVariable_CheckExact(plain.ptr()))
+        out.emplace_back(name + "/" + py::str(slot).cast<std::string>(), plain.cast<at::Tensor>());
+    }
+  }
+  return out;
+}
+
 void PythonOptimizer::restore_state(const OptimizerStateCopy& copy) {
   py::gil_scoped_acquire gil;
   optimizer_->attr("load_state_dict")(dynamic_cast<const PythonStateCopy&>(copy).state_dict());

@@ -28,6 +28,10 @@ class PythonOptimizer : public torch::optim::Optimizer, public EvaluatesClosure,
   // A deep copy of its state_dict(), put back with load_state_dict().
   std::shared_ptr<const OptimizerStateCopy> copy_state(TensorRecycler& recycler) const override;
   void restore_state(const OptimizerStateCopy& copy) override;
+  // optimizer.state's tensors ("NAME/exp_avg"...): a sharded state's DTensor
+  // by its local shard (each rank checks its own), another tensor subclass
+  // left out.
+  NamedTensors state_by_name(const NamedTensors& parameters) const override;
 
  private:
   explicit PythonOptimizer(SharedObject optimizer);

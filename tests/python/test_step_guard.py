@@ -417,6 +417,30 @@ def test_a_kept_state_written_into_the_memory_of_one_it_displaced_restores_exact
             assert all(torch.equal(state[i][k], kept[i][k]) for k in kept[i]), (to, i)
 
 
+def test_a_sick_optimizer_state_is_never_kept_for_a_rollback(tmp_path):
+    """AdamW's second moment of one weight goes infinite between two steps
+    (its update is 0 there, so the weights stay finite): the state after the
+    next due step is refused, naming that slot, as a LibTorch optimizer's is."""
+    import h5py
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False,
+                               config=nanscope.GuardConfig(rollback_every=5))
+    for step in range(12):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        if step == 7:
+            optimizer.state[model.weight]["exp_avg_sq"][0, 1] = float("inf")
+        assert guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y)).counted
+    guard.close()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    with h5py.File(tmp_path / "run" / "run.h5", "r") as f:
+        events = [(int(s), k.decode(), t.decode()) for s, k, t in
+                  zip(f["/events/step"][:], f["/events/kind"][:], f["/events/text"][:])]
+    refused = [(s, t) for s, k, t in events if k == "save_refused"]
+    assert refused == [(9, "rollback state after step 9 not kept: optimizer state weight/exp_avg_sq non-finite")], events
+
+
 def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
     model = nn.Linear(4, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",

@@ -75,16 +75,19 @@ class OptimizerStateCopy {
   // The copy's tensors, which a later copy may be written into (TensorRecycler); none by default.
   virtual std::vector<at::Tensor> tensors() const { return {}; }
 };
-// An optimizer whose state copies faster than it serializes derives from this
-// as well: Python's adapter deep-copies its state_dict(), where a torch.save
-// into bytes for every kept state cost a small model's step a tenth of a
-// millisecond, spread over the steps between two saves.
+// An optimizer whose state lives outside LibTorch's per-parameter maps, and
+// copies faster than it serializes, derives from this as well: Python's
+// adapter copies its state_dict(), where a torch.save into bytes for every
+// kept state cost a small model's step a tenth of a millisecond, spread over
+// the steps between two saves.
 class CopiesItsState {
  public:
   virtual ~CopiesItsState() = default;
   // `recycler`: the memory of the copy this one displaces.
   virtual std::shared_ptr<const OptimizerStateCopy> copy_state(TensorRecycler& recycler) const = 0;
   virtual void restore_state(const OptimizerStateCopy& copy) = 0;
+  // Its per-parameter state's tensors, as optimizer_state_by_name() names them.
+  virtual NamedTensors state_by_name(const NamedTensors& parameters) const = 0;
 };
 // The state of any optimizer, kept in memory to be put back: its own copy
 // where it makes one, else its serialization.
