@@ -1,12 +1,16 @@
 // What the closure form costs a small C++ loop on clean steps: pytorch/examples'
 // MNIST VAE (784-400-20, Adam, bf16 autocast) on random images, trained
 //   plain       by the stock LibTorch loop (autocast, backward, optimizer.step())
+//   plain, none the same loop dropping the gradients (set to None) where the
+//               stock loop's zero_grad() zeroes them (LibTorch 1.x): what the
+//               guard does, so the guard's own time shows against it
 //   probe off   through guard.closure_step with --probe off
 //   probe on    through guard.closure_step as shipped (per-layer norms, the
 //               RNG state and batch kept for a forensic re-run)
-// All three arms in one process, step by step in turn, so they share the
+// All four arms in one process, step by step in turn, so they share the
 // machine's state and noise. Prints each arm's median step time, its ratio to
-// plain, and the guard's own time per step (the median difference).
+// plain, and the guard's own time per step (the median difference), and the
+// guarded arms' against plain, none.
 // Usage: closure_vae_overhead [ROUNDS=9] [STEPS_PER_ROUND=30] [BATCH=128] [THREADS=1]
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -56,6 +60,7 @@ struct Arm {
   std::shared_ptr<Vae> model = std::make_shared<Vae>();
   std::unique_ptr<torch::optim::Adam> optimizer;
   std::unique_ptr<StepGuard> guard;  // none: the plain loop
+  bool grads_to_none = false;        // the plain loop drops its gradients instead of zeroing them
   std::vector<double> times;
 };
 
@@ -69,19 +74,21 @@ int main(int argc, char** argv) {
   const std::string dir = (std::filesystem::temp_directory_path() / "nanscope-closure-vae-bench").string();
   std::filesystem::remove_all(dir);
 
-  std::vector<Arm> arms(3);
+  std::vector<Arm> arms(4);
   arms[0].name = "plain";
-  arms[1].name = "probe off";
-  arms[2].name = "probe on";
+  arms[1].name = "plain, none";
+  arms[1].grads_to_none = true;
+  arms[2].name = "probe off";
+  arms[3].name = "probe on";
   for (size_t a = 0; a < arms.size(); ++a) {
     torch::manual_seed(0);
     arms[a].model = std::make_shared<Vae>();
     arms[a].optimizer = std::make_unique<torch::optim::Adam>(arms[a].model->parameters(), 1e-3);
-    if (a == 0) continue;
+    if (a < 2) continue;
     GuardOptions options;
     options.run_dir = dir + "/" + std::to_string(a);
     options.amp = Amp::bf16;
-    options.probe = a == 2;
+    options.probe = a == 3;
     options.log = nullptr;
     arms[a].guard = std::make_unique<StepGuard>(*arms[a].model, *arms[a].optimizer, options);
   }
@@ -98,7 +105,10 @@ int main(int argc, char** argv) {
     if (arm.guard) {
       arm.guard->closure_step([&] { return arm.model->loss(images); }, Batch(images)).loss.item<double>();
     } else {
-      arm.optimizer->zero_grad();
+      if (arm.grads_to_none)
+        for (at::Tensor& p : arm.model->parameters()) p.mutable_grad().reset();
+      else
+        arm.optimizer->zero_grad();
       at::Tensor loss;
       {
         compat::AutocastGuard autocast(at::kCPU, at::kBFloat16, true);
@@ -134,15 +144,16 @@ int main(int argc, char** argv) {
     for (double t : v) sum += t;
     return sum / double(v.size());
   };
-  const double plain = median(arms[0].times), plain_mean = mean(arms[0].times);
+  const double plain = median(arms[0].times), plain_mean = mean(arms[0].times), none = median(arms[1].times);
   for (const Arm& arm : arms) {
     const double m = median(arm.times), a = mean(arm.times);
     std::printf("  %-10s median step %7.3f ms  ratio %.3f  guard's own %+.3f ms | mean %7.3f ms  ratio %.3f",
                 arm.name.c_str(), m * 1e3, m / plain, (m - plain) * 1e3, a * 1e3, a / plain_mean);
     // Every update applied, or the arm is no like-for-like of the plain loop.
     if (arm.guard)
-      std::printf("  (updates applied %lld of %lld)", static_cast<long long>(arm.guard->applied_steps()),
-                  static_cast<long long>(k));
+      std::printf("  (updates applied %lld of %lld; against plain, none: ratio %.3f, own %+.3f ms)",
+                  static_cast<long long>(arm.guard->applied_steps()), static_cast<long long>(k), m / none,
+                  (m - none) * 1e3);
     std::printf("\n");
   }
   std::filesystem::remove_all(dir);
