@@ -200,10 +200,17 @@ std::shared_ptr<const OptimizerStateCopy> PythonOptimizer::copy_state(TensorRecy
 
 NamedTensors PythonOptimizer::state_by_name(const NamedTensors& parameters) const {
   py::gil_scoped_acquire gil;
-  const py::object state = optimizer_->attr("state");  // keyed by the parameters themselves
+  // optimizer.state is keyed by the parameters themselves; a sharded model's
+  // are DTensors, and the guard steers their local shards: each state is
+  // found by either.
+  py::dict by_tensor;
+  for (const auto& [key, slots] : optimizer_->attr("state").cast<py::dict>()) {
+    by_tensor[key] = slots;
+    if (py::hasattr(key, "_local_tensor")) by_tensor[key.attr("_local_tensor")] = slots;
+  }
   NamedTensors out;
   for (const auto& [name, parameter] : parameters) {
-    const py::object slots = state.attr("get")(py::cast(parameter));
+    const py::object slots = by_tensor.attr("get")(py::cast(parameter));
     if (!py::isinstance<py::dict>(slots)) continue;
     for (const auto& [slot, value] : slots.cast<py::dict>()) {
       py::object plain = py::reinterpret_borrow<py::object>(value);

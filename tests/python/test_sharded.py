@@ -244,3 +244,34 @@ def test_a_flat_parameter_fsdp1_model_is_refused_with_what_to_do(tmp_path):
     finally:
         dist.destroy_process_group()
 
+
+
+def test_a_sick_shard_of_the_optimizer_state_is_named_by_the_guards_health(tmp_path):
+    """FSDP2 keeps AdamW's state as DTensors keyed by the DTensor parameters,
+    while the guard steers their local shards: the health check finds each
+    state through its shard, and names an infinite exp_avg_sq there."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import fully_shard
+    import nanscope
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        fully_shard(model[0])
+        fully_shard(model[2])
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+        guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", log=False)
+        for _ in range(3):
+            x, y = torch.randn(8, 4), torch.randn(8, 1)
+            with guard.autocast():
+                loss = F.mse_loss(model(x), y)
+            guard.backward(loss, (x, y))
+            assert guard.step().counted
+        assert guard.health() == []
+        optimizer.state[model[0].weight]["exp_avg_sq"].to_local()[0, 1] = float("inf")
+        assert guard.health() == ["optimizer state 0.weight/exp_avg_sq"]
+        guard.close()
+    finally:
+        dist.destroy_process_group()
