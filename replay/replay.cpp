@@ -15,6 +15,7 @@
 #include "bisect.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/state_health.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -127,6 +128,18 @@ std::string doom_of(const std::string& snapshot_path, int64_t step) {
   return "";
 }
 
+// The verdict on what was established, with what the run beside the
+// snapshot says of this step.
+void conclude(ReplayReport& report, const std::string& snapshot) {
+  report.evidence.birth = report.capture.first_birth;
+  report.evidence.trail = report.capture.trail;
+  report.evidence.grad_norm_trend = grad_norm_trend(snapshot, report.step);
+  report.doomed_by = doom_of(snapshot, report.step);
+  report.evidence.doom_searched = !report.doomed_by.empty();
+  report.evidence.rerun_error = report.rerun_error;
+  report.verdict = decide(report.evidence);
+}
+
 }  // namespace
 
 ReplayReport replay_snapshot(const ReplayOptions& options) {
@@ -142,6 +155,15 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   } else {
     // The batch's size, its data set rows unknown.
     report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);
+  }
+
+  // Weights that hold the NaN/Inf already are read, not re-run: every re-run
+  // from them is non-finite whatever its ops do, so none is evidence of where
+  // the value was born (an earlier update, or the weights as loaded).
+  report.evidence.nonfinite_weights = nonfinite_parameters(*setup.model);
+  if (!report.evidence.nonfinite_weights.empty()) {
+    conclude(report, options.snapshot);
+    return report;
   }
 
   // A re-run that raised proves nothing by itself: it counts as non-finite
@@ -250,12 +272,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // The training run's re-run of a compiled model may have seen no op (or
   // none of this one's eager re-run): the eager birth is the evidence then.
   if (!s.capture.first_birth && eager_capture && eager_capture->first_birth) report.capture = *eager_capture;
-  report.evidence.birth = report.capture.first_birth;
-  report.evidence.trail = report.capture.trail;
-  report.evidence.grad_norm_trend = grad_norm_trend(options.snapshot, s.step);
-  report.doomed_by = doom_of(options.snapshot, s.step);
-  report.evidence.rerun_error = report.rerun_error;
-  report.verdict = decide(report.evidence);
+  conclude(report, options.snapshot);
   return report;
 }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "nanscope/common/json_text.hpp"
+#include "nanscope/common/list_text.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/row_text.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
@@ -48,6 +49,16 @@ std::string birth_json(const std::optional<format::Birth>& b, const std::vector<
 
 std::string birth_text(const std::optional<format::Birth>& b) { return b ? format::birth_text(*b) : "none"; }
 
+// The report's last lines: the run's doom search on this step, and the verdict.
+std::string verdict_text(const ReplayReport& r) {
+  std::ostringstream o;
+  if (!r.doomed_by.empty()) o << "  doomed by:        " << r.doomed_by << "\n";
+  o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"
+    << "category:   " << format::to_string(r.verdict.category) << "\n"
+    << "suggestion: " << r.verdict.suggestion << "\n";
+  return o.str();
+}
+
 }  // namespace
 
 std::string to_json(const ReplayReport& r) {
@@ -59,7 +70,8 @@ std::string to_json(const ReplayReport& r) {
     << "  \"capture\": { \"first_birth\": " << birth_json(r.capture.first_birth, rows)
     << ",\n               \"first_nan_birth\": " << birth_json(r.capture.first_nan_birth, rows)
     << ",\n               \"first_inf_birth\": " << birth_json(r.capture.first_inf_birth, rows) << " },\n"
-    << "  \"replay\":  { \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
+    << "  \"replay\":  { \"nonfinite_weights\": " << list_json(r.evidence.nonfinite_weights, str)
+    << ",\n               \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
     << ", \"reproduced_count\": " << r.evidence.reproduced << ", \"repeats\": " << r.evidence.repeats
     << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false") << ",\n               \"eager_finite\": "
     << (r.evidence.eager_finite ? (*r.evidence.eager_finite ? "true" : "false") : "null")
@@ -97,6 +109,13 @@ std::string to_text(const ReplayReport& r) {
   if (r.capture.first_nan_birth && r.capture.first_inf_birth)
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
+  if (!r.evidence.nonfinite_weights.empty()) {
+    std::vector<std::string> named;
+    for (const std::string& name : r.evidence.nonfinite_weights) named.push_back("parameter " + name);
+    o << "  weights:          NaN/Inf in " << named.size() << " parameter(s) as the step began ("
+      << first_few_text(named) << "); not re-run\n";
+    return o.str() + verdict_text(r);
+  }
   o << "  re-run at " << format::to_string(r.evidence.precision) << ":   non-finite in " << r.evidence.reproduced
     << " of " << r.evidence.repeats << "\n"
     << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
@@ -138,11 +157,7 @@ std::string to_text(const ReplayReport& r) {
         << format::dataset_row_text(r.evidence.batch_rows, r.evidence.samples[i]) << ")";
     o << "\n";
   }
-  if (!r.doomed_by.empty()) o << "  doomed by:        " << r.doomed_by << "\n";
-  o << "verdict:    " << format::to_string(r.verdict.verdict) << "\n"
-    << "category:   " << format::to_string(r.verdict.category) << "\n"
-    << "suggestion: " << r.verdict.suggestion << "\n";
-  return o.str();
+  return o.str() + verdict_text(r);
 }
 
 void append_to_snapshot(const std::string& path, const ReplayReport& r) {

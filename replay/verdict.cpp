@@ -1,6 +1,7 @@
 #include "nanscope/replay/verdict.hpp"
 
 #include "input_producer.hpp"
+#include "nanscope/common/list_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/row_text.hpp"
@@ -187,6 +188,23 @@ Verdict decide(const VerdictInputs& in) {
                    " compiled re-runs and finite when the same step runs eagerly: the compiled program is wrong, "
                    "not the model's math. " +
                    compiled_region_advice(in) + "; keep the snapshot for a bug report (it replays the step exactly)";
+    return v;
+  }
+  if (!in.nonfinite_weights.empty()) {
+    // Read from the weights, not re-run: no op of this step made the value.
+    std::vector<std::string> named;
+    for (const std::string& name : in.nonfinite_weights) named.push_back("parameter " + name);
+    v.verdict = format::Verdict::model_or_data;
+    v.category = format::Category::nonfinite_weights;
+    v.suggestion =
+        "the weights already held NaN/Inf as the step began (" + first_few_text(named) +
+        "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
+        "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
+        "or they were loaded so. Go back to weights from before it" +
+        (in.doom_searched ? std::string("; the run's search for that update says what it found")
+                          : "; to name the update, " +
+                                format::how_to_set(in.origin, format::advice_words(in.origin).doom_search_on) +
+                                " (it replays the steps since a saved state, leaving updates out)");
     return v;
   }
   if (!in.birth && in.reproduced > 0) {

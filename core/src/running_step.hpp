@@ -34,6 +34,9 @@ struct RunningStep {
   // An optimizer that evaluates a closure (L-BFGS): what its evaluations came
   // to; the forensics re-run the one that failed, at its trial weights.
   ClosureEvaluations evaluations;
+  // A failed step's parameters that held a NaN/Inf as it began (its update
+  // was not applied): what forensics names in place of a re-run.
+  std::vector<std::string> nonfinite_weights;
 };
 
 // While alive, the parameters hold the weights a closure optimizer's failed

@@ -2,17 +2,29 @@
 
 #include <c10/core/GradMode.h>
 
+#include "nanscope/common/list_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/probe/finiteness.hpp"
 
 namespace nanscope {
 
-std::string StateHealth::text() const {
-  constexpr size_t kShown = 3;
-  std::string out;
-  for (size_t i = 0; i < nonfinite.size() && i < kShown; ++i) out += (i ? ", " : "") + nonfinite[i];
-  if (nonfinite.size() > kShown) out += " and " + std::to_string(nonfinite.size() - kShown) + " more";
-  return out;
+std::string StateHealth::text() const { return first_few_text(nonfinite); }
+
+std::vector<std::string> nonfinite_parameters(const TrainableModel& model) {
+  c10::NoGradGuard no_grad;
+  std::vector<std::string> names, sick;
+  std::vector<at::Tensor> tensors;
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
+    names.push_back(name);
+    tensors.push_back(t);
+  }
+  if (tensors.empty()) return sick;
+  const at::Tensor finite = probe::finite_each(tensors).to(at::kCPU);
+  const bool* ok = finite.data_ptr<bool>();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!ok[i]) sick.push_back(names[i]);
+  return sick;
 }
 
 StateHealth state_health(const TrainableModel& model, const torch::optim::Optimizer* optimizer) {

@@ -29,6 +29,12 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   }
   const std::string what = failure_text(run);
   record_skip(run, what, undone);
+  // Weights that already hold the NaN/Inf were made so by an earlier update
+  // (or loaded so): no op of this step is its birth, and a re-run from them
+  // would name none. Taken before a closure optimizer's trial point is put
+  // in. A sharded model's ranks re-run in lockstep as ever (each holds shards).
+  if (options_.probe && !(run.context.averager && run.context.averager->sharded()))
+    run.nonfinite_weights = nonfinite_parameters(steered_.model);
   Forensics found;
   {
     const AtFailedEvaluation trial_point(parameters_, run.evaluations);

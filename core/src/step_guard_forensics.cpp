@@ -79,10 +79,10 @@ std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births) cons
 // rank's NaN to every rank): every rank re-runs its own micro-batches in
 // lockstep, each finds the births of its own, and one collective tells every
 // rank which ranks found one.
-bool StepGuard::Impl::investigates(const RunningStep& run, bool input_birth) const {
+bool StepGuard::Impl::investigates(const RunningStep& run, bool birth_known) const {
   const StepOutcome& outcome = run.result.outcome;
   const bool lockstep = run.context.averager && run.context.averager->sharded();
-  return options_.probe && (rerunnable(run) || input_birth) &&
+  return options_.probe && (rerunnable(run) || birth_known) &&
          (lockstep ? !outcome.finite()
                    : !outcome.locally_finite() || !outcome.buffers_finite ||
                          (outcome.nonfinite_ranks.empty() && options_.rank == 0));
@@ -97,9 +97,15 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   std::vector<Batch> batches;
   for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
   Forensics found;
-  // A micro-batch that already holds the NaN/Inf is the birth: no re-run
-  // needed, so a skip on a non-finite input costs about one step.
-  if (options_.probe && !outcome.batch_finite) {
+  // Weights that held the NaN/Inf as the step began, or else a micro-batch
+  // that holds it, are the birth (the weights first, as nanscope-replay
+  // reads them): no re-run needed, so such a skip costs about one step.
+  const bool weights_born = !run.nonfinite_weights.empty();
+  if (weights_born) {
+    found.capture.emplace();
+    found.capture->nonfinite_weights = run.nonfinite_weights;
+    found.capture->reproduced = true;  // non-finite from the start, with no re-run
+  } else if (options_.probe && !outcome.batch_finite) {
     found.capture = probe::Probe::input_capture(batches);
     if (!found.capture->first_birth) found.capture.reset();  // another rank's batch: this one re-runs as usual
   }
@@ -123,9 +129,9 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
     journal_.record(step, format::EventKind::first_birth, found.first_birth, "first birth: ");
   }
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
-  if (investigate && found.capture)
+  if (investigate && found.capture && !weights_born)
     keep_skipped_inputs(step, batches);
-  else if (investigate)
+  else if (investigate && !found.capture)
     found.capture = rerun_under_capture(run, batches, compiled_cost);
   if (input_birth) found.capture = std::move(input_birth);
   std::optional<RanksBorn> born;

@@ -93,7 +93,7 @@ struct StepGuard::Impl {
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
   Forensics investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
-  bool investigates(const RunningStep& run, bool input_birth) const;  // the step is re-run (or its input is the birth)
+  bool investigates(const RunningStep& run, bool birth_known) const;  // re-run, or its input or weights hold the birth
   void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
   format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
   std::string check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean);

@@ -1,5 +1,7 @@
 #include "nanscope/format/capture.hpp"
 
+#include "nanscope/common/list_text.hpp"
+
 namespace nanscope::format {
 
 std::string birth_text(const Birth& b) {
@@ -29,7 +31,20 @@ std::string birth_place_text(const Birth& b) {
   return text;
 }
 
+namespace {
+
+std::string weights_text(const std::vector<std::string>& names) {
+  std::vector<std::string> items;
+  for (const std::string& name : names) items.push_back("parameter " + name);
+  return first_few_text(items);
+}
+
+}  // namespace
+
 std::string capture_text(const Capture& c) {
+  if (!c.nonfinite_weights.empty())
+    return "born before this step: its weights held NaN/Inf as it began (" + weights_text(c.nonfinite_weights) +
+           "), made so by an earlier update or loaded so; no op of this step is the birth";
   if (c.ops_seen < 0) return "the forensic re-run failed";
   if (c.compiled_only)
     return "finite when run eagerly, non-finite compiled: the compiled program, not the model's math" +

@@ -10,6 +10,25 @@ namespace nanscope::format {
 
 namespace {
 
+// A list of names as one attribute, a line each (no name holds a newline).
+std::string joined_lines(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? "\n" : "") + names[i];
+  return text;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) names.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return names;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s;
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
@@ -122,6 +141,7 @@ void write_capture(const Group& g, const Capture& c) {
   g.set_attr("ops_seen", c.ops_seen);
   if (c.compiled_only) g.set_attr("compiled_only", int64_t(1));
   if (c.compiled_region) g.set_attr("compiled_region", *c.compiled_region);
+  if (!c.nonfinite_weights.empty()) g.set_attr("nonfinite_weights", joined_lines(c.nonfinite_weights));
   write_birth(g, "first_birth", c.first_birth);
   write_birth(g, "first_nan_birth", c.first_nan_birth);
   write_birth(g, "first_inf_birth", c.first_inf_birth);
@@ -140,6 +160,8 @@ Capture read_capture(const Group& g) {
   c.ops_seen = g.attr_int("ops_seen");
   c.compiled_only = g.has_attr("compiled_only") && g.attr_int("compiled_only") != 0;
   if (g.has_attr("compiled_region")) c.compiled_region = g.attr_string("compiled_region");
+  if (g.has_attr("nonfinite_weights"))
+    c.nonfinite_weights = split_lines(g.attr_string("nonfinite_weights"));  // from 1.9
   c.first_birth = read_birth(g, "first_birth");
   c.first_nan_birth = read_birth(g, "first_nan_birth");
   c.first_inf_birth = read_birth(g, "first_inf_birth");

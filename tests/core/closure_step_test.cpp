@@ -364,6 +364,49 @@ TEST(ClosureStep, ANanNoCapturedOpMadeIsReproducedNotTransient) {
   EXPECT_NE(r.remedy, Remedy::skip_transient) << log.str();
 }
 
+// An LR that is NaN for one step turns finite gradients into NaN weights:
+// that update goes in (its gradients were finite), and the next step fails.
+// No op of that step is the birth: the weights are named, nothing is re-run
+// (the closure runs once), and the snapshot's capture says so when read back.
+TEST(ClosureStep, WeightsAnUpdateMadeNonFiniteAreTheBirthReadNotReRun) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  GuardOptions options = quiet(dir.file("run"), log);
+  options.rollback.every = 2;
+  StepGuard guard(net, optimizer, options);
+  const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
+  int closure_calls = 0;
+  auto step = [&] {
+    return guard.closure_step(
+        [&] {
+          ++closure_calls;
+          return torch::mse_loss(net->forward(x), y);
+        },
+        {x, y});
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(step().counted()) << log.str();
+  optimizer.param_groups()[0].options().set_lr(std::numeric_limits<double>::quiet_NaN());
+  ASSERT_TRUE(step().counted()) << log.str();  // step 3: finite gradients, NaN weights after
+  optimizer.param_groups()[0].options().set_lr(0.01);
+  closure_calls = 0;
+  const GuardedStep failed = step();
+  EXPECT_FALSE(failed.counted());
+  EXPECT_EQ(closure_calls, 1) << "the step ran once, and was not re-run from the sick weights";
+  EXPECT_EQ(failed.first_birth.rfind("born before this step: its weights held NaN/Inf as it began (parameter weight, "
+                                     "parameter bias)",
+                                     0),
+            0u)
+      << failed.first_birth;
+  EXPECT_EQ(failed.rolled_back_to, 1) << log.str();
+  ASSERT_FALSE(failed.snapshot.empty());
+  const probe::SnapshotContents snapshot = probe::read_snapshot(failed.snapshot);
+  EXPECT_EQ(snapshot.capture.nonfinite_weights, (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_FALSE(snapshot.capture.first_birth.has_value());
+}
+
 // A loss that raises on a NaN (binary_cross_entropy checks its input is in
 // [0, 1]): the NaN the batch brought explains the exception, so the step is a
 // skip with that birth and a snapshot, not an exception out of the loop.

@@ -219,3 +219,55 @@ def test_the_guard_says_its_fallback_and_an_fp32_run_is_not_told_it_falls_back_t
     err = nanscope_lines()
     assert "fallback whole" in err
     assert "fallback to fp32" not in err and "LR x 0.5 (already fp32" in err, err
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_rerun(tmp_path):
+    """An LR that is NaN for one step (a schedule's bug) turns finite gradients
+    into NaN weights: that update is applied, and the next step fails. Its
+    birth is no op of its own: the guard names the weights, re-runs nothing
+    (the loss function is never called again), rolls back, and the replay of
+    the snapshot says the same from the weights it loads."""
+    model = _mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    calls = []
+
+    def loss_fn(m, batch):
+        calls.append(1)
+        return F.cross_entropy(m(batch[0]), batch[1])
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=loss_fn, config=nanscope.GuardConfig(rollback_every=5))
+    g = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(14):
+        x, y = torch.randn(32, 8, generator=g), torch.randint(0, 2, (32,), generator=g)
+        with guard.autocast():
+            loss = F.cross_entropy(model(x), y)
+        guard.backward(loss, (x, y))
+        optimizer.param_groups[0]["lr"] = float("nan") if step == 11 else 1e-3
+        calls.clear()
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+        if step == 12:
+            assert calls == [], "no re-run from weights that already hold the NaN"
+    assert results[11].counted  # its gradients were finite: the update went in
+    failed = results[12]
+    assert not failed.counted
+    assert failed.first_birth.startswith(
+        "born before this step: its weights held NaN/Inf as it began (parameter 0.weight, parameter 0.bias, "
+        "parameter 2.weight and 1 more)"), failed.first_birth
+    assert failed.rolled_back_to == 9
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(r.counted for r in results[13:])
+    guard.close()
+
+    report = nanscope.replay(failed.snapshot, _mlp, lambda m, b: F.cross_entropy(m(b[0]), b[1]), write=False)
+    assert (report.verdict, report.category) == ("model_or_data", "nonfinite_weights")
+    assert report.to_dict()["replay"]["nonfinite_weights"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert report.repeats == 0  # read from the weights, not re-run
+    assert "GuardConfig(doom_search=True)" in report.suggestion

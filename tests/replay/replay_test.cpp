@@ -512,6 +512,30 @@ format::TensorStats stats(double min, double max, int64_t inf_count = 0) {
 
 }  // namespace
 
+// Weights that held the NaN/Inf as the step began: no op of the step is the
+// birth, whatever a re-run or the batch would say; the fix is the update
+// before, and the way to name it is said in the loop's own words unless the
+// run's search already has.
+TEST(VerdictRules, WeightsThatHeldTheNanAreTheVerdictBeforeAnyReRunOrBatch) {
+  replay::VerdictInputs in;
+  in.nonfinite_weights = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+  in.birth = birth_at("input", "nan");
+  in.birth->op.phase = format::Phase::input;
+  in.origin = format::Origin::cpp;
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::model_or_data);
+  EXPECT_EQ(v.category, format::Category::nonfinite_weights);
+  EXPECT_NE(v.suggestion.find("(parameter fc1.weight, parameter fc1.bias, parameter fc2.weight and 1 more)"),
+            std::string::npos)
+      << v.suggestion;
+  EXPECT_NE(v.suggestion.find("set GuardOptions::doom_search.enabled = true"), std::string::npos) << v.suggestion;
+  in.doom_searched = true;
+  v = replay::decide(in);
+  EXPECT_EQ(v.suggestion.find("doom_search"), std::string::npos) << v.suggestion;
+  in.nonfinite_weights.clear();
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::data);  // the batch's own NaN again
+}
+
 TEST(VerdictRules, AMatmulWhoseProductsPassTheRangeIsAnOverflowWhetherItGaveInfOrNan) {
   // q @ k^T over a 3e38 sentinel: each product overflows, and the sum is inf,
   // or NaN where signs mix (inf - inf), by how the CPU's kernel adds. The

@@ -31,4 +31,7 @@ struct StateHealth {
 // not meant for every step.
 StateHealth state_health(const TrainableModel& model, const torch::optim::Optimizer* optimizer);
 
+// The names of the parameters that hold a NaN or an infinity (one host read).
+std::vector<std::string> nonfinite_parameters(const TrainableModel& model);
+
 }  // namespace nanscope

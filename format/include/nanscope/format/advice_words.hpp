@@ -23,6 +23,7 @@ struct AdviceWords {
   const char* amp_bf16;          // "--amp bf16"
   const char* fallback_auto;     // "--fallback auto"
   const char* probe_off;         // "--probe off"
+  const char* doom_search_on;    // "--doom-search on"
   // A list of module paths (fp32_modules_setting() spells one).
   const char* fp32_modules_open;
   const char* fp32_modules_quote;

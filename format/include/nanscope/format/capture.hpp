@@ -85,12 +85,16 @@ struct Capture {
   std::optional<std::string> compiled_region;
   std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
   std::vector<OpRecord> trail;  // the last ops up to and including the first birth
+  // The parameters that held a NaN/Inf as the step began: the value was born
+  // before it (an update, or the weights as loaded), so no op of this step
+  // is its birth and no re-run from them names one; none was run.
+  std::vector<std::string> nonfinite_weights;
 };
 
 // birth_text of the first birth, or why there is none: "not reproduced on
 // re-run (transient)", "non-finite again on re-run, but no op was seen making
 // it (...)", "the forensic re-run failed", "finite when run eagerly,
-// non-finite compiled (...)".
+// non-finite compiled (...)", "born before this step: its weights held ...".
 std::string capture_text(const Capture& capture);
 
 void write_capture(const Group& group, const Capture& capture);

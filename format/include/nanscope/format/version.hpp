@@ -22,8 +22,10 @@ namespace nanscope::format {
 //   1.7  checkpoints: /training@lr_multiplier, the guard's whole LR cut
 //        (was @rollback_lr_multiplier, the rollbacks' part alone)
 //   1.8  births: @input (the named batch tensor an input birth is in)
+//   1.9  captures: @nonfinite_weights (the parameters that held a NaN/Inf as
+//        the step began, a name per line; no re-run was made)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 8;
+inline constexpr int kFormatMinor = 9;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -64,17 +64,18 @@ namespace nanscope::format {
   X(data, "data")                   \
   X(transient, "transient")         \
   X(compiler, "compiler") /* non-finite compiled, finite run eagerly: the compiled program's fault */
-#define NANSCOPE_CATEGORIES(X)                                                                          \
-  X(log_nonpositive, "log_nonpositive")                                                                 \
-  X(sqrt_grad_zero, "sqrt_grad_zero")                                                                   \
-  X(div_by_zero, "div_by_zero")                                                                         \
-  X(exp_overflow, "exp_overflow")                                                                       \
-  X(overflow, "overflow")                                                                               \
-  X(fully_masked_softmax, "fully_masked_softmax")                                                       \
-  X(nonfinite_input, "nonfinite_input")                                                                 \
-  X(grad_explosion, "grad_explosion")                                                                   \
-  X(all_targets_ignored, "all_targets_ignored") /* a loss's mean over zero counted targets: 0 / 0 */    \
-  X(compiled_program, "compiled_program")       /* the compiler verdict's: no op of the model's math */ \
+#define NANSCOPE_CATEGORIES(X)                                                                                   \
+  X(log_nonpositive, "log_nonpositive")                                                                          \
+  X(sqrt_grad_zero, "sqrt_grad_zero")                                                                            \
+  X(div_by_zero, "div_by_zero")                                                                                  \
+  X(exp_overflow, "exp_overflow")                                                                                \
+  X(overflow, "overflow")                                                                                        \
+  X(fully_masked_softmax, "fully_masked_softmax")                                                                \
+  X(nonfinite_input, "nonfinite_input")                                                                          \
+  X(grad_explosion, "grad_explosion")                                                                            \
+  X(all_targets_ignored, "all_targets_ignored") /* a loss's mean over zero counted targets: 0 / 0 */             \
+  X(compiled_program, "compiled_program")       /* the compiler verdict's: no op of the model's math */          \
+  X(nonfinite_weights, "nonfinite_weights")     /* the weights held it as the step began: an earlier update's */ \
   X(other, "other")
 
 #define NANSCOPE_WORD_ENUMERATOR(name, spelling) name,

@@ -44,6 +44,10 @@ struct VerdictInputs {
   // whole model; core/compiled_region.hpp); nullopt when not searched.
   std::optional<std::string> compiled_region;
   std::string rerun_error;  // an op raised during a re-run (one line), or ""
+  // The snapshot's parameters that hold a NaN/Inf: the value was there before
+  // the step, and nothing was re-run.
+  std::vector<std::string> nonfinite_weights;
+  bool doom_searched = false;  // the run's search for the update that doomed this step says its answer
 };
 
 struct Verdict {
