@@ -135,7 +135,7 @@ void conclude(ReplayReport& report, const std::string& snapshot) {
   report.evidence.trail = report.capture.trail;
   report.evidence.grad_norm_trend = grad_norm_trend(snapshot, report.step);
   report.doomed_by = doom_of(snapshot, report.step);
-  report.evidence.doom_searched = !report.doomed_by.empty();
+  report.evidence.doom_search_answered = !report.doomed_by.empty();
   report.evidence.rerun_error = report.rerun_error;
   report.verdict = decide(report.evidence);
 }
@@ -157,10 +157,14 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);
   }
 
-  // Weights that hold the NaN/Inf already are read, not re-run: every re-run
-  // from them is non-finite whatever its ops do, so none is evidence of where
-  // the value was born (an earlier update, or the weights as loaded).
-  report.evidence.nonfinite_weights = nonfinite_parameters(*setup.model);
+  // Weights that held the NaN/Inf as the step began are not re-run: the value
+  // was born before the step (an earlier update, or the weights as loaded),
+  // so nothing a re-run from them names is its birth. The guard checked them
+  // itself; an older snapshot's are read here (where a closure optimizer's
+  // NaN trial point would read as an earlier update's: 1.8 cannot tell).
+  report.evidence.nonfinite_weights =
+      s.weights_checked ? s.capture.nonfinite_weights : nonfinite_parameters(*setup.model);
+  if (auto it = s.config.find("doom_search"); it != s.config.end()) report.evidence.doom_search_on = it->second == "on";
   if (!report.evidence.nonfinite_weights.empty()) {
     conclude(report, options.snapshot);
     return report;

@@ -175,6 +175,14 @@ std::string compiled_region_advice(const VerdictInputs& in) {
          format::how_to_set(in.origin, format::fp32_modules_setting(in.origin, {m})) + ")";
 }
 
+// How to name the update that broke the weights, as far as the run went.
+std::string doom_search_advice(const VerdictInputs& in) {
+  if (in.doom_search_answered) return "; the run's search for that update says what it found";
+  if (in.doom_search_on) return "; the run searched for that update and named none for this step (its log says why)";
+  return "; to name the update, " + format::how_to_set(in.origin, format::advice_words(in.origin).doom_search_on) +
+         " (it replays the steps since a saved state, leaving updates out)";
+}
+
 }  // namespace
 
 Verdict decide(const VerdictInputs& in) {
@@ -196,15 +204,11 @@ Verdict decide(const VerdictInputs& in) {
     for (const std::string& name : in.nonfinite_weights) named.push_back("parameter " + name);
     v.verdict = format::Verdict::model_or_data;
     v.category = format::Category::nonfinite_weights;
-    v.suggestion =
-        "the weights already held NaN/Inf as the step began (" + first_few_text(named) +
-        "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
-        "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
-        "or they were loaded so. Go back to weights from before it" +
-        (in.doom_searched ? std::string("; the run's search for that update says what it found")
-                          : "; to name the update, " +
-                                format::how_to_set(in.origin, format::advice_words(in.origin).doom_search_on) +
-                                " (it replays the steps since a saved state, leaving updates out)");
+    v.suggestion = "the weights already held NaN/Inf as the step began (" + first_few_text(named) +
+                   "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
+                   "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
+                   "or they were loaded so. Go back to weights from before it" +
+                   doom_search_advice(in);
     return v;
   }
   if (!in.birth && in.reproduced > 0) {

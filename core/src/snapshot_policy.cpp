@@ -1,11 +1,13 @@
 #include "nanscope/core/snapshot_policy.hpp"
 
+#include "nanscope/common/list_text.hpp"
+
 namespace nanscope {
 
 // A re-run that found no birth (transient) or failed is one story too, and
 // so are weights that held the NaN/Inf already.
 std::string birth_key(const format::Capture& c) {
-  if (!c.nonfinite_weights.empty()) return "nonfinite-weights";
+  if (!c.nonfinite_weights.empty()) return "nonfinite-weights\n" + first_few_text(c.nonfinite_weights);
   if (!c.first_birth) return c.ops_seen < 0 ? "rerun-failed" : "not-reproduced";
   const format::Birth& b = *c.first_birth;
   return std::string(format::to_string(b.kind)) + '\n' + b.op.op + '\n' + b.op.module;

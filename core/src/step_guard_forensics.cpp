@@ -138,7 +138,7 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
   if (!investigate) return found;
   const format::Capture& capture = *found.capture;
-  if (!run.result.error.empty() && !capture.first_birth) {
+  if (!run.result.error.empty() && !capture.first_birth && capture.nonfinite_weights.empty()) {
     journal_.flush();
     throw ModelError("step " + std::to_string(step) +
                          ": the model raised, and no NaN or Inf was born before it: " + run.result.error,
@@ -257,7 +257,9 @@ std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const form
   if (!capture.first_birth && !capture.reproduced && changed)
     return "not reproduced on re-run, but" + changed_micro_batch_text(run);
   if (born && !capture.first_birth && !born->births.empty()) return born_elsewhere(born->births);
-  return format::capture_text(capture) + (changed ? "; but" + changed_micro_batch_text(run) : std::string());
+  // A changed micro-batch matters to a re-run; weights that held the value had none.
+  const bool rerun = capture.nonfinite_weights.empty();
+  return format::capture_text(capture) + (changed && rerun ? "; but" + changed_micro_batch_text(run) : std::string());
 }
 
 // The snapshot of an investigated step, as the policy (and the ranks) decide:

@@ -74,6 +74,7 @@ SnapshotContents read_snapshot(const std::string& path) {
   static_cast<format::SnapshotHeader&>(s) = std::move(format::read_snapshot_summary(path));
 
   format::Archive archive = format::Archive::open(path, format::kSnapshotFileKind);
+  s.weights_checked = archive.version().at_least(1, 9);
   format::Group root = archive.root();
   format::Group model = root.group("model");
   format::Group hparams = model.group("hparams");

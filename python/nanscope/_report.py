@@ -57,7 +57,9 @@ class ReplayReport:
     finite in fp32, or None when not searched), rows (the batch rows without
     which the step is finite, or None when the batch was not bisected) and
     their dataset_rows, no_row_found (why a bisection found no row),
-    draws_random_numbers, anomaly and rerun_error."""
+    draws_random_numbers, anomaly and rerun_error; nonfinite_weights (the
+    parameters that held a NaN/Inf as the step began: nothing was re-run, and
+    the category is 'nonfinite_weights')."""
 
     def __init__(self, json_text, text):
         self._dict = json.loads(json_text)
@@ -70,6 +72,7 @@ class ReplayReport:
         self.first_birth = _birth(capture["first_birth"])
         self.first_nan_birth = _birth(capture["first_nan_birth"])
         self.first_inf_birth = _birth(capture["first_inf_birth"])
+        self.nonfinite_weights = list(replay.get("nonfinite_weights") or [])  # read, not re-run
         self.reproduced = replay["reproduced"]
         self.reproduced_count = replay["reproduced_count"]
         self.repeats = replay["repeats"]

@@ -407,6 +407,35 @@ TEST(ClosureStep, WeightsAnUpdateMadeNonFiniteAreTheBirthReadNotReRun) {
   EXPECT_FALSE(snapshot.capture.first_birth.has_value());
 }
 
+// The same, with a loss that raises on the NaN it is given (binary cross
+// entropy checks its input is in [0, 1]): the weights explain the exception,
+// so the step is a skip naming them, not a ModelError out of the loop.
+TEST(ClosureStep, ALossThatRaisesOnWeightsThatHeldTheNanIsASkipNamingThem) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  GuardOptions options = quiet(dir.file("run"), log);
+  options.rollback.every = 1;  // a state to go back to, so the run goes on
+  StepGuard guard(net, optimizer, options);
+  const at::Tensor x = torch::randn({8, 4}), y = torch::rand({8, 1});
+  auto step = [&] {
+    return guard.closure_step([&] { return torch::binary_cross_entropy(torch::sigmoid(net->forward(x)), y); }, {x, y});
+  };
+  ASSERT_TRUE(step().counted()) << log.str();
+  optimizer.param_groups()[0].options().set_lr(std::numeric_limits<double>::quiet_NaN());
+  ASSERT_TRUE(step().counted()) << log.str();
+  optimizer.param_groups()[0].options().set_lr(0.01);
+  GuardedStep failed;
+  ASSERT_NO_THROW(failed = step()) << log.str();
+  EXPECT_FALSE(failed.counted());
+  EXPECT_FALSE(failed.error.empty()) << "the loss raised";
+  EXPECT_EQ(failed.first_birth.rfind("born before this step: its weights held NaN/Inf as it began", 0), 0u)
+      << failed.first_birth;
+  EXPECT_EQ(failed.rolled_back_to, 0) << log.str();
+}
+
 // A loss that raises on a NaN (binary_cross_entropy checks its input is in
 // [0, 1]): the NaN the batch brought explains the exception, so the step is a
 // skip with that birth and a snapshot, not an exception out of the loop.

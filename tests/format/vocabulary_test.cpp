@@ -51,6 +51,8 @@ TEST(Vocabulary, TheListsHoldWhatFilesSpell) {
   EXPECT_EQ(static_cast<int>(Precision::bf16), 1);
   EXPECT_EQ(static_cast<int>(Precision::fp16), 2);
   EXPECT_STREQ(to_string(Category::all_targets_ignored), "all_targets_ignored");
+  EXPECT_STREQ(to_string(Category::nonfinite_weights), "nonfinite_weights");
+  EXPECT_EQ(from_string<Category>("nonfinite_weights"), Category::nonfinite_weights);
 }
 
 TEST(Vocabulary, LargestFiniteValuesAreTheFormats) {

@@ -268,6 +268,7 @@ def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_re
 
     report = nanscope.replay(failed.snapshot, _mlp, lambda m, b: F.cross_entropy(m(b[0]), b[1]), write=False)
     assert (report.verdict, report.category) == ("model_or_data", "nonfinite_weights")
-    assert report.to_dict()["replay"]["nonfinite_weights"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert report.nonfinite_weights == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert report.to_dict()["replay"]["nonfinite_weights"] == report.nonfinite_weights
     assert report.repeats == 0  # read from the weights, not re-run
     assert "GuardConfig(doom_search=True)" in report.suggestion

@@ -529,9 +529,12 @@ TEST(VerdictRules, WeightsThatHeldTheNanAreTheVerdictBeforeAnyReRunOrBatch) {
             std::string::npos)
       << v.suggestion;
   EXPECT_NE(v.suggestion.find("set GuardOptions::doom_search.enabled = true"), std::string::npos) << v.suggestion;
-  in.doom_searched = true;
+  in.doom_search_on = true;
   v = replay::decide(in);
   EXPECT_EQ(v.suggestion.find("doom_search"), std::string::npos) << v.suggestion;
+  EXPECT_NE(v.suggestion.find("named none for this step"), std::string::npos) << v.suggestion;
+  in.doom_search_answered = true;
+  EXPECT_NE(replay::decide(in).suggestion.find("says what it found"), std::string::npos);
   in.nonfinite_weights.clear();
   EXPECT_EQ(replay::decide(in).verdict, format::Verdict::data);  // the batch's own NaN again
 }

@@ -199,7 +199,7 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
   ImGui::Text("%s", s.path.c_str());
   ImGui::Text("step %lld   %s   loss scale %g   lr %g   clip %g   model %s", static_cast<long long>(s.step),
               format::to_string(s.precision), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
-  if (s.capture.compiled_only)  // finite eagerly, non-finite compiled: the capture's own words say where
+  if (s.capture.compiled_only || !s.capture.nonfinite_weights.empty())  // the capture's own words say where
     ImGui::TextColored(ImColor(kInfColor), "%s.", format::capture_text(s.capture).c_str());
   else if (!s.capture.reproduced)
     ImGui::TextColored(ImColor(kInfColor),

@@ -36,6 +36,10 @@ struct SnapshotContents : format::SnapshotHeader {
   Batch batch;
   at::Tensor batch_rows;
   at::Tensor cpu_rng_state;  // at::Generator get_state() bytes
+  // From 1.9 the capture's nonfinite_weights is the guard's own check of the
+  // weights as the step began (the parameters above may be a closure
+  // optimizer's trial point); an older snapshot's say nothing of it.
+  bool weights_checked = false;
 };
 
 // Throws format::FormatError naming the file.

@@ -47,7 +47,9 @@ struct VerdictInputs {
   // The snapshot's parameters that hold a NaN/Inf: the value was there before
   // the step, and nothing was re-run.
   std::vector<std::string> nonfinite_weights;
-  bool doom_searched = false;  // the run's search for the update that doomed this step says its answer
+  // The run's search for the update that doomed this step: whether it was on
+  // (the snapshot's config), and whether it left an answer about this step.
+  bool doom_search_on = false, doom_search_answered = false;
 };
 
 struct Verdict {
