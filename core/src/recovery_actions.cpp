@@ -110,6 +110,7 @@ RecoveryState Recovery::state_at(int64_t step) const {
   s.nonfinite_since = memory_.nonfinite_since();
   s.max_nonfinite_run = options_.max_nonfinite_run;
   s.step = step;
+  s.origin = options_.origin;
   return s;
 }
 

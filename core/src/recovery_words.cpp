@@ -4,12 +4,28 @@
 #include <vector>
 
 #include "nanscope/common/number_text.hpp"
+#include "nanscope/core/guard_option_list.hpp"
 
 namespace nanscope {
 
 namespace {
 
 std::string rollbacks_text(int64_t n) { return std::to_string(n) + " rollback(s)"; }
+
+// An option as whoever ran the loop sets it (a flag, a keyword, a field).
+std::string option_text(const char* name, const RecoveryState& state) {
+  const GuardOption* option = find_guard_option(name);
+  return option ? spelled(*option, spelling_of(state.origin)) : name;
+}
+
+// Why no rollback saves a sick state, with rollback on: the rollbacks are
+// used up, or no healthy state was kept before the trouble (a run that
+// breaks its weights early, before the first state is kept).
+std::string no_rollback_text(const RecoveryState& state) {
+  if (!state.rollback_left) return " and every rollback allowed is used (" + option_text("max_rollbacks", state) + ")";
+  return " and no healthy state was kept before the trouble to roll back to (one is kept every " +
+         option_text("rollback_every", state) + " healthy steps)";
+}
 
 // Worded from this step's own capture: the earlier step's rows are not this
 // one's (its diagnosis's why is that step's measurement).
@@ -67,7 +83,7 @@ RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, c
         w.subject = facts.broken_state;
       else
         w.why = facts.broken_state + "; skipping cannot save them" +
-                (state.rollback_enabled ? " and no rollback is left" : "") + ": the run stops";
+                (state.rollback_enabled ? no_rollback_text(state) : "") + ": the run stops";
       break;
     case RecoveryReason::remedies_did_not_hold:
       w.why = std::to_string(state.nonfinite_in_a_row + 1) + " non-finite steps in a row";

@@ -129,7 +129,17 @@ const std::vector<Row>& rows() {
              f.state_finite = false;
              s.rollback_left = false;
            }),
-       Remedy::unknown, RecoveryAction::stop, Remedy::none, false, "and no rollback is left: the run stops"},
+       Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
+       "and every rollback allowed is used (GuardOptions::rollback.max_rollbacks): the run stops"},
+      {"sick state before any healthy state was kept, stops",
+       all(failed_bf16_step, rollback_with_a_good_state,
+           [](StepFacts& f, RecoveryState& s) {
+             f.state_finite = false;
+             s.good_state_saved = false;
+           }),
+       Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
+       "and no healthy state was kept before the trouble to roll back to (one is kept every "
+       "GuardOptions::rollback.every healthy steps): the run stops"},
       {"buffers written outside the step: skip, nothing more",
        all(failed_bf16_step, [](StepFacts& f, RecoveryState&) { f.buffers_written_outside = true; }), Remedy::unknown,
        RecoveryAction::skip, Remedy::none, false, "the buffers from before those calls are back"},

@@ -89,6 +89,7 @@ struct RecoveryState {
   int64_t nonfinite_since = -1;    // the first of them
   int64_t max_nonfinite_run = 20;  // 0: no limit
   int64_t step = 0;
+  format::Origin origin = format::Origin::cpp;  // who set the options: how the words spell them
 };
 
 // Why decide_recovery chose its action: what recovery_words says of it.
