@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "nanscope/common/json_text.hpp"
-#include "nanscope/common/list_text.hpp"
 #include "nanscope/format/archive.hpp"
+#include "nanscope/format/capture.hpp"
 #include "nanscope/format/row_text.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
@@ -110,10 +110,8 @@ std::string to_text(const ReplayReport& r) {
     o << "  first NaN birth:  " << birth_text(r.capture.first_nan_birth) << "\n"
       << "  first Inf birth:  " << birth_text(r.capture.first_inf_birth) << "\n";
   if (!r.evidence.nonfinite_weights.empty()) {
-    std::vector<std::string> named;
-    for (const std::string& name : r.evidence.nonfinite_weights) named.push_back("parameter " + name);
-    o << "  weights:          NaN/Inf in " << named.size() << " parameter(s) as the step began ("
-      << first_few_text(named) << "); not re-run\n";
+    o << "  weights:          NaN/Inf in " << r.evidence.nonfinite_weights.size() << " parameter(s) as the step began ("
+      << format::weights_text(r.evidence.nonfinite_weights) << "); not re-run\n";
     return o.str() + verdict_text(r);
   }
   o << "  re-run at " << format::to_string(r.evidence.precision) << ":   non-finite in " << r.evidence.reproduced

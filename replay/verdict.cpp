@@ -1,9 +1,9 @@
 #include "nanscope/replay/verdict.hpp"
 
 #include "input_producer.hpp"
-#include "nanscope/common/list_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
+#include "nanscope/format/capture.hpp"
 #include "nanscope/format/row_text.hpp"
 #include "nanscope/probe/birth_category.hpp"
 
@@ -200,11 +200,9 @@ Verdict decide(const VerdictInputs& in) {
   }
   if (!in.nonfinite_weights.empty()) {
     // Read from the weights, not re-run: no op of this step made the value.
-    std::vector<std::string> named;
-    for (const std::string& name : in.nonfinite_weights) named.push_back("parameter " + name);
     v.verdict = format::Verdict::model_or_data;
     v.category = format::Category::nonfinite_weights;
-    v.suggestion = "the weights already held NaN/Inf as the step began (" + first_few_text(named) +
+    v.suggestion = "the weights already held NaN/Inf as the step began (" + format::weights_text(in.nonfinite_weights) +
                    "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
                    "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
                    "or they were loaded so. Go back to weights from before it" +

@@ -31,15 +31,11 @@ std::string birth_place_text(const Birth& b) {
   return text;
 }
 
-namespace {
-
 std::string weights_text(const std::vector<std::string>& names) {
   std::vector<std::string> items;
   for (const std::string& name : names) items.push_back("parameter " + name);
   return first_few_text(items);
 }
-
-}  // namespace
 
 std::string capture_text(const Capture& c) {
   if (!c.nonfinite_weights.empty())

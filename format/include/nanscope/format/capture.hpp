@@ -97,6 +97,10 @@ struct Capture {
 // non-finite compiled (...)", "born before this step: its weights held ...".
 std::string capture_text(const Capture& capture);
 
+// "parameter a, parameter b, parameter c and 2 more": weights held NaN/Inf
+// as a step began (Capture::nonfinite_weights), as births and verdicts name them.
+std::string weights_text(const std::vector<std::string>& names);
+
 void write_capture(const Group& group, const Capture& capture);
 // Throws FormatError naming the file for a missing or malformed /capture.
 Capture read_capture(const Group& group);
