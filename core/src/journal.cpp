@@ -1,5 +1,7 @@
 #include "nanscope/core/journal.hpp"
 
+#include <filesystem>
+
 #include "journal_endings.hpp"
 #include "nanscope/common/log_line.hpp"
 
@@ -37,8 +39,14 @@ format::RunWriter& Journal::writer() {
 }
 
 void Journal::say(int64_t step, const std::string& text, bool routine) const {
-  const std::string model = alive_.load() > 1 ? "[" + model_name_ + "] " : std::string();
-  write_line(step, model + "step " + std::to_string(step) + ": " + text, !routine);
+  write_line(step, guard_tag() + "step " + std::to_string(step) + ": " + text, !routine);
+}
+
+std::string Journal::guard_tag() const {
+  if (alive_.load() < 2) return "";
+  if (open_journals_named(model_name_) < 2) return "[" + model_name_ + "] ";
+  const std::string folder = std::filesystem::path(path_).parent_path().string();
+  return "[" + (folder.empty() ? path_ : folder) + "] ";
 }
 
 void Journal::announce(const std::string& text) const { write_line(-1, text, false); }

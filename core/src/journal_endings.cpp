@@ -79,6 +79,13 @@ void unregister_journal(Journal* journal) {
   }
 }
 
+int open_journals_named(const std::string& model_name) {
+  std::lock_guard<std::mutex> lock(journals_mutex);
+  int named = 0;
+  for (const Journal* journal : open_journals()) named += journal->model_name() == model_name;
+  return named;
+}
+
 void end_if_interrupted() {
   if (!interrupted.load(std::memory_order_relaxed)) return;
   flush_all();

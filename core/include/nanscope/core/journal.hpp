@@ -24,7 +24,9 @@ class Journal {
   using Opener = std::function<std::unique_ptr<format::RunWriter>()>;
   // `log`: nullptr for no lines; each line starts with `log_prefix` ("[rank 1] "),
   // then, while several guards are alive in the process (a GAN's generator
-  // and critic), with the name of the model this journal's guard steers.
+  // and critic), with the name of the model this journal's guard steers, or,
+  // where another alive guard's model has the same name (C++'s default
+  // "model", two `nn.Sequential`), with the folder of this journal's run file.
   // `path` is the run file `open` writes when the first row or event comes.
   Journal(std::ostream* log, std::string log_prefix, std::string model_name, int rank, std::string path, Opener open);
   ~Journal();
@@ -54,10 +56,12 @@ class Journal {
   }
   format::RunWriter& writer();  // opens run.h5 if nothing was written yet
   const std::string& path() const { return path_; }
+  const std::string& model_name() const { return model_name_; }
   bool opened() const { return writer_ != nullptr; }
 
  private:
   void write_line(int64_t step, const std::string& text, bool warning) const;
+  std::string guard_tag() const;  // "[critic] ", or "" for the process's only guard
 
   std::ostream* log_;
   std::string log_prefix_;
