@@ -139,6 +139,19 @@ KeepBuffers::KeepBuffers(const TrainableModel& model) {
       if (tensor.defined()) kept_.emplace_back(tensor, tensor.detach().clone());
 }
 
+at::Tensor KeepBuffers::turned_nonfinite() const {
+  probe::BookkeepingOps bookkeeping;
+  c10::NoGradGuard no_grad;
+  at::Tensor any;
+  for (const auto& [buffer, value] : kept_) {
+    if (!at::isFloatingType(buffer.scalar_type()) || buffer.sizes() != value.sizes()) continue;
+    // NaN != anything: a NaN anywhere counts, an unchanged -inf does not.
+    const at::Tensor turned = (~at::isfinite(buffer) & (buffer != value)).any();
+    any = any.defined() ? any.logical_or(turned) : turned;
+  }
+  return any;
+}
+
 KeepBuffers::~KeepBuffers() {
   probe::BookkeepingOps bookkeeping;
   c10::NoGradGuard no_grad;

@@ -103,6 +103,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
       out.loss = out.loss.defined() ? out.loss + weighted : weighted;
     }
   }
+  out.buffers_bad = buffers_as_found.turned_nonfinite();
   // Finite gradients whose norm overflows are a non-finite step too (P18).
   probe::PhaseScope phase(format::Phase::grad_norm);
   std::vector<at::Tensor> grads = defined_grads(parameters);
@@ -116,7 +117,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
 
 bool StepRecomputation::finite() const {
   return std::isfinite(loss.item<double>()) && std::isfinite(total_norm.item<double>()) &&
-         found_inf.item<float>() == 0.0f;
+         found_inf.item<float>() == 0.0f && !(buffers_bad.defined() && buffers_bad.item<bool>());
 }
 
 namespace {

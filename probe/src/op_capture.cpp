@@ -232,6 +232,11 @@ struct OpContext : at::ObserverContext {
   // scalar inputs; full statistics only if this op turns out to be a birth.
   std::vector<at::Tensor> input_tensors;
   std::vector<format::TensorStats> scalar_inputs;
+  // A forward op's finite inputs that no gradient flows through (buffers, the
+  // batch), read again at its end: one it wrote NaN/Inf into without returning
+  // it (native_batch_norm's running_var, where a batch's variance overflows
+  // while the op's output stays finite) makes the op a birth.
+  std::vector<at::Tensor> written_in_place;
   int64_t counted_targets = -1;  // a loss with ignore_index: the targets it counts
   OpArity arity;                 // how many of RecordFunction's values are the op's own
 };
@@ -242,6 +247,8 @@ void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
     ctx.input_nan |= f.nan;
     ctx.input_inf |= f.inf;
     ctx.input_tensors.push_back(in_place_self ? t.detach().clone() : t.detach());
+    if (ctx.forward && !in_place_self && !t.requires_grad() && !f.nan && !f.inf)
+      ctx.written_in_place.push_back(t.detach());
   };
   if (value.isTensor()) {
     if (is_floating(value.toTensor())) add_tensor(value.toTensor());
@@ -432,6 +439,15 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     if (t.requires_grad() && t.grad_fn() && t.grad_fn()->sequence_nr() == uint64_t(fn.seqNr()))
       created_nodes.push_back(t.grad_fn()->sequence_nr());
   }
+  const bool outputs_nonfinite = output_nan || output_inf;
+  at::Tensor written;  // an input the op made non-finite in place, not among its outputs
+  for (const at::Tensor& t : ctx->written_in_place) {
+    const FiniteFlags f = finite_flags(t);
+    output_nan |= f.nan;
+    output_inf |= f.inf;
+    if ((f.nan || f.inf) && !written.defined()) written = t;
+  }
+  const bool only_written = written.defined() && !outputs_nonfinite;
   std::lock_guard<std::mutex> lock(g_state->mutex);
   CaptureState& st = *g_state;
   record.index = st.next_end++;
@@ -490,7 +506,9 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     c.forward_index = forward_index;
     c.evaluation = ctx->evaluation;
     c.birth.op = record;
-    if (first_output.defined()) {
+    if (only_written) {
+      c.birth.op.output = tensor_stats(written);  // no rows: a buffer has no batch dimension
+    } else if (first_output.defined()) {
       c.birth.op.output = tensor_stats(first_output);
       // Forward or backward alike: an output with the batch along its row
       // dimension names the samples (a derivative's, a hook's gradient).
@@ -515,7 +533,8 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   };
   if (output_nan && !ctx->input_nan) consider(st.first_nan, format::BirthKind::nan);
   if (output_inf && !ctx->input_nan &&
-      (!ctx->input_inf || (!ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
+      (!ctx->input_inf ||
+       (!only_written && !ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
     consider(st.first_inf, format::BirthKind::inf);
 }
 

@@ -4,6 +4,7 @@
 
 #include <ATen/record_function.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -362,6 +363,34 @@ TEST(ClosureStep, ANanNoCapturedOpMadeIsReproducedNotTransient) {
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.first_birth.rfind("non-finite again on re-run, but no op was seen making it", 0), 0u) << r.first_birth;
   EXPECT_NE(r.remedy, Remedy::skip_transient) << log.str();
+}
+
+// One sample far out of range (a corrupt record): BatchNorm's batch variance
+// overflows, so its running_var goes Inf, while its output ((x - mean) times
+// 1/sqrt(var) = 0), the loss and the gradients stay finite. The op that wrote
+// the Inf into the buffer is the birth, and the re-runs see the buffer, so the
+// step is reproduced and its sample found, never called transient.
+TEST(ClosureStep, ABufferAnOpWroteInfIntoIsBornThereAndItsSampleFound) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Sequential net(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8), torch::nn::ReLU(),
+                            torch::nn::Linear(8, 1));
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  at::Tensor x = torch::randn({16, 4});
+  const at::Tensor y = torch::randn({16, 1});
+  BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(b.inputs), b.targets); };
+  auto step = [&] { return guard.closure_step(loss, {x, y}); };
+  ASSERT_TRUE(step().counted()) << log.str();
+  x[5][1] = 1e30;  // squared, 1e60 times a weight's square: past float's range on every machine
+  const GuardedStep failed = step();
+  EXPECT_FALSE(failed.counted());
+  EXPECT_EQ(failed.first_birth.rfind("inf at aten::batch_norm (forward) in module '1'", 0), 0u) << failed.first_birth;
+  EXPECT_NE(log.str().find("non-finite buffers -> skipped; data: finite without batch row(s) 5"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(failed.remedy, Remedy::skip_data);
+  EXPECT_TRUE(guard.health().finite()) << guard.health().text();
 }
 
 // An LR that is NaN for one step turns finite gradients into NaN weights:

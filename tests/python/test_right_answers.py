@@ -272,3 +272,47 @@ def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_re
     assert report.to_dict()["replay"]["nonfinite_weights"] == report.nonfinite_weights
     assert report.repeats == 0  # read from the weights, not re-run
     assert "GuardConfig(doom_search=True)" in report.suggestion
+
+
+def _batch_norm_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_a_buffer_an_op_wrote_inf_into_is_born_there_and_its_sample_found(tmp_path):
+    """One sample far out of range (a corrupt record): BatchNorm's batch variance
+    overflows, so its running_var goes Inf while its output, the loss and the
+    gradients stay finite. The guard names the op that wrote the Inf (its
+    re-run sees the buffer), skips the step as a data fault with its sample,
+    and the replay of the snapshot reproduces it and finds the same sample,
+    as C++ does."""
+    model = _batch_norm_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_fn(m, batch):
+        return F.mse_loss(m(batch[0]), batch[1])
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=loss_fn)
+    g = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(4):
+        x, y = torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+        if step == 2:
+            x[5, 1] = 1e30  # squared, past float's range on every machine
+        with guard.autocast():
+            loss = F.mse_loss(model(x), y)
+        guard.backward(loss, (x, y))
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+    failed = results[2]
+    assert [r.counted for r in results] == [True, True, False, True]
+    assert failed.first_birth.startswith("inf at aten::batch_norm (forward) in module '1'"), failed.first_birth
+    assert failed.remedy == "data", failed.remedy
+    assert all(torch.isfinite(b).all() for b in model.buffers())
+    guard.close()
+
+    report = nanscope.replay(failed.snapshot, _batch_norm_mlp, loss_fn, write=False)
+    assert report.reproduced_count == report.repeats > 0
+    assert (report.verdict, report.category) == ("model_or_data", "overflow")
+    assert report.rows == [5]

@@ -95,6 +95,12 @@ class KeepBuffers {
   KeepBuffers(const KeepBuffers&) = delete;
   KeepBuffers& operator=(const KeepBuffers&) = delete;
 
+  // 1 where the re-run wrote a NaN/Inf into a floating buffer (BatchNorm's
+  // running_var of a batch whose variance overflows: the forward's output and
+  // the loss stay finite), against the value kept, so a mask's own -inf does
+  // not count; on the device, undefined when there are no floating buffers.
+  at::Tensor turned_nonfinite() const;
+
  private:
   std::vector<std::pair<at::Tensor, at::Tensor>> kept_;  // (the buffer, its value)
 };

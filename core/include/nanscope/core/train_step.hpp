@@ -109,10 +109,12 @@ GradNorms grad_norms(const std::vector<at::Tensor>& grads);
 // loss x loss_scale, unscale, the global grad norm (ops of that last part run
 // in capture's "grad_norm" phase). What the probe's forensic re-run and
 // replay repeat. Leaves the gradients for the caller to clear, and the
-// model's buffers as it found them (a re-run is no training step).
+// model's buffers as it found them (a re-run is no training step); a buffer
+// the re-run turned non-finite makes it non-finite, as it does the step.
 struct StepRecomputation {
   at::Tensor loss, found_inf, total_norm;
-  bool finite() const;  // reads all three on the host
+  at::Tensor buffers_bad;  // undefined for a model without floating buffers
+  bool finite() const;     // reads them on the host
 };
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
                                  double loss_scale, const StepSetup& setup, const Batch& batch);

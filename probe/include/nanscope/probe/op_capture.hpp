@@ -9,6 +9,9 @@
 //    input, at a position where all its inputs were finite (exp overflowing
 //    beside a causal mask's -inf);
 //  - inputs are judged as they were when the op started (in-place ops);
+//  - a forward op that writes a NaN/Inf into an input no gradient flows
+//    through (a buffer) without returning it (BatchNorm's running_var) holds
+//    it as an output;
 //  - when a composite op and the op inside it both qualify, the outer one
 //    (what the model's code called) is reported.
 // Ops are the step's when they run on the thread that made the capture, or in
