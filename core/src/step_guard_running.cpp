@@ -165,6 +165,11 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
     if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
+  } catch (const UpdateRaised& e) {
+    // The optimizer's own error, after finite gradients: nothing to look for.
+    if (run.setup) run.setup(false);
+    journal_.flush();
+    std::rethrow_exception(e.original);
   } catch (const std::exception& e) {
     // An op that raised on a NaN (binary_cross_entropy checks its input) is a
     // non-finite step if the forensic re-run finds a birth before it;

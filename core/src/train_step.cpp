@@ -463,8 +463,13 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
       return e;
     };
     finish.evaluations = evaluations;
+    return finish_step(scaler, parameters, settings, loss, finish);  // its evaluations run the model
   }
-  return finish_step(scaler, parameters, settings, loss, finish);
+  try {
+    return finish_step(scaler, parameters, settings, loss, finish);
+  } catch (const std::exception& e) {
+    throw UpdateRaised(e.what(), std::current_exception());
+  }
 }
 
 }  // namespace nanscope

@@ -497,6 +497,41 @@ TEST(ClosureStep, ALossThatRaisesAfterABirthIsASkipWithThatBirth) {
   }
 }
 
+// The optimizer's own error (here a step() that throws, as LibTorch's Adam
+// does on sparse gradients) comes after the gradients were found finite:
+// there is no NaN to look for, so nothing is re-run and the loop gets the
+// optimizer's exception as it was thrown, not one about the model.
+TEST(ClosureStep, AnOptimizerThatRaisesReachesTheLoopAsItselfWithNoReRun) {
+  struct Refusing : torch::optim::SGD {
+    using torch::optim::SGD::SGD;
+    at::Tensor step(LossClosure closure = nullptr) override {
+      if (refuse) throw std::domain_error("the optimizer's own error");
+      return torch::optim::SGD::step(std::move(closure));
+    }
+    bool refuse = false;
+  };
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(4, 1);
+  Refusing optimizer(net->parameters(), torch::optim::SGDOptions(0.01));
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 1});
+  int calls = 0;
+  BatchLoss loss = [&](const Batch& b) {
+    ++calls;
+    return torch::mse_loss(net->forward(b.inputs), b.targets);
+  };
+  ASSERT_TRUE(guard.closure_step(loss, {x, y}).counted()) << log.str();
+  optimizer.refuse = true;
+  calls = 0;
+  EXPECT_THROW(guard.closure_step(loss, {x, y}), std::domain_error);
+  EXPECT_EQ(calls, 1) << "no forensic re-run";
+  EXPECT_EQ(log.str().find("raised"), std::string::npos) << log.str();
+  optimizer.refuse = false;
+  EXPECT_TRUE(guard.closure_step(loss, {x, y}).counted()) << "the guard goes on where the loop does\n" << log.str();
+}
+
 // An LSTM's carried state is (layers, batch, hidden) beside (batch, seq)
 // data: each tensor's rows are found along its own dimension, so the row
 // search cuts the sample out of both, names the row, and the run keeps its

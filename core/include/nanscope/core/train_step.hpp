@@ -6,8 +6,12 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <exception>
 #include <functional>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "nanscope/core/buffer_transaction.hpp"
@@ -47,6 +51,17 @@ struct StepSettings {
   // A watched step of several micro-batches: their losses as the loop gave
   // them (one element each, on the device), read back with the rest.
   at::Tensor micro_losses{};
+};
+
+// What train_step throws when the update raises after the model's forward and
+// backward ran (an optimizer's own error: Adam given sparse gradients): the
+// gradients were found finite before it, so there is no NaN to look for, and
+// the guard gives the loop `original`, the exception as it was thrown.
+class UpdateRaised : public std::runtime_error {
+ public:
+  UpdateRaised(const std::string& what, std::exception_ptr original)
+      : std::runtime_error(what), original(std::move(original)) {}
+  std::exception_ptr original;
 };
 
 // `lr_multiplier`: the guard's LR cuts, for this update only (finish_step).
