@@ -10,7 +10,13 @@ LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config
 
 at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const { return config_.enabled ? loss * scale_ : loss; }
 
-at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& grads) const {
+at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& given) const {
+  // A sparse gradient is unscaled and checked through its values, as
+  // torch.amp.GradScaler does (a duplicate index's values sum on coalescing,
+  // which the step's norm then sees).
+  std::vector<at::Tensor> grads;
+  grads.reserve(given.size());
+  for (const at::Tensor& g : given) grads.push_back(g.is_sparse() ? g._values() : g);
   const auto device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();
   at::Tensor found_inf = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
   if (grads.empty()) return found_inf;

@@ -1,5 +1,6 @@
 #include "nanscope/core/train_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -53,7 +54,19 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters)
 GradNorms grad_norms(const std::vector<at::Tensor>& grads) {
   if (grads.empty()) return {{}, {}, at::zeros({})};
   GradNorms out;
-  out.each = at::_foreach_norm(grads);
+  // A sparse gradient (nn.Embedding(sparse=True)) has no foreach kernel on
+  // LibTorch 1.13: its norm is taken alone, by the call clip_grad_norm_ makes there.
+  const auto sparse = [](const at::Tensor& g) { return g.is_sparse(); };
+  if (std::none_of(grads.begin(), grads.end(), sparse)) {
+    out.each = at::_foreach_norm(grads);
+  } else {
+    std::vector<at::Tensor> dense;
+    for (const at::Tensor& g : grads)
+      if (!g.is_sparse()) dense.push_back(g);
+    std::vector<at::Tensor> dense_norms = dense.empty() ? dense : at::_foreach_norm(dense);
+    size_t next_dense = 0;
+    for (const at::Tensor& g : grads) out.each.push_back(g.is_sparse() ? at::norm(g, 2) : dense_norms[next_dense++]);
+  }
   out.stacked = at::stack(out.each);
   // As torch.nn.utils.get_total_norm takes it, op for op: a clip given this
   // norm (the Accelerate integration's) clips as clip_grad_norm_ would, bit for bit.
@@ -398,7 +411,15 @@ void zero_grads_in_place(const std::vector<at::Tensor>& parameters) {
 }  // namespace
 
 void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm, double clip) {
-  if (clip > 0 && grad_norm > clip) at::_foreach_mul_(defined_grads(parameters), clip / (grad_norm + 1e-6));
+  if (!(clip > 0 && grad_norm > clip)) return;
+  std::vector<at::Tensor> dense;
+  for (const at::Tensor& g : defined_grads(parameters)) {
+    if (g.is_sparse())
+      g.mul_(clip / (grad_norm + 1e-6));  // no foreach kernel on LibTorch 1.13
+    else
+      dense.push_back(g);
+  }
+  at::_foreach_mul_(dense, clip / (grad_norm + 1e-6));
 }
 
 StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
 #include <torch/optim/sgd.h>
@@ -530,6 +531,45 @@ TEST(ClosureStep, AnOptimizerThatRaisesReachesTheLoopAsItselfWithNoReRun) {
   EXPECT_EQ(log.str().find("raised"), std::string::npos) << log.str();
   optimizer.refuse = false;
   EXPECT_TRUE(guard.closure_step(loss, {x, y}).counted()) << "the guard goes on where the loop does\n" << log.str();
+}
+
+// An embedding with sparse gradients (as recommenders train them), which
+// LibTorch 1.13's foreach kernels refuse: the step checks, clips and applies
+// it, and a step a NaN is born in is skipped with the embedding as it was
+// (its norm against clip_grad_norm_'s: tests/python/test_invisible.py).
+TEST(ClosureStep, SparseGradientsAreNormedClippedAndSkippedAsDenseOnes) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Embedding emb(torch::nn::EmbeddingOptions(16, 4).sparse(true));
+  torch::nn::Linear head(4, 1);
+  std::vector<at::Tensor> parameters = emb->parameters();
+  for (const at::Tensor& p : head->parameters()) parameters.push_back(p);
+  torch::optim::SGD optimizer(parameters, 0.1);
+  torch::nn::Sequential net(emb, head);
+  std::ostringstream log;
+  GuardOptions options = quiet(dir.file("run"), log);
+  options.clip = 1e-3;
+  StepGuard guard(net, optimizer, options);
+  const at::Tensor idx = torch::randint(0, 16, {8, 3});
+  at::Tensor y = torch::randn({8, 3, 1});
+  BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(b.inputs), b.targets); };
+
+  const at::Tensor before = emb->weight.detach().clone();
+  const GuardedStep clean = guard.closure_step(loss, {idx, y});
+  ASSERT_TRUE(clean.counted()) << log.str();
+  EXPECT_TRUE(std::isfinite(clean.outcome.grad_norm));
+  EXPECT_GT(clean.outcome.grad_norm, 1e-3) << "the clip acts";
+  // A sparse update moves the rows the batch used, and only those.
+  const at::Tensor used = at::zeros({16}, at::kBool).index_fill_(0, idx.flatten(), true);
+  const at::Tensor moved = (emb->weight != before).any(1);
+  EXPECT_TRUE(torch::equal(moved, used)) << moved << used;
+
+  y[2][1][0] = std::numeric_limits<float>::quiet_NaN();
+  const at::Tensor kept = emb->weight.detach().clone();
+  const GuardedStep failed = guard.closure_step(loss, {idx, y});
+  EXPECT_FALSE(failed.counted());
+  EXPECT_EQ(failed.first_birth, "nan at input (input) in module '', batch row 2") << log.str();
+  EXPECT_TRUE(torch::equal(emb->weight, kept));
 }
 
 // An LSTM's carried state is (layers, batch, hidden) beside (batch, seq)

@@ -604,3 +604,68 @@ def test_the_first_steps_are_no_baseline_and_a_fallback_on_counted_spikes_says_s
     # A line says which guard wrote it ("[Linear] ") once another guard has lived in this process.
     lines = [line.split("] ", 1)[-1] for line in nanscope_lines().splitlines() if not line.startswith("nanscope:")]
     assert lines == ["step 16: trouble on 2 steps in a row at bf16 -> fallback bf16 -> fp32, LR x 0.5"], lines
+
+
+class SparseBag(nn.Module):
+    """A bag of embeddings with sparse gradients (nn.Embedding(sparse=True), as
+    recommenders and word2vec train them), its 0/0 for BAD_TOKEN's zero row."""
+
+    def __init__(self, vocab=16, width=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width, sparse=True)
+        self.norm = Normalise()
+        self.head = nn.Linear(width, vocab)
+        with torch.no_grad():
+            self.emb.weight[BAD_TOKEN] = 0
+
+    def forward(self, idx):
+        return self.head(self.norm(self.emb(idx)))
+
+
+def sparse_loop(guarded, tmp_path, bad_step=3, steps=6):
+    """A watched loop with its own clip over sparse and dense gradients; with
+    `guarded` False, the plain loop that drops the bad step's update by hand."""
+    torch.manual_seed(0)
+    model = SparseBag()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    criterion = lambda logits, y: F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=lambda m, b: criterion(m(b[0]), b[1])) if guarded else None
+    norms, results = [], []
+    for step in range(steps):
+        x, y = get_batch(poison_row=1 if step == bad_step else None)
+        if guarded:
+            with guard.autocast():
+                loss = criterion(model(x), y)
+            guard.backward(loss, (x, y))
+            norms.append(guard.unscale_())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            results.append(guard.step())
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = criterion(model(x), y)
+            loss.backward()
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1))
+            if step != bad_step:
+                optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if guard:
+        guard.close()
+    return model, norms, results
+
+
+def test_sparse_gradients_are_guarded_as_dense_ones_are(tmp_path):
+    """nn.Embedding(sparse=True) gives a sparse gradient, which LibTorch 1.13's
+    foreach kernels refuse: the guard takes its norm as clip_grad_norm_ does
+    (bit for bit), skips the step a NaN is born in with its birth and row, and
+    leaves the model equal to the plain loop without that update."""
+    guarded, guarded_norms, results = sparse_loop(True, tmp_path)
+    plain, plain_norms, _ = sparse_loop(False, tmp_path)
+    assert [r.counted for r in results] == [True, True, True, False, True, True]
+    assert results[3].first_birth.startswith("nan at aten::div (forward) in module 'norm'"), results[3].first_birth
+    assert "batch row 1" in results[3].first_birth
+    assert results[0].grad_norm > 0.1  # the clip acts
+    for step in (0, 1, 2, 4, 5):
+        assert torch.equal(guarded_norms[step], plain_norms[step]), step
+    for (name, a), b in zip(guarded.state_dict().items(), plain.state_dict().values()):
+        assert torch.equal(a, b), name
