@@ -156,9 +156,15 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
   MicroBatch micro{batch, s.cpu_rng_state, 1.0};
   // A watched step's micro-batch, weighted as the loop weighted its loss.
   if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
+  const bool whole = batch.rows() == s.batch.rows();
+  if (!whole && !setup.loss_weight && std::isfinite(micro.recorded_loss))
+    step_is_finite(setup, amp, s.batch, more_fp32_modules);  // reads the weight on the whole batch first
+  if (setup.loss_weight) fix_loss_weight(micro, *setup.loss_weight);
   std::string raised;
+  double derived = std::numeric_limits<double>::quiet_NaN();
   const bool finite = rerun_is_finite(*setup.model, setup.parameters, amp, s.loss_scale, setup.step_setup, micro,
-                                      fp32_modules, &switchable, &raised);
+                                      fp32_modules, &switchable, &raised, &derived);
+  if (whole && !setup.loss_weight) setup.loss_weight = derived;
   setup.last_raised = !raised.empty();
   if (setup.last_raised) setup.rerun_error = raised;
   setup.unswitchable |= !switchable;

@@ -4,6 +4,7 @@
 // step, the batch, the RNG state, the precision and loss scale, and the setup
 // the harness gave that step (nanscope-train's planted fault).
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct ReplaySetup {
   bool unswitchable = false;  // a TorchScript re-run entered none of its fp32 modules' frames
   std::string rerun_error;    // what the last re-run that raised said (one line), or ""
   bool last_raised = false;   // the last step_is_finite raised: its false is no evidence of non-finite
+  // A watched step's loss weight, read on the first re-run of the whole batch
+  // (NaN: none could be read; fix_loss_weight): a re-run without a row takes it from there.
+  std::optional<double> loss_weight;
 };
 
 // Throws format::FormatError (bad file) or std::invalid_argument (a snapshot

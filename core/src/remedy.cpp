@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
+#include <limits>
 
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/stats.hpp"
@@ -171,13 +172,17 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
 
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
                      const StepSetup& setup, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
-                     bool* switchable, std::string* error) {
+                     bool* switchable, std::string* error, double* derived_weight) {
   bool finite = false;
+  if (derived_weight) *derived_weight = std::numeric_limits<double>::quiet_NaN();
   try {
     Fp32ModuleRegions regions(model, fp32_regions_apply(amp, fp32_modules) ? fp32_modules : std::vector<std::string>{});
     // The loss scale belongs to fp16; an fp32 re-run has none.
     const double scale = amp == Amp::fp16 ? loss_scale : 1.0;
-    finite = recompute_step(model, parameters, amp, scale, setup, std::vector<MicroBatch>{micro}).finite();
+    const StepRecomputation rerun =
+        recompute_step(model, parameters, amp, scale, setup, std::vector<MicroBatch>{micro});
+    if (derived_weight) *derived_weight = rerun.derived_weights.front();
+    finite = rerun.finite();
     if (switchable && !regions.switchable()) *switchable = false;
   } catch (const std::exception& e) {
     // An op that raised on a non-finite value (binary_cross_entropy checks
@@ -189,6 +194,12 @@ bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& param
   return finite;
 }
 
+void fix_loss_weight(MicroBatch& micro, double derived) {
+  if (!std::isfinite(micro.recorded_loss) || !std::isfinite(derived)) return;
+  micro.loss_weight = derived;
+  micro.recorded_loss = std::numeric_limits<double>::quiet_NaN();
+}
+
 LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
                                const StepSetup& setup, MicroBatch micro)
     : model_(model), parameters_(parameters), loss_scale_(loss_scale), setup_(setup), micro_(std::move(micro)) {}
@@ -196,14 +207,18 @@ LiveStepReruns::LiveStepReruns(TrainableModel& model, const std::vector<at::Tens
 bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) {
   last_error_.clear();
   if (without_row < 0) {
+    double derived = std::numeric_limits<double>::quiet_NaN();
     const bool finite = rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, micro_, fp32_modules,
-                                        &switchable_, &last_error_);
+                                        &switchable_, &last_error_, &derived);
+    fix_loss_weight(micro_, derived);
+    weight_read_ = true;
     // The re-run started the generator from the step's state: where it left
     // it says whether the step drew from it.
     if (!draws_ && micro_.cpu_rng_state.defined())
       draws_ = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), micro_.cpu_rng_state);
     return finite;
   }
+  if (!weight_read_ && std::isfinite(micro_.recorded_loss)) finite(amp, fp32_modules, -1);  // reads the weight first
   MicroBatch without = micro_;
   without.batch = micro_.batch.without_row(without_row);
   return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_,

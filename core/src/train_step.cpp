@@ -85,6 +85,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   clear_grads(parameters);
   KeepBuffers buffers_as_found(model);
   StepRecomputation out;
+  out.derived_weights.assign(micro_batches.size(), std::numeric_limits<double>::quiet_NaN());
   {
     const ScopedStepSetup as_the_step_ran(setup);
     for (size_t k = 0; k < micro_batches.size(); ++k) {
@@ -105,7 +106,10 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
       if (std::isfinite(micro.recorded_loss)) {
         // The loop's own weighting (loss / accumulation steps), read off its loss.
         const double value = loss.detach().item<double>();
-        if (std::isfinite(value) && value != 0.0) weight = micro.recorded_loss / value;
+        if (std::isfinite(value) && value != 0.0) {
+          weight = micro.recorded_loss / value;
+          out.derived_weights[k] = weight;
+        }
       }
       {
         NANSCOPE_NVTX_RANGE("backward");

@@ -316,3 +316,46 @@ def test_a_buffer_an_op_wrote_inf_into_is_born_there_and_its_sample_found(tmp_pa
     assert report.reproduced_count == report.repeats > 0
     assert (report.verdict, report.category) == ("model_or_data", "overflow")
     assert report.rows == [5]
+
+
+def _mlp_of(width=32):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+
+
+def test_a_sample_whose_loss_is_huge_is_found_by_the_row_search_at_the_loops_weight(tmp_path):
+    """One sample of 1e38 (a corrupt record) makes the loss 1e35, finite, and
+    the gradients' norm overflow. The watched loop backpropagated that loss
+    halved (its own weighting): the re-runs weigh each loss as the loop did,
+    a weight read once on the whole batch, so the re-run without the sample
+    is finite and the step is a data skip naming it, in the guard and in the
+    replay (reading the weight off each re-run's own loss scaled the re-run
+    without the sample by 1e35 and called every row innocent)."""
+    model = _mlp_of()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def loss_fn(m, batch):
+        return F.cross_entropy(m(batch[0]), batch[1])
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=loss_fn)
+    g = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(4):
+        x, y = torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)
+        if step == 2:
+            x[4, 0] = 1e38
+        with guard.autocast():
+            loss = F.cross_entropy(model(x), y) * 0.5
+        guard.backward(loss, (x, y))
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+    failed = results[2]
+    assert [r.counted for r in results] == [True, True, False, True]
+    assert math.isfinite(failed.loss) and failed.loss > 1e30, failed.loss
+    assert failed.remedy == "data", (failed.remedy, failed.first_birth)
+    assert guard.amp == "bf16"  # no fallback
+    guard.close()
+
+    report = nanscope.replay(failed.snapshot, _mlp_of, loss_fn, write=False)
+    assert report.rows == [4], report

@@ -87,9 +87,17 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns);
 // modules could not be switched to fp32.
 // `micro` is the step's batch (or the micro-batch of a step of several that
 // holds its first birth: the unit every diagnosis re-runs) with its RNG state.
+// `derived_weight`: the weight read off its recorded loss (NaN if none was).
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,
                      const StepSetup& setup, const MicroBatch& micro, const std::vector<std::string>& fp32_modules,
-                     bool* switchable = nullptr, std::string* error = nullptr);
+                     bool* switchable = nullptr, std::string* error = nullptr, double* derived_weight = nullptr);
+
+// The loop's weight of a micro-batch's loss (1 / accumulation steps) is read
+// off its recorded loss on the whole micro-batch, once: a re-run without a row
+// has another loss, and reading the weight off that (a sample whose loss is
+// 1e35 taken out) would scale the re-run by the ratio of the two. Fixes
+// `micro`'s weight to `derived` (when one was read) and forgets its recorded loss.
+void fix_loss_weight(MicroBatch& micro, double derived);
 
 // StepReruns on the live model: each re-run restores the CPU generator to
 // the step's state and leaves the buffers as found (recompute_step).
@@ -116,6 +124,7 @@ class LiveStepReruns : public StepReruns {
   bool switchable_ = true;
   std::string last_error_;     // what the last re-run raised, "" when it ran
   std::optional<bool> draws_;  // seen on the first whole-batch re-run
+  bool weight_read_ = false;   // its loss weight too (fix_loss_weight)
 };
 
 }  // namespace nanscope

@@ -129,7 +129,10 @@ GradNorms grad_norms(const std::vector<at::Tensor>& grads);
 struct StepRecomputation {
   at::Tensor loss, found_inf, total_norm;
   at::Tensor buffers_bad;  // undefined for a model without floating buffers
-  bool finite() const;     // reads them on the host
+  // Each micro-batch's weight read off its recorded loss (the loop's loss /
+  // the loss function's, on the same batch); NaN where none was read.
+  std::vector<double> derived_weights;
+  bool finite() const;  // reads them on the host
 };
 StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp,
                                  double loss_scale, const StepSetup& setup, const Batch& batch);
