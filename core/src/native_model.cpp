@@ -49,6 +49,16 @@ at::ScalarType TrainableModel::own_float_type() const {
   return at::kFloat;
 }
 
+std::string TrainableModel::own_float_type_name() const {
+  switch (own_float_type()) {
+    case at::kDouble: return "float64";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kFloat: return "float32";
+    default: return c10::toString(own_float_type());
+  }
+}
+
 std::vector<std::string> TrainableModel::module_paths() const {
   std::vector<std::string> paths{""};
   auto add_owners = [&](const NamedTensors& tensors) {

@@ -11,6 +11,7 @@
 
 #include "lockstep_reruns.hpp"
 #include "nanscope/common/number_text.hpp"
+#include "nanscope/core/fallback.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
 
@@ -30,13 +31,18 @@ Recovery::Recovery(const GuardOptions& options, Steered& steered, LossScaler& sc
 
 void Recovery::fall_back(const GuardedStep& result, int64_t step, const std::string& what) {
   memory_.fall_back(steered_.model, steered_.optimizer, scaler_, device(), step);
-  // A run already in fp32 has no wider precision to go to: its fallback is the LR cut alone.
+  // A run already in fp32, or a model that keeps its own 16-bit weights, has
+  // no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
-  journal_.record(
-      step, format::EventKind::fallback,
-      result.amp == Amp::fp32 ? "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)"
-                              : std::string(precision_name(result.amp)) + " -> fp32, " + lr_cut,
-      what + " at " + precision_name(result.amp) + (result.counted() ? " -> fallback " : " -> skipped; fallback "));
+  const std::string at = precision_name(result.amp);
+  std::string text = at + " -> fp32, " + lr_cut;
+  if (FallbackPolicy::keeps_own_precision(steered_.model))
+    text = at + ": " + lr_cut + " (the model's own " + steered_.model.own_float_type_name() +
+           " weights stay: widen them yourself for fp32)";
+  else if (result.amp == Amp::fp32)
+    text = "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)";
+  journal_.record(step, format::EventKind::fallback, text,
+                  what + " at " + at + (result.counted() ? " -> fallback " : " -> skipped; fallback "));
 }
 
 void Recovery::stop(int64_t step, const std::string& text) {

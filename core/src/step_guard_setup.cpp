@@ -6,6 +6,7 @@
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/cpu_kernels.hpp"
+#include "nanscope/core/fallback.hpp"
 #include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/format/run_layout.hpp"
 
@@ -42,8 +43,9 @@ LossScalerConfig scaler_config(Amp amp) {
 
 // The line a guard starts with: where it writes, and what a failed step will
 // trigger, so nobody learns the fallback's policy from its first firing.
-std::string start_text(const GuardOptions& o, const std::string& run_file, at::ScalarType model_type) {
+std::string start_text(const GuardOptions& o, const std::string& run_file, const TrainableModel& model) {
   std::string fallback = std::string("fallback ") + fallback_mode_name(o.fallback) + " (";
+  const bool keeps_own = FallbackPolicy::keeps_own_precision(model);
   switch (o.fallback) {
     case FallbackMode::automatic:
       fallback +=
@@ -51,22 +53,23 @@ std::string start_text(const GuardOptions& o, const std::string& run_file, at::S
           "skipped, modules that need fp32 go to fp32, else the whole model";
       break;
     case FallbackMode::whole:
-      fallback += o.amp == Amp::fp32 ? "the first non-finite step cuts the LR x " + number_text(o.lr_backoff)
-                                     : "the first non-finite step switches the whole model to fp32 for the rest of "
-                                       "the run, LR x " +
-                                           number_text(o.lr_backoff);
+      fallback += o.amp == Amp::fp32 || keeps_own
+                      ? "the first non-finite step cuts the LR x " + number_text(o.lr_backoff)
+                      : "the first non-finite step switches the whole model to fp32 for the rest of "
+                        "the run, LR x " +
+                            number_text(o.lr_backoff);
       break;
     case FallbackMode::off:
     case FallbackMode::unknown: fallback += "a non-finite step is skipped, nothing more"; break;
   }
+  if (keeps_own && o.fallback == FallbackMode::automatic)
+    fallback +=
+        "; the model's own " + model.own_float_type_name() + " weights stay, so its whole-model fallback is the LR cut";
+  else if (keeps_own && o.fallback == FallbackMode::whole)
+    fallback += ", the model's own " + model.own_float_type_name() + " weights staying " + model.own_float_type_name();
   // "fp32" is no autocast: the model's own precision, which a float64 model says.
-  const std::string amp = o.amp == Amp::fp32 && model_type != at::kFloat
-                              ? std::string("off (the model's own ") +
-                                    (model_type == at::kDouble     ? "float64"
-                                     : model_type == at::kBFloat16 ? "bfloat16"
-                                     : model_type == at::kHalf     ? "float16"
-                                                                   : c10::toString(model_type)) +
-                                    ")"
+  const std::string amp = o.amp == Amp::fp32 && model.own_float_type() != at::kFloat
+                              ? "off (the model's own " + model.own_float_type_name() + ")"
                               : precision_name(o.amp);
   return "nanscope: writing " + run_file + "; amp " + amp + ", " + fallback + "), clip " +
          (o.clip > 0 ? number_text(o.clip) : std::string("off")) + ", rollback " + (o.rollback.enabled ? "on" : "off") +
@@ -102,7 +105,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
   // checkpoint now. A file already there from an earlier run waits for the
   // first row: a state put back before it (load_state_dict) means go on with it.
   if (options_.resume_after_step >= 0 || !std::filesystem::exists(journal_.path())) journal_.writer();
-  journal_.announce(start_text(options_, journal_.path(), steered_.model.own_float_type()));
+  journal_.announce(start_text(options_, journal_.path(), steered_.model));
 }
 
 // The run file, at its first row or event (Journal): nanscope-train's

@@ -669,6 +669,38 @@ TEST(ClosureStep, AFloat64ModelStaysFloat64ThroughTheFallback) {
   EXPECT_EQ(net->weight.scalar_type(), at::kDouble);
 }
 
+// A model trained in bf16 itself, fed bf16 batches: the fallback keeps its
+// weights bf16 (float32 weights would make the loop's next batch raise) and
+// is the LR cut, and its opening line and fallback line say so.
+TEST(ClosureStep, AModelOfItsOwnBf16WeightsKeepsThemThroughTheFallback) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(3, 1);
+  net->to(at::kBFloat16);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.01));
+  std::ostringstream log;
+  GuardOptions o = quiet(dir.file("run"), log);
+  o.fallback = FallbackMode::whole;
+  StepGuard guard(net, optimizer, o);
+  EXPECT_NE(log.str().find("the model's own bfloat16 weights staying bfloat16"), std::string::npos) << log.str();
+  auto step = [&](bool poisoned) {
+    at::Tensor x = torch::randn({8, 3}).to(at::kBFloat16), y = torch::randn({8, 1}).to(at::kBFloat16);
+    if (poisoned) x[4][0] = std::numeric_limits<float>::quiet_NaN();
+    return guard.closure_step([&] { return torch::mse_loss(net->forward(x), y); }, {x, y});
+  };
+  EXPECT_TRUE(step(false).counted());
+  const GuardedStep failed = step(true);
+  EXPECT_FALSE(failed.counted());
+  EXPECT_TRUE(failed.fell_back) << log.str();
+  EXPECT_NE(log.str().find("fallback bf16: LR x 0.5 (the model's own bfloat16 weights stay"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(guard.lr_multiplier(), 0.5);
+  GuardedStep after;
+  ASSERT_NO_THROW(after = step(false)) << "mat1 and mat2 must have the same dtype, had the weights gone float32";
+  EXPECT_TRUE(after.counted());
+  EXPECT_EQ(net->weight.scalar_type(), at::kBFloat16);
+}
+
 // A step that draws random numbers (a VAE's randn_like) draws differently
 // without a row: a finite re-run then proves nothing about that row. The row
 // search refuses, as nanscope-replay refuses it on the snapshot, and a search

@@ -359,3 +359,34 @@ def test_a_sample_whose_loss_is_huge_is_found_by_the_row_search_at_the_loops_wei
 
     report = nanscope.replay(failed.snapshot, _mlp_of, loss_fn, write=False)
     assert report.rows == [4], report
+
+
+def test_a_model_of_its_own_bf16_weights_keeps_them_through_the_fallback(tmp_path):
+    """A model trained in bf16 itself (model.to(torch.bfloat16), as a fine-tune
+    loads one) and fed bf16 batches: the whole-model fallback keeps its weights
+    bf16 and is the LR cut. Widened to float32, the loop's next bf16 batch
+    would raise (mat1 and mat2 must have the same dtype), and its memory double."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4)).to(torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]).float(), b[1]),
+                               config=nanscope.GuardConfig(fallback="whole"))
+    g = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(5):
+        x, y = torch.randn(16, 8, generator=g).to(torch.bfloat16), torch.randint(0, 4, (16,), generator=g)
+        if step == 2:
+            x[3, 1] = float("nan")
+        with guard.autocast():
+            loss = F.cross_entropy(model(x).float(), y)
+        guard.backward(loss, (x, y))
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+    assert [r.counted for r in results] == [True, True, False, True, True]
+    assert results[2].fell_back
+    assert guard.lr_multiplier == 0.5
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert all(s.dtype == torch.bfloat16 for state in optimizer.state.values() for s in state.values()
+               if torch.is_tensor(s) and s.is_floating_point() and s.dim() > 0)
+    guard.close()

@@ -18,10 +18,16 @@ class FallbackPolicy {
   explicit FallbackPolicy(FallbackMode mode) : mode_(mode) {}
   FallbackMode mode() const { return mode_; }
 
-  // Casts model and optimizer state to fp32 and turns the scaler off. The
-  // caller switches autocast off and cuts the LR.
-  void fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
+  // Casts model and optimizer state to fp32 and turns the scaler off; the
+  // caller switches autocast off and cuts the LR. A model whose weights are
+  // 16-bit (trained in bf16 or fp16 itself) keeps them, its optimizer state and
+  // its scaler: widening would change the dtype its loop feeds it and double
+  // its memory, so its fallback is the LR cut alone. Returns whether the model
+  // now runs in fp32.
+  bool fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
             int64_t step);
+  // The model keeps its own 16-bit weights through the fallback.
+  static bool keeps_own_precision(const TrainableModel& model);
 
   bool fired() const { return fired_step_ >= 0; }
   // A resumed run whose fallback had fired (the caller restores precision and scaler).

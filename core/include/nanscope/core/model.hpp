@@ -63,6 +63,8 @@ class TrainableModel {
   // The model's own floating type: its first floating parameter's (float32
   // for a model without one).
   at::ScalarType own_float_type() const;
+  // Its name as PyTorch spells the dtype: "float64", "bfloat16", "float16", "float32".
+  std::string own_float_type_name() const;
   virtual void set_training(bool on) = 0;
   virtual ModelSpec spec() const = 0;
   // A TorchScript model: its modules are interpreter frames, not C++ scopes

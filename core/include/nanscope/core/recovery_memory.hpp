@@ -71,9 +71,8 @@ class RecoveryMemory {
   // The whole-model fp32 fallback, with its LR cut.
   void fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
                  int64_t step) {
-    fallback_.fire(model, optimizer, scaler, device, step);
     lr_cut_ *= lr_backoff_;
-    amp_ = Amp::fp32;
+    if (fallback_.fire(model, optimizer, scaler, device, step)) amp_ = Amp::fp32;
   }
   // --fallback auto's remedy: these modules run in fp32 from now on.
   void add_fp32_modules(const std::vector<std::string>& modules) {
