@@ -311,7 +311,9 @@ bool broadcasts_to(at::IntArrayRef from, at::IntArrayRef to) {
 // births. Needs positions that correspond: pointwise ops whose inputs broadcast
 // to the output; for any other op the plain rule stands.
 bool holds_new_infinity(const std::string& op, const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
-  if (!output.defined() || !is_pointwise_arithmetic(op)) return false;
+  if (!output.defined() || output.is_sparse() || !is_pointwise_arithmetic(op)) return false;
+  for (const at::Tensor& in : inputs)
+    if (in.is_sparse()) return false;  // positions of stored values do not correspond
   at::Tensor inherited = at::zeros(output.sizes(), output.options().dtype(at::kBool));
   for (const at::Tensor& in : inputs) {
     if (!broadcasts_to(in.sizes(), output.sizes())) return false;
@@ -326,7 +328,7 @@ bool holds_new_infinity(const std::string& op, const at::Tensor& output, const s
 // bisected. At most 16.
 std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size, int64_t row_dim,
                                           format::BirthKind kind) {
-  if (batch_size < 2 || output.dim() <= row_dim || output.size(row_dim) != batch_size) return {};
+  if (batch_size < 2 || output.is_sparse() || output.dim() <= row_dim || output.size(row_dim) != batch_size) return {};
   const at::Tensor rows = output.movedim(row_dim, 0).reshape({batch_size, -1});
   const at::Tensor bad = (kind == format::BirthKind::nan ? at::isnan(rows) : at::isinf(rows)).any(1);
   if (bad.all().item<bool>()) return {};  // every row: not one sample's doing

@@ -10,6 +10,11 @@ namespace nanscope::probe {
 
 bool is_floating(const at::Tensor& t) { return t.defined() && at::isFloatingType(t.scalar_type()); }
 
+// A sparse tensor's values are those it stores (nn.Embedding(sparse=True)'s
+// gradient), read as they are: isnan of the sparse tensor would build another
+// one from it, and the values are where a NaN would be.
+at::Tensor stored_values(const at::Tensor& t) { return t.is_sparse() ? t._values() : t; }
+
 bool makes_no_new_values(const char* op_name) {
   static const std::unordered_set<std::string> views{"aten::view",
                                                      "aten::_unsafe_view",
@@ -44,14 +49,21 @@ bool makes_no_new_values(const char* op_name) {
                                                      "aten::matrix_H",
                                                      "aten::mT"};
   // resize_ / resize_as_ grow a buffer without initialising it, as empty does.
-  static const std::unordered_set<std::string> uninitialised{"aten::resize_", "aten::resize_as_", "aten::set_"};
+  // A sparse tensor's metadata ops run on one a kernel is still building
+  // (coalesce marks its result with _coalesced_ before it holds its values):
+  // reading it there reads what is not there yet.
+  static const std::unordered_set<std::string> uninitialised{"aten::resize_",        "aten::resize_as_",
+                                                             "aten::set_",           "aten::_coalesced_",
+                                                             "aten::sparse_resize_", "aten::sparse_resize_and_clear_",
+                                                             "aten::_indices",       "aten::_values",
+                                                             "aten::indices",        "aten::values"};
   const std::string name = op_name;
   return views.count(name) > 0 || uninitialised.count(name) > 0 || name.find("empty") != std::string::npos;
 }
 
 FiniteFlags finite_flags(const at::Tensor& t) {
   if (!is_floating(t) || t.numel() == 0) return {};
-  at::Tensor d = t.detach();
+  at::Tensor d = stored_values(t).detach();
   at::Tensor flags = at::stack({at::isnan(d).any(), at::isinf(d).any()}).to(at::kCPU);
   const bool* f = flags.data_ptr<bool>();
   return {f[0], f[1]};
@@ -74,7 +86,7 @@ format::TensorStats tensor_stats(const at::Tensor& tensor) {
   s.dtype = c10::toString(tensor.scalar_type());
   s.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
   if (!is_floating(tensor) || tensor.numel() == 0 || storage_released(tensor)) return s;
-  at::Tensor t = tensor.detach().to(at::kFloat);
+  at::Tensor t = stored_values(tensor).detach().to(at::kFloat);
   at::Tensor finite = at::isfinite(t);
   at::Tensor finite_values = t.masked_select(finite);
   at::Tensor zero = at::zeros({}, t.options());

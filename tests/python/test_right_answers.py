@@ -274,6 +274,28 @@ def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_re
     assert "GuardConfig(doom_search=True)" in report.suggestion
 
 
+def _watched_steps(guard, model, optimizer, batches, loss_of):
+    """The watched loop over (x, y) batches: one result per step."""
+    results = []
+    for x, y in batches:
+        with guard.autocast():
+            loss = loss_of(model(x), y)
+        guard.backward(loss, (x, y))
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+    return results
+
+
+def _batches(steps, x_shape, y_of, plant_at, row, col, value, dtype=torch.float32):
+    """Seeded (x, y) batches; step `plant_at`'s x holds `value` at [row, col]."""
+    g = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        x, y = torch.randn(*x_shape, generator=g).to(dtype), y_of(g)
+        if step == plant_at:
+            x[row, col] = value
+        yield x, y
+
+
 def _batch_norm_mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
@@ -294,17 +316,9 @@ def test_a_buffer_an_op_wrote_inf_into_is_born_there_and_its_sample_found(tmp_pa
 
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
                                loss_fn=loss_fn)
-    g = torch.Generator().manual_seed(1)
-    results = []
-    for step in range(4):
-        x, y = torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
-        if step == 2:
-            x[5, 1] = 1e30  # squared, past float's range on every machine
-        with guard.autocast():
-            loss = F.mse_loss(model(x), y)
-        guard.backward(loss, (x, y))
-        results.append(guard.step())
-        optimizer.zero_grad(set_to_none=True)
+    # 1e30 squared is past float's range on every machine.
+    batches = _batches(4, (16, 4), lambda g: torch.randn(16, 1, generator=g), 2, 5, 1, 1e30)
+    results = _watched_steps(guard, model, optimizer, batches, F.mse_loss)
     failed = results[2]
     assert [r.counted for r in results] == [True, True, False, True]
     assert failed.first_birth.startswith("inf at aten::batch_norm (forward) in module '1'"), failed.first_birth
@@ -323,6 +337,10 @@ def _mlp_of(width=32):
     return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
 
 
+def _classes(g):
+    return torch.randint(0, 4, (16,), generator=g)
+
+
 def test_a_sample_whose_loss_is_huge_is_found_by_the_row_search_at_the_loops_weight(tmp_path):
     """One sample of 1e38 (a corrupt record) makes the loss 1e35, finite, and
     the gradients' norm overflow. The watched loop backpropagated that loss
@@ -339,17 +357,8 @@ def test_a_sample_whose_loss_is_huge_is_found_by_the_row_search_at_the_loops_wei
 
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
                                loss_fn=loss_fn)
-    g = torch.Generator().manual_seed(1)
-    results = []
-    for step in range(4):
-        x, y = torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)
-        if step == 2:
-            x[4, 0] = 1e38
-        with guard.autocast():
-            loss = F.cross_entropy(model(x), y) * 0.5
-        guard.backward(loss, (x, y))
-        results.append(guard.step())
-        optimizer.zero_grad(set_to_none=True)
+    batches = _batches(4, (16, 8), _classes, 2, 4, 0, 1e38)
+    results = _watched_steps(guard, model, optimizer, batches, lambda out, y: F.cross_entropy(out, y) * 0.5)
     failed = results[2]
     assert [r.counted for r in results] == [True, True, False, True]
     assert math.isfinite(failed.loss) and failed.loss > 1e30, failed.loss
@@ -366,23 +375,13 @@ def test_a_model_of_its_own_bf16_weights_keeps_them_through_the_fallback(tmp_pat
     loads one) and fed bf16 batches: the whole-model fallback keeps its weights
     bf16 and is the LR cut. Widened to float32, the loop's next bf16 batch
     would raise (mat1 and mat2 must have the same dtype), and its memory double."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4)).to(torch.bfloat16)
+    model = _mlp_of().to(torch.bfloat16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
                                loss_fn=lambda m, b: F.cross_entropy(m(b[0]).float(), b[1]),
                                config=nanscope.GuardConfig(fallback="whole"))
-    g = torch.Generator().manual_seed(1)
-    results = []
-    for step in range(5):
-        x, y = torch.randn(16, 8, generator=g).to(torch.bfloat16), torch.randint(0, 4, (16,), generator=g)
-        if step == 2:
-            x[3, 1] = float("nan")
-        with guard.autocast():
-            loss = F.cross_entropy(model(x).float(), y)
-        guard.backward(loss, (x, y))
-        results.append(guard.step())
-        optimizer.zero_grad(set_to_none=True)
+    batches = _batches(5, (16, 8), _classes, 2, 3, 1, float("nan"), dtype=torch.bfloat16)
+    results = _watched_steps(guard, model, optimizer, batches, lambda out, y: F.cross_entropy(out.float(), y))
     assert [r.counted for r in results] == [True, True, False, True, True]
     assert results[2].fell_back
     assert guard.lr_multiplier == 0.5
