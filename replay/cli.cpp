@@ -14,7 +14,7 @@
 
 namespace nanscope::replay {
 
-int replay_main(int argc, char** argv) {
+int replay_main(int argc, const char* const* argv) {
   nanscope::replay::ReplayOptions options;
   bool json = false, no_write = false;
   CLI::App app{

@@ -50,7 +50,7 @@ ModelFactory default_model() {
   return default_factory();
 }
 
-int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss,
+int replay_main(int argc, const char* const* argv, torch::nn::Module& module, BatchLoss loss,
                 const std::vector<OtherModel>& others) {
   register_default_model([&module, loss, others](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     // The program's own module: its weights become the snapshot's; its loss

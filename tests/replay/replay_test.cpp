@@ -15,6 +15,7 @@
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
 #include "nanscope/probe/snapshot.hpp"
+#include "nanscope/replay/model_registry.hpp"
 #include "nanscope/replay/verdict.hpp"
 
 using namespace nanscope;
@@ -115,6 +116,14 @@ INSTANTIATE_TEST_SUITE_P(SamplesFaults, Verdicts, ::testing::ValuesIn(kVerdicts)
     if (c == '-') c = '_';
   return name;
 });
+
+// A program whose main() takes `const char* argv[]` (pytorch/examples'
+// cpp/dcgan) hands its arguments on as they are; a path that is no snapshot
+// is bad input (exit 2), not a crash.
+TEST(Replay, AProgramsConstArgvIsTakenAsItIs) {
+  const char* argv[] = {"dcgan", "/nonexistent/step-0000030.h5", "--no-write"};
+  EXPECT_EQ(replay::replay_main(3, argv), kExitBadInput);
+}
 
 TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
   test::TempDir dir;

@@ -54,7 +54,8 @@ void register_default_model(ModelFactory factory);
 
 // nanscope-replay's command line and exit codes (0 a verdict, 1 the replay
 // failed, 2 bad input), for a program that registered its models first.
-int replay_main(int argc, char** argv);
+// `argv` as main() has it, `char**` or `const char*[]` (pytorch/examples' cpp/dcgan).
+int replay_main(int argc, const char* const* argv);
 
 // The same from the training program itself, for its own model: `module` (its
 // weights are replaced by the snapshot's) and `loss`, the step's forward and
@@ -71,7 +72,7 @@ int replay_main(int argc, char** argv);
 // the training guard gave them (StepGuard::add_other_model); the snapshot's
 // weights for them are loaded first. A snapshot whose loss ran another model
 // the replay is not given is refused (exit 2), naming it.
-int replay_main(int argc, char** argv, torch::nn::Module& module, BatchLoss loss,
+int replay_main(int argc, const char* const* argv, torch::nn::Module& module, BatchLoss loss,
                 const std::vector<OtherModel>& others = {});
 
 }  // namespace nanscope::replay
