@@ -1,5 +1,6 @@
 #include "nanscope/core/loss_scaler.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nanscope/common/torch_compat.hpp"
@@ -14,9 +15,12 @@ at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& given) const {
   // A sparse gradient is unscaled and checked through its values, as
   // torch.amp.GradScaler does (a duplicate index's values sum on coalescing,
   // which the step's norm then sees).
-  std::vector<at::Tensor> grads;
-  grads.reserve(given.size());
-  for (const at::Tensor& g : given) grads.push_back(g.is_sparse() ? g._values() : g);
+  std::vector<at::Tensor> values;  // filled only when there is a sparse one: a clean step copies nothing
+  if (std::any_of(given.begin(), given.end(), [](const at::Tensor& g) { return g.is_sparse(); })) {
+    values.reserve(given.size());
+    for (const at::Tensor& g : given) values.push_back(g.is_sparse() ? g._values() : g);
+  }
+  const std::vector<at::Tensor>& grads = values.empty() ? given : values;
   const auto device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();
   at::Tensor found_inf = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
   if (grads.empty()) return found_inf;

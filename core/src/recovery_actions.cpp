@@ -11,7 +11,6 @@
 
 #include "lockstep_reruns.hpp"
 #include "nanscope/common/number_text.hpp"
-#include "nanscope/core/fallback.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
 
@@ -30,13 +29,13 @@ Recovery::Recovery(const GuardOptions& options, Steered& steered, LossScaler& sc
       memory_(options) {}
 
 void Recovery::fall_back(const GuardedStep& result, int64_t step, const std::string& what) {
-  memory_.fall_back(steered_.model, steered_.optimizer, scaler_, device(), step);
+  const bool in_fp32 = memory_.fall_back(steered_.model, steered_.optimizer, scaler_, device(), step);
   // A run already in fp32, or a model that keeps its own 16-bit weights, has
   // no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
   const std::string at = precision_name(result.amp);
   std::string text = at + " -> fp32, " + lr_cut;
-  if (FallbackPolicy::keeps_own_precision(steered_.model))
+  if (!in_fp32)
     text = at + ": " + lr_cut + " (the model's own " + steered_.model.own_float_type_name() +
            " weights stay: widen them yourself for fp32)";
   else if (result.amp == Amp::fp32)

@@ -68,11 +68,14 @@ class RecoveryMemory {
   void stop_saving() { ring_ = StateRing(0, 0); }  // one state is over the budget
 
   // --- Recovery::apply's actions.
-  // The whole-model fp32 fallback, with its LR cut.
-  void fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
+  // The whole-model fp32 fallback, with its LR cut. Returns whether the
+  // model now runs in fp32 (FallbackPolicy::fire).
+  bool fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,
                  int64_t step) {
     lr_cut_ *= lr_backoff_;
-    if (fallback_.fire(model, optimizer, scaler, device, step)) amp_ = Amp::fp32;
+    const bool in_fp32 = fallback_.fire(model, optimizer, scaler, device, step);
+    if (in_fp32) amp_ = Amp::fp32;
+    return in_fp32;
   }
   // --fallback auto's remedy: these modules run in fp32 from now on.
   void add_fp32_modules(const std::vector<std::string>& modules) {
