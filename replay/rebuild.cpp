@@ -144,6 +144,42 @@ ReplaySetup rebuild(const std::string& path) {
   return setup;
 }
 
+namespace {
+
+// While it lives, every 16-bit floating parameter and buffer of a model (and
+// of the other models its loss runs) is float32, the same values; then each
+// goes back to its own type, exactly (a re-run leaves the weights as it found them).
+class WidenedWeights {
+ public:
+  explicit WidenedWeights(const TrainableModel& model) {
+    c10::NoGradGuard no_grad;
+    const NamedTensors parameters = model.all_named_parameters(), buffers = model.named_buffers();
+    for (const NamedTensors* tensors : {&parameters, &buffers, &model.other_parameters(), &model.other_buffers()})
+      for (const auto& [name, t] : *tensors)
+        if (t.defined() && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf)) {
+          widened_.emplace_back(t, t.scalar_type());
+          at::Tensor(t).set_data(t.to(at::kFloat));  // set_data: the module keeps the same tensor
+        }
+  }
+  ~WidenedWeights() {
+    c10::NoGradGuard no_grad;
+    for (auto& [t, type] : widened_) t.set_data(t.to(type));
+  }
+  WidenedWeights(const WidenedWeights&) = delete;
+  WidenedWeights& operator=(const WidenedWeights&) = delete;
+
+ private:
+  std::vector<std::pair<at::Tensor, at::ScalarType>> widened_;
+};
+
+}  // namespace
+
+bool step_is_finite_in_fp32(ReplaySetup& setup, const Batch& batch) {
+  if (setup.model->own_16bit_type_name().empty()) return step_is_finite(setup, Amp::fp32, batch);
+  const WidenedWeights widened(*setup.model);
+  return step_is_finite(setup, Amp::fp32, batch.widened());
+}
+
 bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
                     const std::vector<std::string>& more_fp32_modules) {
   const probe::SnapshotContents& s = setup.snapshot;

@@ -44,4 +44,11 @@ ReplaySetup rebuild(const std::string& path);
 bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
                     const std::vector<std::string>& more_fp32_modules = {});
 
+// The step re-run in fp32 in earnest: step_is_finite at fp32, and a model of
+// its own 16-bit weights (TrainableModel::own_16bit_type_name), which
+// computes in them with autocast off too, widened to float32 for it (its
+// 16-bit parameters and buffers, its other models' and the batch's, all
+// exactly) and put back after. Throws as step_is_finite does.
+bool step_is_finite_in_fp32(ReplaySetup& setup, const Batch& batch);
+
 }  // namespace nanscope::replay

@@ -49,7 +49,7 @@ std::string anomaly_message(ReplaySetup& setup) {
   setup.rerun_error.clear();
   {
     torch::autograd::DetectAnomalyGuard anomaly;
-    step_is_finite(setup, Amp::fp32, setup.snapshot.batch);
+    step_is_finite_in_fp32(setup, setup.snapshot.batch);
   }
   std::string raised = std::exchange(setup.rerun_error, before);
   std::string message;
@@ -148,6 +148,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   ReplayReport report;
   report.step = s.step;
   report.evidence.precision = s.precision;
+  report.evidence.own_16bit = setup.model->own_16bit_type_name();
   report.evidence.origin = s.origin;
   report.capture = s.capture;
   if (s.batch_rows.defined()) {
@@ -233,7 +234,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   {
     probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
                               /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
-    report.evidence.fp32_finite = step_is_finite(setup, Amp::fp32, s.batch);
+    report.evidence.fp32_finite = step_is_finite_in_fp32(setup, s.batch);
     report.fp32_capture = capture.result();
     if (setup.last_raised && !report.fp32_capture.first_birth && !batch_holds_it)
       throw std::runtime_error("no verdict: the fp32 re-run of step " + std::to_string(s.step) +
@@ -253,7 +254,9 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // 3. Bisections, where they can say something.
   const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == format::Phase::input;
   if (options.bisect && report.evidence.reproduced > 0) {
-    if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth) {
+    // Modules "in fp32" are autocast off inside: a model of its own 16-bit
+    // weights computes in them there too, so it has no such set to find.
+    if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth && report.evidence.own_16bit.empty()) {
       const Fp32RegionSearch search = smallest_fp32_region(setup);
       report.evidence.fp32_search = search.outcome;
       report.evidence.fp32_modules = search.modules;

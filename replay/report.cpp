@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "nanscope/common/json_text.hpp"
+#include "nanscope/core/precision.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/capture.hpp"
 #include "nanscope/format/row_text.hpp"
@@ -73,7 +74,8 @@ std::string to_json(const ReplayReport& r) {
     << "  \"replay\":  { \"nonfinite_weights\": " << list_json(r.evidence.nonfinite_weights, str)
     << ",\n               \"reproduced\": " << (r.evidence.reproduced > 0 ? "true" : "false")
     << ", \"reproduced_count\": " << r.evidence.reproduced << ", \"repeats\": " << r.evidence.repeats
-    << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false") << ",\n               \"eager_finite\": "
+    << ", \"fp32_finite\": " << (r.evidence.fp32_finite ? "true" : "false")
+    << ", \"widened_weights\": " << or_null(r.evidence.own_16bit) << ",\n               \"eager_finite\": "
     << (r.evidence.eager_finite ? (*r.evidence.eager_finite ? "true" : "false") : "null")
     << ", \"compiled_region\": " << (r.evidence.compiled_region ? str(*r.evidence.compiled_region) : "null")
     << ",\n               \"fp32_first_birth\": " << birth_json(r.fp32_capture.first_birth, rows)
@@ -98,7 +100,8 @@ std::string to_json(const ReplayReport& r) {
 
 std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
-  o << "step " << r.step << " (" << format::to_string(r.evidence.precision) << ")\n"
+  const std::string ran_at = step_precision_name(r.evidence.precision, r.evidence.own_16bit);
+  o << "step " << r.step << " (" << ran_at << (r.evidence.own_16bit.empty() ? "" : ", the model's own weights") << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
   if (r.capture.first_birth && !rows_of(*r.capture.first_birth).empty()) {
     const std::vector<int64_t> at_birth = rows_of(*r.capture.first_birth);
@@ -114,9 +117,10 @@ std::string to_text(const ReplayReport& r) {
       << format::weights_text(r.evidence.nonfinite_weights) << "); not re-run\n";
     return o.str() + verdict_text(r);
   }
-  o << "  re-run at " << format::to_string(r.evidence.precision) << ":   non-finite in " << r.evidence.reproduced
-    << " of " << r.evidence.repeats << "\n"
-    << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite") << "\n";
+  o << "  re-run at " << ran_at << ":" << std::string(ran_at.size() < 6 ? 7 - ran_at.size() : 1, ' ')
+    << "non-finite in " << r.evidence.reproduced << " of " << r.evidence.repeats << "\n"
+    << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite")
+    << (r.evidence.own_16bit.empty() ? "" : " (its " + r.evidence.own_16bit + " weights widened to float32)") << "\n";
   if (r.evidence.eager_finite)  // a compiled model: the re-runs above ran its compiled program
     o << "  re-run eagerly:   "
       << (*r.evidence.eager_finite ? "finite (the compiled program alone goes non-finite)"

@@ -140,7 +140,18 @@ std::string fix_for(format::Category category, const format::Birth& b, const Ver
 }
 
 // Names an fp32 module set only when precision bisection found it.
+// The precision the step computed in: its autocast's, or with autocast off
+// a model's own 16-bit weights' (a float16 model overflows at float16's range).
+format::Precision computed_in(const VerdictInputs& in) {
+  if (in.precision != format::Precision::fp32 || in.own_16bit.empty()) return in.precision;
+  return in.own_16bit == "float16" ? format::Precision::fp16 : format::Precision::bf16;
+}
+
 std::string fp32_advice(const VerdictInputs& in) {
+  if (!in.own_16bit.empty())
+    return "the model's own " + in.own_16bit + " weights are the cause (the re-run widened them): keep the weights " +
+           "in float32 and let autocast run the ops that are safe in 16 bits (" +
+           format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + ")";
   switch (in.fp32_search) {
     case Fp32Search::found:
       return "keep " + comma_list(in.fp32_modules) +
@@ -236,14 +247,14 @@ Verdict decide(const VerdictInputs& in) {
   v.category = probe::category_of(b);
   if (b.op.phase == format::Phase::input) {
     v.verdict = format::Verdict::data;
-    v.suggestion =
-        "drop " + format::batch_rows_text(in.batch_rows, {b.sample}) + ": " + fix_for(v.category, b, in, in.precision);
+    v.suggestion = "drop " + format::batch_rows_text(in.batch_rows, {b.sample}) + ": " +
+                   fix_for(v.category, b, in, computed_in(in));
     return v;
   }
   if (v.category == format::Category::all_targets_ignored) {
     // Degenerate data: finite inputs, nothing to average. No precision helps.
     v.verdict = format::Verdict::data;
-    v.suggestion = fix_for(v.category, b, in, in.precision);
+    v.suggestion = fix_for(v.category, b, in, computed_in(in));
     return v;
   }
   if (in.repeats > 0 && in.reproduced == 0) {
@@ -256,11 +267,11 @@ Verdict decide(const VerdictInputs& in) {
   if (in.fp32_finite) {
     v.verdict = format::Verdict::precision;
     v.suggestion = "finite in fp32: " + fp32_advice(in) +
-                   (in.precision == format::Precision::fp16
+                   (in.precision == format::Precision::fp16 && in.own_16bit.empty()  // else fp32_advice said it
                         ? ", or use bf16 instead of fp16: " +
                               format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + " (P1, P10)"
                         : std::string(" (P10)")) +
-                   ". " + fix_for(v.category, b, in, in.precision);
+                   ". " + fix_for(v.category, b, in, computed_in(in));
   } else {
     v.verdict = format::Verdict::model_or_data;
     // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).

@@ -4,10 +4,7 @@
 
 namespace nanscope {
 
-bool FallbackPolicy::keeps_own_precision(const TrainableModel& model) {
-  const at::ScalarType own = model.own_float_type();
-  return own == at::kBFloat16 || own == at::kHalf;
-}
+bool FallbackPolicy::keeps_own_precision(const TrainableModel& model) { return !model.own_16bit_type_name().empty(); }
 
 bool FallbackPolicy::fire(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler,
                           at::Device device, int64_t step) {

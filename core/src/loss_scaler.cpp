@@ -38,6 +38,12 @@ at::Tensor LossScaler::unscale_(const std::vector<at::Tensor>& given) const {
   return at::logical_not(at::stack(all_finite).all()).to(at::kFloat).reshape({1});
 }
 
+const at::Tensor& LossScaler::none_found(const at::Device& device) {
+  if (!none_found_.defined() || none_found_.device() != device)
+    none_found_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  return none_found_;
+}
+
 void LossScaler::update(bool found_inf) {
   if (!config_.enabled) return;
   if (found_inf) {

@@ -59,6 +59,11 @@ std::string TrainableModel::own_float_type_name() const {
   }
 }
 
+std::string TrainableModel::own_16bit_type_name() const {
+  const at::ScalarType own = own_float_type();
+  return own == at::kBFloat16 || own == at::kHalf ? own_float_type_name() : std::string();
+}
+
 std::vector<std::string> TrainableModel::module_paths() const {
   std::vector<std::string> paths{""};
   auto add_owners = [&](const NamedTensors& tensors) {

@@ -33,7 +33,7 @@ void Recovery::fall_back(const GuardedStep& result, int64_t step, const std::str
   // A run already in fp32, or a model that keeps its own 16-bit weights, has
   // no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
-  const std::string at = precision_name(result.amp);
+  const std::string at = step_precision_name(result.amp, steered_.model.own_16bit_type_name());
   std::string text = at + " -> fp32, " + lr_cut;
   if (!in_fp32)
     text = at + ": " + lr_cut + " (the model's own " + steered_.model.own_float_type_name() +

@@ -55,14 +55,22 @@ std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts) {
   }
 }
 
+// The widest precision the run got to: fp32, or a model's own 16-bit
+// weights, which no fallback widens.
+std::string widest_precision_text(const StepFacts& facts) {
+  return facts.own_16bit.empty() ? "at fp32" : "in the model's own " + facts.own_16bit + " weights";
+}
+
 // A run of non-finite steps that outlasted everything there was to try.
 std::string dead_run_text(const StepFacts& facts, const RecoveryState& state) {
-  const std::string tried = std::string(state.fallback_fired     ? "after the fp32 fallback"
-                                        : facts.amp == Amp::fp32 ? "at fp32"
-                                                                 : "fallback off") +
-                            (!state.rollback_enabled ? ", rollback off"
-                             : state.rollbacks > 0   ? ", no rollback left"
-                                                     : ", no good state to roll back to");
+  const std::string tried =
+      (state.fallback_fired     ? (facts.own_16bit.empty() ? "after the fp32 fallback"
+                                                           : "after the fallback's LR cut, " + widest_precision_text(facts))
+       : facts.amp == Amp::fp32 ? widest_precision_text(facts)
+                                : std::string("fallback off")) +
+      (!state.rollback_enabled ? ", rollback off"
+       : state.rollbacks > 0   ? ", no rollback left"
+                               : ", no good state to roll back to");
   const int64_t since = state.nonfinite_in_a_row > 0 ? state.nonfinite_since : state.step;
   return "non-finite on " + std::to_string(state.nonfinite_in_a_row + 1) +
          " steps in a row; the trouble began at step " + std::to_string(since) + " (" + tried + "): the run stops";
@@ -97,8 +105,8 @@ RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, c
       if (state.rollbacks > 0) w.subject += " after " + rollbacks_text(state.rollbacks);
       break;
     case RecoveryReason::trouble_unstable:
-      w.why = facts.what + " after " + rollbacks_text(state.rollbacks) +
-              " and at fp32: the model itself is unstable; the run stops";
+      w.why = facts.what + " after " + rollbacks_text(state.rollbacks) + " and " + widest_precision_text(facts) +
+              ": the model itself is unstable; the run stops";
       break;
     case RecoveryReason::rollback_not_everywhere:
       w.why = facts.what + "; a rollback was due, but not every rank holds a good state to go back to: the run stops";

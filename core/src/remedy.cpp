@@ -126,8 +126,12 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = "the re-run of the same step was finite";
     return choice;
   }
-  const bool fp32_finite = failed.amp != Amp::fp32 && reruns.finite(Amp::fp32, {});
-  if (failed.amp != Amp::fp32 && reruns.raised()) {
+  // A model of its own 16-bit weights computes in them with autocast off
+  // too: that re-run is no fp32 one, and says nothing of precision (widening
+  // a copy of the weights would double their memory mid-run; nanscope-replay does it).
+  const bool fp32_rerun = failed.amp != Amp::fp32 && failed.own_16bit.empty();
+  const bool fp32_finite = fp32_rerun && reruns.finite(Amp::fp32, {});
+  if (fp32_rerun && reruns.raised()) {
     choice.remedy = Remedy::skip_undiagnosed;
     choice.why = "the re-run with autocast off raised (" + reruns.last_error() + "), so nothing says what to change";
     return choice;
@@ -160,7 +164,11 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     choice.why = "finite without batch row(s) " + list;
     return choice;
   }
-  choice.why = failed.amp == Amp::fp32 ? "non-finite at fp32" : "non-finite with autocast off too";
+  choice.why = !failed.own_16bit.empty()
+                   ? "non-finite in the model's own " + failed.own_16bit +
+                         " weights (no fp32 re-run: widen them to fp32 to try one, or replay the snapshot)"
+               : failed.amp == Amp::fp32 ? "non-finite at fp32"
+                                         : "non-finite with autocast off too";
   if (!unrun.empty()) {
     // Non-finite at full precision, a sample or the model: the search that
     // would tell them apart did not run, and that alone escalates nothing.

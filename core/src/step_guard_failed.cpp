@@ -119,7 +119,8 @@ void StepGuard::Impl::record_skip(const RunningStep& run, const std::string& wha
   const int64_t step = run.step;
   const GuardedStep& result = run.result;
   journal_.event(step, format::EventKind::skip,
-                 what + " at " + precision_name(result.amp) + "; optimizer step skipped" +
+                 what + " at " + step_precision_name(result.amp, steered_.model.own_16bit_type_name()) +
+                     "; optimizer step skipped" +
                      (run.evaluations.failed > 0 ? " (weights and optimizer state as before the step)" : "") +
                      (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
   if (run.context.averager) {
@@ -140,6 +141,7 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   facts.trigger = RecoveryTrigger::nonfinite_step;
   facts.what = what;
   facts.amp = run.result.amp;
+  facts.own_16bit = steered_.model.own_16bit_type_name();
   facts.loss_finite = run.result.outcome.loss_finite;
   facts.buffers_written_outside = run.buffers_written_outside;
   facts.rerunnable = rerunnable(run);

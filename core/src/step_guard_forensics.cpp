@@ -483,6 +483,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
                                        GradientAverager* lockstep, int leader) {
   FailedStep failed;
   failed.amp = run.result.amp;
+  failed.own_16bit = steered_.model.own_16bit_type_name();
   failed.batch_finite = run.result.outcome.batch_finite;
   failed.capture = capture;
   // The unit a diagnosis re-runs: the micro-batch of the first birth (rows

@@ -393,7 +393,7 @@ UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Te
                                     const at::Tensor& like) {
   UnscaledGradients out;
   std::vector<at::Tensor> grads = defined_grads(parameters);
-  out.found_inf = scaler.enabled() ? scaler.unscale_(grads) : at::zeros({1}, like.options().dtype(at::kFloat));
+  out.found_inf = scaler.enabled() ? scaler.unscale_(grads) : scaler.none_found(like.device());
   GradNorms norms = grad_norms(grads);
   out.norms = std::move(norms.each);
   out.stacked_norms = std::move(norms.stacked);

@@ -138,6 +138,12 @@ Batch Batch::to(const at::Device& device) const {
   return with_each_tensor(*this, [&](const at::Tensor& t) { return t.to(device); });
 }
 
+Batch Batch::widened() const {
+  return with_each_tensor(*this, [](const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ? t.to(at::kFloat) : t;
+  });
+}
+
 Batch Batch::without_row(int64_t row) const {
   const int64_t n = rows();
   const at::Tensor keep = at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, n, at::kLong)});

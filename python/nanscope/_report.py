@@ -46,7 +46,9 @@ def _birth(fields):
 
 class ReplayReport:
     """The replay of a snapshot: step, reproduced (non-finite again at its own
-    precision) with reproduced_count of repeats, fp32_finite, verdict
+    precision) with reproduced_count of repeats, fp32_finite (with
+    widened_weights: the 16-bit type of a model's own weights, widened to
+    float32 for that re-run, or None), verdict
     ('precision', 'model_or_data', 'data', 'transient', 'compiler'), category,
     suggestion, for a torch.compile'd model eager_finite (the same step run
     eagerly) and compiled_region (the module that, compiled alone, breaks the
@@ -77,6 +79,7 @@ class ReplayReport:
         self.reproduced_count = replay["reproduced_count"]
         self.repeats = replay["repeats"]
         self.fp32_finite = replay["fp32_finite"]
+        self.widened_weights = replay.get("widened_weights")  # the model's own 16-bit type, widened for fp32
         self.eager_finite = replay["eager_finite"]  # a compiled model's eager re-run; None otherwise
         self.compiled_region = replay["compiled_region"]
         self.doomed_by = self._dict.get("doomed_by")  # the run's doom event for this step, or None

@@ -189,6 +189,14 @@ const std::vector<Row>& rows() {
            }),
        Remedy::unknown, RecoveryAction::skip, Remedy::none, true,
        "non-finite on 20 steps in a row; the trouble began at step 3 (after the fp32 fallback, rollback off)"},
+      {"dead: after the LR cut of a model of its own bf16 weights, rollback off",
+       all(failed_bf16_step, long_run_of_skips,
+           [](StepFacts& f, RecoveryState& s) {
+             s.fallback_fired = true;
+             f.own_16bit = "bfloat16";
+           }),
+       Remedy::unknown, RecoveryAction::skip, Remedy::none, true,
+       "(after the fallback's LR cut, in the model's own bfloat16 weights, rollback off)"},
       {"dead: fallback off, no good state",
        all(failed_bf16_step, long_run_of_skips,
            [](StepFacts&, RecoveryState& s) {
@@ -243,6 +251,16 @@ const std::vector<Row>& rows() {
            }),
        Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
        "after 3 rollback(s) and at fp32: the model itself is unstable; the run stops"},
+      {"trouble: a model of its own bf16 weights, rollbacks and its LR cut used up, stops",
+       all(failed_bf16_step, persisting,
+           [](StepFacts& f, RecoveryState& s) {
+             s.rollback_enabled = true;
+             s.rollbacks = 3;
+             s.fallback_fired = true;
+             f.own_16bit = "bfloat16";
+           }),
+       Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
+       "after 3 rollback(s) and in the model's own bfloat16 weights: the model itself is unstable; the run stops"},
   };
   return table;
 }

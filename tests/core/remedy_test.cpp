@@ -106,6 +106,28 @@ TEST(Remedy, NonFiniteAtFp32WithEverySampleIsTheWholeFallback) {
   EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
 }
 
+// A model whose own weights are bf16 computes in bf16 with autocast off too:
+// that re-run is no fp32 one, so none is asked for and none is claimed, even
+// where the scripted "autocast off" re-run would be finite; the rows are still searched.
+TEST(Remedy, AModelOfItsOwnBf16WeightsGetsNoFp32ReRunAndNoModuleSet) {
+  ScriptedReruns reruns;
+  reruns.fp32_finite = true;
+  reruns.modules_that_fix = {"head"};
+  FailedStep failed = failed_with_birth("forward", "aten::div", "head");
+  failed.own_16bit = "bfloat16";
+  RemedyChoice choice = choose_remedy(failed, reruns);
+  EXPECT_EQ(choice.remedy, Remedy::whole_fp32);
+  EXPECT_EQ(choice.why,
+            "non-finite in the model's own bfloat16 weights (no fp32 re-run: widen them to fp32 to try one, or "
+            "replay the snapshot)");
+  EXPECT_EQ(reruns.runs, 8);  // one re-run without each of the 8 rows, none at fp32
+
+  reruns.rows_that_break = {3};
+  choice = choose_remedy(failed, reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_data);
+  EXPECT_NE(choice.why.find("row(s) 3"), std::string::npos) << choice.why;
+}
+
 // A re-run that raised is no evidence: the diagnosis says what raised and
 // escalates nothing (a model whose batch rows cannot be cut, an fp32 re-run
 // its loss rejects), where counting it as non-finite sent the run to fp32.

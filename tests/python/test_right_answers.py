@@ -389,3 +389,109 @@ def test_a_model_of_its_own_bf16_weights_keeps_them_through_the_fallback(tmp_pat
     assert all(s.dtype == torch.bfloat16 for state in optimizer.state.values() for s in state.values()
                if torch.is_tensor(s) and s.is_floating_point() and s.dim() > 0)
     guard.close()
+
+
+class _GapNet(nn.Module):
+    """A linear classifier plus 1e-3 / ((m + 1e-3) - m), m each row's largest
+    |x|: in bfloat16 the 1e-3 is lost next to m >= 0.25 (the spacing there is
+    2^-9 or more) and the quotient is 1/0; in float32 it is about 1."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        top = x.abs().amax(1, keepdim=True)
+        return self.head(x) + 1e-3 / ((top + 1e-3) - top)
+
+
+def test_a_model_of_its_own_bf16_weights_is_re_run_in_fp32_only_when_widened(tmp_path):
+    """A model whose own weights are bf16 computes in bf16 with autocast off
+    too: the guard's diagnosis claims no fp32 re-run for it (the words used
+    to be "non-finite with autocast off too", read as fp32's), and the replay
+    widens its weights and batch to float32 for the fp32 re-run, where the
+    step is finite: precision, not "non-finite in fp32 too". The weights are
+    bf16 again after the replay."""
+    model = _GapNet().to(torch.bfloat16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_fn(m, b):
+        return F.cross_entropy(m(b[0]).float(), b[1])
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
+                               loss_fn=loss_fn, config=nanscope.GuardConfig(fallback="auto"))
+    g = torch.Generator().manual_seed(1)
+    batches = []
+    for step in range(4):
+        x = 0.01 * torch.randn(16, 8, generator=g)
+        if step == 2:
+            x[:, 0] = 2.0  # every row's m: 2 + 1e-3 is 2 in bfloat16
+        batches.append((x.to(torch.bfloat16), _classes(g)))
+    results = _watched_steps(guard, model, optimizer, batches, lambda out, y: F.cross_entropy(out.float(), y))
+    assert [r.skipped for r in results] == [False, False, True, False]
+    assert "aten::reciprocal" in results[2].first_birth or "aten::div" in results[2].first_birth
+    (remedy,) = open_events(guard, "remedy")
+    assert "non-finite in the model's own bfloat16 weights (no fp32 re-run" in remedy, remedy
+    assert "autocast off" not in remedy
+    snapshot = results[2].snapshot
+    guard.close()
+
+    built = []
+
+    def factory():
+        built.append(_GapNet().to(torch.bfloat16))
+        return built[-1]
+    report = nanscope.replay(snapshot, factory, loss_fn, write=False)
+    text = str(report)
+    assert report.verdict == "precision", text
+    assert "re-run in fp32:   finite (its bfloat16 weights widened to float32)" in text
+    assert "re-run at bf16:   non-finite in 3 of 3" in text
+    assert all(p.dtype == torch.bfloat16 for p in built[0].parameters())
+    assert report.to_dict()["replay"]["widened_weights"] == "bfloat16"
+
+
+class _SquareNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h * h)
+
+
+def test_a_float16_model_that_overflows_its_own_range_is_told_so_not_fp32s(tmp_path):
+    """A model loaded in float16 trained with autocast off: an activation past
+    65504 is float16's overflow. The guard's lines name float16 (they said
+    "at fp32"), and the replay, whose fp32 re-run used to run the float16
+    weights again and conclude "exceed the range of fp32", widens them and
+    finds the step finite."""
+    try:
+        _SquareNet().half()(torch.ones(1, 8, dtype=torch.float16))
+    except RuntimeError:
+        pytest.skip("this torch has no float16 matmul on the CPU")
+    model = _SquareNet().half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_fn(m, b):
+        return F.cross_entropy(m(b[0]).float(), b[1])
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=loss_fn, config=nanscope.GuardConfig(fallback="auto"))
+    batches = [(x.half(), y) for x, y in _batches(4, (16, 8), _classes, 2, slice(None), slice(None), 1000.0)]
+    with torch.no_grad():  # the planted step's activations: float16's overflow, far inside float32's range
+        h = model.a.float()(batches[2][0].float())
+        model.a.half()
+    assert 65504 * 4 < (h * h).max() < 1e30
+    results = _watched_steps(guard, model, optimizer, batches, lambda out, y: F.cross_entropy(out.float(), y))
+    assert [r.skipped for r in results] == [False, False, True, False]
+    assert open_events(guard, "skip") == ["non-finite loss at float16; optimizer step skipped"]
+    (remedy,) = open_events(guard, "remedy")
+    assert "non-finite in the model's own float16 weights (no fp32 re-run" in remedy, remedy
+    snapshot = results[2].snapshot
+    guard.close()
+
+    report = nanscope.replay(snapshot, lambda: _SquareNet().half(), loss_fn, write=False)
+    assert report.verdict == "precision", str(report)
+    assert report.widened_weights == "float16"
+    assert "range of fp16" in report.suggestion and "range of fp32" not in report.suggestion, report.suggestion

@@ -29,6 +29,10 @@ class LossScaler {
   // plain-tensor path with the same result. Never syncs with the device.
   at::Tensor unscale_(const std::vector<at::Tensor>& grads) const;
 
+  // unscale_'s flag for a step the scaler does not scale (nothing unscaled,
+  // nothing found): one 0 kept per device, not made each step. Never written.
+  const at::Tensor& none_found(const at::Device& device);
+
   // GradScaler.update(): back off and reset on inf, grow after
   // growth_interval clean steps (only to a finite scale).
   void update(bool found_inf);
@@ -48,6 +52,7 @@ class LossScaler {
   LossScalerConfig config_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  at::Tensor none_found_;
 };
 
 }  // namespace nanscope

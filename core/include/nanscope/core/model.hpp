@@ -65,6 +65,11 @@ class TrainableModel {
   at::ScalarType own_float_type() const;
   // Its name as PyTorch spells the dtype: "float64", "bfloat16", "float16", "float32".
   std::string own_float_type_name() const;
+  // "bfloat16" or "float16" for a model whose own weights are 16-bit (a
+  // fine-tune loaded so), "" for wider ones. Such a model computes in them
+  // with autocast off too: no re-run with autocast off is an fp32 one, and
+  // no fallback widens it (FallbackPolicy).
+  std::string own_16bit_type_name() const;
   virtual void set_training(bool on) = 0;
   virtual ModelSpec spec() const = 0;
   // A TorchScript model: its modules are interpreter frames, not C++ scopes

@@ -52,6 +52,9 @@ struct StepFacts {
   RecoveryTrigger trigger = RecoveryTrigger::nonfinite_step;
   std::string what;  // "non-finite loss on rank(s) 1", or the trouble's description
   Amp amp = Amp::bf16;
+  // The model's own 16-bit weight type ("bfloat16"), "" for wider weights:
+  // such a model computes in it with autocast off, and no fallback widens it.
+  std::string own_16bit;
   bool loss_finite = false;
   bool state_finite = true;  // weights, buffers and optimizer state after the skip
   std::string broken_state;  // when not: "the training state is non-finite (...)"

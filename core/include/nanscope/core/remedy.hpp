@@ -67,6 +67,9 @@ class StepReruns {
 
 struct FailedStep {
   Amp amp = Amp::bf16;
+  // The model's own 16-bit weight type ("bfloat16"), "" for wider weights:
+  // with autocast off it still computes in it, so no fp32 re-run is tried.
+  std::string own_16bit;
   bool batch_finite = true;
   std::optional<format::Capture> capture;  // the forensic re-run's; nullopt: not investigated
   int64_t batch_size = 0;

@@ -63,6 +63,9 @@ struct Batch {
   Batch copied(std::vector<at::Tensor>* spares = nullptr) const;
   // The same batch with every tensor on `device` (those already there shared).
   Batch to(const at::Device& device) const;
+  // The same batch with its bfloat16 and float16 tensors in float32 (exactly:
+  // every 16-bit value is a float32 one), the rest shared.
+  Batch widened() const;
   // The same batch without sample `row`, cut from every tensor whose row_dim
   // has the batch's size.
   Batch without_row(int64_t row) const;

@@ -25,6 +25,9 @@ struct VerdictInputs {
   std::vector<format::OpRecord> trail;  // the ops up to it: what made its inputs (input_producer.hpp)
   int reproduced = 0, repeats = 0;      // re-runs at the original precision that went non-finite
   bool fp32_finite = false;
+  // The model's own 16-bit weight type ("bfloat16"), "" for wider weights:
+  // the fp32 re-run widened them, and no module set in fp32 is searched for.
+  std::string own_16bit;
   Fp32Search fp32_search = Fp32Search::not_run;
   std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
   std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
