@@ -633,6 +633,26 @@ TEST(VerdictRules, PrecisionAdviceNamesOnlyWhatBisectionFound) {
   EXPECT_NE(replay::decide(in).suggestion.find("TorchScript"), std::string::npos);
 }
 
+// A model of its own float16 weights, autocast off: the fp32 re-run widened
+// them, so the advice is about those weights, and the range that overflowed is float16's.
+TEST(VerdictRules, AModelOfItsOwnFloat16WeightsIsToldItsWeightsAndFloat16sRange) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("aten::mul", "inf");
+  in.repeats = in.reproduced = 3;
+  in.fp32_finite = true;
+  in.precision = format::Precision::fp32;
+  in.own_16bit = "float16";
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::precision);
+  EXPECT_NE(v.suggestion.find("the model's own float16 weights are the cause"), std::string::npos) << v.suggestion;
+  EXPECT_NE(v.suggestion.find("range of fp16"), std::string::npos) << v.suggestion;
+  EXPECT_EQ(v.suggestion.find("range of fp32"), std::string::npos) << v.suggestion;
+  in.fp32_finite = false;  // finite nowhere, float32 weights included: fp32's range
+  v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::model_or_data);
+  EXPECT_NE(v.suggestion.find("range of fp32"), std::string::npos) << v.suggestion;
+}
+
 namespace {
 
 format::OpRecord trail_op(int64_t index, const char* op, format::TensorStats output) {
