@@ -20,6 +20,22 @@ std::vector<std::string> Fp32ModuleRegions::not_entered() const {
   return {};
 }
 
+std::vector<Module16Bit> modules_of_16bit_weights(const TrainableModel& model,
+                                                  const std::vector<std::string>& modules) {
+  std::vector<Module16Bit> out;
+  if (modules.empty()) return out;
+  const NamedTensors parameters = model.all_named_parameters();
+  for (const std::string& module : modules)
+    for (const auto& [name, p] : parameters) {
+      const bool owned = module.empty() || name.rfind(module + ".", 0) == 0;
+      if (owned && (p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kHalf)) {
+        out.push_back({module, name, p.scalar_type() == at::kBFloat16 ? "bfloat16" : "float16"});
+        break;
+      }
+    }
+  return out;
+}
+
 namespace {
 
 size_t depth(const std::string& module) { return size_t(std::count(module.begin(), module.end(), '.')); }

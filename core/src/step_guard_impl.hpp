@@ -68,6 +68,8 @@ struct StepGuard::Impl {
   void check_scope_names(int64_t step, const std::vector<std::string>& opened);
   // Throws std::invalid_argument naming planned fp32 modules the step did not run.
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
+  // GuardOptions::fp32_modules naming a module of 16-bit weights: std::invalid_argument.
+  void refuse_16bit_fp32_modules() const;
   void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
                                    const std::vector<float>& layer_act_absmax);
   std::string undo_skipped_step(GuardedStep& result);

@@ -329,6 +329,20 @@ std::string StepGuard::Impl::undo_skipped_step(GuardedStep& result) {
   return text;
 }
 
+void StepGuard::Impl::refuse_16bit_fp32_modules() const {
+  const std::vector<Module16Bit> held = modules_of_16bit_weights(steered_.model, options_.fp32_modules);
+  if (held.empty()) return;
+  const Module16Bit& first = held.front();
+  const std::string widen = options_.origin == format::Origin::python
+                                ? "model.get_submodule('" + first.module + "').float()"
+                                : "->to(torch::kFloat32) on that module";
+  throw std::invalid_argument(format::fp32_modules_setting(options_.origin, {first.module}) + ": module '" +
+                              first.module + "' holds " + first.type + " weights (" + first.parameter +
+                              "): autocast off inside it still computes in " + first.type +
+                              ", and the float32 inputs an fp32 module takes would not match them; widen it first (" +
+                              widen + ") to run it in fp32, or leave it out");
+}
+
 void StepGuard::Impl::check_planned_fp32_modules(const std::vector<std::string>& missing) {
   fp32_modules_checked_ = true;
   if (missing.empty()) return;

@@ -95,6 +95,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       doom_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
       recovery_(options_, steered_, scaler_, parameters_, journal_, forensics_, doom_),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
+  refuse_16bit_fp32_modules();
   use_cpu_kernels_from_environment();
   // Births in a native model are named by the module whose tensors an op
   // reads where no module scope is open.

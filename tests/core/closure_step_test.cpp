@@ -701,6 +701,31 @@ TEST(ClosureStep, AModelOfItsOwnBf16WeightsKeepsThemThroughTheFallback) {
   EXPECT_EQ(net->weight.scalar_type(), at::kBFloat16);
 }
 
+// Asked to run a module of bf16 weights in fp32, the guard refuses as it is
+// made, saying how to widen the module: autocast off inside it would still
+// compute in bf16 (and the float32 inputs of an fp32 module would not match
+// its weights). Widened, the module is taken.
+TEST(ClosureStep, AModuleOfBf16WeightsAskedForInFp32IsRefusedWithHowToWidenIt) {
+  TempDir dir;
+  torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::ReLU(), torch::nn::Linear(4, 1));
+  net->to(at::kBFloat16);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.01));
+  std::ostringstream log;
+  GuardOptions o = quiet(dir.file("run"), log);
+  o.fp32_modules = {"2"};
+  try {
+    StepGuard guard(net, optimizer, o);
+    ADD_FAILURE() << "a module of bf16 weights was taken for fp32";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("module '2' holds bfloat16 weights (2.weight)"), std::string::npos) << what;
+    EXPECT_NE(what.find("widen it first"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run") + "/run.h5"));
+  net->ptr(2)->to(at::kFloat);
+  EXPECT_NO_THROW(StepGuard(net, optimizer, o));
+}
+
 // A step that draws random numbers (a VAE's randn_like) draws differently
 // without a row: a finite re-run then proves nothing about that row. The row
 // search refuses, as nanscope-replay refuses it on the snapshot, and a search

@@ -495,3 +495,25 @@ def test_a_float16_model_that_overflows_its_own_range_is_told_so_not_fp32s(tmp_p
     assert report.verdict == "precision", str(report)
     assert report.widened_weights == "float16"
     assert "range of fp16" in report.suggestion and "range of fp32" not in report.suggestion, report.suggestion
+
+
+def test_a_module_of_bf16_weights_asked_for_in_fp32_is_refused_with_how_to_widen_it(tmp_path):
+    """fp32_modules naming a module whose weights are bf16: autocast off
+    inside it still computes in bf16, and the float32 inputs an fp32 module
+    takes did not match its weights (the loop's forward raised "mat1 and mat2
+    must have the same dtype"). The guard refuses as it is made, saying how to
+    widen the module; widened, the module runs in fp32 inside the loop's bf16."""
+    model = _mlp_of().to(torch.bfloat16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    config = nanscope.GuardConfig(fp32_modules=["2"])
+    with pytest.raises(ValueError, match=r"module '2' holds bfloat16 weights \(2\.weight\).*"
+                                         r"model\.get_submodule\('2'\)\.float\(\)"):
+        nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", config=config)
+    assert not (tmp_path / "run" / "run.h5").exists()
+    model.get_submodule("2").float()
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False, config=config,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]).float(), b[1]))
+    batches = _batches(2, (16, 8), _classes, -1, 0, 0, 0.0, dtype=torch.bfloat16)
+    results = _watched_steps(guard, model, optimizer, batches, F.cross_entropy)
+    assert [r.counted for r in results] == [True, True]
+    guard.close()

@@ -40,6 +40,15 @@ inline bool fp32_regions_apply(Amp amp, const std::vector<std::string>& modules)
   return amp != Amp::fp32 && !modules.empty();
 }
 
+// A module asked for in fp32 that holds 16-bit floating weights: autocast
+// off inside it still computes in them, and the float32 inputs an fp32 module
+// takes would not match them (a model loaded in bf16: widen such a module
+// before asking for it in fp32).
+struct Module16Bit {
+  std::string module, parameter, type;  // "2", its first such parameter "2.weight", "bfloat16"
+};
+std::vector<Module16Bit> modules_of_16bit_weights(const TrainableModel& model, const std::vector<std::string>& modules);
+
 // What a precision search tries: re-runs of one step with some modules in fp32.
 class Fp32Trial {
  public:
