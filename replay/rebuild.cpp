@@ -9,6 +9,7 @@
 
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/format/advice_words.hpp"
+#include "nanscope/probe/float_types.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -156,7 +157,7 @@ class WidenedWeights {
     const NamedTensors parameters = model.all_named_parameters(), buffers = model.named_buffers();
     for (const NamedTensors* tensors : {&parameters, &buffers, &model.other_parameters(), &model.other_buffers()})
       for (const auto& [name, t] : *tensors)
-        if (t.defined() && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf)) {
+        if (t.defined() && probe::is_16bit_float(t.scalar_type())) {
           widened_.emplace_back(t, t.scalar_type());
           at::Tensor(t).set_data(t.to(at::kFloat));  // set_data: the module keeps the same tensor
         }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "nanscope/probe/float_types.hpp"
+
 namespace nanscope {
 
 Fp32ModuleRegions::Fp32ModuleRegions(const TrainableModel& model, std::vector<std::string> modules) {
@@ -28,7 +30,7 @@ std::vector<Module16Bit> modules_of_16bit_weights(const TrainableModel& model,
   for (const std::string& module : modules)
     for (const auto& [name, p] : parameters) {
       const bool owned = module.empty() || name.rfind(module + ".", 0) == 0;
-      if (owned && (p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kHalf)) {
+      if (owned && probe::is_16bit_float(p.scalar_type())) {
         out.push_back({module, name, p.scalar_type() == at::kBFloat16 ? "bfloat16" : "float16"});
         break;
       }

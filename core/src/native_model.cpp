@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "nanscope/probe/float_types.hpp"
 #include "nanscope/probe/tensor_owners.hpp"
 
 namespace nanscope {
@@ -28,16 +29,11 @@ void TrainableModel::to(at::Device device, at::ScalarType float_type) {
   for (auto& [name, b] : named_buffers()) move(b);
 }
 
-namespace {
-
-bool is_16_bit_float(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
-
-}  // namespace
-
 void TrainableModel::widen_to_fp32() {
   torch::NoGradGuard no_grad;
   auto widen = [](at::Tensor& t) {
-    if (is_16_bit_float(t)) t.set_data(t.to(at::kFloat));  // set_data: the optimizer and module share the tensor
+    if (probe::is_16bit_float(t.scalar_type()))
+      t.set_data(t.to(at::kFloat));  // set_data: the optimizer and module share the tensor
   };
   for (auto& [name, p] : all_named_parameters()) widen(p);
   for (auto& [name, b] : named_buffers()) widen(b);
@@ -61,7 +57,7 @@ std::string TrainableModel::own_float_type_name() const {
 
 std::string TrainableModel::own_16bit_type_name() const {
   const at::ScalarType own = own_float_type();
-  return own == at::kBFloat16 || own == at::kHalf ? own_float_type_name() : std::string();
+  return probe::is_16bit_float(own) ? own_float_type_name() : std::string();
 }
 
 std::vector<std::string> TrainableModel::module_paths() const {

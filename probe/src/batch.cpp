@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "nanscope/probe/float_types.hpp"
+
 namespace nanscope {
 
 namespace {
@@ -139,9 +141,8 @@ Batch Batch::to(const at::Device& device) const {
 }
 
 Batch Batch::widened() const {
-  return with_each_tensor(*this, [](const at::Tensor& t) {
-    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ? t.to(at::kFloat) : t;
-  });
+  return with_each_tensor(
+      *this, [](const at::Tensor& t) { return probe::is_16bit_float(t.scalar_type()) ? t.to(at::kFloat) : t; });
 }
 
 Batch Batch::without_row(int64_t row) const {

@@ -9,6 +9,7 @@
 
 #include "module_path.hpp"
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/probe/float_types.hpp"
 
 namespace nanscope::probe {
 
@@ -48,7 +49,7 @@ void cast_arguments_up(const at::RecordFunction& fn) {
   for (const c10::IValue& argument : fn.inputs()) {
     if (!argument.isTensor()) continue;
     const at::Tensor& t = argument.toTensor();
-    if (t.defined() && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf))
+    if (t.defined() && is_16bit_float(t.scalar_type()))
       const_cast<c10::IValue&>(argument) = c10::IValue(t.to(at::kFloat));
   }
 }
