@@ -1,16 +1,21 @@
 // nanscope-replay as a user runs it: verdicts for the fault catalog, the
 // bisections, a snapshot replayed far from its run, and every bad input.
 #include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "../support/test_support.hpp"
 
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
@@ -123,6 +128,63 @@ INSTANTIATE_TEST_SUITE_P(SamplesFaults, Verdicts, ::testing::ValuesIn(kVerdicts)
 TEST(Replay, AProgramsConstArgvIsTakenAsItIs) {
   const char* argv[] = {"dcgan", "/nonexistent/step-0000030.h5", "--no-write"};
   EXPECT_EQ(replay::replay_main(3, argv), kExitBadInput);
+}
+
+namespace {
+
+// A linear classifier plus 1e-3 / ((m + 1e-3) - m), m each row's largest
+// |x|: in bfloat16 the 1e-3 is lost next to m >= 0.25 and the quotient is
+// 1/0; in float32 it is about 1.
+struct GapNetImpl : torch::nn::Module {
+  GapNetImpl() : head(register_module("head", torch::nn::Linear(8, 4))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor top = x.abs().amax({1}, /*keepdim=*/true);
+    return head->forward(x) + 1e-3 / ((top + 1e-3) - top);
+  }
+  torch::nn::Linear head;
+};
+TORCH_MODULE(GapNet);
+
+}  // namespace
+
+// A C++ program's model of its own bf16 weights, replayed by the program
+// itself: autocast off leaves it computing in bf16, so the fp32 re-run widens
+// its weights and batch, finds the step finite (precision, not "non-finite
+// in fp32 too"), and puts the weights back to bf16.
+TEST(Replay, AProgramsModelOfItsOwnBf16WeightsIsReRunInFp32WidenedAndPutBack) {
+  test::TempDir dir;
+  torch::manual_seed(0);
+  GapNet net;
+  net->to(at::kBFloat16);
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.01));
+  std::ostringstream log;
+  GuardOptions o{dir.file("run"), Amp::fp32};
+  o.log = &log;
+  auto loss = [&](const Batch& b) {
+    return torch::nn::functional::cross_entropy(net->forward(b.inputs).to(at::kFloat), b.targets);
+  };
+  std::string snapshot;
+  {
+    StepGuard guard(net, optimizer, o);
+    for (int step = 0; step < 3; ++step) {
+      at::Tensor x = 0.01 * torch::randn({16, 8}), y = torch::randint(0, 4, {16}, at::kLong);
+      if (step == 1) x.select(1, 0).fill_(2.0);  // 2 + 1e-3 is 2 in bfloat16: every row's quotient is 1/0
+      const Batch batch{x.to(at::kBFloat16), y};
+      const GuardedStep result = guard.closure_step([&] { return loss(batch); }, batch);
+      EXPECT_EQ(result.counted(), step != 1) << log.str();
+      if (step == 1) snapshot = result.snapshot;
+    }
+    EXPECT_NE(log.str().find("non-finite loss at bfloat16"), std::string::npos) << log.str();
+  }
+  ASSERT_FALSE(snapshot.empty()) << log.str();
+  const char* argv[] = {"program", snapshot.c_str(), "--no-write"};
+  testing::internal::CaptureStdout();
+  const int code = replay::replay_main(3, argv, *net, loss);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, kExitOk) << out;
+  EXPECT_NE(out.find("re-run in fp32:   finite (its bfloat16 weights widened to float32)"), std::string::npos) << out;
+  EXPECT_NE(out.find("verdict:    precision"), std::string::npos) << out;
+  EXPECT_EQ(net->head->weight.scalar_type(), at::kBFloat16);
 }
 
 TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
