@@ -148,10 +148,15 @@ format::Precision computed_in(const VerdictInputs& in) {
 }
 
 std::string fp32_advice(const VerdictInputs& in) {
-  if (!in.own_16bit.empty())
-    return "the model's own " + in.own_16bit + " weights are the cause (the re-run widened them): keep the weights " +
-           "in float32 and let autocast run the ops that are safe in 16 bits (" +
+  if (!in.own_16bit.empty()) {
+    const std::string cause = "the model's own " + in.own_16bit +
+                              " weights are the cause (the re-run widened them): keep the weights in float32 (load "
+                              "or cast the model so)";
+    if (in.precision != format::Precision::fp32)  // the step's autocast already runs the 16-bit ops
+      return cause + ", the step's " + format::to_string(in.precision) + " autocast as it is";
+    return cause + " and let autocast run the ops that are safe in 16 bits (" +
            format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + ")";
+  }
   switch (in.fp32_search) {
     case Fp32Search::found:
       return "keep " + comma_list(in.fp32_modules) +
