@@ -8,10 +8,13 @@
 #include <torch/utils.h>
 
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/common/log_line.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/probe/float_types.hpp"
+#include "nanscope/probe/module_scope.hpp"
 
 #include <algorithm>
+#include <iostream>
 #include <stdexcept>
 
 #include "nanscope/core/optimizer.hpp"
@@ -149,36 +152,68 @@ namespace {
 
 // While it lives, every 16-bit floating parameter and buffer of a model (and
 // of the other models its loss runs) is float32, the same values; then each
-// goes back to its own type, exactly (a re-run leaves the weights as it found them).
+// goes back to its own type, exactly, a gradient a re-run left on it too (a
+// re-run leaves the weights as it found them). Its copies are bookkeeping: no
+// capture sees them. One that fails (out of memory) puts back what it widened.
 class WidenedWeights {
  public:
   explicit WidenedWeights(const TrainableModel& model) {
+    const probe::BookkeepingOps bookkeeping;
     c10::NoGradGuard no_grad;
     const NamedTensors parameters = model.all_named_parameters(), buffers = model.named_buffers();
-    for (const NamedTensors* tensors : {&parameters, &buffers, &model.other_parameters(), &model.other_buffers()})
-      for (const auto& [name, t] : *tensors)
-        if (t.defined() && probe::is_16bit_float(t.scalar_type())) {
-          widened_.emplace_back(t, t.scalar_type());
-          at::Tensor(t).set_data(t.to(at::kFloat));  // set_data: the module keeps the same tensor
-        }
+    try {
+      for (const NamedTensors* tensors : {&parameters, &buffers, &model.other_parameters(), &model.other_buffers()})
+        for (const auto& [name, t] : *tensors)
+          if (t.defined() && probe::is_16bit_float(t.scalar_type())) {
+            const at::ScalarType own = t.scalar_type();
+            at::Tensor(t).set_data(t.to(at::kFloat));  // set_data: the module keeps the same tensor
+            widened_.emplace_back(t, own);
+          }
+    } catch (...) {
+      narrow();
+      throw;
+    }
   }
   ~WidenedWeights() {
-    c10::NoGradGuard no_grad;
-    for (auto& [t, type] : widened_) t.set_data(t.to(type));
+    const probe::BookkeepingOps bookkeeping;
+    try {
+      narrow();
+    } catch (const std::exception& e) {  // a destructor must not throw: the replay's weights are not to be trusted
+      write_log_line(
+          {std::string("nanscope: could not put the widened weights back to 16 bits: ") + e.what(), -1, 0, "", true},
+          &std::cerr);
+    }
   }
   WidenedWeights(const WidenedWeights&) = delete;
   WidenedWeights& operator=(const WidenedWeights&) = delete;
 
  private:
+  void narrow() {
+    c10::NoGradGuard no_grad;
+    for (; !widened_.empty(); widened_.pop_back()) {
+      auto& [t, type] = widened_.back();
+      if (t.grad().defined()) t.mutable_grad() = t.grad().to(type);
+      t.set_data(t.to(type));
+    }
+  }
   std::vector<std::pair<at::Tensor, at::ScalarType>> widened_;
 };
 
 }  // namespace
 
+bool step_is_finite_widened(ReplaySetup& setup, Amp amp, const Batch& batch) {
+  const WidenedWeights widened(*setup.model);
+  Batch wide;
+  {
+    const probe::BookkeepingOps bookkeeping;
+    wide = batch.widened();
+  }
+  return step_is_finite(setup, amp, wide);
+}
+
 bool step_is_finite_in_fp32(ReplaySetup& setup, const Batch& batch) {
   if (setup.model->own_16bit_type_name().empty()) return step_is_finite(setup, Amp::fp32, batch);
-  const WidenedWeights widened(*setup.model);
-  return step_is_finite(setup, Amp::fp32, batch.widened());
+  return step_is_finite_widened(setup, Amp::fp32, batch);
 }
 
 bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,

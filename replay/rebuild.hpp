@@ -50,5 +50,8 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
 // 16-bit parameters and buffers, its other models' and the batch's, all
 // exactly) and put back after. Throws as step_is_finite does.
 bool step_is_finite_in_fp32(ReplaySetup& setup, const Batch& batch);
+// step_is_finite at `amp` with the model's 16-bit weights (and the batch's)
+// widened as above: whether widening alone fixes a step that ran under autocast.
+bool step_is_finite_widened(ReplaySetup& setup, Amp amp, const Batch& batch);
 
 }  // namespace nanscope::replay

@@ -249,6 +249,15 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
                                                        : report.fp32_capture.first_inf_birth) = input.first_birth;
   }
   if (!report.evidence.fp32_finite) report.anomaly = with_forward_origin(anomaly_message(setup), report.fp32_capture);
+  // A model of its own 16-bit weights whose step ran under autocast: the fp32
+  // re-run widened the weights and turned autocast off; once more with only
+  // the weights widened says which of the two it took (a re-run that raised says nothing).
+  if (report.evidence.fp32_finite && !report.evidence.own_16bit.empty() && setup.amp != Amp::fp32) {
+    const std::string step_error = std::exchange(setup.rerun_error, {});
+    const bool finite = step_is_finite_widened(setup, setup.amp, s.batch);
+    if (!setup.last_raised) report.evidence.widened_finite_at_amp = finite;
+    setup.rerun_error = step_error;
+  }
   report.rerun_error = setup.rerun_error;
 
   // 3. Bisections, where they can say something.

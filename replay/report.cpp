@@ -101,7 +101,8 @@ std::string to_json(const ReplayReport& r) {
 std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
   const std::string ran_at = step_precision_name(r.evidence.precision, r.evidence.own_16bit);
-  o << "step " << r.step << " (" << ran_at << (r.evidence.own_16bit.empty() ? "" : ", the model's own weights") << ")\n"
+  const bool own_weights = !r.evidence.own_16bit.empty() && r.evidence.precision == format::Precision::fp32;
+  o << "step " << r.step << " (" << ran_at << (own_weights ? ", the model's own weights" : "") << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
   if (r.capture.first_birth && !rows_of(*r.capture.first_birth).empty()) {
     const std::vector<int64_t> at_birth = rows_of(*r.capture.first_birth);
@@ -121,6 +122,9 @@ std::string to_text(const ReplayReport& r) {
     << "non-finite in " << r.evidence.reproduced << " of " << r.evidence.repeats << "\n"
     << "  re-run in fp32:   " << (r.evidence.fp32_finite ? "finite" : "non-finite")
     << (r.evidence.own_16bit.empty() ? "" : " (its " + r.evidence.own_16bit + " weights widened to float32)") << "\n";
+  if (r.evidence.widened_finite_at_amp)
+    o << "  re-run widened:   " << (*r.evidence.widened_finite_at_amp ? "finite" : "non-finite") << " at "
+      << format::to_string(r.evidence.precision) << " with its weights in float32\n";
   if (r.evidence.eager_finite)  // a compiled model: the re-runs above ran its compiled program
     o << "  re-run eagerly:   "
       << (*r.evidence.eager_finite ? "finite (the compiled program alone goes non-finite)"

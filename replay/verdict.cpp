@@ -139,7 +139,6 @@ std::string fix_for(format::Category category, const format::Birth& b, const Ver
   return "inspect " + b.op.op + " in " + where + " with the snapshot's trail of ops (P9)";
 }
 
-// Names an fp32 module set only when precision bisection found it.
 // The precision the step computed in: its autocast's, or with autocast off
 // a model's own 16-bit weights' (a float16 model overflows at float16's range).
 format::Precision computed_in(const VerdictInputs& in) {
@@ -147,15 +146,22 @@ format::Precision computed_in(const VerdictInputs& in) {
   return in.own_16bit == "float16" ? format::Precision::fp16 : format::Precision::bf16;
 }
 
+// Names an fp32 module set only when precision bisection found it; for a
+// model of its own 16-bit weights, what the re-runs with them widened showed.
 std::string fp32_advice(const VerdictInputs& in) {
   if (!in.own_16bit.empty()) {
     const std::string cause = "the model's own " + in.own_16bit +
                               " weights are the cause (the re-run widened them): keep the weights in float32 (load "
                               "or cast the model so)";
-    if (in.precision != format::Precision::fp32)  // the step's autocast already runs the 16-bit ops
-      return cause + ", the step's " + format::to_string(in.precision) + " autocast as it is";
-    return cause + " and let autocast run the ops that are safe in 16 bits (" +
-           format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + ")";
+    if (in.precision == format::Precision::fp32)
+      return cause + " and let autocast run the ops that are safe in 16 bits (" +
+             format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + ")";
+    const std::string amp = format::to_string(in.precision);
+    if (in.widened_finite_at_amp.value_or(false))  // widened, under the step's own autocast: finite
+      return cause + "; with them widened the step is finite under its " + amp + " autocast too, so keep that";
+    return "finite only with the weights widened and autocast off: widened under the step's " + amp +
+           " autocast it is still non-finite, so keep the weights in float32 and replay the widened model to find "
+           "the modules that need fp32";
   }
   switch (in.fp32_search) {
     case Fp32Search::found:
@@ -272,7 +278,7 @@ Verdict decide(const VerdictInputs& in) {
   if (in.fp32_finite) {
     v.verdict = format::Verdict::precision;
     v.suggestion = "finite in fp32: " + fp32_advice(in) +
-                   (in.precision == format::Precision::fp16 && in.own_16bit.empty()  // else fp32_advice said it
+                   (in.precision == format::Precision::fp16 && in.own_16bit.empty()  // else the weights are the advice
                         ? ", or use bf16 instead of fp16: " +
                               format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + " (P1, P10)"
                         : std::string(" (P10)")) +

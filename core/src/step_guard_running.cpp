@@ -254,6 +254,7 @@ void StepGuard::Impl::on_persisting_trouble(RunningStep& run) {
           ? "loss spikes through the probation after a rollback"
           : "trouble on " + std::to_string(recovery_.memory().rollback().options().patience) + " steps in a row";
   trouble.amp = amp();
+  trouble.own_16bit = steered_.model.own_16bit_type_name();
   trouble.loss_finite = outcome.loss_finite;
   const RecoveryState state = recovery_.state_at(run.step);
   const RecoveryPlan plan = decide_recovery(trouble, state);

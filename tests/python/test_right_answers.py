@@ -446,6 +446,9 @@ def test_a_model_of_its_own_bf16_weights_is_re_run_in_fp32_only_when_widened(tmp
     assert report.verdict == "precision", text
     assert "re-run in fp32:   finite (its bfloat16 weights widened to float32)" in text
     assert "re-run at bf16:   non-finite in 3 of 3" in text
+    # Widened under the step's own bf16 autocast, the gap's ops run in float32: finite, so autocast stays.
+    assert "re-run widened:   finite at bf16 with its weights in float32" in text
+    assert "finite under its bf16 autocast too" in report.suggestion, report.suggestion
     assert all(p.dtype == torch.bfloat16 for p in built[0].parameters())
     assert report.to_dict()["replay"]["widened_weights"] == "bfloat16"
 

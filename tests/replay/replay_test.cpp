@@ -713,6 +713,19 @@ TEST(VerdictRules, AModelOfItsOwnFloat16WeightsIsToldItsWeightsAndFloat16sRange)
   v = replay::decide(in);
   EXPECT_EQ(v.verdict, format::Verdict::model_or_data);
   EXPECT_NE(v.suggestion.find("range of fp32"), std::string::npos) << v.suggestion;
+
+  // Under bf16 autocast the fp32 re-run widened the weights and turned autocast
+  // off: the weights alone are the cause only if widening them alone was finite.
+  in.fp32_finite = true;
+  in.precision = format::Precision::bf16;
+  in.own_16bit = "bfloat16";
+  in.widened_finite_at_amp = true;
+  v = replay::decide(in);
+  EXPECT_NE(v.suggestion.find("finite under its bf16 autocast too"), std::string::npos) << v.suggestion;
+  in.widened_finite_at_amp = false;
+  v = replay::decide(in);
+  EXPECT_EQ(v.suggestion.find("are the cause"), std::string::npos) << v.suggestion;
+  EXPECT_NE(v.suggestion.find("still non-finite"), std::string::npos) << v.suggestion;
 }
 
 namespace {

@@ -28,6 +28,10 @@ struct VerdictInputs {
   // The model's own 16-bit weight type ("bfloat16"), "" for wider weights:
   // the fp32 re-run widened them, and no module set in fp32 is searched for.
   std::string own_16bit;
+  // Such a model's step under autocast, re-run with its weights widened at
+  // that autocast: finite or not; nullopt when not run (autocast off, or the
+  // fp32 re-run was not finite).
+  std::optional<bool> widened_finite_at_amp;
   Fp32Search fp32_search = Fp32Search::not_run;
   std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
   std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
