@@ -159,7 +159,7 @@ std::string fp32_advice(const VerdictInputs& in) {
     const std::string amp = format::to_string(in.precision);
     if (in.widened_finite_at_amp.value_or(false))  // widened, under the step's own autocast: finite
       return cause + "; with them widened the step is finite under its " + amp + " autocast too, so keep that";
-    return "finite only with the weights widened and autocast off: widened under the step's " + amp +
+    return "only with the weights widened and autocast off both: widened under the step's " + amp +
            " autocast it is still non-finite, so keep the weights in float32 and replay the widened model to find "
            "the modules that need fp32";
   }
