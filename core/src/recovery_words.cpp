@@ -105,7 +105,11 @@ RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, c
       if (state.rollbacks > 0) w.subject += " after " + rollbacks_text(state.rollbacks);
       break;
     case RecoveryReason::trouble_unstable:
-      w.why = facts.what + " after " + rollbacks_text(state.rollbacks) + " and " + widest_precision_text(facts) +
+      // No fallback left: it fired, the run is at fp32 already, or it is off (then the run is still below fp32).
+      w.why = facts.what + " after " + rollbacks_text(state.rollbacks) + " and " +
+              (state.fallback_fired || facts.amp == Amp::fp32
+                   ? widest_precision_text(facts)
+                   : std::string("at ") + precision_name(facts.amp) + " with the fallback off") +
               ": the model itself is unstable; the run stops";
       break;
     case RecoveryReason::rollback_not_everywhere:

@@ -251,6 +251,15 @@ const std::vector<Row>& rows() {
            }),
        Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
        "after 3 rollback(s) and at fp32: the model itself is unstable; the run stops"},
+      {"trouble: rollbacks used up with the fallback off stops, at the run's own precision",
+       all(failed_bf16_step, persisting,
+           [](StepFacts&, RecoveryState& s) {
+             s.mode = FallbackMode::off;
+             s.rollback_enabled = true;
+             s.rollbacks = 3;
+           }),
+       Remedy::unknown, RecoveryAction::stop, Remedy::none, false,
+       "after 3 rollback(s) and at bf16 with the fallback off: the model itself is unstable; the run stops"},
       {"trouble: a model of its own bf16 weights, rollbacks and its LR cut used up, stops",
        all(failed_bf16_step, persisting,
            [](StepFacts& f, RecoveryState& s) {
