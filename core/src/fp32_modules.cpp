@@ -31,7 +31,7 @@ std::vector<Module16Bit> modules_of_16bit_weights(const TrainableModel& model,
     for (const auto& [name, p] : parameters) {
       const bool owned = module.empty() || name.rfind(module + ".", 0) == 0;
       if (owned && probe::is_16bit_float(p.scalar_type())) {
-        out.push_back({module, name, p.scalar_type() == at::kBFloat16 ? "bfloat16" : "float16"});
+        out.push_back({module, name, probe::float_type_name(p.scalar_type())});
         break;
       }
     }

@@ -45,15 +45,7 @@ at::ScalarType TrainableModel::own_float_type() const {
   return at::kFloat;
 }
 
-std::string TrainableModel::own_float_type_name() const {
-  switch (own_float_type()) {
-    case at::kDouble: return "float64";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    case at::kFloat: return "float32";
-    default: return c10::toString(own_float_type());
-  }
-}
+std::string TrainableModel::own_float_type_name() const { return probe::float_type_name(own_float_type()); }
 
 std::string TrainableModel::own_16bit_type_name() const {
   const at::ScalarType own = own_float_type();
