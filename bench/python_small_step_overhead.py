@@ -14,7 +14,9 @@ Then, in a guarded run of its own, the guard's own time per call, each call
 timed where the loop makes it (median over the steps): the model call's two
 hooks, guard.backward() less the backward itself, and guard.step() less the
 optimizer's step. Their sum is the guard's own time without the timer's noise
-between arms (a shared machine moves the ratio by a few percent).
+between arms (a shared machine moves the ratio by a few percent). A shared
+machine also slows whole stretches of steps: the sum is printed as the median
+over all steps and as the median of the quietest block of 50.
 
 usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_small_step_overhead.py [--rounds 8] [--steps 20]
 """
@@ -125,7 +127,12 @@ def own_time_per_call(batches, run_dir, steps=400):
     finally:
         _watch._CallRecorder.__call__, _watch._CallEnd.__call__ = originals
         guard.close()
-    return {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    medians = {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    # A shared machine's other work slows whole stretches of steps: the sum's
+    # median in each block of 50 steps, the quietest of them beside the whole run's.
+    sums = [sum(step) * 1e6 for step in zip(*times.values())]
+    blocks = [statistics.median(sums[i:i + 50]) for i in range(0, len(sums) - 49, 50)]
+    return medians, statistics.median(sums), min(blocks), len(blocks)
 
 
 def main():
@@ -167,10 +174,11 @@ def main():
               f"the blocks' ratios {statistics.median(ratios):.3f}); the guard's own {1e3 * (guarded - plain):+.3f} ms")
         print(f"  a skip whose batch holds the NaN: {statistics.median(skips) * 1e3:.2f} ms = "
               f"{statistics.median(skips) / statistics.median(clean):.2f} clean guarded steps")
-        calls = own_time_per_call(batches, tmp + "/calls")
+        calls, summed, quietest, blocks = own_time_per_call(batches, tmp + "/calls")
         print("  the guard's own time per call (median us): " +
               ", ".join(f"{name} {us:.0f}" for name, us in calls.items()) +
-              f"; in all {sum(calls.values()):.0f} us a step")
+              f"; in all {summed:.0f} us a step (median of the steps' sums; "
+              f"{quietest:.0f} in the quietest of {blocks} blocks of 50 steps)")
 
 
 if __name__ == "__main__":

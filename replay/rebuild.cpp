@@ -225,7 +225,7 @@ bool step_is_finite(ReplaySetup& setup, Amp amp, const Batch& batch,
   // exists because the trainer's re-run found a birth before it; the report
   // quotes the error.
   bool switchable = true;
-  MicroBatch micro{batch, s.cpu_rng_state, 1.0};
+  MicroBatch micro{batch, CpuRngState::from_bytes(s.cpu_rng_state), 1.0};
   // A watched step's micro-batch, weighted as the loop weighted its loss.
   if (auto it = s.config.find("recorded_loss"); it != s.config.end()) micro.recorded_loss = std::stod(it->second);
   const bool whole = batch.rows() == s.batch.rows();

@@ -1,7 +1,5 @@
 #include "nanscope/core/doom_after_run.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -109,9 +107,8 @@ AfterRunSearch search_after_run(TrainableModel& model, torch::optim::Optimizer& 
     return out;
   }
   // The run's own random draws: each step's RNG state, as the run reached it.
-  out.reproduced = replays.reproduce([&](const StepRecord& r) {
-    records.at(r.step).micro_batches.front().cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  });
+  out.reproduced = replays.reproduce(
+      [&](const StepRecord& r) { records.at(r.step).micro_batches.front().cpu_rng_state = CpuRngState::now(); });
   out.steps_run = replays.steps_run();
   if (!out.reproduced) {
     out.error = replays.last_error();

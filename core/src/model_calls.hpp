@@ -19,7 +19,7 @@
 namespace nanscope {
 
 struct ModelCall {
-  at::Tensor cpu_rng_state;                                  // where the generator was when the call began
+  CpuRngState cpu_rng_state;                                 // where the generator was when the call began
   uint64_t first_node = 0;                                   // autograd's next sequence number when the call began
   uint64_t end_node = std::numeric_limits<uint64_t>::max();  // ... when it returned (max: not seen)
   std::optional<Batch> batch;                                // its arguments (none when the loop named the micro-batch)

@@ -1,7 +1,5 @@
 #include "nanscope/core/remedy.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <chrono>
 #include <limits>
 
@@ -222,8 +220,7 @@ bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_module
     weight_read_ = true;
     // The re-run started the generator from the step's state: where it left
     // it says whether the step drew from it.
-    if (!draws_ && micro_.cpu_rng_state.defined())
-      draws_ = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), micro_.cpu_rng_state);
+    if (!draws_ && micro_.cpu_rng_state.known()) draws_ = !micro_.cpu_rng_state.is_current();
     return finite;
   }
   if (!weight_read_ && std::isfinite(micro_.recorded_loss)) finite(amp, fp32_modules, -1);  // reads the weight first

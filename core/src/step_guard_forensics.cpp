@@ -436,7 +436,7 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   s.batch_rows = probe_.batch_rows().defined() && kept.batch.rows() == probe_.batch_rows().numel()
                      ? probe_.batch_rows()
                      : at::full({kept.batch.rows()}, -1, at::kLong);
-  s.cpu_rng_state = kept.cpu_rng_state.defined() ? kept.cpu_rng_state : probe_.cpu_rng_state();
+  s.cpu_rng_state = (kept.cpu_rng_state.known() ? kept.cpu_rng_state : probe_.cpu_rng_state()).bytes();
   s.precision = result.amp;
   s.loss_scale = result.loss_scale;
   s.lr = result.lr;

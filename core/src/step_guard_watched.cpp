@@ -3,8 +3,6 @@
 // a re-run needs, and decides the step at step().
 #include "step_guard_impl.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <limits>
 #include <stdexcept>
 #include <utility>
@@ -88,10 +86,10 @@ void StepGuard::Impl::begin_micro_batch() {
   const bool step_begins = !watched_;
   WatchedStep& w = advance_watched(WatchedCall::model_call);
   if (!options_.probe) return;
-  // get_state() copies ~5 KB: what lets a re-run draw the same dropout masks.
-  // The step's first call draws from where the probe's step began (taken
-  // just now, nothing drawn since): that copy serves.
-  at::Tensor rng_state = step_begins ? probe_.cpu_rng_state() : at::detail::getDefaultCPUGenerator().get_state();
+  // What lets a re-run draw the same dropout masks. The step's first call
+  // draws from where the probe's step began (taken just now, nothing drawn
+  // since): that state serves, and allocates nothing (cpu_rng_state.hpp).
+  CpuRngState rng_state = step_begins ? probe_.cpu_rng_state() : CpuRngState::now();
   w.calls.push_back(
       ModelCall{std::move(rng_state), next_autograd_node(), std::numeric_limits<uint64_t>::max(), std::nullopt});
 }
@@ -116,7 +114,7 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
     return copy;
   };
   w.run.micro_batches.push_back(MicroBatch{rerunnable ? copy_of(micro_batch) : micro_batch,
-                                           calls.empty() ? at::Tensor() : calls.back().cpu_rng_state, 1.0});
+                                           calls.empty() ? CpuRngState() : calls.back().cpu_rng_state, 1.0});
   w.run.micro_batches.back().changed_since_call = changed_since_call;
   if (rerunnable && calls.size() > 1) {
     // The latest call is the likely one; the loss's graph decides if the step fails.

@@ -7,7 +7,7 @@ size_t StepRecord::bytes() const {
   for (const MicroBatch& m : micro_batches) {
     for (const at::Tensor& t : m.batch.tensors())
       if (t.defined()) n += size_t(t.numel()) * t.element_size();
-    if (m.cpu_rng_state.defined()) n += size_t(m.cpu_rng_state.numel());
+    n += size_t(m.cpu_rng_state.size_bytes());
   }
   return n;
 }

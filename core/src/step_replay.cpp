@@ -1,7 +1,5 @@
 #include "nanscope/core/step_replay.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -173,10 +171,10 @@ int64_t LiveEarlierSteps::own_searchable_rows(const StepRecord& record) const {
   // A step that draws random numbers (dropout) would draw them differently
   // without a row: removing one could "save" it by luck.
   for (const MicroBatch& m : record.micro_batches) {
-    if (!m.cpu_rng_state.defined()) continue;
+    if (!m.cpu_rng_state.known()) continue;
     recompute_step(model_, parameters_, record.amp, record.loss_scale, record.setup, std::vector<MicroBatch>{m});
     clear_grads(parameters_);
-    if (!at::equal(at::detail::getDefaultCPUGenerator().get_state(), m.cpu_rng_state)) return 0;
+    if (!m.cpu_rng_state.is_current()) return 0;
   }
   return rows;
 }

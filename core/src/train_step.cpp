@@ -7,8 +7,6 @@
 #include <limits>
 #include <tuple>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -90,10 +88,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
     const ScopedStepSetup as_the_step_ran(setup);
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       const MicroBatch& micro = micro_batches[k];
-      if (micro.cpu_rng_state.defined()) {
-        at::Generator generator = at::detail::getDefaultCPUGenerator();
-        generator.set_state(micro.cpu_rng_state);
-      }
+      micro.cpu_rng_state.restore();
       if (capture && micro_batches.size() > 1)
         capture->begin_micro_batch(int64_t(k), micro.batch.rows(), micro.batch.row_dim);
       at::Tensor loss;

@@ -7,6 +7,7 @@
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/format/version.hpp"
+#include "nanscope/probe/cpu_rng_state.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 
 namespace nanscope::probe {
@@ -99,7 +100,15 @@ SnapshotContents read_snapshot(const std::string& path) {
   if (batch.has_attr("row_dim")) s.batch.row_dim = batch.attr_int("row_dim");
   s.batch_rows = get_tensor(batch, "rows");
   format::Group rng = root.group("rng");
-  if (rng.has("cpu_state")) s.cpu_rng_state = get_tensor(rng, "cpu_state");
+  if (rng.has("cpu_state")) {
+    s.cpu_rng_state = get_tensor(rng, "cpu_state");
+    try {
+      static_cast<void>(CpuRngState::from_bytes(s.cpu_rng_state));  // what every re-run starts from
+    } catch (const c10::Error&) {
+      throw format::FormatError(path, "rng/cpu_state (" + std::to_string(s.cpu_rng_state.numel()) +
+                                          " bytes) is not the state of a CPU random generator");
+    }
+  }
   return s;
 }
 

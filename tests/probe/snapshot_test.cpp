@@ -1,11 +1,13 @@
 // Snapshots: read back whole; and a snapshot that cannot be written never
 // stops training.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <fstream>
 #include <limits>
 
 #include "../support/test_support.hpp"
 
+#include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -26,7 +28,8 @@ TEST(Snapshot, RoundTripsEveryPart) {
   s.batch.inputs = at::randint(0, 256, {2, 8}, at::kLong);
   s.batch.targets = at::randint(0, 256, {2, 8}, at::kLong);
   s.batch_rows = at::tensor({int64_t(5), int64_t(9)});
-  s.cpu_rng_state = at::randint(0, 255, {5056}, at::kByte);
+  static_cast<void>(at::rand({3}));
+  s.cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
   s.precision = format::Precision::bf16;
   s.loss_scale = 32768;
   s.lr = 3e-4;
@@ -101,6 +104,29 @@ void expect_training_went_on(const std::string& run_dir, const test::CommandResu
 }
 
 }  // namespace
+
+// The generator state every re-run starts from is read when the file is:
+// bytes that are no CPU generator's state make the snapshot a bad file, named.
+TEST(Snapshot, ARandomStateThatIsNoGeneratorsIsABadFile) {
+  test::TempDir dir;
+  probe::SnapshotContents s;
+  s.step = 1;
+  s.model_name = "Net";
+  s.batch = Batch(at::ones({2, 3}), at::zeros({2}));
+  s.batch_rows = at::arange(2, at::kLong);
+  s.cpu_rng_state = at::zeros({7}, at::kByte);
+  const std::string path = dir.file("step.h5");
+  probe::write_snapshot(path, s);
+  try {
+    probe::read_snapshot(path);
+    FAIL() << "a snapshot with a 7-byte generator state was read";
+  } catch (const format::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rng/cpu_state (7 bytes) is not the state of a CPU random generator"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 // A dict batch of (seq, batch) tensors from a Python loop, a micro-batch of a
 // step with gradient accumulation: its tensors, structure, row dimension and

@@ -116,7 +116,7 @@ class LiveStepReruns : public StepReruns {
   bool draws_random_numbers() override;
   // draws_random_numbers() needs no re-run of its own: a whole-batch re-run
   // already showed it, or the step kept no generator state to compare with.
-  bool draws_known() const { return draws_.has_value() || !micro_.cpu_rng_state.defined(); }
+  bool draws_known() const { return draws_.has_value() || !micro_.cpu_rng_state.known(); }
 
  private:
   TrainableModel& model_;

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/probe/cpu_rng_state.hpp"
+
 namespace nanscope {
 
 struct Batch {
@@ -92,7 +94,7 @@ struct Batch {
 // accumulation steps, as nanoGPT does), so a re-run's gradients are the step's.
 struct MicroBatch {
   Batch batch;
-  at::Tensor cpu_rng_state;  // undefined: the generator as it is
+  CpuRngState cpu_rng_state;  // none known: the generator as it is
   double loss_weight = 1.0;
   // The loss the loop backpropagated for it (a watched step): a re-run whose
   // loss function gives an unweighted loss is weighted to match it. NaN: unknown.

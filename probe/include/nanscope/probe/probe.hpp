@@ -79,14 +79,14 @@ class Probe {
 
   int64_t step() const { return step_; }
   const at::Tensor& batch_rows() const { return batch_rows_; }
-  const at::Tensor& cpu_rng_state() const { return cpu_rng_state_; }
+  const CpuRngState& cpu_rng_state() const { return cpu_rng_state_; }
 
  private:
   ProbeOptions options_;
   LayerIndex layers_;
   int64_t step_ = -1;
   at::Tensor batch_rows_;
-  at::Tensor cpu_rng_state_;
+  CpuRngState cpu_rng_state_;
   bool warned_ = false;
   std::string last_error_;
 };
