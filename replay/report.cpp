@@ -101,8 +101,7 @@ std::string to_json(const ReplayReport& r) {
 std::string to_text(const ReplayReport& r) {
   std::ostringstream o;
   const std::string ran_at = step_precision_name(r.evidence.precision, r.evidence.own_16bit);
-  const bool own_weights = !r.evidence.own_16bit.empty() && r.evidence.precision == format::Precision::fp32;
-  o << "step " << r.step << " (" << ran_at << (own_weights ? ", the model's own weights" : "") << ")\n"
+  o << "step " << r.step << " (" << format::step_precision_text(r.evidence.precision, r.evidence.own_16bit) << ")\n"
     << "  first birth:      " << birth_text(r.capture.first_birth) << "\n";
   if (r.capture.first_birth && !rows_of(*r.capture.first_birth).empty()) {
     const std::vector<int64_t> at_birth = rows_of(*r.capture.first_birth);
@@ -177,6 +176,7 @@ void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   record.fp32_finite = r.evidence.fp32_finite;
   record.anomaly = r.anomaly;
   record.fp32_modules = comma_list(r.evidence.fp32_modules);
+  record.widened_weights = r.evidence.own_16bit;
   for (int64_t s : r.evidence.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
   record.fp32_capture = r.fp32_capture;
   format::write_replay_record(archive.root(), record);

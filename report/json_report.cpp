@@ -149,6 +149,11 @@ void write_snapshot(JsonWriter& json, const SnapshotEntry& entry) {
     json.key("fp32_finite").value(s.replay->fp32_finite);
     json.key("samples").value(s.replay->samples);
     json.key("fp32_modules").value(s.replay->fp32_modules);
+    json.key("widened_weights");
+    if (s.replay->widened_weights.empty())
+      json.null();
+    else
+      json.value(s.replay->widened_weights);
     json.end_object();
   } else {
     json.null();

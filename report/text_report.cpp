@@ -108,7 +108,7 @@ void write_events(const RankReport& r, size_t limit, std::ostream& out) {
 std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
   if (!entry.summary) return {"unreadable: " + entry.error};
   const format::SnapshotSummary& s = *entry.summary;
-  std::vector<std::string> lines = {"step " + std::to_string(s.step) + " (" + format::to_string(s.precision) +
+  std::vector<std::string> lines = {"step " + std::to_string(s.step) + " (" + format::step_precision_text(s) +
                                     "): " + entry.path};
   lines.push_back("  first birth: " + format::capture_text(s.capture));
   const std::vector<BirthRow> rows = birth_rows(s);

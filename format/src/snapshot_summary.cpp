@@ -22,6 +22,7 @@ void write_replay_record(const Group& root, const ReplayRecord& r) {
   g.set_attr("anomaly", r.anomaly);
   g.set_attr("fp32_modules", r.fp32_modules);
   g.set_attr("samples", r.samples);
+  g.set_attr("widened_weights", r.widened_weights);
   write_capture(g.group("fp32_capture"), r.fp32_capture);
 }
 
@@ -38,8 +39,18 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   r.anomaly = g.attr_string("anomaly");
   r.fp32_modules = g.attr_string("fp32_modules");
   r.samples = g.attr_string("samples");
+  if (g.has_attr("widened_weights")) r.widened_weights = g.attr_string("widened_weights");
   if (g.has("fp32_capture")) r.fp32_capture = read_capture(g.group("fp32_capture"));
   return r;
+}
+
+std::string step_precision_text(Precision precision, const std::string& own_16bit) {
+  const bool own_weights = precision == Precision::fp32 && !own_16bit.empty();
+  return step_precision_name(precision, own_16bit) + (own_weights ? ", the model's own weights" : "");
+}
+
+std::string step_precision_text(const SnapshotSummary& s) {
+  return step_precision_text(s.precision, s.replay ? s.replay->widened_weights : "");
 }
 
 std::string replay_command(const SnapshotHeader& header, const std::string& path) {

@@ -185,6 +185,16 @@ TEST(Replay, AProgramsModelOfItsOwnBf16WeightsIsReRunInFp32WidenedAndPutBack) {
   EXPECT_NE(out.find("re-run in fp32:   finite (its bfloat16 weights widened to float32)"), std::string::npos) << out;
   EXPECT_NE(out.find("verdict:    precision"), std::string::npos) << out;
   EXPECT_EQ(net->head->weight.scalar_type(), at::kBFloat16);
+
+  // Written into the snapshot, the record says so too (the viewer's replay box reads it).
+  const char* write_argv[] = {"program", snapshot.c_str()};
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(replay::replay_main(2, write_argv, *net, loss), kExitOk);
+  testing::internal::GetCapturedStdout();
+  const format::SnapshotSummary summary = format::read_snapshot_summary(snapshot);
+  ASSERT_TRUE(summary.replay);
+  EXPECT_EQ(summary.replay->widened_weights, "bfloat16");
+  EXPECT_TRUE(summary.replay->fp32_finite);
 }
 
 TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {

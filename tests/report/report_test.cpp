@@ -239,6 +239,34 @@ TEST(Report, SeveralRanksAreReportedRankByRank) {
   EXPECT_TRUE(has_line(one.output, "snapshots (1)")) << one.output;
 }
 
+// A model of its own float16 weights trained with autocast off: its snapshot
+// says fp32 (autocast's setting), and once replay has widened the weights for
+// its fp32 re-run, the report names what the step computed in.
+TEST(Report, ASnapshotOfAModelOfItsOwn16BitWeightsSaysItsType) {
+  TempDir dir;
+  const std::string run = dir.file("run");
+  write_eventful_run(run);
+  const std::string snapshot = run + "/snapshots/step-0000030.h5";
+  {
+    format::Archive archive = format::Archive::open(snapshot, format::kSnapshotFileKind, /*writable=*/true);
+    format::Group root = archive.root();
+    root.set_word("precision", format::Precision::fp32);
+    format::ReplayRecord record = *format::read_replay_record(root);
+    record.widened_weights = "float16";
+    format::write_replay_record(root, record);
+  }
+  const auto text = report_tool(run);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(has_line(text.output, "  step 30 (float16, the model's own weights): " + snapshot)) << text.output;
+  EXPECT_TRUE(has_line(text.output, "  step 70 (bf16): " + run + "/snapshots/step-0000070.h5")) << text.output;
+  const std::string json = dir.file("report.json");
+  ASSERT_EQ(report_tool("--json " + run + " > " + json).exit_code, 0);
+  EXPECT_EQ(test::python_json(json,
+                              "[(s[\"precision\"], s[\"replay\"] and s[\"replay\"][\"widened_weights\"]) "
+                              "for s in d[\"runs\"][0][\"snapshots\"]]"),
+            "[('fp32', 'float16'), ('bf16', None)]\n");
+}
+
 TEST(Report, AnUnreadableSnapshotIsListedNotFatal) {
   TempDir dir;
   const std::string run = dir.file("run");

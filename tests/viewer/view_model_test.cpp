@@ -133,6 +133,33 @@ TEST(SnapshotText, NamesTheSampleWithItsDataSetRowOrSaysItIsUnknown) {
   EXPECT_TRUE(viewer::offending_sample_lines(summary_with(internal_birth({}), {5, 6})).empty());
 }
 
+// The replay box names what each re-run computed in: a model of its own
+// float16 weights ran the step in float16 with autocast off, and its fp32
+// re-run widened them; it never reads "re-run at fp32 ... fp32: finite".
+TEST(SnapshotText, NamesWhatTheReRunsComputedIn) {
+  format::SnapshotSummary s;
+  EXPECT_EQ(viewer::replay_reruns_line(s), "");
+  EXPECT_EQ(format::step_precision_text(s), "unknown");
+  s.precision = format::Precision::bf16;
+  s.replay.emplace();
+  s.replay->reproduced_count = 3;
+  s.replay->repeats = 3;
+  s.replay->fp32_finite = true;
+  EXPECT_EQ(viewer::replay_reruns_line(s), "re-run at bf16: non-finite in 3 of 3; fp32: finite");
+  s.precision = format::Precision::fp32;
+  s.replay->widened_weights = "float16";
+  s.replay->reproduced_count = 2;
+  EXPECT_EQ(viewer::replay_reruns_line(s),
+            "re-run at float16: non-finite in 2 of 3; fp32: finite (its float16 weights "
+            "widened to float32)");
+  EXPECT_EQ(format::step_precision_text(s), "float16, the model's own weights");
+  s.precision = format::Precision::bf16;  // bf16 autocast over its own weights: autocast's bf16 is what ran
+  s.replay->fp32_finite = false;
+  EXPECT_EQ(viewer::replay_reruns_line(s),
+            "re-run at bf16: non-finite in 2 of 3; fp32: non-finite (its float16 weights widened to float32)");
+  EXPECT_EQ(format::step_precision_text(s), "bf16");
+}
+
 TEST(ViewModel, BadInputsBecomeErrorsAndTheRestStillOpen) {
   test::TempDir dir;
   const std::string good = dir.file("good.h5"), corrupt = dir.file("corrupt.h5"), truncated = dir.file("truncated.h5"),

@@ -140,9 +140,7 @@ void replay_box(const format::SnapshotSummary& s) {
   ImGui::SameLine();
   ImGui::Text("verdict: %s   category: %s", format::to_string(r.verdict), format::to_string(r.category));
   ImGui::TextWrapped("suggestion: %s", r.suggestion.c_str());
-  ImGui::Text("re-run at %s: non-finite in %lld of %lld; fp32: %s", format::to_string(s.precision),
-              static_cast<long long>(r.reproduced_count), static_cast<long long>(r.repeats),
-              r.fp32_finite ? "finite" : "non-finite");
+  ImGui::TextWrapped("%s", replay_reruns_line(s).c_str());
   if (!r.fp32_modules.empty()) ImGui::Text("fp32 needed in: %s", r.fp32_modules.c_str());
   if (!r.anomaly.empty()) ImGui::TextWrapped("anomaly mode: %s", r.anomaly.c_str());
 }
@@ -198,7 +196,7 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
   const format::SnapshotSummary& s = *model.snapshots[ui.selected_snapshot].summary;
   ImGui::Text("%s", s.path.c_str());
   ImGui::Text("step %lld   %s   loss scale %g   lr %g   clip %g   model %s", static_cast<long long>(s.step),
-              format::to_string(s.precision), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
+              format::step_precision_text(s).c_str(), s.loss_scale, s.lr, s.clip, s.model_name.c_str());
   if (s.capture.compiled_only || !s.capture.nonfinite_weights.empty())  // the capture's own words say where
     ImGui::TextColored(ImColor(kInfColor), "%s.", format::capture_text(s.capture).c_str());
   else if (!s.capture.reproduced)

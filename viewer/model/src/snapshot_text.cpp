@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "nanscope/format/row_text.hpp"
+#include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope::viewer {
 
@@ -50,6 +51,15 @@ std::vector<std::string> offending_sample_lines(const format::SnapshotSummary& s
       lines.push_back("replay: the step is finite without " + format::batch_rows_text(batch_rows, samples));
   }
   return lines;
+}
+
+std::string replay_reruns_line(const format::SnapshotSummary& s) {
+  if (!s.replay) return "";
+  const format::ReplayRecord& r = *s.replay;
+  return "re-run at " + format::step_precision_name(s.precision, r.widened_weights) + ": non-finite in " +
+         std::to_string(r.reproduced_count) + " of " + std::to_string(r.repeats) +
+         "; fp32: " + (r.fp32_finite ? "finite" : "non-finite") +
+         (r.widened_weights.empty() ? "" : " (its " + r.widened_weights + " weights widened to float32)");
 }
 
 }  // namespace nanscope::viewer

@@ -15,11 +15,8 @@ using Amp = format::Precision;  // Amp::fp32 is autocast off
 const char* amp_name(Amp amp);
 // "fp32", "bf16", "fp16": the precision the step ran in (snapshots, reports).
 inline const char* precision_name(Amp amp) { return format::to_string(amp); }
-// What a step at `amp` computes in, for the log: precision_name(amp), except
-// that with autocast off a model of its own 16-bit weights computes in them
-// (`own_16bit`: TrainableModel::own_16bit_type_name(), "" for wider weights).
-inline std::string step_precision_name(Amp amp, const std::string& own_16bit) {
-  return amp == Amp::fp32 && !own_16bit.empty() ? own_16bit : precision_name(amp);
-}
+// What a step at `amp` computes in, for the log (`own_16bit`:
+// TrainableModel::own_16bit_type_name()).
+using format::step_precision_name;
 
 }  // namespace nanscope

@@ -24,6 +24,10 @@ struct ReplayRecord {
   std::string anomaly;
   std::string fp32_modules;  // comma-separated module paths
   std::string samples;       // comma-separated batch rows
+  // The model's own 16-bit type ("bfloat16", "float16") when its weights
+  // were 16-bit: the step computed in it, and the fp32 re-run widened them.
+  // "" for wider weights (and in files written before it was recorded).
+  std::string widened_weights;
   Capture fp32_capture;
 };
 
@@ -66,5 +70,13 @@ struct SnapshotSummary : SnapshotHeader {
 
 // Throws FormatError naming the file for a missing, foreign or malformed snapshot.
 SnapshotSummary read_snapshot_summary(const std::string& path);
+
+// What the snapshot's step computed in: its precision ("bf16"), or, once
+// replay has found the model's own 16-bit weights under autocast off,
+// "bfloat16, the model's own weights" (step_precision_name).
+std::string step_precision_text(const SnapshotSummary& snapshot);
+// The same for a step at `precision` of a model whose own 16-bit type is
+// `own_16bit` ("" for wider weights): what replay's report heads with.
+std::string step_precision_text(Precision precision, const std::string& own_16bit);
 
 }  // namespace nanscope::format

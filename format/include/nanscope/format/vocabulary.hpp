@@ -145,4 +145,12 @@ constexpr double largest_finite(Precision precision) {
   return 3.4028234663852886e38;
 }
 
+// What a step at `precision` computes in, as the guard's lines, replay's
+// report and the viewer name it: the precision, except that with autocast off
+// (fp32) a model of its own 16-bit weights computes in them (`own_16bit`:
+// "bfloat16", "float16"; "" for wider weights).
+inline std::string step_precision_name(Precision precision, const std::string& own_16bit) {
+  return precision == Precision::fp32 && !own_16bit.empty() ? own_16bit : to_string(precision);
+}
+
 }  // namespace nanscope::format

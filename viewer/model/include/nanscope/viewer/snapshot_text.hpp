@@ -16,4 +16,10 @@ namespace nanscope::viewer {
 // snapshot traces the fault to no sample.
 std::vector<std::string> offending_sample_lines(const format::SnapshotSummary& snapshot);
 
+// Replay's re-runs in one line, named by what they computed in: "re-run at
+// bf16: non-finite in 3 of 3; fp32: finite". A model of its own 16-bit weights
+// ran at its own type, and its fp32 re-run widened them. Empty when the
+// snapshot was never replayed.
+std::string replay_reruns_line(const format::SnapshotSummary& snapshot);
+
 }  // namespace nanscope::viewer
