@@ -450,6 +450,8 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
     s.config["micro_batches"] = std::to_string(run.micro_batches.size());
   }
   if (std::isfinite(kept.recorded_loss)) s.config["recorded_loss"] = number_text(kept.recorded_loss);
+  // A model of its own 16-bit weights: what its step computed in, for the viewer and report before any replay.
+  if (std::string own = steered_.model.own_16bit_type_name(); !own.empty()) s.config["own_16bit"] = std::move(own);
   s.capture = capture;
   s.layer_names = probe_.layers().layer_names();
   s.layer_grad_norm = layer_grad_norm;

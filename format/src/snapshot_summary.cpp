@@ -50,6 +50,8 @@ std::string step_precision_text(Precision precision, const std::string& own_16bi
 }
 
 std::string step_precision_text(const SnapshotSummary& s) {
+  const auto written = s.config.find("own_16bit");
+  if (written != s.config.end()) return step_precision_text(s.precision, written->second);
   return step_precision_text(s.precision, s.replay ? s.replay->widened_weights : "");
 }
 

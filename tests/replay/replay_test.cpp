@@ -177,6 +177,8 @@ TEST(Replay, AProgramsModelOfItsOwnBf16WeightsIsReRunInFp32WidenedAndPutBack) {
     EXPECT_NE(log.str().find("non-finite loss at bfloat16"), std::string::npos) << log.str();
   }
   ASSERT_FALSE(snapshot.empty()) << log.str();
+  // The guard wrote what the step computed in: the viewer and report say it before any replay.
+  EXPECT_EQ(format::step_precision_text(format::read_snapshot_summary(snapshot)), "bfloat16, the model's own weights");
   const char* argv[] = {"program", snapshot.c_str(), "--no-write"};
   testing::internal::CaptureStdout();
   const int code = replay::replay_main(3, argv, *net, loss);

@@ -158,6 +158,13 @@ TEST(SnapshotText, NamesWhatTheReRunsComputedIn) {
   EXPECT_EQ(viewer::replay_reruns_line(s),
             "re-run at bf16: non-finite in 2 of 3; fp32: non-finite (its float16 weights widened to float32)");
   EXPECT_EQ(format::step_precision_text(s), "bf16");
+
+  // Before any replay, the type the guard wrote with the snapshot.
+  format::SnapshotSummary unreplayed;
+  unreplayed.precision = format::Precision::fp32;
+  EXPECT_EQ(format::step_precision_text(unreplayed), "fp32");
+  unreplayed.config["own_16bit"] = "bfloat16";
+  EXPECT_EQ(format::step_precision_text(unreplayed), "bfloat16, the model's own weights");
 }
 
 TEST(ViewModel, BadInputsBecomeErrorsAndTheRestStillOpen) {

@@ -71,9 +71,10 @@ struct SnapshotSummary : SnapshotHeader {
 // Throws FormatError naming the file for a missing, foreign or malformed snapshot.
 SnapshotSummary read_snapshot_summary(const std::string& path);
 
-// What the snapshot's step computed in: its precision ("bf16"), or, once
-// replay has found the model's own 16-bit weights under autocast off,
-// "bfloat16, the model's own weights" (step_precision_name).
+// What the snapshot's step computed in: its precision ("bf16"), or for a
+// model of its own 16-bit weights under autocast off "bfloat16, the model's
+// own weights" (step_precision_name): the type as the guard wrote it (config
+// "own_16bit"), or as replay found it (snapshots written before the guard did).
 std::string step_precision_text(const SnapshotSummary& snapshot);
 // The same for a step at `precision` of a model whose own 16-bit type is
 // `own_16bit` ("" for wider weights): what replay's report heads with.
