@@ -2,6 +2,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include "nanscope/probe/host_copy.hpp"
 #include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
@@ -52,7 +53,7 @@ void BufferTransaction::begin(const TrainableModel& model) {
     s.version = version_of(s.buffer);
     if (!copies(s)) continue;
     if (copy_fits(s.copy, s.buffer))
-      s.copy.copy_(s.buffer);
+      probe::copy_into(s.copy, s.buffer);
     else
       s.copy = s.buffer.detach().clone();
   }

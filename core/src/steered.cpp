@@ -4,6 +4,7 @@
 
 #include <torch/optim/sgd.h>
 
+#include "nanscope/core/closure_optimizer.hpp"
 #include "nanscope/core/module_model.hpp"
 
 namespace nanscope {
@@ -28,6 +29,7 @@ Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const s
                                                                torch::optim::SGDOptions(0.0))),
       model(trained(closure, given)),
       optimizer(optimizer ? *optimizer : *stand_in),
-      applies_update(optimizer != nullptr) {}
+      applies_update(optimizer != nullptr),
+      update_evaluates_closure(evaluates_closure(this->optimizer)) {}
 
 }  // namespace nanscope

@@ -25,7 +25,10 @@ struct Steered {
   TrainableModel& model;
   torch::optim::Optimizer& optimizer;
   bool applies_update;  // false: the loop's own rule applies it
-  BatchLoss loss_fn;    // the watched form's: what re-runs a micro-batch
+  // The optimizer evaluates the loss itself (L-BFGS): asked once, not at each
+  // call (the cross-cast costs a clean step microseconds).
+  bool update_evaluates_closure;
+  BatchLoss loss_fn;  // the watched form's: what re-runs a micro-batch
 
  private:
   static std::unique_ptr<ClosureModel> closure_of(GuardedModel& given, const std::string& model_name);

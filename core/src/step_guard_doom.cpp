@@ -45,7 +45,7 @@ bool every_rank_can_search(GradientAverager& ranks, bool mine, size_t steps) {
 void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
   // A loop's own update rule cannot be replayed, nor an optimizer's closure
   // evaluations (they need the step's loss, which the search does not keep).
-  if (!steered_.applies_update || evaluates_closure(steered_.optimizer)) return;
+  if (!steered_.applies_update || steered_.update_evaluates_closure) return;
   StepRecord record;
   record.step = run.step;
   record.micro_batches = replayable(run.micro_batches);
@@ -71,7 +71,7 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const s
        probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
     return "the birth is the batch's own";
   if (!steered_.applies_update) return "the loop applies its own update, which a replay cannot repeat";
-  if (evaluates_closure(steered_.optimizer))
+  if (steered_.update_evaluates_closure)
     return "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
   if (ranks && !ranks->sums())
     return "several ranks whose process group cannot sum (every rank's verdict on a replay needs it)";

@@ -14,8 +14,10 @@ namespace {
 
 // The micro-batch's loss as one float, off the graph. Each view or cast
 // skipped where the loss is one already: they are a dispatch each, every step.
+// variable_data(), not detach(): the same values without autograd's view
+// bookkeeping or a dispatch (the loss's value is all that is kept).
 at::Tensor scalar_float(const at::Tensor& loss) {
-  at::Tensor value = loss.detach();
+  at::Tensor value = loss.variable_data();
   if (value.dim() != 0) value = value.reshape({});
   return value.scalar_type() == at::kFloat ? value : value.to(at::kFloat);
 }
@@ -62,7 +64,7 @@ WatchedPhase next_phase(WatchedPhase phase, WatchedCall call) {
 
 WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
   refuse_if_stopped();  // a stopped run takes no call of the watched step
-  if (call == WatchedCall::loss && steered_.applies_update && evaluates_closure(steered_.optimizer))
+  if (call == WatchedCall::loss && steered_.applies_update && steered_.update_evaluates_closure)
     throw std::logic_error(
         "the optimizer evaluates the loss itself (L-BFGS), several times a step: its steps run in the closure "
         "form, which gives it the closure (C++: guard.closure_step(loss_closure, batch); Python: "
@@ -146,7 +148,7 @@ void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
 
 at::Tensor StepGuard::Impl::unscale() {
   WatchedStep& w = advance_watched(WatchedCall::unscale);
-  w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front());
+  w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front(), GradNormUse::as_a_value);
   return w.unscaled->total_norm;
 }
 

@@ -12,6 +12,7 @@
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/vocabulary.hpp"
 #include "nanscope/probe/finiteness.hpp"
+#include "nanscope/probe/host_norms.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
 
@@ -49,26 +50,47 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters)
   return grads;
 }
 
-GradNorms grad_norms(const std::vector<at::Tensor>& grads) {
-  if (grads.empty()) return {{}, {}, at::zeros({})};
-  GradNorms out;
+namespace {
+
+// Norms from the squares summed on the host, as tensors like LibTorch's.
+GradNorms norms_of(const std::vector<double>& squares) {
+  GradNorms out{at::empty({int64_t(squares.size())}, at::kFloat), at::empty({}, at::kFloat)};
+  float* each = out.each.data_ptr<float>();
+  double sum = 0;
+  for (size_t i = 0; i < squares.size(); ++i) {
+    each[i] = float(std::sqrt(squares[i]));
+    sum += squares[i];
+  }
+  *out.total.data_ptr<float>() = float(std::sqrt(sum));
+  return out;
+}
+
+}  // namespace
+
+GradNorms grad_norms(const std::vector<at::Tensor>& grads, GradNormUse use) {
+  if (grads.empty()) return {{}, at::zeros({})};
+  if (use == GradNormUse::for_the_record)
+    if (const std::optional<std::vector<double>> squares = probe::squared_norms_on_host(grads))
+      return norms_of(*squares);
+  std::vector<at::Tensor> each;
   // A sparse gradient (nn.Embedding(sparse=True)) has no foreach kernel on
   // LibTorch 1.13: its norm is taken alone, by the call clip_grad_norm_ makes there.
   const auto sparse = [](const at::Tensor& g) { return g.is_sparse(); };
   if (std::none_of(grads.begin(), grads.end(), sparse)) {
-    out.each = at::_foreach_norm(grads);
+    each = at::_foreach_norm(grads);
   } else {
     std::vector<at::Tensor> dense;
     for (const at::Tensor& g : grads)
       if (!g.is_sparse()) dense.push_back(g);
     std::vector<at::Tensor> dense_norms = dense.empty() ? dense : at::_foreach_norm(dense);
     size_t next_dense = 0;
-    for (const at::Tensor& g : grads) out.each.push_back(g.is_sparse() ? at::norm(g, 2) : dense_norms[next_dense++]);
+    for (const at::Tensor& g : grads) each.push_back(g.is_sparse() ? at::norm(g, 2) : dense_norms[next_dense++]);
   }
-  out.stacked = at::stack(out.each);
+  GradNorms out;
+  out.each = at::stack(each);
   // As torch.nn.utils.get_total_norm takes it, op for op: a clip given this
   // norm (the Accelerate integration's) clips as clip_grad_norm_ would, bit for bit.
-  out.total = at::linalg_vector_norm(out.stacked, 2);
+  out.total = at::linalg_vector_norm(out.each, 2);
   return out;
 }
 
@@ -123,7 +145,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   same_scale.enabled = loss_scale != 1.0;
   same_scale.init_scale = loss_scale;
   out.found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
-  out.total_norm = grad_norms(grads).total;
+  out.total_norm = grad_norms(grads, GradNormUse::as_a_value).total;
   return out;
 }
 
@@ -158,7 +180,7 @@ struct FlagLayout {
 struct AveragedGradients {
   at::Tensor flags, total_norm;
   at::Tensor own_nonfinite;  // where the backward averaged: this rank's gradients before they mixed (1: non-finite)
-  std::vector<at::Tensor> norms;  // per parameter with a gradient; a sharded model's: per parameter
+  at::Tensor norms;          // per parameter with a gradient; a sharded model's: per parameter
   double seconds = 0;
 };
 AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
@@ -193,25 +215,26 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
       out.total_norm = unscaled.total_norm;
       return out;
     }
-    GradNorms averaged = grad_norms(defined_grads(parameters));
+    GradNorms averaged = grad_norms(defined_grads(parameters), GradNormUse::as_a_value);
     out.norms = std::move(averaged.each);
     out.total_norm = std::move(averaged.total);
     return out;
   }
   // Each parameter's squared shard norm (0 for a shard without a gradient), after the flags.
-  std::vector<at::Tensor> squares;
-  squares.reserve(parameters.size());
-  const at::Tensor none = at::zeros({}, out.flags.options());
-  size_t next = 0;
+  std::vector<int64_t> with_grad;
   for (size_t i = 0; i < parameters.size(); ++i)
-    squares.push_back(unscaled.had_grad[i] ? unscaled.norms[next++].to(at::kFloat).square() : none);
-  at::Tensor both = squares.empty() ? out.flags : at::cat({out.flags, at::stack(squares)});
+    if (unscaled.had_grad[i]) with_grad.push_back(int64_t(i));
+  at::Tensor squares = at::zeros({int64_t(parameters.size())}, out.flags.options());
+  if (!with_grad.empty())
+    squares.index_copy_(0, at::tensor(with_grad, at::kLong).to(squares.device()),
+                        unscaled.norms.to(at::kFloat).square());
+  at::Tensor both = parameters.empty() ? out.flags : at::cat({out.flags, squares});
   ranks.sum(both);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.flags = both.narrow(0, 0, at_.size());
-  const at::Tensor global = both.narrow(0, at_.size(), int64_t(squares.size()));
+  const at::Tensor global = both.narrow(0, at_.size(), int64_t(parameters.size()));
   out.total_norm = global.sum().sqrt();
-  out.norms = global.sqrt().unbind();
+  out.norms = global.sqrt();
   return out;
 }
 
@@ -320,7 +343,6 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
                             const StepSettings& settings, const at::Tensor& loss) {
   NANSCOPE_NVTX_RANGE("unscale_and_check");
   const at::Tensor& found_inf = unscaled.found_inf;
-  const std::vector<at::Tensor>& norms = unscaled.norms;
   const at::Tensor& local_norm = unscaled.total_norm;
   const std::vector<bool>& had_grad = unscaled.had_grad;
   const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf);
@@ -330,7 +352,7 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
 
   // The step's one host sync: everything below, each part named by where it lands.
   HostRead read;
-  const size_t at_loss = read.add(loss.detach());
+  const size_t at_loss = read.add(loss.variable_data());  // its value, off the graph, without a dispatch
   const size_t at_norm = read.add(total_norm);
   const size_t at_found_inf = read.add(found_inf);
   const size_t at_batch_flag =
@@ -343,14 +365,13 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
       settings.batch_absmax.defined() && !settings.buckets ? read.add(settings.batch_absmax) : HostRead::kNone;
   // A sharded model's norms are the whole gradients': only the summed ones mean anything.
   const bool sharded = settings.buckets && settings.buckets->sharded();
-  const size_t at_norms = settings.parameter_norms && !norms.empty() && !sharded
-                              ? read.add(unscaled.stacked_norms.defined() ? unscaled.stacked_norms : at::stack(norms))
-                              : HostRead::kNone;
+  const size_t at_norms =
+      settings.parameter_norms && unscaled.norms.defined() && !sharded ? read.add(unscaled.norms) : HostRead::kNone;
   const size_t at_micro = settings.micro_losses.defined() ? read.add(settings.micro_losses) : HostRead::kNone;
   const bool want_averaged =
       settings.parameter_norms && settings.buckets && (settings.averaged_parameter_norms || sharded);
   const size_t at_averaged_norms =
-      want_averaged && !averaged.norms.empty() ? read.add(at::stack(averaged.norms)) : HostRead::kNone;
+      want_averaged && averaged.norms.defined() ? read.add(averaged.norms) : HostRead::kNone;
   read.to_host();
 
   StepOutcome out;
@@ -375,7 +396,8 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
     out.micro_losses.assign(read.at(at_micro), read.at(at_micro) + settings.micro_losses.numel());
   if (settings.parameter_norms) {
     // After averaging every parameter has a gradient; a shard's norm is a part.
-    const bool averaged_all = at_averaged_norms != HostRead::kNone && averaged.norms.size() == parameters.size();
+    const bool averaged_all =
+        at_averaged_norms != HostRead::kNone && averaged.norms.numel() == int64_t(parameters.size());
     read_parameter_norms(out, had_grad, at_norms != HostRead::kNone ? read.at(at_norms) : nullptr,
                          averaged_all ? read.at(at_averaged_norms) : nullptr, sharded);
   }
@@ -385,13 +407,12 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
 }  // namespace
 
 UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
-                                    const at::Tensor& like) {
+                                    const at::Tensor& like, GradNormUse use) {
   UnscaledGradients out;
   std::vector<at::Tensor> grads = defined_grads(parameters);
   out.found_inf = scaler.enabled() ? scaler.unscale_(grads) : scaler.none_found(like.device());
-  GradNorms norms = grad_norms(grads);
+  GradNorms norms = grad_norms(grads, use);
   out.norms = std::move(norms.each);
-  out.stacked_norms = std::move(norms.stacked);
   out.total_norm = std::move(norms.total);
   // Which parameters had a gradient here (the norms are theirs), taken before
   // averaging gives every parameter one.
@@ -421,10 +442,19 @@ void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm,
   at::_foreach_mul_(dense, clip / (grad_norm + 1e-6));
 }
 
+namespace {
+
+// A norm the guard clips with, or the ranks combine, is a value.
+GradNormUse norms_for(const StepSettings& settings) {
+  return settings.clip > 0 || settings.buckets ? GradNormUse::as_a_value : GradNormUse::for_the_record;
+}
+
+}  // namespace
+
 StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
                         const at::Tensor& loss, const StepFinish& finish) {
   const UnscaledGradients unscaled =
-      finish.unscaled ? *finish.unscaled : unscale_gradients(scaler, parameters, loss.detach());
+      finish.unscaled ? *finish.unscaled : unscale_gradients(scaler, parameters, loss, norms_for(settings));
   StepOutcome out = check_gradients(parameters, unscaled, settings, loss);
   out.skipped_as_spike = out.finite() && out.global_loss > settings.skip_loss_above;
   if (!out.finite() || out.skipped_as_spike) {
@@ -475,7 +505,7 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
       clear_grads(parameters);
       Evaluation e;
       e.loss = forward_backward(model, settings.amp, scaler.scale(), batch).detach();
-      const UnscaledGradients grads = unscale_gradients(scaler, parameters, e.loss);
+      const UnscaledGradients grads = unscale_gradients(scaler, parameters, e.loss, GradNormUse::as_a_value);
       const double norm = grads.total_norm.item<double>();
       e.loss_finite = std::isfinite(e.loss.item<double>());
       e.grads_finite = grads.found_inf.item<float>() == 0.0f && std::isfinite(norm);

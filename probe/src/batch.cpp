@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "nanscope/probe/float_types.hpp"
+#include "nanscope/probe/host_copy.hpp"
 
 namespace nanscope {
 
@@ -127,7 +128,8 @@ Batch Batch::copied(std::vector<at::Tensor>* spares) const {
         if (takes_in_place(*it, t)) {
           at::Tensor copy = std::move(*it);
           spares->erase(it);
-          return copy.copy_(t);  // t requires no grad (takes_in_place)
+          probe::copy_into(copy, t);  // t requires no grad (takes_in_place)
+          return copy;
         }
     // A tensor that required grad keeps requiring it: reentrant activation
     // checkpointing and input-gradient methods need it on re-run as the loop had it.

@@ -10,6 +10,8 @@
 #include <optional>
 #include <tuple>
 
+#include "vector_clones.hpp"
+
 namespace nanscope::probe {
 
 namespace {
@@ -17,14 +19,7 @@ namespace {
 // The host scans' loops, one per width of a value's bits. A value is NaN or
 // infinite exactly when its exponent bits are all ones (an or over the bits);
 // with the sign cleared, the integer order of the bits is the order of the
-// magnitudes, NaN above infinity (an integer max). Both vectorize; each is
-// also built for AVX2, taken where the CPU has it (without it the unsigned max
-// is emulated, about five times slower than LibTorch's own kernels).
-#if defined(__GNUC__) && defined(__x86_64__)
-#define NANSCOPE_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define NANSCOPE_VECTOR_CLONES
-#endif
+// magnitudes, NaN above infinity (an integer max). Both vectorize.
 
 template <typename Bits>
 inline __attribute__((always_inline)) bool any_saturated(const Bits* values, int64_t n, Bits exponent) {

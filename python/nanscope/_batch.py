@@ -10,14 +10,6 @@ import pickle
 import torch
 
 
-def is_plain(batch):
-    """A tensor or an (inputs, targets) pair: the core's own shape, no structure needed."""
-    if torch.is_tensor(batch):
-        return True
-    return (isinstance(batch, (tuple, list)) and len(batch) == 2 and torch.is_tensor(batch[0])
-            and torch.is_tensor(batch[1]))
-
-
 _flat_structures = {}  # (kind, keys or length) -> the structure of a flat dict, tuple or list of tensors
 
 

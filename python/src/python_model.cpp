@@ -9,8 +9,9 @@
 namespace nanscope::python {
 
 py::handle module_attr(const char* module, const char* name) {
-  static auto* found = new std::map<std::string, py::object>();  // leaked: see the header
-  const std::string key = std::string(module) + ":" + name;
+  // Keyed by the names' addresses (the callers' literals): no string is built per call.
+  static auto* found = new std::map<std::pair<const char*, const char*>, py::object>();  // leaked: see the header
+  const std::pair<const char*, const char*> key{module, name};
   auto it = found->find(key);
   if (it == found->end()) it = found->emplace(key, py::module_::import(module).attr(name)).first;
   return it->second;
@@ -106,24 +107,55 @@ NamedTensors PythonModel::gathered_parameters() {
   return named_tensors(sharded("gathered_parameters")(*named_));
 }
 
+void PythonModel::read_buffer_dicts(std::vector<PyObject*>& entries) const {
+  entries.clear();
+  PyObject* tree = buffer_tree_->ptr();  // a list of (dict, module weakref, prefix)
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tree); ++i) {
+    PyObject* where = PyList_GET_ITEM(tree, i);
+    PyObject* buffers = PyTuple_GET_ITEM(where, 0);
+    if (PyDict_Size(buffers) == 0) continue;
+    PyObject* module = PyObject_CallNoArgs(PyTuple_GET_ITEM(where, 1));
+    if (!module) throw py::error_already_set();
+    const bool gone = module == Py_None;
+    Py_DECREF(module);
+    if (gone) continue;
+    entries.push_back(where);
+    Py_ssize_t position = 0;
+    PyObject *key = nullptr, *value = nullptr;
+    while (PyDict_Next(buffers, &position, &key, &value)) {
+      entries.push_back(key);
+      entries.push_back(value);
+    }
+  }
+}
+
 NamedTensors PythonModel::named_buffers() const {
   py::gil_scoped_acquire gil;
   // Listed at every step (the guard's transaction): read in place from the
   // modules' buffer dicts, which are found once (nanscope/_sharded.py).
   if (!buffer_tree_) buffer_tree_ = share(sharded("buffer_tree")(*named_));
+  std::vector<PyObject*>& entries = listed_.scratch;
+  read_buffer_dicts(entries);
+  const bool same = entries.size() == listed_.entries.size() &&
+                    std::equal(entries.begin(), entries.end(), listed_.entries.begin(),
+                               [](PyObject* now, const py::object& then) { return now == then.ptr(); });
+  if (same) return listed_.named;
   NamedTensors out;
   std::unordered_set<PyObject*> seen;  // a buffer two modules share is listed once, as named_buffers() does
-  for (const py::handle entry : *buffer_tree_) {
-    const py::tuple where = py::reinterpret_borrow<py::tuple>(entry);
-    PyObject* buffers = where[0].ptr();
-    if (PyDict_Size(buffers) == 0 || where[1]().is_none()) continue;  // no buffers, or the module is gone
+  for (size_t i = 0; i < entries.size();) {
+    const py::tuple where = py::reinterpret_borrow<py::tuple>(entries[i++]);
     const std::string prefix = where[2].cast<std::string>();
-    Py_ssize_t position = 0;
-    PyObject *key = nullptr, *value = nullptr;
-    while (PyDict_Next(buffers, &position, &key, &value))
+    const Py_ssize_t count = PyDict_Size(where[0].ptr());
+    for (Py_ssize_t k = 0; k < count; ++k, i += 2) {
+      PyObject* key = entries[i];
+      PyObject* value = entries[i + 1];
       if (value != Py_None && seen.insert(value).second)
         out.emplace_back(prefix + py::handle(key).cast<std::string>(), py::handle(value).cast<at::Tensor>());
+    }
   }
+  listed_.entries.assign(entries.size(), py::object());
+  for (size_t i = 0; i < entries.size(); ++i) listed_.entries[i] = py::reinterpret_borrow<py::object>(entries[i]);
+  listed_.named = out;
   return out;
 }
 
@@ -137,14 +169,24 @@ void PythonModel::set_training(bool on) {
   named_->attr("train")(on);
 }
 
+namespace {
+
+// (inputs, targets): the core's own shape of a batch, no structure to keep.
+bool is_pair_of_tensors(PyObject* batch) {
+  return (PyTuple_Check(batch) || PyList_Check(batch)) && PySequence_Fast_GET_SIZE(batch) == 2 &&
+         THPVariable_Check(PySequence_Fast_GET_ITEM(batch, 0)) && THPVariable_Check(PySequence_Fast_GET_ITEM(batch, 1));
+}
+
+}  // namespace
+
 Batch batch_of(const py::object& batch, const RowDims& rows) {
   const int64_t row_dim = rows.all;
   Batch b;
   if (THPVariable_Check(batch.ptr())) {
     b = Batch(batch.cast<at::Tensor>());
-  } else if (module_attr("nanscope._batch", "is_plain")(batch).cast<bool>()) {
-    const py::sequence items = batch.cast<py::sequence>();
-    b = Batch(items[0].cast<at::Tensor>(), items[1].cast<at::Tensor>());
+  } else if (is_pair_of_tensors(batch.ptr())) {
+    b = Batch(py::handle(PySequence_Fast_GET_ITEM(batch.ptr(), 0)).cast<at::Tensor>(),
+              py::handle(PySequence_Fast_GET_ITEM(batch.ptr(), 1)).cast<at::Tensor>());
   } else {
     const py::tuple flat = module_attr("nanscope._batch", "flatten")(batch);
     b = Batch::nested(flat[0].cast<std::vector<at::Tensor>>(), flat[1].cast<std::string>());

@@ -92,6 +92,18 @@ class PythonModel : public TrainableModel {
  private:
   SharedObject module_, named_, loss_, program_;
   mutable SharedObject buffer_tree_;  // nanscope._sharded.buffer_tree, read at the first named_buffers()
+  // The buffer dicts' entries, in order and borrowed: each live module's
+  // (dict, weakref, prefix) tuple, then each key and value its dict holds.
+  void read_buffer_dicts(std::vector<PyObject*>& entries) const;
+  // What named_buffers() listed last, and the entries it read them from, held
+  // (an address is never a new object's): while the dicts hold the same
+  // entries, a step lists the same buffers again without building a name.
+  struct ListedBuffers {
+    std::vector<py::object> entries;
+    NamedTensors named;
+    std::vector<PyObject*> scratch;  // this call's entries, in memory kept from step to step
+  };
+  mutable ListedBuffers listed_;
   std::string name_;
 };
 

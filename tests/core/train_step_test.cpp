@@ -3,6 +3,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+
 #include "../support/tiny_models.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -129,4 +131,75 @@ TEST(TrainStep, Fp16ScalerUnscalesBeforeClipping) {
   ASSERT_TRUE(a.finite());
   // The reported norm is the unscaled one: close to fp32's, not 65536 times it.
   EXPECT_NEAR(a.grad_norm / b.grad_norm, 1.0, 0.05);
+}
+
+namespace {
+
+// Gradients of 100,000 values and fewer, set by hand, and their global norm
+// as clip_grad_norm_ takes it (float sums) and in double.
+struct LargeGradients {
+  std::vector<at::Tensor> parameters;
+  float torch_norm = 0;
+  double double_norm = 0;
+  LargeGradients() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    std::vector<at::Tensor> norms;
+    double squares = 0;
+    for (const int64_t n : {100003, 4099, 7}) {
+      at::Tensor p = at::zeros({n}).requires_grad_(true);
+      p.mutable_grad() = at::normal(0.0, 1.0, {n}, gen);
+      parameters.push_back(p);
+      norms.push_back(at::linalg_vector_norm(p.grad(), 2));
+      squares += p.grad().to(at::kDouble).square().sum().item<double>();
+    }
+    torch_norm = at::linalg_vector_norm(at::stack(norms), 2).item<float>();
+    double_norm = std::sqrt(squares);
+  }
+  StepOutcome finish(double clip) const {
+    LossScaler none;
+    StepSettings settings;
+    settings.clip = clip;
+    settings.parameter_norms = true;
+    return finish_step(none, parameters, settings, at::ones({}), StepFinish{});
+  }
+};
+
+}  // namespace
+
+TEST(TrainStep, WithoutAClipTheNormsAreTakenInDoubleAndRecordedToFloatRounding) {
+  const LargeGradients g;
+  const StepOutcome out = g.finish(0);
+  ASSERT_TRUE(out.finite());
+  EXPECT_NEAR(out.grad_norm, g.double_norm, 6e-8 * g.double_norm) << "LibTorch's float sums: " << g.torch_norm;
+  EXPECT_NEAR(out.grad_norm, g.torch_norm, 1e-5 * g.double_norm);
+  ASSERT_EQ(out.parameter_norms.size(), g.parameters.size());
+  for (size_t i = 0; i < g.parameters.size(); ++i) {
+    const double expected = std::sqrt(g.parameters[i].grad().to(at::kDouble).square().sum().item<double>());
+    EXPECT_NEAR(out.parameter_norms[i], expected, 6e-8 * expected) << "parameter " << i;
+  }
+}
+
+TEST(TrainStep, AClipTakesItsNormAsClipGradNormDoesToTheBit) {
+  const LargeGradients g;
+  ASSERT_GT(std::abs(g.torch_norm - g.double_norm), 6e-8 * g.double_norm)
+      << "the data must tell LibTorch's float sums from a double sum";
+  const StepOutcome out = g.finish(1e9);  // on, and too large to act
+  ASSERT_TRUE(out.finite());
+  EXPECT_EQ(float(out.grad_norm), g.torch_norm);
+}
+
+TEST(TrainStep, FiniteGradientsWhoseNormOverflowsFailTheStepWithoutAClipToo) {
+  // P18: each value finite, their norm beyond float: the step does not count,
+  // whichever way its norms are taken.
+  for (const double clip : {0.0, 1.0}) {
+    at::Tensor p = at::zeros({64}).requires_grad_(true);
+    p.mutable_grad() = at::full({64}, 1e20f);
+    LossScaler none;
+    StepSettings settings;
+    settings.clip = clip;
+    const StepOutcome out = finish_step(none, {p}, settings, at::ones({}), StepFinish{});
+    EXPECT_TRUE(out.loss_finite) << "clip " << clip;
+    EXPECT_FALSE(out.grads_finite) << "clip " << clip;
+    EXPECT_TRUE(out.skipped) << "clip " << clip;
+  }
 }

@@ -441,6 +441,40 @@ def test_a_sick_optimizer_state_is_never_kept_for_a_rollback(tmp_path):
     assert refused == [(9, "rollback state after step 9 not kept: optimizer state weight/exp_avg_sq non-finite")], events
 
 
+def test_a_buffer_the_forward_assigns_anew_is_the_one_the_guard_reads(tmp_path):
+    """A buffer replaced by assignment (module.stat = tensor), not written in
+    place, at every step: the guard reads the model's buffers as they are now,
+    so the state after the step whose new buffer holds a NaN is not kept for a
+    rollback, and the steps around it are."""
+    import h5py
+
+    class Assigning(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 1)
+            self.register_buffer("stat", torch.zeros(1))
+            self.value = 0.0
+
+        def forward(self, x):
+            self.stat = torch.full((1,), self.value)  # a new tensor under the buffer's name
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    model = Assigning()
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
+                               log=False, config=nanscope.GuardConfig(rollback_every=1))
+    for step in range(5):
+        model.value = float("nan") if step == 2 else float(step)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        assert guard.closure_step(lambda: F.mse_loss(model(x), y), batch=(x, y)).counted
+    guard.close()
+    with h5py.File(tmp_path / "run" / "run.h5", "r") as f:
+        events = [(int(s), k.decode(), t.decode()) for s, k, t in
+                  zip(f["/events/step"][:], f["/events/kind"][:], f["/events/text"][:])]
+    refused = [(s, t) for s, k, t in events if k == "save_refused"]
+    assert refused == [(2, "rollback state after step 2 not kept: buffer stat non-finite")], events
+
+
 def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
     model = nn.Linear(4, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",

@@ -27,6 +27,15 @@
 
 namespace nanscope {
 
+// How a step's gradient norms are taken. `as_a_value`: as
+// torch.nn.utils.get_total_norm takes them, op for op, for a norm something
+// computes with: the guard's clip, the loop's unscale_() (its clip), the
+// ranks' averaging. `for_the_record`: only the step's verdict and the run
+// file read them; CPU float gradients are then read on the host
+// (probe/host_norms.hpp), equal to LibTorch's to float rounding, at a fraction
+// of a small step's cost. Either way the verdict is the same.
+enum class GradNormUse { as_a_value, for_the_record };
+
 struct StepSettings {
   Amp amp = Amp::fp32;
   double clip = 1.0;             // <= 0: no clipping
@@ -75,15 +84,14 @@ StepOutcome train_step(TrainableModel& model, torch::optim::Optimizer& optimizer
 // ran itself (StepGuard's watched form) as for train_step's own.
 // Unscaled gradients and their norms, still on the device (no host read).
 struct UnscaledGradients {
-  at::Tensor found_inf;           // > 0: the scaler found an Inf/NaN while unscaling
-  std::vector<at::Tensor> norms;  // per defined gradient
-  at::Tensor stacked_norms;       // the same in one tensor (undefined: stack them)
+  at::Tensor found_inf;  // > 0: the scaler found an Inf/NaN while unscaling
+  at::Tensor norms;      // one per defined gradient (undefined: none)
   at::Tensor total_norm;
   std::vector<bool> had_grad;  // per parameter: it had a gradient (the norms are theirs)
 };
 // P7: unscale before anything reads the gradients (a loop's own clipping).
 UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
-                                    const at::Tensor& like);
+                                    const at::Tensor& like, GradNormUse use);
 // The verdict (one host read), then clip and the optimizer's step (nullptr:
 // the loop applies its own update rule), or the skip: on a skip the
 // gradients are zeroed in place when `zero_grads_in_place` (a loop's own
@@ -112,13 +120,12 @@ void clip_gradients(const std::vector<at::Tensor>& parameters, double grad_norm,
 
 // The gradients that exist (parameters unused by the step have none).
 std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& parameters);
-// Per-gradient L2 norms (one foreach call), those norms in one tensor (what
-// the step's host read copies), and the global norm over all of them; on the device.
+// Per-gradient L2 norms in one tensor (what the step's host read copies) and
+// the global norm over all of them; on the device.
 struct GradNorms {
-  std::vector<at::Tensor> each;
-  at::Tensor stacked, total;
+  at::Tensor each, total;
 };
-GradNorms grad_norms(const std::vector<at::Tensor>& grads);
+GradNorms grad_norms(const std::vector<at::Tensor>& grads, GradNormUse use);
 
 // The step without its optimizer: `setup` in force, forward + backward on
 // loss x loss_scale, unscale, the global grad norm (ops of that last part run
