@@ -1,13 +1,12 @@
 // StepGuard's search for the earlier step whose update doomed a failing one
 // (doom_search.hpp, docs/recovery.md), and the recovery that replays the run
 // without it.
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <chrono>
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/doom_search.hpp"
 #include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/generator_states.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/core/step_replay.hpp"
@@ -126,7 +125,7 @@ void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState
   std::optional<GroupLrScope> loop_lrs(std::in_place, steered_.optimizer);
   doom.live.emplace(1, std::numeric_limits<size_t>::max());
   doom.live->save(step, steered_.model, steered_.optimizer, scaler_);
-  const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  const KeepGeneratorStates loop_generators;  // the replays draw; the loop's draws go on from here
   StepRecord failing;
   failing.step = step;
   failing.micro_batches = replayable(run.micro_batches);
@@ -147,10 +146,6 @@ void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState
                          replays.survives({finding.step, finding.step, finding.rows});
   if (!doom.replay_survives) recovery_.settle_replay(doom, /*stands=*/false);
   loop_lrs.reset();
-  {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(rng);
-  }
   clear_grads(parameters_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -29,9 +29,9 @@ TEST(HostCopy, EachLayoutAndTypeComesOutEqualToItsSource) {
 TEST(HostCopy, TensorsLaidOutApartAreCopiedByCopy) {
   const at::Tensor wide = at::rand({4, 6});
   const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {
-      {at::empty({6, 4}), wide.t()},                   // strides differ
+      {at::empty({6, 4}), wide.t()},                      // strides differ
       {at::empty({3, 5}), at::rand({5}).expand({3, 5})},  // a stride of 0
-      {at::empty({4, 6}, at::kDouble), wide},          // types differ
+      {at::empty({4, 6}, at::kDouble), wide},             // types differ
   };
   for (const auto& [dst, src] : pairs) {
     copy_into(dst, src);

@@ -63,9 +63,9 @@ TEST(HostNorms, NormsAFloatSumMayOverflowAreLeftToLibTorch) {
 }
 
 TEST(HostNorms, TensorsNotReadInPlaceAreLeftToLibTorch) {
-  EXPECT_FALSE(squared_norms_on_host({at::randn({4, 6}).t()}));                  // not contiguous
-  EXPECT_FALSE(squared_norms_on_host({at::randn({8}).to(at::kBFloat16)}));       // 16-bit
-  EXPECT_FALSE(squared_norms_on_host({at::randn({8}).to(at::kDouble)}));         // double
+  EXPECT_FALSE(squared_norms_on_host({at::randn({4, 6}).t()}));                          // not contiguous
+  EXPECT_FALSE(squared_norms_on_host({at::randn({8}).to(at::kBFloat16)}));               // 16-bit
+  EXPECT_FALSE(squared_norms_on_host({at::randn({8}).to(at::kDouble)}));                 // double
   EXPECT_FALSE(squared_norms_on_host({at::randn({4}), at::randn({4, 4}).to_sparse()}));  // sparse
   EXPECT_TRUE(squared_norms_on_host({}));
 }
