@@ -10,6 +10,7 @@
 #include <optional>
 #include <tuple>
 
+#include "host_memory.hpp"
 #include "vector_clones.hpp"
 
 namespace nanscope::probe {
@@ -74,7 +75,7 @@ bool exponent_saturated_anywhere(const void* data, int64_t n, Bits exponent) {
 // fixed cost of a kernel (and of the composite isfinite in LibTorch 1.13)
 // is most of what a check costs.
 std::optional<bool> nonfinite_on_host(const at::Tensor& t) {
-  if (!t.is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return std::nullopt;
+  if (!in_host_memory(t) || !t.is_contiguous()) return std::nullopt;
   if (!at::isFloatingType(t.scalar_type())) {
     if (at::isComplexType(t.scalar_type())) return std::nullopt;
     return false;  // integers and bools hold no NaN
@@ -109,7 +110,7 @@ float as_float(Bits bits) {
 }
 
 std::optional<float> abs_max_on_host(const at::Tensor& t) {
-  if (!t.is_cpu() || t.layout() != at::kStrided || !t.is_contiguous() || t.numel() == 0) return std::nullopt;
+  if (!in_host_memory(t) || !t.is_contiguous() || t.numel() == 0) return std::nullopt;
   const void* data = t.data_ptr();
   const int64_t n = t.numel();
   switch (t.scalar_type()) {

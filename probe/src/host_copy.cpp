@@ -2,15 +2,17 @@
 
 #include <cstring>
 
+#include "host_memory.hpp"
+
 namespace nanscope::probe {
 
 namespace {
 
 // The same bytes in the same places: a plain dense CPU tensor each, laid out alike.
 bool copies_as_bytes(const at::Tensor& dst, const at::Tensor& src) {
-  return dst.is_cpu() && src.is_cpu() && dst.layout() == at::kStrided && src.layout() == at::kStrided &&
-         dst.scalar_type() == src.scalar_type() && !src.is_conj() && !src.is_neg() && !dst.requires_grad() &&
-         dst.sizes() == src.sizes() && dst.strides() == src.strides() && src.is_non_overlapping_and_dense();
+  return in_host_memory(dst) && in_host_memory(src) && dst.scalar_type() == src.scalar_type() && !src.is_conj() &&
+         !src.is_neg() && !dst.requires_grad() && dst.sizes() == src.sizes() && dst.strides() == src.strides() &&
+         src.is_non_overlapping_and_dense();
 }
 
 }  // namespace

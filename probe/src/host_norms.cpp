@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "host_memory.hpp"
 #include "vector_clones.hpp"
 
 namespace nanscope::probe {
@@ -52,8 +53,7 @@ constexpr double kLargestTrustedSquare = 1e36;
 
 std::optional<std::vector<double>> squared_norms_on_host(const std::vector<at::Tensor>& tensors) {
   for (const at::Tensor& t : tensors)
-    if (!t.is_cpu() || t.layout() != at::kStrided || t.scalar_type() != at::kFloat || !t.is_contiguous())
-      return std::nullopt;
+    if (!in_host_memory(t) || t.scalar_type() != at::kFloat || !t.is_contiguous()) return std::nullopt;
   std::vector<double> squares;
   squares.reserve(tensors.size());
   double total = 0;

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <limits>
 
+#include "host_memory.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/nvtx.hpp"
@@ -26,7 +27,7 @@ void Probe::begin_step(int64_t step, const at::Tensor& batch_rows) {
 }
 
 at::Tensor Probe::batch_nonfinite(const at::Tensor& inputs) const {
-  if (!is_floating(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
+  if (!is_floating(inputs) || !libtorch_own(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
   return any_nonfinite({inputs});  // on the inputs' device
 }
 
@@ -38,8 +39,11 @@ std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_n
 at::Tensor Probe::batch_nonfinite(const Batch& batch) const {
   const std::vector<at::Tensor> tensors = batch.tensors();
   std::vector<at::Tensor> floating;
+  // A tensor subclass's values (a DTensor's) are left to the step's own
+  // verdict: its check would give a flag of its subclass, which the step's
+  // host read cannot read.
   for (const at::Tensor& t : tensors)
-    if (is_floating(t) && t.numel() > 0) floating.push_back(t);  // read, never written: no detach
+    if (is_floating(t) && t.numel() > 0 && libtorch_own(t)) floating.push_back(t);  // read, never written
   if (floating.empty())
     return at::zeros({1},
                      tensors.empty() ? at::TensorOptions(at::kFloat) : tensors.front().options().dtype(at::kFloat));

@@ -475,6 +475,53 @@ def test_a_buffer_the_forward_assigns_anew_is_the_one_the_guard_reads(tmp_path):
     assert refused == [(2, "rollback state after step 2 not kept: buffer stat non-finite")], events
 
 
+class _Wrapped(torch.Tensor):
+    """A tensor subclass that keeps its values in another tensor, as DTensor
+    keeps its local shard: its own memory holds nothing."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.size(), dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+        unwrap = lambda t: t.elem if isinstance(t, _Wrapped) else t  # noqa: E731
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return tree_map(lambda t: _Wrapped(t) if type(t) is torch.Tensor else t, out)
+
+
+def test_a_batch_of_a_tensor_subclass_trains_and_its_nan_step_is_skipped(tmp_path):
+    """The guard reads a plain CPU tensor's values in its memory; a subclass's
+    (a DTensor's) are not there, and reading them there crashed the step's
+    check of its batch. Such a batch trains, and the step whose batch holds a
+    NaN is skipped, with the weights as they were."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+
+    def loss_fn(m, batch):
+        return F.mse_loss(m(batch[0].elem), batch[1])
+
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
+                               log=False, loss_fn=loss_fn)
+    counted = []
+    for step in range(4):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        if step == 2:
+            x[3, 1] = float("nan")
+        batch = (_Wrapped(x), y)
+        guard.backward(loss_fn(model, batch), batch)
+        before = [p.detach().clone() for p in model.parameters()]
+        counted.append(guard.step().counted)
+        if step == 2:
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert counted == [True, True, False, True]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_ctrl_c_in_the_closure_is_not_a_model_error(tmp_path):
     model = nn.Linear(4, 1)
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path / "run",
