@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/probe/host_copy.hpp"
 
 namespace nanscope {
 
@@ -203,7 +204,8 @@ at::Tensor TensorRecycler::copy(const at::Tensor& t, const at::Device& device) {
                     spare.sizes() == source.sizes() && spare.is_contiguous() && !spare.requires_grad();
   if (!fits) return source.to(device, /*non_blocking=*/false, /*copy=*/true);
   c10::NoGradGuard no_grad;
-  return spare.copy_(source);
+  probe::copy_into(spare, source);
+  return spare;
 }
 
 SavedOptimizer save_optimizer(const torch::optim::Optimizer& optimizer, TensorRecycler* recycler) {
