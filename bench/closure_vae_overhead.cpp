@@ -7,7 +7,10 @@
 //   probe off   through guard.closure_step with --probe off
 //   probe on    through guard.closure_step as shipped (per-layer norms, the
 //               RNG state and batch kept for a forensic re-run)
-// All four arms in one process, step by step in turn, so they share the
+//   watched     the stock loop with the guard in the watched form (autocast(),
+//               backward(loss, batch), step(); probe on, a loss function set
+//               for the re-run, so the batch is kept as in a Python loop)
+// All five arms in one process, step by step in turn, so they share the
 // machine's state and noise. Prints each arm's median step time, its ratio to
 // plain, and the guard's own time per step (the median difference), and the
 // guarded arms' against plain, none.
@@ -61,6 +64,7 @@ struct Arm {
   std::unique_ptr<torch::optim::Adam> optimizer;
   std::unique_ptr<StepGuard> guard;  // none: the plain loop
   bool grads_to_none = false;        // the plain loop drops its gradients instead of zeroing them
+  bool watched = false;              // the guard in the watched form: the loop's own step
   std::vector<double> times;
 };
 
@@ -74,12 +78,14 @@ int main(int argc, char** argv) {
   const std::string dir = (std::filesystem::temp_directory_path() / "nanscope-closure-vae-bench").string();
   std::filesystem::remove_all(dir);
 
-  std::vector<Arm> arms(4);
+  std::vector<Arm> arms(5);
   arms[0].name = "plain";
   arms[1].name = "plain, none";
   arms[1].grads_to_none = true;
   arms[2].name = "probe off";
   arms[3].name = "probe on";
+  arms[4].name = "watched";
+  arms[4].watched = true;
   for (size_t a = 0; a < arms.size(); ++a) {
     torch::manual_seed(0);
     arms[a].model = std::make_shared<Vae>();
@@ -88,9 +94,11 @@ int main(int argc, char** argv) {
     GuardOptions options;
     options.run_dir = dir + "/" + std::to_string(a);
     options.amp = Amp::bf16;
-    options.probe = a == 3;
+    options.probe = a != 2;
     options.log = nullptr;
     arms[a].guard = std::make_unique<StepGuard>(*arms[a].model, *arms[a].optimizer, options);
+    if (arms[a].watched)
+      arms[a].guard->set_loss_fn([model = arms[a].model](const Batch& b) { return model->loss(b.inputs); });
   }
   const at::Tensor images = at::rand({batch, 784});
 
@@ -102,7 +110,16 @@ int main(int argc, char** argv) {
   auto run_step = [&](Arm& arm, int64_t k) {
     torch::manual_seed(uint64_t(k));
     const auto start = std::chrono::steady_clock::now();
-    if (arm.guard) {
+    if (arm.watched) {
+      arm.optimizer->zero_grad();
+      at::Tensor loss;
+      {
+        const ScopedAutocast autocast = arm.guard->autocast();
+        loss = arm.model->loss(images);
+      }
+      arm.guard->backward(loss, Batch(images));
+      arm.guard->step().loss.item<double>();
+    } else if (arm.guard) {
       arm.guard->closure_step([&] { return arm.model->loss(images); }, Batch(images)).loss.item<double>();
     } else {
       if (arm.grads_to_none)
@@ -150,10 +167,13 @@ int main(int argc, char** argv) {
     std::printf("  %-10s median step %7.3f ms  ratio %.3f  guard's own %+.3f ms | mean %7.3f ms  ratio %.3f",
                 arm.name.c_str(), m * 1e3, m / plain, (m - plain) * 1e3, a * 1e3, a / plain_mean);
     // Every update applied, or the arm is no like-for-like of the plain loop.
-    if (arm.guard)
+    if (arm.guard && !arm.watched)
       std::printf("  (updates applied %lld of %lld; against plain, none: ratio %.3f, own %+.3f ms)",
                   static_cast<long long>(arm.guard->applied_steps()), static_cast<long long>(k), m / none,
                   (m - none) * 1e3);
+    else if (arm.guard)  // the loop zeroes its gradients as plain does: plain is its like
+      std::printf("  (updates applied %lld of %lld)", static_cast<long long>(arm.guard->applied_steps()),
+                  static_cast<long long>(k));
     std::printf("\n");
   }
   std::filesystem::remove_all(dir);

@@ -69,10 +69,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     StepSettings settings;
     settings.parameter_norms = with_probe;
-    if (with_probe) {
-      probe.begin_step(step, rows);
-      settings.batch_nonfinite = probe.batch_nonfinite(inputs);
-    }
+    if (with_probe) probe.begin_step(step, rows);
     std::optional<probe::OpCapture> op_capture;
     if (capture) op_capture.emplace();
     std::optional<torch::autograd::DetectAnomalyGuard> anomaly_guard;

@@ -5,22 +5,29 @@ BatchNorm on its last state, a linear head), bf16 autocast, Adam, trained
   - by the plain loop (autocast, backward, optimizer.step());
   - by the same loop with nanscope.StepGuard in GradScaler's place;
 
-in alternating blocks of steps in one process. Prints each arm's median step,
-their ratio, the guard's own time per step (the difference), and what a skip
-costs when the micro-batch itself holds the NaN (the guard sees it in the
-batch and needs no forensic re-run), in clean guarded steps.
+one step of each in turn, in one process. The arms take turns going first in
+each pair (plain-guarded, then guarded-plain), so that neither always runs on
+what the other left in the caches. Prints each arm's median step, their ratio
+with a 95% interval, the guard's own time per step (the difference), and what
+a skip costs when the micro-batch itself holds the NaN (the guard sees it in
+the batch and needs no forensic re-run), in clean guarded steps.
+
+The interval: a shared machine slows whole stretches of steps, both arms alike
+within a stretch. The ratio is taken again over 2000 resamples of the pairs,
+drawn in runs of 10 consecutive pairs (a stretch stays together), and the
+interval holds the middle 95% of those ratios.
 
 Then, in a guarded run of its own, the guard's own time per call, each call
 timed where the loop makes it (median over the steps): the model call's two
 hooks, guard.backward() less the backward itself, and guard.step() less the
-optimizer's step. Their sum is the guard's own time without the timer's noise
-between arms (a shared machine moves the ratio by a few percent). A shared
-machine also slows whole stretches of steps: the sum is printed as the median
-over all steps and as the median of the quietest block of 50.
+optimizer's step. Their sum is the guard's own time without the noise between
+arms. It is printed as the median over all steps and as the median of the
+quietest block of 50.
 
-usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_small_step_overhead.py [--rounds 8] [--steps 20]
+usage: PYTHONPATH=BUILD/python /usr/bin/python3 bench/python_small_step_overhead.py [--pairs 300]
 """
 import argparse
+import random
 import statistics
 import tempfile
 import time
@@ -135,10 +142,22 @@ def own_time_per_call(batches, run_dir, steps=400):
     return medians, statistics.median(sums), min(blocks), len(blocks)
 
 
+def ratio_interval(plain, guarded, run=10, resamples=2000):
+    """The middle 95% of median(guarded) / median(plain) over resamples of the
+    pairs, drawn in runs of `run` consecutive pairs."""
+    rng = random.Random(0)
+    starts = range(0, len(plain) - run + 1)
+    ratios = []
+    for _ in range(resamples):
+        picked = [k for _ in range(len(plain) // run) for start in (rng.choice(starts),) for k in range(start, start + run)]
+        ratios.append(statistics.median(guarded[k] for k in picked) / statistics.median(plain[k] for k in picked))
+    ratios.sort()
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=8, help="alternations of the two arms")
-    p.add_argument("--steps", type=int, default=20, help="steps per block")
+    p.add_argument("--pairs", type=int, default=300, help="steps of each arm, taken in turn")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
@@ -146,32 +165,29 @@ def main():
     g = torch.Generator().manual_seed(0)
     batches = [(torch.rand(a.batch, 1, 28, 28, generator=g), torch.randint(0, 10, (a.batch,), generator=g))
                for _ in range(16)]
+    warm_up = 20
     with tempfile.TemporaryDirectory() as tmp:
         arms = {"plain": arm(False, None, batches), "guarded": arm(True, tmp + "/run", batches)}
         times = {name: [] for name in arms}
-        ratios = []
-        i = 0
-        for r in range(a.rounds + 1):
-            block = {}
-            for name, step in arms.items():
-                block[name] = [step(i + k) for k in range(a.steps)]
-            i += a.steps
-            if r == 0:
-                continue  # warm-up
-            for name in arms:
-                times[name] += block[name]
-            ratios.append(statistics.median(block["guarded"]) / statistics.median(block["plain"]))
+        for i in range(warm_up + a.pairs):
+            order = ("plain", "guarded") if i % 2 == 0 else ("guarded", "plain")
+            pair = {name: arms[name](i) for name in order}
+            if i >= warm_up:
+                for name in arms:
+                    times[name].append(pair[name])
         plain, guarded = statistics.median(times["plain"]), statistics.median(times["guarded"])
+        low, high = ratio_interval(times["plain"], times["guarded"])
         # Skips whose batch holds the NaN, each between clean steps, against those clean steps.
+        i = warm_up + a.pairs
         skips, clean = [], []
-        for k in range(a.rounds):
+        for k in range(12):
             clean.append(arms["guarded"](i))
             skips.append(arms["guarded"](i + 1, poisoned=True))
             i += 2
         print(f"watched form, LSTM 28x64 + BatchNorm over 28x28 images, batch {a.batch}, bf16, Adam, "
-              f"{a.threads} thread(s), torch {torch.__version__} ({a.rounds} alternated blocks x {a.steps} steps)")
-        print(f"  plain {plain * 1e3:.2f} ms, guarded {guarded * 1e3:.2f} ms, ratio {guarded / plain:.3f} (median of "
-              f"the blocks' ratios {statistics.median(ratios):.3f}); the guard's own {1e3 * (guarded - plain):+.3f} ms")
+              f"{a.threads} thread(s), torch {torch.__version__} ({a.pairs} steps of each arm in turn)")
+        print(f"  plain {plain * 1e3:.2f} ms, guarded {guarded * 1e3:.2f} ms, ratio {guarded / plain:.3f} "
+              f"(95% interval {low:.3f} to {high:.3f}); the guard's own {1e3 * (guarded - plain):+.3f} ms")
         print(f"  a skip whose batch holds the NaN: {statistics.median(skips) * 1e3:.2f} ms = "
               f"{statistics.median(skips) / statistics.median(clean):.2f} clean guarded steps")
         calls, summed, quietest, blocks = own_time_per_call(batches, tmp + "/calls")

@@ -16,10 +16,23 @@
 #include "step_guard_impl.hpp"
 
 namespace nanscope {
+namespace {
+
+bool batches_finite(const probe::Probe& probe, const std::vector<MicroBatch>& micro_batches) {
+  for (const MicroBatch& micro : micro_batches)
+    if (probe.batch_nonfinite(micro.batch).item<float>() != 0.0f) return false;
+  return true;
+}
+
+}  // namespace
 
 void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
                                         const std::string& undone) {
   decide_micro_batches(run);
+  // Whether a micro-batch itself holds a NaN/Inf is asked here, once a step
+  // failed: a clean step has no use for it. They are read as kept at their
+  // backward (a copy, where the step can be re-run).
+  if (options_.probe) run.result.outcome.batch_finite = batches_finite(probe_, run.micro_batches);
   // The re-runs below set the random generators to replay the step's draws;
   // the loop goes on from where its own step left them (a rollback excepted).
   KeepGeneratorStates loop_generators;

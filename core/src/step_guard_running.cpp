@@ -138,11 +138,8 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     throw std::logic_error("StepGuard::step(closure, batch): a watched step is open (call step() first)");
   RunningStep run = begin_step(step, context);
   StepSettings& settings = run.settings;
-  if (options_.probe) {
-    // Without the data set rows, they are unknown (a snapshot says -1), not guessed.
-    probe_.begin_step(step, context.batch_rows);
-    settings.batch_nonfinite = probe_.batch_nonfinite(batch);
-  }
+  // Without the data set rows, they are unknown (a snapshot says -1), not guessed.
+  if (options_.probe) probe_.begin_step(step, context.batch_rows);
   run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
   // The inputs' magnitude for the headroom warning: one reduction, read with the rest.
   if (options_.warn && batch.inputs.defined() && batch.inputs.is_floating_point())

@@ -125,11 +125,6 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
     w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
   w.losses.push_back(scalar_float(loss));
-  if (options_.probe) {
-    const at::Tensor bad = probe_.batch_nonfinite(micro_batch);
-    at::Tensor& flag = w.run.settings.batch_nonfinite;
-    flag = flag.defined() ? at::maximum(flag, bad) : bad;
-  }
   return scaler_.enabled() ? loss * scaler_.scale() : loss;
 }
 

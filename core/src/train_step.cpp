@@ -355,8 +355,6 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const size_t at_loss = read.add(loss.variable_data());  // its value, off the graph, without a dispatch
   const size_t at_norm = read.add(total_norm);
   const size_t at_found_inf = read.add(found_inf);
-  const size_t at_batch_flag =
-      settings.batch_nonfinite.defined() ? read.add(settings.batch_nonfinite) : HostRead::kNone;
   const size_t at_local_norm = read.add(local_norm);
   const size_t at_buffers = buffers_bad.defined() ? read.add(buffers_bad) : HostRead::kNone;
   const size_t at_flags = settings.buckets ? read.add(averaged.flags) : HostRead::kNone;
@@ -377,7 +375,6 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   StepOutcome out;
   out.loss = read[at_loss];
   out.grad_norm = read[at_norm];
-  out.batch_finite = at_batch_flag == HostRead::kNone || read[at_batch_flag] == 0.0f;
   out.local_loss_finite = std::isfinite(read[at_loss]);
   out.local_grads_finite = at_own != HostRead::kNone ? read[at_own] == 0.0f
                                                      : std::isfinite(read[at_local_norm]) && read[at_found_inf] == 0.0f;

@@ -226,12 +226,8 @@ def _mlp():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
 
 
-def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_rerun(tmp_path):
-    """An LR that is NaN for one step (a schedule's bug) turns finite gradients
-    into NaN weights: that update is applied, and the next step fails. Its
-    birth is no op of its own: the guard names the weights, re-runs nothing
-    (the loss function is never called again), rolls back, and the replay of
-    the snapshot says the same from the weights it loads."""
+def _mlp_guard_counting_re_runs(tmp_path, config=None):
+    """The MLP, its Adam and a bf16 guard whose loss function counts its calls (the re-runs) in `calls`."""
     model = _mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     calls = []
@@ -241,7 +237,17 @@ def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_re
         return F.cross_entropy(m(batch[0]), batch[1])
 
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", log=False,
-                               loss_fn=loss_fn, config=nanscope.GuardConfig(rollback_every=5))
+                               loss_fn=loss_fn, config=config)
+    return model, optimizer, guard, calls
+
+
+def test_weights_an_update_made_nonfinite_are_named_as_the_birth_and_read_not_rerun(tmp_path):
+    """An LR that is NaN for one step (a schedule's bug) turns finite gradients
+    into NaN weights: that update is applied, and the next step fails. Its
+    birth is no op of its own: the guard names the weights, re-runs nothing
+    (the loss function is never called again), rolls back, and the replay of
+    the snapshot says the same from the weights it loads."""
+    model, optimizer, guard, calls = _mlp_guard_counting_re_runs(tmp_path, nanscope.GuardConfig(rollback_every=5))
     g = torch.Generator().manual_seed(1)
     results = []
     for step in range(14):
@@ -299,6 +305,37 @@ def _batches(steps, x_shape, y_of, plant_at, row, col, value, dtype=torch.float3
 def _batch_norm_mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_a_nan_in_the_batch_is_the_birth_as_the_batch_was_at_its_backward_without_a_re_run(tmp_path):
+    """The guard looks at a batch only once its step failed. A NaN pixel in
+    row 5 of step 3's batch is that step's birth, named from the batch as it
+    was at its backward (the loop cleans its tensor in place after the
+    backward: the guard's kept copy still holds the NaN), with no re-run (the
+    loss function is never called again). A clean step with a NaN in a part
+    of the batch its loss never reads counts as any clean step."""
+    model, optimizer, guard, calls = _mlp_guard_counting_re_runs(tmp_path)
+    g = torch.Generator().manual_seed(2)
+    results = []
+    for step in range(6):
+        x, y = torch.randn(32, 8, generator=g), torch.randint(0, 2, (32,), generator=g)
+        unread = torch.zeros(32, 3)  # carried in the batch, never read by the loss
+        if step == 1:
+            unread[7, 0] = float("nan")
+        if step == 3:
+            x[5, 2] = float("nan")
+        with guard.autocast():
+            loss = F.cross_entropy(model(x), y)
+        guard.backward(loss, (x, y, unread))
+        x.nan_to_num_(0.0)  # the loop's own clean-up, after the backward
+        calls.clear()
+        results.append(guard.step())
+        optimizer.zero_grad(set_to_none=True)
+        if step == 3:
+            assert calls == [], "no re-run for a batch that holds the NaN"
+    assert [r.counted for r in results] == [True, True, True, False, True, True]
+    assert results[3].first_birth == "nan at input '[0]' (input) in module '', batch row 5", results[3].first_birth
+    guard.close()
 
 
 def test_a_buffer_an_op_wrote_inf_into_is_born_there_and_its_sample_found(tmp_path):

@@ -21,7 +21,7 @@ struct StepOutcome {
   // buffers went non-finite counts as its gradients did, so all ranks skip).
   bool buffers_finite = true;
   bool skipped = false;
-  bool batch_finite = true;
+  bool batch_finite = true;       // the step's own micro-batches: known on a failed step, with the probe
   double batch_absmax = 0;        // when StepSettings asked for it (several ranks: the largest of all ranks)
   bool skipped_as_spike = false;  // finite, but its loss was above StepSettings::skip_loss_above
   bool local_loss_finite = true;

@@ -40,8 +40,6 @@ struct StepSettings {
   Amp amp = Amp::fp32;
   double clip = 1.0;             // <= 0: no clipping
   bool parameter_norms = false;  // also bring back each parameter's grad norm
-  // The probe's one-element "batch is non-finite" flag, read back with the rest.
-  at::Tensor batch_nonfinite{};
   // Early warnings: the batch's largest magnitude (one element, on the device), read back with the rest.
   at::Tensor batch_absmax{};
   // Data parallel: average gradients across ranks (nullptr: one process).

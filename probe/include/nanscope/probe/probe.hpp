@@ -4,11 +4,11 @@
 //   nanscope::probe::Probe probe({run_dir}, parameter_names);
 //   for (step ...) {
 //     probe.begin_step(step, rows);                       // RNG state: a cheap copy
-//     at::Tensor bad_batch = probe.batch_nonfinite(x);    // on the device, no sync
-//     ... forward, backward, unscale; copy [loss, norm, found_inf, bad_batch,
+//     ... forward, backward, unscale; copy [loss, norm, found_inf,
 //         per-parameter norms] to the host once ...
 //     auto layer_norms = probe.layer_grad_norms(parameter_norms);
 //     if (!finite) {
+//       bool bad_batch = probe.batch_nonfinite(x).item<float>() != 0;  // asked of a failed step only
 //       auto capture = probe.investigate(rerun_step, x);  // re-run with op capture
 //       probe.save_snapshot(contents_with(capture));      // never throws
 //     }
