@@ -108,7 +108,13 @@ class Watch:
         if self._busy or not self._watched or not torch.is_grad_enabled() or _scopes.rerunning():
             return None
         guard = self._core
-        if guard is None or guard.stopped:  # the loop's later calls (an evaluation) are its own business,
+        if guard is None:
+            return None
+        kwargs = kwargs if kwargs is not None else {}
+        # One call into the core at each model call: it begins the micro-batch
+        # and reads the call's version counters (None: the run is stopped).
+        versions = guard.begin_model_call(args, kwargs)
+        if versions is None:  # the loop's later calls (an evaluation) are its own business,
             if self._rank_failed:  # unless a rank failed: the ranks' collectives are out of step, say so
                 guard.refuse_if_stopped()
             return None
@@ -120,9 +126,7 @@ class Watch:
                 # forward runs them so, through the scopes the core listens for.
                 self._listening = contextlib.ExitStack()
                 self._listening.enter_context(_scopes.listening(self._paths))
-        kwargs = kwargs if kwargs is not None else {}
-        self._calls.append((args, kwargs, _versions(args, kwargs)))
-        guard.begin_micro_batch()
+        self._calls.append((args, kwargs, versions))
         self._in_call = True
         return None
 
@@ -180,17 +184,17 @@ class Watch:
         if not torch.is_tensor(loss):
             raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
         self._watch_calls()
-        self._open().refuse_if_stopped()  # a stopped run's hook stands aside: say why, not "no call seen"
         calls, self._calls = self._calls, []
         earlier = []
         changed = False  # the loop changed the call's tensors in place since the call (a refilled buffer)
         if batch is None and calls and (calls[-1][0] or calls[-1][1]):
             args, kwargs, versions = calls[-1]
             batch = _batch.call_batch(args, kwargs)
-            changed = self._loss_fn and _versions(args, kwargs) != versions
+            changed = self._loss_fn and _nanscope.tensor_versions(args, kwargs) != versions
             # Several calls before this loss: the one it used is decided if the step fails.
             earlier = [_candidate(call) for call in calls[:-1]] if self._loss_fn else []
         elif batch is None and self._loss_fn:
+            self._open().refuse_if_stopped()  # a stopped run's hook stood aside: say why, not "no call seen"
             raise TypeError("nanscope: no call of the guard's model with its micro-batch was seen (torch 1.x hooks "
                             "see positional arguments only: a model(**batch) call is invisible there); name the "
                             "micro-batch: guard.scale(loss, batch) / guard.backward(loss, batch)")
@@ -240,11 +244,6 @@ def _candidate(call):
     """An earlier call's micro-batch; () when it cannot be one (the core then keeps the latest)."""
     args, kwargs, _ = call
     return _batch.call_batch(args, kwargs) if not (args and kwargs) else ()
-
-
-def _versions(args, kwargs):
-    """The version counters of a call's tensors: they move with every in-place write."""
-    return tuple(t._version for t in (*args, *kwargs.values()) if torch.is_tensor(t))
 
 
 def _inert_hook(*_args):

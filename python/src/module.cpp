@@ -48,6 +48,23 @@ at::Tensor loss_value(const py::object& value, const char* what) {
   return value.cast<at::Tensor>();
 }
 
+// The version counters of a model call's tensors, positional then keyword
+// (each tensor's `_version`), which move with every in-place write: how the
+// watched form tells that a loop refilled its batch between the call and the
+// backward. Read here in one pass, where a hook's Python would read each
+// attribute on its own at every call.
+py::tuple tensor_versions(const py::tuple& args, const py::dict& kwargs) {
+  std::vector<int64_t> versions;
+  const auto add = [&](const py::handle value) {
+    if (THPVariable_Check(value.ptr())) versions.push_back(int64_t(THPVariable_Unpack(value.ptr())._version()));
+  };
+  for (const py::handle value : args) add(value);
+  for (const auto& [key, value] : kwargs) add(value);
+  py::tuple out(versions.size());
+  for (size_t i = 0; i < versions.size(); ++i) out[i] = py::int_(versions[i]);
+  return out;
+}
+
 Amp amp_of(const std::string& amp) {
   const Amp parsed = format::from_string_or_unknown<Amp>(amp);
   if (parsed == Amp::unknown)
@@ -136,7 +153,15 @@ class Guard {
       return loss_value(call_python(*shared, batch_object(batch)), "loss_fn");
     });
   }
-  void begin_micro_batch() { guard().begin_micro_batch(); }
+  // A model call of the watched form begins (its micro-batch's start; the
+  // step's, at its first call). Returns the call's tensors' version counters,
+  // or None where the run is stopped: no call of it begins.
+  py::object begin_model_call(const py::tuple& args, const py::dict& kwargs) {
+    if (guard().stopped()) return py::none();
+    py::tuple versions = tensor_versions(args, kwargs);
+    guard().begin_micro_batch();
+    return std::move(versions);
+  }
   at::Tensor scale(const at::Tensor& loss, const py::object& batch, const py::list& earlier_calls,
                    bool changed_since_call) {
     std::vector<Batch> earlier;
@@ -320,7 +345,7 @@ PYBIND11_MODULE(_nanscope, m) {
       .def(py::init<py::object, py::object, py::dict, py::dict, py::object, int, int, py::object>())
       .def("closure_step", &Guard::closure_step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
-      .def("begin_micro_batch", &Guard::begin_micro_batch)
+      .def("begin_model_call", &Guard::begin_model_call)
       .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
       .def("refuse_if_stopped", [](Guard& g) { g.guard().refuse_if_stopped(); })
       .def("stop_for_failed_rank",
@@ -378,6 +403,7 @@ PYBIND11_MODULE(_nanscope, m) {
     }
   });
   m.def("guard_keyword_list", &guard_keyword_list);
+  m.def("tensor_versions", &tensor_versions, "the version counters of a call's tensors (positional, then keyword)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {
     GuardOptions options;

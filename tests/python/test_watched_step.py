@@ -492,3 +492,21 @@ def test_fp32_modules_run_in_fp32_inside_the_loops_own_forward(tmp_path):
         guard.scale(loss).backward()
         assert guard.step(optimizer).counted
     assert dtypes == [torch.float32, torch.float32], dtypes  # under bf16 autocast: the guard's fp32 region
+
+
+def test_a_calls_version_counters_are_read_positional_then_keyword_and_move_with_in_place_writes():
+    """What tells the watched form that a loop refilled its batch between the
+    model call and the backward: each tensor's version counter, in the call's
+    order, other arguments passed over."""
+    from nanscope import _nanscope
+    x, y, w = torch.zeros(2), torch.zeros(3), nn.Parameter(torch.zeros(1))
+
+    def versions():
+        return _nanscope.tensor_versions((x, 3, y), {"mask": None, "w": w})
+    before = versions()
+    assert before == (x._version, y._version, w._version)
+    y.add_(1)
+    with torch.no_grad():
+        w.mul_(2)
+        w.mul_(2)
+    assert [now - then for now, then in zip(versions(), before)] == [0, 1, 2]
