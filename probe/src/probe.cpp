@@ -26,11 +26,6 @@ void Probe::begin_step(int64_t step, const at::Tensor& batch_rows) {
   cpu_rng_state_.take_now();
 }
 
-at::Tensor Probe::batch_nonfinite(const at::Tensor& inputs) const {
-  if (!is_floating(inputs) || !libtorch_own(inputs)) return at::zeros({1}, inputs.options().dtype(at::kFloat));
-  return any_nonfinite({inputs});  // on the inputs' device
-}
-
 std::vector<float> Probe::layer_grad_norms(const std::vector<float>& parameter_norms) const {
   if (parameter_norms.size() != layers_.parameter_count()) return {};
   return layers_.fold_norms(parameter_norms.data());

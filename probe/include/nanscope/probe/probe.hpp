@@ -8,7 +8,7 @@
 //         per-parameter norms] to the host once ...
 //     auto layer_norms = probe.layer_grad_norms(parameter_norms);
 //     if (!finite) {
-//       bool bad_batch = probe.batch_nonfinite(x).item<float>() != 0;  // asked of a failed step only
+//       bool bad_batch = probe.batch_nonfinite(batch).item<float>() != 0;  // asked of a failed step only
 //       auto capture = probe.investigate(rerun_step, x);  // re-run with op capture
 //       probe.save_snapshot(contents_with(capture));      // never throws
 //     }
@@ -48,10 +48,9 @@ class Probe {
   void begin_step(int64_t step, const at::Tensor& batch_rows);
   // The data set rows, when the loop says them only at the step's end (a watched step).
   void set_batch_rows(const at::Tensor& batch_rows) { batch_rows_ = batch_rows; }
-  // A one-element float tensor on the inputs' device: 1 when the batch holds a
-  // NaN/Inf. Integer inputs (tokens) are always finite: a zero, no kernel.
-  at::Tensor batch_nonfinite(const at::Tensor& inputs) const;
-  // The same over every floating tensor of a batch (a nested one too).
+  // A one-element float tensor on the batch's device: 1 when a floating
+  // tensor of the batch (a nested one too) holds a NaN/Inf. Integer inputs
+  // (tokens) are always finite: a zero, no kernel.
   at::Tensor batch_nonfinite(const Batch& batch) const;
   std::vector<float> layer_grad_norms(const std::vector<float>& parameter_norms) const;
 
