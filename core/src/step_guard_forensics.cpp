@@ -371,7 +371,7 @@ int64_t StepGuard::Impl::changed_micro_batch(const RunningStep& run) const {
   int64_t changed = -1;
   for (size_t k = 0; k < run.micro_batches.size(); ++k) {
     const MicroBatch& micro = run.micro_batches[k];
-    if (!micro.changed_since_call) continue;
+    if (micro.written == InPlaceWrite::none) continue;
     if (!std::isfinite(micro.recorded_loss)) return int64_t(k);  // the one whose loss went non-finite
     if (changed < 0) changed = int64_t(k);
   }
@@ -379,7 +379,12 @@ int64_t StepGuard::Impl::changed_micro_batch(const RunningStep& run) const {
 }
 
 std::string StepGuard::Impl::changed_micro_batch_text(const RunningStep& run) const {
-  return " the loop changed micro-batch " + std::to_string(changed_micro_batch(run)) +
+  const int64_t k = changed_micro_batch(run);
+  if (run.micro_batches.at(size_t(k)).written == InPlaceWrite::since_backward)
+    return " the loop changed micro-batch " + std::to_string(k) +
+           " in place after its backward, which it had not done before: the re-run saw the new values (the guard "
+           "keeps a copy of each micro-batch from now on)";
+  return " the loop changed micro-batch " + std::to_string(k) +
          " in place between its model call and backward: the re-run saw the new values (change a copy, or pass the "
          "batch: guard.backward(loss, batch))";
 }

@@ -189,9 +189,7 @@ struct StepGuard::Impl {
   std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)
   StepSetupHook step_setup_hook_;      // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
-  // The last watched step's copies of its micro-batches, which the next one's
-  // copies are written into when nothing else holds them (Batch::copied).
-  std::vector<at::Tensor> spare_copies_;
+  KeptBatches kept_batches_;                             // what watched steps keep of their micro-batches for a re-run
 };
 
 }  // namespace nanscope

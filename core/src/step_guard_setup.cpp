@@ -97,6 +97,7 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   refuse_16bit_fp32_modules();
   use_cpu_kernels_from_environment();
+  if (options_.doom_search.enabled) kept_batches_.copy_always();
   // Births in a native model are named by the module whose tensors an op
   // reads where no module scope is open.
   register_tensor_owners(steered_.model);

@@ -105,23 +105,19 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
   WatchedStep& w = advance_watched(WatchedCall::loss);
   if (options_.probe && w.calls.empty()) begin_micro_batch();  // no call seen: the micro-batch's begins here
   // A re-run and the snapshot need the micro-batch as it was at its backward,
-  // and loops refill their tensors in place before step() (DCGAN's
-  // label.fill_, a reused target or staging buffer): kept as a copy, whenever
-  // the step can be re-run (one device copy of each micro-batch; no host sync).
+  // whenever the step can be re-run (kept_batches.hpp: the loop's own
+  // tensors, or a copy where the loop writes into them before step()).
   const bool rerunnable = options_.probe && steered_.loss_fn;
   std::vector<ModelCall> calls = std::exchange(w.calls, {});
-  auto copy_of = [&](const Batch& batch) {
-    Batch copy = batch.copied(&spare_copies_);
-    for (const at::Tensor& t : copy.tensors()) w.copies.push_back(t);
-    return copy;
-  };
-  w.run.micro_batches.push_back(MicroBatch{rerunnable ? copy_of(micro_batch) : micro_batch,
+  const size_t k = w.run.micro_batches.size();
+  auto keep = [&](const Batch& batch) { return kept_batches_.keep(batch, k, w.loops_tensors, w.copies); };
+  w.run.micro_batches.push_back(MicroBatch{rerunnable ? keep(micro_batch) : micro_batch,
                                            calls.empty() ? CpuRngState() : calls.back().cpu_rng_state, 1.0});
-  w.run.micro_batches.back().changed_since_call = changed_since_call;
+  if (changed_since_call) w.run.micro_batches.back().written = InPlaceWrite::since_call;
   if (rerunnable && calls.size() > 1) {
     // The latest call is the likely one; the loss's graph decides if the step fails.
     for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)
-      calls[i].batch = copy_of(earlier_call_batches[i]);
+      calls[i].batch = keep(earlier_call_batches[i]);
     w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
   w.losses.push_back(scalar_float(loss));
@@ -186,7 +182,10 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
         p.mutable_grad() = at::zeros_like(p);
     }
   };
-  spare_copies_ = std::move(w->copies);  // written again by the next step, once this one lets go of them
+  for (size_t k : kept_batches_.written_since_backward(w->loops_tensors))
+    if (run.micro_batches[k].written == InPlaceWrite::none) run.micro_batches[k].written = InPlaceWrite::since_backward;
+  w->loops_tensors.clear();
+  kept_batches_.spare(std::move(w->copies));  // written again by the next step, once this one lets go of them
   try {
     GuardedStep result = end_step(run, {});
     if (result.outcome.skipped && !steered_.applies_update) {

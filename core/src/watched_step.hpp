@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "kept_batches.hpp"
 #include "model_calls.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "running_step.hpp"
@@ -33,7 +34,8 @@ struct WatchedStep {
   std::vector<ModelCall> calls;    // the model's calls since the last micro-batch's loss
   std::optional<UnscaledGradients> unscaled;
   std::optional<Fp32ModuleRegions> fp32;
-  std::vector<at::Tensor> copies;  // the tensors of the micro-batches' copies: the next step's spares
+  std::vector<LoopTensor> loops_tensors;  // the micro-batches' tensors as the loop has them (KeptBatches)
+  std::vector<at::Tensor> copies;         // the tensors of the micro-batches' copies: the next step's spares
 };
 
 }  // namespace nanscope

@@ -52,11 +52,14 @@ at::Tensor loss_value(const py::object& value, const char* what) {
 // (each tensor's `_version`), which move with every in-place write: how the
 // watched form tells that a loop refilled its batch between the call and the
 // backward. Read here in one pass, where a hook's Python would read each
-// attribute on its own at every call.
+// attribute on its own at every call. An inference tensor has no counter
+// (-1): the guard keeps a copy of it (kept_batches.hpp).
 py::tuple tensor_versions(const py::tuple& args, const py::dict& kwargs) {
   std::vector<int64_t> versions;
   const auto add = [&](const py::handle value) {
-    if (THPVariable_Check(value.ptr())) versions.push_back(int64_t(THPVariable_Unpack(value.ptr())._version()));
+    if (!THPVariable_Check(value.ptr())) return;
+    const at::Tensor& t = THPVariable_Unpack(value.ptr());
+    versions.push_back(t.is_inference() ? -1 : int64_t(t._version()));
   };
   for (const py::handle value : args) add(value);
   for (const auto& [key, value] : kwargs) add(value);

@@ -148,6 +148,30 @@ TEST(WatchedStep, AfterAReRunTheGeneratorIsWhereTheLoopLeftItAndTheMicroBatchAsI
   EXPECT_TRUE(at::equal(generator.get_state(), where_the_loop_left_it));
 }
 
+// A clean step keeps the loop's own micro-batch, no copy, and reads its
+// version counters at step(): a write after the backward, first seen at a
+// failing step, is said in its birth line (the re-run saw the new values),
+// and from then on the guard keeps copies, so the next such step is re-run
+// as its batch was at its backward.
+TEST(WatchedStep, AWriteIntoTheBatchAfterItsBackwardIsSeenAndLaterStepsKeepACopy) {
+  Watched w(Amp::fp32, FallbackMode::off);
+  StepGuard& guard = *w.guard;
+  std::vector<GuardedStep> results;
+  for (int step = 0; step < 3; ++step) {
+    const Batch b = micro_batches(1, step > 0 ? 0 : -1, 3).front();
+    guard.backward(w.loss_of(b), b);
+    if (step > 0) b.inputs.fill_(1.0);  // the loop refills its buffer before step(): finite everywhere now
+    results.push_back(guard.step());
+  }
+  EXPECT_TRUE(results[0].counted());
+  EXPECT_FALSE(results[1].counted());
+  EXPECT_EQ(results[1].first_birth,
+            "not reproduced on re-run, but the loop changed micro-batch 0 in place after its backward, which it had "
+            "not done before: the re-run saw the new values (the guard keeps a copy of each micro-batch from now on)");
+  EXPECT_FALSE(results[2].counted());
+  EXPECT_EQ(results[2].first_birth, "nan at aten::div (forward) in module '', batch row 3");
+}
+
 TEST(WatchedStep, AStoppedRunRefusesEveryLaterCallSayingWhereItStopped) {
   TempDir dir;
   Normalising net;

@@ -168,6 +168,79 @@ def test_a_buffer_refilled_between_the_model_call_and_its_backward_is_said_never
     assert "transient" not in results[1].first_birth
 
 
+class RowNormalisingRegressor(nn.Module):
+    """Each sample divided by its own magnitude: 0 / 0 for an all-zero row.
+    It clones its input, as a model may (an inference tensor needs it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = Normalise()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(self.norm(x.clone()))
+
+
+def _regressor_guard(tmp_path):
+    torch.manual_seed(0)
+    model = RowNormalisingRegressor()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp32", log=False,
+                               loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]),
+                               config=nanscope.GuardConfig(fallback="off"))
+    return model, guard
+
+
+def _regressor_batch(zero_row=None):
+    x, y = torch.randn(5, 4) + 2, torch.randn(5, 1)
+    if zero_row is not None:
+        x[zero_row] = 0
+    return x, y
+
+
+def test_a_write_into_the_batch_after_its_backward_is_seen_and_later_steps_keep_a_copy(tmp_path):
+    """The guard keeps a clean step's micro-batch as the loop's own tensors,
+    no copy, and reads their version counters at step(). A loop that first
+    writes into its batch after the backward at a failing step is told so in
+    the birth line (the re-run saw the new values); from then on the guard
+    keeps copies, so the next such step is re-run as its batch was at its
+    backward."""
+    model, guard = _regressor_guard(tmp_path)
+    results = []
+    for step in range(3):
+        x, y = _regressor_batch(zero_row=3 if step > 0 else None)
+        guard.backward(F.mse_loss(model(x), y), (x, y))
+        if step > 0:
+            x.fill_(1.0)  # the loop's own clean-up, after the backward: finite everywhere now
+        results.append(guard.step())
+    guard.close()
+    assert [r.counted for r in results] == [True, False, False]
+    assert results[1].first_birth == (
+        "not reproduced on re-run, but the loop changed micro-batch 0 in place after its backward, which it had not "
+        "done before: the re-run saw the new values (the guard keeps a copy of each micro-batch from now on)")
+    assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
+
+
+def test_an_inference_tensor_in_the_batch_is_kept_as_a_copy(tmp_path):
+    """A batch made under torch.inference_mode() has no version counter to
+    read, and takes in-place writes there: the guard copies it at every step.
+    The loop overwrites its failing batch in inference mode after the
+    backward; the re-run still sees the zero row the step trained on."""
+    model, guard = _regressor_guard(tmp_path)
+    results = []
+    for step in range(3):
+        x, y = _regressor_batch(zero_row=3 if step == 2 else None)
+        with torch.inference_mode():
+            x = x.clone()  # an inference tensor
+        guard.backward(F.mse_loss(model(x), y), (x, y))
+        with torch.inference_mode():
+            x.fill_(1.0)
+        results.append(guard.step())
+    guard.close()
+    assert [r.counted for r in results] == [True, True, False]
+    assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
+
+
 class SampleCallGPT(DropoutGPT):
     pass
 

@@ -92,6 +92,13 @@ struct Batch {
 // generator's state when its forward began (dropout draws the same numbers on a
 // re-run), and what the loop multiplied its loss by before backward (1 /
 // accumulation steps, as nanoGPT does), so a re-run's gradients are the step's.
+// Where a loop wrote into a micro-batch's tensors in place, as a re-run of it sees.
+enum class InPlaceWrite {
+  none,
+  since_call,      // between the model call and the backward
+  since_backward,  // after the backward, where the guard kept the loop's own tensors
+};
+
 struct MicroBatch {
   Batch batch;
   CpuRngState cpu_rng_state;  // none known: the generator as it is
@@ -99,9 +106,9 @@ struct MicroBatch {
   // The loss the loop backpropagated for it (a watched step): a re-run whose
   // loss function gives an unweighted loss is weighted to match it. NaN: unknown.
   double recorded_loss = std::numeric_limits<double>::quiet_NaN();
-  // The loop changed its tensors in place between the model call and the
-  // backward: a re-run sees the changed values, not the forward's.
-  bool changed_since_call = false;
+  // The loop wrote into its tensors in place where the kept batch could not
+  // hold the forward's values: a re-run sees the new ones.
+  InPlaceWrite written = InPlaceWrite::none;
 };
 
 }  // namespace nanscope
