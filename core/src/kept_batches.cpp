@@ -6,8 +6,10 @@ namespace nanscope {
 namespace {
 
 // An inference tensor has no version counter (and takes in-place writes
-// inside torch.inference_mode()): only a copy keeps it.
-bool has_version(const at::Tensor& t) { return !t.is_inference(); }
+// inside torch.inference_mode()), and a re-run's backward would add to the
+// .grad of a tensor that requires one, where the loop reads it (an
+// adversarial step's input gradient): only a copy keeps those.
+bool keeps_as_is(const at::Tensor& t) { return !t.is_inference() && !t.requires_grad(); }
 
 }  // namespace
 
@@ -15,9 +17,9 @@ Batch KeptBatches::keep(const Batch& batch, size_t micro_batch, std::vector<Loop
                         std::vector<at::Tensor>& copies) {
   const std::vector<at::Tensor> tensors = batch.tensors();
   const bool copy =
-      copy_always_ || writes_seen_ || !checked_a_step_ || !std::all_of(tensors.begin(), tensors.end(), has_version);
+      copy_always_ || writes_seen_ || !checked_a_step_ || !std::all_of(tensors.begin(), tensors.end(), keeps_as_is);
   for (const at::Tensor& t : tensors)
-    if (has_version(t)) loops.push_back(LoopTensor{micro_batch, t, int64_t(t._version()), copy});
+    if (!t.is_inference()) loops.push_back(LoopTensor{micro_batch, t, int64_t(t._version()), copy});
   if (!copy) return batch;
   Batch kept = batch.copied(&spares_);
   for (const at::Tensor& t : kept.tensors()) copies.push_back(t);

@@ -241,6 +241,24 @@ def test_an_inference_tensor_in_the_batch_is_kept_as_a_copy(tmp_path):
     assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
 
 
+def test_an_input_that_requires_grad_keeps_the_gradient_its_own_backward_gave(tmp_path):
+    """A loop that reads its input's gradient after the backward (an
+    adversarial step, FGSM): the guard keeps such an input as a copy, so the
+    forensic re-run's backward adds nothing to the loop's x.grad."""
+    model, guard = _regressor_guard(tmp_path)
+    results = []
+    for step in range(3):
+        x, y = _regressor_batch(zero_row=3 if step == 2 else None)
+        x.requires_grad_(True)
+        guard.backward(F.mse_loss(model(x), y), (x, y))
+        given = x.grad.clone()
+        results.append(guard.step())
+        torch.testing.assert_close(x.grad, given, rtol=0, atol=0, equal_nan=True)
+    guard.close()
+    assert [r.counted for r in results] == [True, True, False]
+    assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
+
+
 class SampleCallGPT(DropoutGPT):
     pass
 
