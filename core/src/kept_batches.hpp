@@ -4,8 +4,14 @@
 // over the batch at every clean step (0.2 ms for a 2.5 MB batch on one
 // core), and most loops never write into a batch after its backward. So the
 // loop's own tensors are kept with their version counters, which every
-// in-place write moves, and step() reads them again. The first watched step
-// is kept as a copy too, and so is every step after a loop was seen writing
+// in-place write moves, and step() reads them again. A write that bypasses
+// the counter (through a numpy view, `.data`, DLPack: a data loader filling
+// its buffer) is looked for in a sample of each tensor's bytes, taken at the
+// backward and read again at step(): 64 elements spread over it, or all of
+// a small tensor (a refill with new data changes them; a few changed
+// elements can escape the sample). Only host tensors are kept so; a device
+// tensor is copied (an asynchronous device copy). The first watched step is
+// kept as a copy too, and so is every step after a loop was seen writing
 // into a micro-batch after its backward (a staging buffer refilled for the
 // next micro-batch, DCGAN's label.fill_, a clean-up in place): such a loop
 // writes so on its first step. A write first seen later leaves that step's
@@ -25,7 +31,8 @@ struct LoopTensor {
   size_t micro_batch = 0;
   at::Tensor tensor;
   int64_t version = 0;
-  bool copied = false;  // the step kept a copy of it: a later write changes nothing kept
+  bool copied = false;          // the step kept a copy of it: a later write changes nothing kept
+  std::vector<uint8_t> sample;  // some of its bytes at the backward, where it could be kept as it is
 };
 
 class KeptBatches {

@@ -191,8 +191,8 @@ def _regressor_guard(tmp_path):
     return model, guard
 
 
-def _regressor_batch(zero_row=None):
-    x, y = torch.randn(5, 4) + 2, torch.randn(5, 1)
+def _regressor_batch(zero_row=None, rows=5):
+    x, y = torch.randn(rows, 4) + 2, torch.randn(rows, 1)
     if zero_row is not None:
         x[zero_row] = 0
     return x, y
@@ -218,6 +218,29 @@ def test_a_write_into_the_batch_after_its_backward_is_seen_and_later_steps_keep_
     assert results[1].first_birth == (
         "not reproduced on re-run, but the loop changed micro-batch 0 in place after its backward, which it had not "
         "done before: the re-run saw the new values (the guard keeps a copy of each micro-batch from now on)")
+    assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
+
+
+def test_a_refill_through_numpy_after_the_backward_is_seen_in_the_batchs_bytes(tmp_path):
+    """A write that no version counter sees (a data loader filling its
+    buffer through a numpy view, 6.4 KB of it): the guard reads a sample of
+    the buffer's bytes again at step(), tells the failing step's re-run saw
+    new values, and keeps copies from then on."""
+    model, guard = _regressor_guard(tmp_path)
+    X, Y = torch.empty(400, 4), torch.empty(400, 1)
+    results = []
+    for step in range(3):
+        x, y = _regressor_batch(zero_row=3 if step > 0 else None, rows=400)
+        X.copy_(x)
+        Y.copy_(y)
+        guard.backward(F.mse_loss(model(X), Y), (X, Y))
+        if step > 0:
+            X.numpy()[:] = _regressor_batch(rows=400)[0].numpy()  # the next batch, past the version counter
+        results.append(guard.step())
+    guard.close()
+    assert [r.counted for r in results] == [True, False, False]
+    assert results[1].first_birth.startswith(
+        "not reproduced on re-run, but the loop changed micro-batch 0 in place after its backward"), results[1].first_birth
     assert results[2].first_birth == "nan at aten::div (forward) in module 'norm', batch row 3", results[2].first_birth
 
 
