@@ -37,9 +37,11 @@ Batch KeptBatches::keep(const Batch& batch, size_t micro_batch, std::vector<Loop
   const std::vector<at::Tensor> tensors = batch.tensors();
   const bool copy =
       copy_always_ || writes_seen_ || !checked_a_step_ || !std::all_of(tensors.begin(), tensors.end(), keeps_as_is);
+  // Detached where it requires grad (its version counter is the same): the
+  // graph that made it is not held until step().
   for (const at::Tensor& t : tensors)
     if (!t.is_inference())
-      loops.push_back(LoopTensor{micro_batch, t, int64_t(t._version()), copy,
+      loops.push_back(LoopTensor{micro_batch, t.requires_grad() ? t.detach() : t, int64_t(t._version()), copy,
                                  keeps_as_is(t) ? sampled_bytes(t) : std::vector<uint8_t>{}});
   if (!copy) return batch;
   Batch kept = batch.copied(&spares_);

@@ -84,8 +84,8 @@ class StepGuard {
   // oldest first; `changed_since_call`: the loop wrote into micro_batch's
   // tensors after the call, so what is kept here is not what the forward saw.
   // The batch is kept as it is now, for a re-run: the loop's own tensors,
-  // checked at step() against a later in-place write, or a copy once the
-  // loop was seen making one.
+  // checked at step() against a later in-place write, or a copy (the first
+  // step, and every step once the loop was seen making such a write).
   at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch,
                    const std::vector<Batch>& earlier_call_batches = {}, bool changed_since_call = false);
   // Before the loop's own clipping (GradScaler's unscale_): divides by the
