@@ -88,16 +88,17 @@ struct Batch {
   std::string nonfinite_tensor_name(int64_t row) const;
 };
 
-// One micro-batch of a step with gradient accumulation: the batch, the CPU
-// generator's state when its forward began (dropout draws the same numbers on a
-// re-run), and what the loop multiplied its loss by before backward (1 /
-// accumulation steps, as nanoGPT does), so a re-run's gradients are the step's.
 // Where a loop wrote into a micro-batch's tensors in place, as a re-run of it sees.
 enum class InPlaceWrite {
   none,
   since_call,      // between the model call and the backward
   since_backward,  // after the backward, where the guard kept the loop's own tensors
 };
+
+// One micro-batch of a step with gradient accumulation: the batch, the CPU
+// generator's state when its forward began (dropout draws the same numbers on a
+// re-run), and what the loop multiplied its loss by before backward (1 /
+// accumulation steps, as nanoGPT does), so a re-run's gradients are the step's.
 
 struct MicroBatch {
   Batch batch;
