@@ -274,6 +274,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.batch_bisected = true;
       const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
       report.evidence.samples = samples_without_which_finite(setup);
+      report.evidence.rows_searched = setup.rerun_error.empty();
       if (report.evidence.samples.empty())
         report.no_row_found =
             setup.rerun_error.empty()
@@ -281,8 +282,16 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
                 : "the loss function failed on the batch without a row (" + setup.rerun_error +
                       "): each of its tensors needs the rows along row_dim (a 1-D one is taken as a flattened "
                       "(rows, m) target, or (m, rows) with row_dim 1)";
+      if (!report.evidence.rows_searched) report.evidence.rows_not_searched = report.no_row_found;
+      report.evidence.rows_out_of_range = s.batch.rows_out_of_range(report.evidence.samples, kRowOutOfRangeFactor);
       setup.rerun_error = step_error;
+    } else {
+      report.evidence.rows_not_searched =
+          s.batch.rows() <= 1 ? "the row search cannot run on a batch of one row"
+                              : "the row search did not run: the step draws random numbers";
     }
+  } else {
+    report.evidence.rows_not_searched = "the row search was not asked for (--no-bisect)";
   }
 
   // The training run's re-run of a compiled model may have seen no op (or

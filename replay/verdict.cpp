@@ -1,6 +1,6 @@
 #include "nanscope/replay/verdict.hpp"
 
-#include "input_producer.hpp"
+#include "nanscope/probe/input_producer.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
@@ -37,7 +37,7 @@ std::string birth_site(const format::Birth& b) {
 // The bare name of the op that made input `input` of the birth op, "" when the
 // trail does not show it.
 std::string producer_name(const format::Birth& b, const std::vector<format::OpRecord>& trail, size_t input) {
-  const std::optional<format::OpRecord> producer = input_producer(b, trail, input);
+  const std::optional<format::OpRecord> producer = probe::input_producer(b, trail, input);
   return producer ? probe::bare_op_name(producer->op) : "";
 }
 
@@ -48,7 +48,7 @@ std::string log_fix(const format::Birth& b, const std::vector<format::OpRecord>&
   const std::string where = birth_site(b);
   const std::string op = probe::bare_op_name(b.op.op);
   const size_t arg = op == "xlogy" ? 1 : 0;  // xlogy(x, y) = x * log(y)
-  const std::optional<format::OpRecord> producer = input_producer(b, trail, arg);
+  const std::optional<format::OpRecord> producer = probe::input_producer(b, trail, arg);
   const std::string from = producer ? probe::bare_op_name(producer->op) : "";
   if (from == "softmax" || from == "_softmax")
     return b.op.op + " in " + where + " takes the log of a softmax whose output rounded to 0: use " +
@@ -207,101 +207,131 @@ std::string doom_search_advice(const VerdictInputs& in) {
 
 }  // namespace
 
+CauseEvidence cause_evidence(const VerdictInputs& in) {
+  CauseEvidence e;
+  e.birth = in.birth;
+  e.nonfinite_weights = in.nonfinite_weights;
+  e.repeats = in.repeats;
+  e.reproduced = in.reproduced;
+  e.eager_finite = in.eager_finite;
+  e.fp32 = in.fp32_finite ? Fp32Rerun::finite : Fp32Rerun::nonfinite;
+  e.rows.state = in.rows_searched || !in.samples.empty() ? RowSearch::State::ran : RowSearch::State::cannot_run;
+  e.rows.breaking = in.samples;
+  e.rows.out_of_range = in.rows_out_of_range;
+  e.rows.why_not = in.rows_not_searched;
+  e.grad_norm_rose = !in.grad_norm_trend.empty();
+  return e;
+}
+
+namespace {
+
+std::string reruns_text(const VerdictInputs& in) {
+  return std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) + " re-runs";
+}
+
+// A step non-finite every time with no op seen making it: the re-runs are
+// the evidence, whether or not the capture saw the op that did it.
+std::string unseen_birth_text(const VerdictInputs& in) {
+  return "non-finite in " + reruns_text(in) + (in.fp32_finite ? " and finite in fp32" : " and in fp32 too") +
+         ", yet no op was seen turning finite values into NaN/Inf: " +
+         (!in.rerun_error.empty()
+              ? "the re-run raised before one did (" + in.rerun_error + ")"
+              : "the values were made where op-level capture cannot see (a fused or compiled kernel, a custom "
+                "extension's op), or were non-finite before the step (the weights, buffers or batch)");
+}
+
+std::string precision_text(const VerdictInputs& in, const Verdict& v) {
+  return "finite in fp32: " + fp32_advice(in) +
+         (in.precision == format::Precision::fp16 && in.own_16bit.empty()  // else the weights are the advice
+              ? ", or use bf16 instead of fp16: " +
+                    format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + " (P1, P10)"
+              : std::string(" (P10)")) +
+         ". " + fix_for(v.category, *in.birth, in, computed_in(in));
+}
+
+// Non-finite in fp32 too: the op's fix, and what the row search said of the samples.
+std::string model_or_data_text(const VerdictInputs& in, const Cause& cause, const Verdict& v) {
+  const format::Birth& b = *in.birth;
+  std::string text =
+      "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in, format::Precision::fp32);
+  if (cause.rule == CauseRule::trigger_rows) {
+    const bool one = cause.rows.size() == 1;
+    text += ". Without " + format::batch_rows_text(in.batch_rows, cause.rows) + " the step is finite, but " +
+            (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
+            number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " + trigger_text(b, in.trail) +
+            ": " + (one ? "it triggers" : "they trigger") +
+            " an op that is unsafe for such inputs, so fix the op; dropping " + (one ? "it" : "them") +
+            " only waits for the next sample that drives it there";
+  } else if (!b.rows.empty() && b.rows.size() < std::min(format::kBirthRowsKept, in.batch_rows.size())) {
+    // Some rows, not all: the birth names the samples where batch bisection
+    // could not (a model that draws random numbers) or found no single one.
+    text += ". " + b.op.op + " made only " + format::batch_rows_text(in.batch_rows, b.rows) + " of " +
+            std::to_string(in.batch_rows.size()) + " non-finite: inspect " + (b.rows.size() == 1 ? "it" : "them");
+  }
+  return text;
+}
+
+}  // namespace
+
 Verdict decide(const VerdictInputs& in) {
+  const Cause cause = cause_of(cause_evidence(in));
   Verdict v;
-  if (in.eager_finite.value_or(false) && in.reproduced > 0) {
-    // The same step, weights, batch, RNG state and precision: only the
-    // program differs, so no fix of the model's math or data applies.
-    v.verdict = format::Verdict::compiler;
-    v.category = format::Category::compiled_program;
-    v.suggestion = "non-finite in " + std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) +
-                   " compiled re-runs and finite when the same step runs eagerly: the compiled program is wrong, "
-                   "not the model's math. " +
-                   compiled_region_advice(in) + "; keep the snapshot for a bug report (it replays the step exactly)";
-    return v;
-  }
-  if (!in.nonfinite_weights.empty()) {
-    // Read from the weights, not re-run: no op of this step made the value.
-    v.verdict = format::Verdict::model_or_data;
-    v.category = format::Category::nonfinite_weights;
-    v.suggestion = "the weights already held NaN/Inf as the step began (" + format::weights_text(in.nonfinite_weights) +
-                   "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
-                   "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
-                   "or they were loaded so. Go back to weights from before it" +
-                   doom_search_advice(in);
-    return v;
-  }
-  if (!in.birth && in.reproduced > 0) {
-    // The re-runs are the evidence: a step non-finite every time is no fluke,
-    // whether or not the capture saw the op that did it.
-    v.verdict = in.fp32_finite ? format::Verdict::precision : format::Verdict::model_or_data;
-    v.category = format::Category::other;
-    v.suggestion = "non-finite in " + std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) + " re-runs" +
-                   (in.fp32_finite ? " and finite in fp32" : " and in fp32 too") +
-                   ", yet no op was seen turning finite values into NaN/Inf: " +
-                   (!in.rerun_error.empty()
-                        ? "the re-run raised before one did (" + in.rerun_error + ")"
-                        : "the values were made where op-level capture cannot see (a fused or compiled kernel, "
-                          "a custom extension's op), or were non-finite before the step (the weights, buffers "
-                          "or batch)");
-    return v;
+  v.verdict = cause.verdict.value_or(format::Verdict::model_or_data);
+  v.category = cause.category;
+  switch (cause.rule) {
+    case CauseRule::compiled_program:
+      // The same step, weights, batch, RNG state and precision: only the
+      // program differs, so no fix of the model's math or data applies.
+      v.suggestion = "non-finite in " + std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) +
+                     " compiled re-runs and finite when the same step runs eagerly: the compiled program is wrong, "
+                     "not the model's math. " +
+                     compiled_region_advice(in) + "; keep the snapshot for a bug report (it replays the step exactly)";
+      return v;
+    case CauseRule::nonfinite_weights:
+      v.suggestion = "the weights already held NaN/Inf as the step began (" +
+                     format::weights_text(in.nonfinite_weights) +
+                     "): no op of this step made them. An earlier update did (an LR spike, a loss spike through "
+                     "an unclipped step, the optimizer's own arithmetic such as eps 0 over a zero second moment), "
+                     "or they were loaded so. Go back to weights from before it" +
+                     doom_search_advice(in);
+      return v;
+    case CauseRule::not_reproduced:
+      v.suggestion = in.birth ? "0 of " + std::to_string(in.repeats) +
+                                    " re-runs from the same state went non-finite: suspect non-determinism or the "
+                                    "hardware, not the math; set the determinism knobs (P19) and watch for a recurrence"
+                              : "no re-run from the same state went non-finite and no birth was captured: suspect "
+                                "non-determinism or the hardware; set the determinism knobs (P19) and watch for a "
+                                "recurrence";
+      return v;
+    case CauseRule::nonfinite_batch:
+      v.suggestion = "drop " + format::batch_rows_text(in.batch_rows, {in.birth->sample}) + ": " +
+                     fix_for(v.category, *in.birth, in, computed_in(in));
+      return v;
+    case CauseRule::no_counted_target:
+      // Degenerate data: finite inputs, nothing to average. No precision helps.
+      v.suggestion = fix_for(v.category, *in.birth, in, computed_in(in));
+      return v;
+    case CauseRule::rows_out_of_range:
+      v.suggestion = "non-finite in fp32 too, and finite without " +
+                     format::batch_rows_text(in.batch_rows, cause.rows) +
+                     (cause.rows.size() == 1 ? ", whose values lie" : ", whose values lie each") + " over " +
+                     number_text(kRowOutOfRangeFactor) +
+                     "x outside the rest of the batch's (the median row's largest magnitude): drop " +
+                     (cause.rows.size() == 1 ? "it" : "them") + " and find where the data pipeline made " +
+                     (cause.rows.size() == 1 ? "it" : "them") + " (P11)";
+      if (in.birth) v.suggestion += ". The op it broke: " + fix_for(v.category, *in.birth, in, format::Precision::fp32);
+      return v;
+    case CauseRule::fp32_rerun_raised:
+    case CauseRule::finite_in_fp32:
+    case CauseRule::trigger_rows:
+    case CauseRule::every_row:
+    case CauseRule::rows_not_searched: break;
   }
   if (!in.birth) {
-    v.verdict = format::Verdict::transient;
-    v.category = format::Category::other;
-    v.suggestion =
-        "no re-run from the same state went non-finite and no birth was captured: suspect "
-        "non-determinism or the hardware; set the determinism knobs (P19) and watch for a recurrence";
+    v.suggestion = unseen_birth_text(in);
     return v;
   }
-  const format::Birth& b = *in.birth;
-  v.category = probe::category_of(b);
-  if (b.op.phase == format::Phase::input) {
-    v.verdict = format::Verdict::data;
-    v.suggestion = "drop " + format::batch_rows_text(in.batch_rows, {b.sample}) + ": " +
-                   fix_for(v.category, b, in, computed_in(in));
-    return v;
-  }
-  if (v.category == format::Category::all_targets_ignored) {
-    // Degenerate data: finite inputs, nothing to average. No precision helps.
-    v.verdict = format::Verdict::data;
-    v.suggestion = fix_for(v.category, b, in, computed_in(in));
-    return v;
-  }
-  if (in.repeats > 0 && in.reproduced == 0) {
-    v.verdict = format::Verdict::transient;
-    v.suggestion = "0 of " + std::to_string(in.repeats) +
-                   " re-runs from the same state went non-finite: suspect non-determinism or the "
-                   "hardware, not the math; set the determinism knobs (P19) and watch for a recurrence";
-    return v;
-  }
-  if (in.fp32_finite) {
-    v.verdict = format::Verdict::precision;
-    v.suggestion = "finite in fp32: " + fp32_advice(in) +
-                   (in.precision == format::Precision::fp16 && in.own_16bit.empty()  // else the weights are the advice
-                        ? ", or use bf16 instead of fp16: " +
-                              format::how_to_set(in.origin, format::advice_words(in.origin).amp_bf16) + " (P1, P10)"
-                        : std::string(" (P10)")) +
-                   ". " + fix_for(v.category, b, in, computed_in(in));
-  } else {
-    v.verdict = format::Verdict::model_or_data;
-    // An overflow in fp32 after the grad norm rose for steps is the LR's doing (P12, P18).
-    if (!in.grad_norm_trend.empty() &&
-        (v.category == format::Category::overflow || v.category == format::Category::other))
-      v.category = format::Category::grad_explosion;
-    v.suggestion =
-        "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in, format::Precision::fp32);
-    if (!in.samples.empty()) {
-      v.suggestion += ". Without " + format::batch_rows_text(in.batch_rows, in.samples) +
-                      " the step is finite: inspect " + (in.samples.size() == 1 ? "it" : "them");
-    } else if (!b.rows.empty() && b.rows.size() < std::min(format::kBirthRowsKept, in.batch_rows.size())) {
-      // Some rows, not all: the birth names the samples where batch bisection
-      // could not (a model that draws random numbers) or found no single one.
-      v.suggestion += ". " + b.op.op + " made only " + format::batch_rows_text(in.batch_rows, b.rows) + " of " +
-                      std::to_string(in.batch_rows.size()) + " non-finite: inspect " +
-                      (b.rows.size() == 1 ? "it" : "them");
-    }
-  }
+  v.suggestion = v.verdict == format::Verdict::precision ? precision_text(in, v) : model_or_data_text(in, cause, v);
   // The rise's advice, unless the category's fix already gave it.
   if (!in.grad_norm_trend.empty())
     v.suggestion +=

@@ -36,6 +36,10 @@ class LockstepReruns : public StepReruns {
   LockstepReruns(GradientAverager& ranks, LiveStepReruns& mine) : ranks_(ranks), mine_(mine) {}
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
+  // The leader's own batch, read without a re-run.
+  std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override {
+    return mine_.rows_out_of_range(rows);
+  }
   bool unswitchable() const override { return mine_.unswitchable(); }
   bool raised() const override { return mine_.raised(); }
   std::string last_error() const override { return mine_.last_error(); }

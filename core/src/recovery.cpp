@@ -29,12 +29,28 @@ std::optional<RecoveryPlan> remedy_without_diagnosis(const StepFacts& facts, con
   if (state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run)
     return make(RecoveryAction::whole_fallback, RecoveryReason::remedies_did_not_hold, Remedy::whole_fp32);
   if (facts.same_birth_as) {
-    if (facts.same_birth_as->remedy == Remedy::skip_data)
-      return make(RecoveryAction::skip_data, RecoveryReason::same_birth_again, Remedy::skip_data);
+    // The same fault again is skipped as it was, and explains itself: it
+    // escalates nothing (explained()).
+    const Remedy earlier = facts.same_birth_as->remedy;
+    if (earlier == Remedy::skip_data || earlier == Remedy::skip_model_or_data) {
+      RecoveryPlan r = make(earlier == Remedy::skip_data ? RecoveryAction::skip_data : RecoveryAction::skip_model_or_data,
+                            RecoveryReason::same_birth_again, earlier);
+      r.counted = false;
+      return r;
+    }
+    // Its modules went to fp32 and it failed again: they were not enough.
     return make(RecoveryAction::whole_fallback, RecoveryReason::same_birth_again, Remedy::whole_fp32);
   }
   if (!facts.rerunnable) return make(RecoveryAction::whole_fallback, RecoveryReason::no_loss_fn, Remedy::whole_fp32);
   return std::nullopt;
+}
+
+// A cause in the step's batch, not in the model's state: a data fault, or
+// an unsafe op that ordinary samples trigger (named by the row search).
+// Nothing about the model is learnt from it, so it escalates nothing.
+bool explained_by_its_batch(const RemedyChoice& choice) {
+  return choice.remedy == Remedy::skip_data ||
+         (choice.remedy == Remedy::skip_model_or_data && choice.cause && choice.cause->rule == CauseRule::trigger_rows);
 }
 
 // --fallback auto: the remedy the step's diagnosis supports, or the whole
@@ -51,6 +67,7 @@ RecoveryPlan diagnosed_remedy(const RemedyChoice& choice) {
     case Remedy::skip_transient: action = RecoveryAction::skip_transient; break;
     case Remedy::skip_compiler: action = RecoveryAction::skip_compiler; break;
     case Remedy::skip_undiagnosed: action = RecoveryAction::skip_undiagnosed; break;
+    case Remedy::skip_model_or_data: action = RecoveryAction::skip_model_or_data; break;
     case Remedy::fp32_modules: action = RecoveryAction::fp32_modules; break;
     case Remedy::none:
     case Remedy::whole_fp32:
@@ -59,6 +76,7 @@ RecoveryPlan diagnosed_remedy(const RemedyChoice& choice) {
   RecoveryPlan r = make(action, RecoveryReason::diagnosed,
                         action == RecoveryAction::whole_fallback ? Remedy::whole_fp32 : choice.remedy);
   if (action == RecoveryAction::fp32_modules) r.modules = choice.modules;
+  r.counted = !explained_by_its_batch(choice);
   r.diagnosis = choice;
   return r;
 }
@@ -77,7 +95,7 @@ std::optional<RecoveryPlan> automatic_remedy(const StepFacts& facts, const Recov
 // row, is a dead run.
 bool run_is_dead(const RecoveryPlan& r, const StepFacts& facts, const RecoveryState& state) {
   const bool nothing_new = r.action != RecoveryAction::whole_fallback && r.action != RecoveryAction::fp32_modules;
-  return nothing_new && state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run &&
+  return nothing_new && r.counted && state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run &&
          !fallback_left(facts, state) && !rollback_possible(state);
 }
 
@@ -127,12 +145,13 @@ int plan_strength(const RecoveryPlan& plan) {
     case RecoveryAction::skip_transient: return 2;
     case RecoveryAction::skip_compiler: return 3;
     case RecoveryAction::skip_undiagnosed: return 4;
-    case RecoveryAction::skip_data: return 5;
-    case RecoveryAction::fp32_modules: return 6;
-    case RecoveryAction::whole_fallback: return 7;
-    case RecoveryAction::replay_without: return 8;
-    case RecoveryAction::roll_back: return 9;
-    case RecoveryAction::stop: return 10;
+    case RecoveryAction::skip_model_or_data: return 5;
+    case RecoveryAction::skip_data: return 6;
+    case RecoveryAction::fp32_modules: return 7;
+    case RecoveryAction::whole_fallback: return 8;
+    case RecoveryAction::replay_without: return 9;
+    case RecoveryAction::roll_back: return 10;
+    case RecoveryAction::stop: return 11;
     case RecoveryAction::unknown: break;
   }
   return 0;

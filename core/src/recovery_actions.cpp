@@ -140,7 +140,8 @@ RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, cons
     case RecoveryAction::skip_data:
     case RecoveryAction::skip_transient:
     case RecoveryAction::skip_compiler:
-    case RecoveryAction::skip_undiagnosed: remedy_record(); break;
+    case RecoveryAction::skip_undiagnosed:
+    case RecoveryAction::skip_model_or_data: remedy_record(); break;
     case RecoveryAction::fp32_modules:
       memory_.add_fp32_modules(r.modules);
       remedy_record();
@@ -162,13 +163,20 @@ RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, cons
     case RecoveryAction::stop: stop_dead_run(step, w.why);
     case RecoveryAction::unknown: break;
   }
-  // --fallback auto: the same first birth later needs no new diagnosis.
-  if (r.diagnosis && (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules))
+  // --fallback auto: the same fault later needs no new diagnosis. An unsafe
+  // op is remembered with the samples that trigger it, never without.
+  if (r.diagnosis && (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules ||
+                      (r.diagnosis->remedy == Remedy::skip_model_or_data && !r.diagnosis->trigger_samples.empty())))
     forensics_.remember(birth, step, *r.diagnosis);
   const bool went_back = r.action == RecoveryAction::roll_back || r.action == RecoveryAction::replay_without;
   if (r.trigger == RecoveryTrigger::persisting_trouble && !went_back) memory_.escalated();
   journal_.flush();  // a skip is exactly what a post-mortem wants on disk
-  if (r.trigger == RecoveryTrigger::nonfinite_step && !went_back && r.counted) memory_.count_nonfinite(step);
+  if (r.trigger == RecoveryTrigger::nonfinite_step && !went_back) {
+    if (r.counted)
+      memory_.count_nonfinite(step);
+    else
+      memory_.explained();  // the step's trouble, observed before its cause was known, is taken back
+  }
   if (r.then_stop) stop_dead_run(step, w.then_stop);
   return done;
 }

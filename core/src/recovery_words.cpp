@@ -30,13 +30,17 @@ std::string no_rollback_text(const RecoveryState& state) {
 // Worded from this step's own capture: the earlier step's rows are not this
 // one's (its diagnosis's why is that step's measurement).
 std::string same_birth_text(const StepFacts& facts) {
-  const std::string same = "the same first birth as step " + std::to_string(facts.same_birth_step) +
-                           (facts.birth_where.empty() ? "" : ", here in " + facts.birth_where);
-  if (facts.same_birth_as && facts.same_birth_as->remedy == Remedy::skip_data)
-    return same + " (a data fault at step " + std::to_string(facts.same_birth_step) + "); no fallback";
+  const std::string where = facts.birth_where.empty() ? "" : ", here in " + facts.birth_where;
+  const std::string again = "again (as step " + std::to_string(facts.same_birth_step) + ")";
+  const Remedy earlier = facts.same_birth_as ? facts.same_birth_as->remedy : Remedy::none;
+  if (earlier == Remedy::skip_data)
+    return again + ": the same first birth and sample" + where + " (a data fault); no fallback";
+  if (earlier == Remedy::skip_model_or_data)
+    return again + ": the same first birth and trigger sample" + where +
+           " (an unsafe op, non-finite at full precision too); no fallback";
   const std::vector<std::string> none;
-  return same + ", with " + fp32_modules_flag_value(facts.same_birth_as ? facts.same_birth_as->modules : none) +
-         " in fp32";
+  return "the same first birth as step " + std::to_string(facts.same_birth_step) + where + ", with " +
+         fp32_modules_flag_value(facts.same_birth_as ? facts.same_birth_as->modules : none) + " in fp32";
 }
 
 std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "nanscope/common/error_text.hpp"
+#include "nanscope/common/number_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/fp32_modules.hpp"
 #include "nanscope/core/optimizer.hpp"
@@ -42,24 +43,34 @@ class LiveFp32Trial : public Fp32Trial {
   std::vector<std::string> already_;
 };
 
-bool is_data_category(format::Category c) {
-  return c == format::Category::nonfinite_input || c == format::Category::all_targets_ignored;
-}
-
-// Rows without which the step is finite; empty when none, or all (then the
-// batch's size, not a sample, is what matters). `unrun`: why the search says
-// nothing, when every re-run without a row raised ("" when it ran).
-std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& reruns, std::string& unrun) {
-  std::vector<int64_t> found;
-  if (failed.batch_size < 2 || failed.batch_size > kMaxRowsSearched) return found;
+// The rows without which the step is finite, and of them the rows out of
+// the batch's range; or why the search cannot run. A search in which every
+// re-run raised says nothing either.
+RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
+  RowSearch search;
+  search.state = RowSearch::State::cannot_run;
+  if (failed.batch_size == 0) {
+    search.why_not = "the row search cannot run: the closure runs its own batch only (give a loss function of the batch)";
+    return search;
+  }
+  if (failed.batch_size == 1) {
+    search.why_not = "the row search cannot run on a batch of one row: nothing tells the sample from the model";
+    return search;
+  }
+  if (failed.batch_size > kMaxRowsSearched) {
+    search.why_not = "the row search did not run: the batch has " + std::to_string(failed.batch_size) +
+                     " rows (batches of up to " + std::to_string(kMaxRowsSearched) + " are searched)";
+    return search;
+  }
   if (reruns.draws_random_numbers()) {
-    unrun =
+    search.why_not =
         "the row search did not run: the step draws random numbers, so without a row every later draw shifts "
         "and a finite re-run would prove nothing";
-    return found;
+    return search;
   }
   int64_t raised = 0;
   std::string error;
+  std::vector<int64_t> found;
   for (int64_t row = 0; row < failed.batch_size; ++row) {
     if (reruns.finite(failed.amp, failed.fp32_modules, row)) found.push_back(row);
     if (reruns.raised()) {
@@ -67,11 +78,22 @@ std::vector<int64_t> rows_that_break(const FailedStep& failed, StepReruns& rerun
       if (error.empty()) error = reruns.last_error();
     }
   }
-  if (int64_t(found.size()) == failed.batch_size) found.clear();
-  if (found.empty() && raised == failed.batch_size)
-    unrun = "the row search could not run: the loss raised on the batch without a row (" + error +
-            "); name each tensor's row dimension (row_dims)";
-  return found;
+  if (found.empty() && raised == failed.batch_size) {
+    search.why_not = "the row search could not run: the loss raised on the batch without a row (" + error +
+                     "); name each tensor's row dimension (row_dims; Python: row_dim=)";
+    return search;
+  }
+  search.state = RowSearch::State::ran;
+  // Finite without any one row: the batch's size, not a sample, is what matters.
+  if (int64_t(found.size()) < failed.batch_size) search.breaking = found;
+  if (!search.breaking.empty()) search.out_of_range = reruns.rows_out_of_range(search.breaking);
+  return search;
+}
+
+std::string rows_text(const std::vector<int64_t>& rows) {
+  std::string list;
+  for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return (rows.size() == 1 ? "batch row " : "batch rows ") + list;
 }
 
 // Median seconds of three re-runs with each module set, alternated so both see the same machine.
@@ -90,88 +112,155 @@ std::pair<double, double> rerun_seconds(StepReruns& reruns, Amp amp, const std::
   return {median(a), median(b)};
 }
 
+// What the precision search found, as the remedy: the smallest module set
+// in fp32, or the whole fallback when none (or no birth to search from).
+void precision_remedy(RemedyChoice& choice, const FailedStep& failed, StepReruns& reruns) {
+  const auto& birth = failed.capture->first_birth;
+  if (!birth) {
+    // Non-finite again with no op seen making it (a compiled kernel): no
+    // module to start a search from, so the whole model goes to fp32.
+    choice.why = "finite with autocast off; no birth was seen to search the modules from";
+    return;
+  }
+  LiveFp32Trial trial(reruns, failed.amp, failed.fp32_modules);
+  const std::vector<std::string> found = minimal_fp32_modules(trial, birth->op.module);
+  if (found.empty()) {
+    choice.why = "finite with autocast off, but no set of modules in fp32 is";
+    return;
+  }
+  choice.remedy = Remedy::fp32_modules;
+  choice.modules = found;
+  choice.why = "finite with " + fp32_modules_flag_value(found) + " in fp32";
+  std::tie(choice.seconds_before, choice.seconds_after) =
+      rerun_seconds(reruns, failed.amp, failed.fp32_modules, trial.with_already(found));
+}
+
+// What the evidence is before any re-run of the diagnosis: the batch's own
+// check and the forensic re-run's capture (one re-run of the step).
+CauseEvidence first_evidence(const FailedStep& failed) {
+  CauseEvidence e;
+  e.batch_nonfinite = !failed.batch_finite;
+  if (failed.capture) {
+    const format::Capture& capture = *failed.capture;
+    e.birth = capture.first_birth;
+    e.nonfinite_weights = capture.nonfinite_weights;
+    e.repeats = 1;
+    e.reproduced = capture.first_birth || capture.reproduced || capture.compiled_only ? 1 : 0;
+    if (capture.compiled_only) e.eager_finite = true;
+  }
+  // A step at fp32 is its own fp32 re-run. A model of its own 16-bit weights
+  // computes in them with autocast off too: that re-run is no fp32 one
+  // (widening a copy of the weights would double their memory mid-run;
+  // nanscope-replay does it).
+  if (!failed.own_16bit.empty())
+    e.fp32 = Fp32Rerun::unknown;
+  else if (failed.amp == Amp::fp32)
+    e.fp32 = Fp32Rerun::nonfinite;
+  return e;
+}
+
+// The rules' cause, with the evidence they asked for gathered by re-runs;
+// `fp32_error`: what the fp32 re-run raised, if it did.
+Cause diagnosed_cause(const FailedStep& failed, StepReruns& reruns, CauseEvidence& e, std::string& fp32_error) {
+  for (;;) {
+    const std::variant<Cause, EvidenceNeeded> c = classify_cause(e);
+    if (const Cause* cause = std::get_if<Cause>(&c)) return *cause;
+    if (std::get<EvidenceNeeded>(c) == EvidenceNeeded::fp32_rerun) {
+      const bool finite = reruns.finite(Amp::fp32, {});
+      e.fp32 = reruns.raised() ? Fp32Rerun::raised : finite ? Fp32Rerun::finite : Fp32Rerun::nonfinite;
+      fp32_error = reruns.last_error();
+    } else {
+      e.rows = search_rows(failed, reruns);
+    }
+  }
+}
+
+// The words after "non-finite with autocast off too" for a step the rows
+// (or the model) fail: what the row search found, or why it did not run.
+std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const FailedStep& failed) {
+  std::string text = !failed.own_16bit.empty() ? "non-finite in the model's own " + failed.own_16bit + " weights"
+                     : failed.amp == Amp::fp32 ? "non-finite at fp32"
+                                               : "non-finite with autocast off too";
+  switch (cause.rule) {
+    case CauseRule::trigger_rows:
+      return text + "; finite without " + rows_text(cause.rows) + ", " +
+             (cause.rows.size() == 1 ? "an ordinary sample" : "ordinary samples") + " (within " +
+             number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " +
+             trigger_text(*e.birth, failed.capture->trail) +
+             ": fix the op, not the data (nanscope-replay gives the fix)";
+    case CauseRule::every_row:
+      return text + ", whichever batch row is left out" + (cause.fp32_unknown ? "" : ": not one sample, and not precision");
+    case CauseRule::rows_not_searched: return text + "; " + e.rows.why_not;
+    default: return text;
+  }
+}
+
 }  // namespace
 
 RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
   RemedyChoice choice;
-  if (!failed.batch_finite) {
-    choice.remedy = Remedy::skip_data;
-    choice.why = "the batch holds a non-finite value";
-    return choice;
-  }
-  if (!failed.capture) {
+  if (failed.batch_finite && !failed.capture) {
     choice.why = "not investigated (probe off)";
     return choice;
   }
-  const auto& birth = failed.capture->first_birth;
-  if (birth && is_data_category(probe::category_of(*birth))) {
-    choice.remedy = Remedy::skip_data;
-    choice.why = std::string("the birth is the data's (") + format::to_string(probe::category_of(*birth)) + ")";
-    return choice;
-  }
-  if (failed.capture->compiled_only) {
-    // Eager is finite: no precision or row of the model's math is at fault.
-    choice.remedy = Remedy::skip_compiler;
-    choice.why = format::capture_text(*failed.capture);
-    return choice;
-  }
-  if (failed.capture->ops_seen < 0) {
+  if (failed.batch_finite && failed.capture->ops_seen < 0 && !failed.capture->compiled_only) {
     choice.why = "not diagnosed: the forensic re-run failed";
     return choice;
   }
-  if (!birth && !failed.capture->reproduced) {
-    choice.remedy = Remedy::skip_transient;
-    choice.why = "the re-run of the same step was finite";
-    return choice;
-  }
-  // A model of its own 16-bit weights computes in them with autocast off
-  // too: that re-run is no fp32 one, and says nothing of precision (widening
-  // a copy of the weights would double their memory mid-run; nanscope-replay does it).
-  const bool fp32_rerun = failed.amp != Amp::fp32 && failed.own_16bit.empty();
-  const bool fp32_finite = fp32_rerun && reruns.finite(Amp::fp32, {});
-  if (fp32_rerun && reruns.raised()) {
-    choice.remedy = Remedy::skip_undiagnosed;
-    choice.why = "the re-run with autocast off raised (" + reruns.last_error() + "), so nothing says what to change";
-    return choice;
-  }
-  if (fp32_finite) {
-    // Non-finite again with no op seen making it (a compiled kernel): no
-    // module to start a search from, so the whole model goes to fp32.
-    if (!birth) {
-      choice.why = "finite with autocast off; no birth was seen to search the modules from";
-      return choice;
-    }
-    LiveFp32Trial trial(reruns, failed.amp, failed.fp32_modules);
-    const std::vector<std::string> found = minimal_fp32_modules(trial, birth->op.module);
-    if (found.empty()) {
-      choice.why = "finite with autocast off, but no set of modules in fp32 is";
-      return choice;
-    }
-    choice.remedy = Remedy::fp32_modules;
-    choice.modules = found;
-    choice.why = "finite with " + fp32_modules_flag_value(found) + " in fp32";
-    std::tie(choice.seconds_before, choice.seconds_after) =
-        rerun_seconds(reruns, failed.amp, failed.fp32_modules, trial.with_already(found));
-    return choice;
-  }
-  std::string unrun;
-  if (const std::vector<int64_t> rows = rows_that_break(failed, reruns, unrun); !rows.empty()) {
-    choice.remedy = Remedy::skip_data;
-    std::string list;
-    for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    choice.why = "finite without batch row(s) " + list;
-    return choice;
-  }
-  choice.why = !failed.own_16bit.empty()
-                   ? "non-finite in the model's own " + failed.own_16bit +
-                         " weights (no fp32 re-run: widen them to fp32 to try one, or replay the snapshot)"
-               : failed.amp == Amp::fp32 ? "non-finite at fp32"
-                                         : "non-finite with autocast off too";
-  if (!unrun.empty()) {
-    // Non-finite at full precision, a sample or the model: the search that
-    // would tell them apart did not run, and that alone escalates nothing.
-    choice.remedy = Remedy::skip_undiagnosed;
-    choice.why += "; " + unrun;
+  CauseEvidence e = first_evidence(failed);
+  std::string fp32_error;
+  const Cause cause = diagnosed_cause(failed, reruns, e, fp32_error);
+  choice.cause = cause;
+  switch (cause.rule) {
+    case CauseRule::nonfinite_weights:
+      choice.remedy = Remedy::skip_model_or_data;
+      choice.why = "the weights held NaN/Inf as the step began (" + format::weights_text(e.nonfinite_weights) + ")";
+      break;
+    case CauseRule::compiled_program:
+      // Eager is finite: no precision or row of the model's math is at fault.
+      choice.remedy = Remedy::skip_compiler;
+      choice.why = format::capture_text(*failed.capture);
+      break;
+    case CauseRule::not_reproduced:
+      choice.remedy = Remedy::skip_transient;
+      choice.why = "the re-run of the same step was finite";
+      break;
+    case CauseRule::nonfinite_batch:
+      choice.remedy = Remedy::skip_data;
+      choice.why = !failed.batch_finite ? "the batch holds a non-finite value"
+                                        : "the birth is the data's (nonfinite_input)";
+      break;
+    case CauseRule::no_counted_target:
+      choice.remedy = Remedy::skip_data;
+      choice.why = "the birth is the data's (all_targets_ignored)";
+      break;
+    case CauseRule::fp32_rerun_raised:
+      choice.remedy = Remedy::skip_undiagnosed;
+      choice.why = "the re-run with autocast off raised (" + fp32_error + "), so nothing says what to change";
+      break;
+    case CauseRule::finite_in_fp32: precision_remedy(choice, failed, reruns); break;
+    case CauseRule::rows_out_of_range:
+      choice.remedy = Remedy::skip_data;
+      choice.why = "finite without " + rows_text(cause.rows) + ", out of the batch's range (over " +
+                   number_text(kRowOutOfRangeFactor) + "x the median row's largest value)";
+      break;
+    case CauseRule::every_row:
+    case CauseRule::rows_not_searched:
+      // No fp32 re-run could be made and no sample is named: the stock
+      // fallback, which for such a model is its LR cut alone (its weights stay 16-bit).
+      if (cause.fp32_unknown) {
+        choice.why = model_or_data_text(cause, e, failed) +
+                     " (no fp32 re-run: widen them to fp32 to try one, or replay the snapshot)";
+        break;
+      }
+      [[fallthrough]];
+    case CauseRule::trigger_rows:
+      // Non-finite at full precision: fp32 would not help, and the search
+      // that tells a sample from the model found the one or could not run;
+      // neither escalates anything by itself (a recurrence does).
+      choice.remedy = Remedy::skip_model_or_data;
+      choice.why = model_or_data_text(cause, e, failed);
+      break;
   }
   return choice;
 }
@@ -233,6 +322,10 @@ bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_module
 bool LiveStepReruns::draws_random_numbers() {
   if (!draws_known()) finite(Amp::fp32, {}, -1);
   return draws_.value_or(false);
+}
+
+std::vector<int64_t> LiveStepReruns::rows_out_of_range(const std::vector<int64_t>& rows) {
+  return micro_.batch.rows_out_of_range(rows, kRowOutOfRangeFactor);
 }
 
 std::vector<std::string> LiveStepReruns::modules_seen() {

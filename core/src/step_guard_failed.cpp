@@ -24,6 +24,25 @@ bool batches_finite(const probe::Probe& probe, const std::vector<MicroBatch>& mi
   return true;
 }
 
+// The fingerprints of the samples this step's birth names: the input's own
+// row, the rows its op made non-finite, or (an op whose output has no rows)
+// every row of the batch.
+std::vector<uint64_t> samples_of(const format::Birth& birth, const Batch& batch) {
+  const int64_t n = batch.rows();
+  std::vector<int64_t> rows;
+  if (birth.op.phase == format::Phase::input) {
+    if (birth.sample >= 0) rows.push_back(birth.sample);
+    // An input birth's row is the batch's first non-finite one (Batch::first_nonfinite_row).
+  } else if (!birth.rows.empty()) {
+    rows = birth.rows;
+  } else {
+    for (int64_t r = 0; r < n; ++r) rows.push_back(r);
+  }
+  std::vector<uint64_t> out;
+  for (int64_t r : rows) out.push_back(batch.row_fingerprint(r));
+  return out;
+}
+
 }  // namespace
 
 void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
@@ -175,7 +194,8 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   const std::optional<format::Capture>& capture = found.capture;
   if (capture && capture->first_birth) {
     facts.birth_where = format::birth_place_text(*capture->first_birth);
-    if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth_key(*capture))) {
+    const Batch& batch = run.micro_batches.at(diagnosed_micro_batch(run, capture)).batch;
+    if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth_key(*capture), samples_of(*capture->first_birth, batch))) {
       facts.same_birth_step = seen->step;
       facts.same_birth_as = seen->remedy;
     }

@@ -486,6 +486,23 @@ RemedyChoice StepGuard::Impl::diagnose_in_lockstep(RunningStep& run, const std::
   return diagnose(run, capture, &ranks, leader);
 }
 
+namespace {
+
+// The samples that trigger the cause, as fingerprints: the rows the cause
+// names, or the row of the batch's own NaN/Inf.
+RemedyChoice with_trigger_samples(RemedyChoice choice, const Batch& batch) {
+  if (!choice.cause) return choice;
+  std::vector<int64_t> rows = choice.cause->rows;
+  if (choice.cause->rule == CauseRule::nonfinite_batch) {
+    const int64_t row = batch.first_nonfinite_row();
+    if (row >= 0) rows.push_back(row);
+  }
+  for (int64_t row : rows) choice.trigger_samples.push_back(batch.row_fingerprint(row));
+  return choice;
+}
+
+}  // namespace
+
 RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
                                        GradientAverager* lockstep, int leader) {
   FailedStep failed;
@@ -501,7 +518,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
-  if (!lockstep) return choose_remedy(failed, reruns);
+  if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch);
   if (lockstep->rank() != leader) {
     follow_lockstep_reruns(*lockstep, leader, reruns);
     RemedyChoice none;
@@ -517,7 +534,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
     throw;
   }
   leading.finish();
-  return choice;
+  return with_trigger_samples(choice, micro.batch);
 }
 
 }  // namespace nanscope

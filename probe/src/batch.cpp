@@ -1,5 +1,6 @@
 #include "nanscope/probe/batch.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "nanscope/probe/float_types.hpp"
@@ -165,11 +166,12 @@ Batch Batch::without_row(int64_t row) const {
   return out;
 }
 
-// Each defined floating tensor with its row dimension (-1 where it has none).
+// Each defined floating tensor (or every defined tensor) that has the
+// batch's rows, with its row dimension.
 template <class F>
-void for_each_with_rows(const Batch& batch, int64_t rows, const F& f) {
+void for_each_with_rows(const Batch& batch, int64_t rows, const F& f, bool floating_only = true) {
   auto visit = [&](const at::Tensor& t, int64_t leaf) {
-    if (!t.defined() || !t.is_floating_point() || t.numel() == 0) return;
+    if (!t.defined() || (floating_only && !t.is_floating_point()) || t.numel() == 0) return;
     int64_t dim = -1;
     try {
       dim = batch.row_dim_of(t, leaf, rows);
@@ -206,6 +208,48 @@ at::Tensor Batch::row_of(int64_t row) const {
     if (!found.defined() && !at::isfinite(t.select(dim, row)).all().item<bool>()) found = t.select(dim, row);
   });
   return found;
+}
+
+std::vector<int64_t> Batch::rows_out_of_range(const std::vector<int64_t>& candidates, double factor) const {
+  const int64_t n = rows();
+  std::vector<int64_t> out;
+  if (n < 3 || candidates.empty()) return out;  // no "rest of the batch" to compare with
+  at::Tensor largest = at::zeros({n}, at::kDouble);
+  for_each_with_rows(*this, n, [&](const at::Tensor& t, int64_t dim) {
+    const at::Tensor per_row = t.detach().abs().movedim(dim, 0).reshape({n, -1}).amax(1).to(at::kCPU, at::kDouble);
+    largest = at::maximum(largest, per_row);
+  });
+  const double* m = largest.data_ptr<double>();
+  for (int64_t row : candidates) {
+    if (row < 0 || row >= n) continue;
+    std::vector<double> others;
+    for (int64_t r = 0; r < n; ++r)
+      if (r != row) others.push_back(m[r]);
+    std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+    const double median = others[others.size() / 2];
+    if (median > 0 && m[row] > factor * median) out.push_back(row);
+  }
+  return out;
+}
+
+uint64_t Batch::row_fingerprint(int64_t row) const {
+  // FNV-1a over each tensor's sample `row`, its bytes and its shape.
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&hash](const void* data, size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  };
+  const int64_t n = rows();
+  if (row < 0 || row >= n) return 0;
+  for_each_with_rows(
+      *this, n,
+      [&](const at::Tensor& t, int64_t dim) {
+        const at::Tensor sample = t.detach().select(dim, row).contiguous().to(at::kCPU);
+        for (int64_t size : sample.sizes()) mix(&size, sizeof size);
+        mix(sample.data_ptr(), size_t(sample.nbytes()));
+      },
+      /*floating_only=*/false);
+  return hash;
 }
 
 }  // namespace nanscope

@@ -242,8 +242,11 @@ TEST(ClosureStep, AClosureThatTakesTheBatchLetsTheFallbackFindTheSample) {
   BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(torch::log(b.inputs)), b.targets); };
   GuardedStep r = guard.closure_step(loss, {x, y});
   EXPECT_FALSE(r.counted());
-  EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
-  EXPECT_EQ(guard.amp(), Amp::bf16) << "a data NaN keeps the precision";
+  // An ordinary sample (-1 beside values in [0.5, 1.5]) that the model's own
+  // log cannot take: the op's trigger, not a data fault.
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log.str();
+  EXPECT_NE(log.str().find("finite without batch row 3, an ordinary sample"), std::string::npos) << log.str();
+  EXPECT_EQ(guard.amp(), Amp::bf16) << "non-finite at fp32 too: precision is not the cause";
 }
 
 TEST(ClosureStep, AGuardOfATrainableModelRefusesAClosureStep) {
@@ -388,7 +391,8 @@ TEST(ClosureStep, ABufferAnOpWroteInfIntoIsBornThereAndItsSampleFound) {
   const GuardedStep failed = step();
   EXPECT_FALSE(failed.counted());
   EXPECT_EQ(failed.first_birth.rfind("inf at aten::batch_norm (forward) in module '1'", 0), 0u) << failed.first_birth;
-  EXPECT_NE(log.str().find("non-finite buffers -> skipped; data: finite without batch row(s) 5"), std::string::npos)
+  EXPECT_NE(log.str().find("non-finite buffers -> skipped; data: finite without batch row 5, out of the batch's range"),
+            std::string::npos)
       << log.str();
   EXPECT_EQ(failed.remedy, Remedy::skip_data);
   EXPECT_TRUE(guard.health().finite()) << guard.health().text();
@@ -609,17 +613,17 @@ TEST(ClosureStep, EachTensorOfANestedBatchIsCutAlongItsOwnRowDimension) {
   std::string log;
   GuardedStep r = run(6, {}, log);
   EXPECT_FALSE(r.counted());
-  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
-  EXPECT_NE(log.find("finite without batch row(s) 1"), std::string::npos) << log;
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;  // an ordinary sample the loss's log cannot take
+  EXPECT_NE(log.find("finite without batch row 1"), std::string::npos) << log;
 
   r = run(2, {}, log);  // two layers, two samples: the state is cut along its layers
-  EXPECT_EQ(r.remedy, Remedy::skip_undiagnosed) << log;
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;
   EXPECT_NE(log.find("the row search could not run"), std::string::npos) << log;
   EXPECT_NE(log.find("row_dims"), std::string::npos) << log;
 
   r = run(2, {0, 0, 1, 1}, log);  // declared
-  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
-  EXPECT_NE(log.find("finite without batch row(s) 1"), std::string::npos) << log;
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;
+  EXPECT_NE(log.find("finite without batch row 1"), std::string::npos) << log;
 }
 
 TEST(NestedBatch, ATensorWhoseRowsTwoDimensionsCouldHoldIsRefusedByName) {
@@ -729,8 +733,8 @@ TEST(ClosureStep, AModuleOfBf16WeightsAskedForInFp32IsRefusedWithHowToWidenIt) {
 // A step that draws random numbers (a VAE's randn_like) draws differently
 // without a row: a finite re-run then proves nothing about that row. The row
 // search refuses, as nanscope-replay refuses it on the snapshot, and a search
-// that did not run escalates nothing: the step is skipped, undiagnosed. The
-// same step without the draw finds the row.
+// that did not run escalates nothing: non-finite at fp32 too, the step is
+// skipped as model_or_data. The same step without the draw finds the row.
 TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes) {
   auto run = [](bool draws, std::string& log_text) {
     TempDir dir;
@@ -756,11 +760,11 @@ TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes)
   std::string log;
   GuardedStep r = run(true, log);
   EXPECT_FALSE(r.counted());
-  EXPECT_EQ(r.remedy, Remedy::skip_undiagnosed) << log;
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;
   EXPECT_FALSE(r.fell_back) << log;
   EXPECT_NE(log.find("the row search did not run: the step draws random numbers"), std::string::npos) << log;
 
   r = run(false, log);
-  EXPECT_EQ(r.remedy, Remedy::skip_data) << log;
-  EXPECT_NE(log.find("finite without batch row(s) 5"), std::string::npos) << log;
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;  // a blank sample: the op's trigger
+  EXPECT_NE(log.find("finite without batch row 5, an ordinary sample"), std::string::npos) << log;
 }

@@ -140,9 +140,9 @@ TEST(ForensicsMemory, RemembersTheFirstNonfiniteRanksAndEachBirthsRemedy) {
   remedy.remedy = Remedy::skip_data;
   memory.remember("", 3, remedy);  // no birth: nothing to know it by
   memory.remember("nan|aten::mul|fc1", 3, remedy);
-  EXPECT_EQ(memory.diagnosed(""), nullptr);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc2"), nullptr);
-  ASSERT_NE(memory.diagnosed("nan|aten::mul|fc1"), nullptr);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1")->step, 3);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1")->remedy.remedy, Remedy::skip_data);
+  EXPECT_EQ(memory.diagnosed("", {}), nullptr);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc2", {}), nullptr);
+  ASSERT_NE(memory.diagnosed("nan|aten::mul|fc1", {}), nullptr);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", {})->step, 3);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", {})->remedy.remedy, Remedy::skip_data);
 }

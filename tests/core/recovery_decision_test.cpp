@@ -169,7 +169,18 @@ const std::vector<Row>& rows() {
              f.same_birth_as = RemedyChoice{Remedy::skip_data, {}, "the batch holds a non-finite value"};
              f.same_birth_step = 3;
            }),
-       Remedy::unknown, RecoveryAction::skip_data, Remedy::skip_data, false, "the same first birth as step 3"},
+       Remedy::unknown, RecoveryAction::skip_data, Remedy::skip_data, false, "again (as step 3)"},
+      {"auto: the same unsafe op on the same trigger sample again is skipped again",
+       all(failed_bf16_step, automatic,
+           [](StepFacts& f, RecoveryState&) {
+             f.same_birth_as = RemedyChoice{Remedy::skip_model_or_data, {}, "finite without batch row 5"};
+             f.same_birth_as->trigger_samples = {42};
+             f.same_birth_step = 3;
+           }),
+       Remedy::unknown, RecoveryAction::skip_model_or_data, Remedy::skip_model_or_data, false,
+       "again (as step 3): the same first birth and trigger sample"},
+      {"auto: non-finite at fp32 too", all(failed_bf16_step, automatic), Remedy::skip_model_or_data,
+       RecoveryAction::skip_model_or_data, Remedy::skip_model_or_data, false, "; no fallback"},
       {"auto: the same birth after its fp32 modules is whole",
        all(failed_bf16_step, automatic,
            [](StepFacts& f, RecoveryState&) {
@@ -336,7 +347,8 @@ TEST(RecoveryDecision, TheSameBirthAgainIsWordedWithThisStepsRowNotTheFirstOnes)
   const RecoveryPlan r = decide_recovery(facts, state);
   const std::string why = recovery_words(r, facts, state).why;
   EXPECT_EQ(r.action, RecoveryAction::skip_data);
-  EXPECT_NE(why.find("the same first birth as step 2, here in batch row 24"), std::string::npos) << why;
+  EXPECT_NE(why.find("again (as step 2): the same first birth and sample, here in batch row 24"), std::string::npos)
+      << why;
   EXPECT_EQ(why.find("21"), std::string::npos) << "step 2's row is not this step's: " << why;
 }
 
@@ -376,6 +388,7 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
   // A skip < data < fp32 modules < whole < rollback < stop.
   const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,           RecoveryAction::skip_transient,
                                                      RecoveryAction::skip_compiler,  RecoveryAction::skip_undiagnosed,
+                                                     RecoveryAction::skip_model_or_data,
                                                      RecoveryAction::skip_data,      RecoveryAction::fp32_modules,
                                                      RecoveryAction::whole_fallback, RecoveryAction::replay_without,
                                                      RecoveryAction::roll_back,      RecoveryAction::stop};
@@ -387,4 +400,40 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
           << to_string(weakest_first[i]);
     }
   }
+}
+
+// A fault explained without the model (its batch's, or an unsafe op that
+// ordinary samples trigger, or the same fault again) escalates nothing: it
+// is no trouble for the rollback policy and no step of a dead run; a cause
+// that needs no one sample is.
+TEST(RecoveryDecision, AFaultExplainedByItsBatchOrMetAgainIsNotCountedAsTrouble) {
+  StepFacts facts;
+  RecoveryState state;
+  recovery_decision_test::failed_bf16_step(facts, state);
+  recovery_decision_test::automatic(facts, state);
+  state.nonfinite_in_a_row = 19;  // one more counted step would be a dead run's 20th
+  state.mode = FallbackMode::automatic;
+  auto decided = [&](Remedy remedy, std::optional<CauseRule> rule) {
+    StepFacts f = facts;
+    RecoveryState s = state;
+    s.nonfinite_in_a_row = 0;
+    RemedyChoice choice;
+    choice.remedy = remedy;
+    if (rule) choice.cause = Cause{*rule, format::Verdict::model_or_data, format::Category::log_nonpositive, {5}};
+    f.diagnosis = choice;
+    return decide_recovery(f, s);
+  };
+  EXPECT_FALSE(decided(Remedy::skip_data, CauseRule::nonfinite_batch).counted);
+  EXPECT_FALSE(decided(Remedy::skip_model_or_data, CauseRule::trigger_rows).counted);
+  EXPECT_TRUE(decided(Remedy::skip_model_or_data, CauseRule::every_row).counted) << "needs no one sample: the model's";
+  EXPECT_TRUE(decided(Remedy::skip_model_or_data, CauseRule::rows_not_searched).counted);
+  EXPECT_TRUE(decided(Remedy::skip_transient, CauseRule::not_reproduced).counted);
+
+  facts.same_birth_as = RemedyChoice{Remedy::skip_data, {}, "the batch holds a non-finite value"};
+  facts.same_birth_step = 3;
+  state.nonfinite_in_a_row = 0;
+  const RecoveryPlan again = decide_recovery(facts, state);
+  EXPECT_EQ(again.action, RecoveryAction::skip_data);
+  EXPECT_FALSE(again.counted);
+  EXPECT_FALSE(again.then_stop);
 }

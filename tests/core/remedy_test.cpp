@@ -2,6 +2,7 @@
 // of re-runs, then whole runs with planted faults against --fallback whole.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "nanscope/core/remedy.hpp"
@@ -17,6 +18,7 @@ class ScriptedReruns : public StepReruns {
   bool fp32_finite = false;
   std::set<std::string> modules_that_fix;  // any of these in fp32 makes it finite
   std::set<int64_t> rows_that_break;
+  std::vector<int64_t> out_of_range;  // rows far out of the batch's range
   bool fp32_raises = false, cut_raises = false;  // the re-run raises instead of running
   int runs = 0;
 
@@ -31,6 +33,12 @@ class ScriptedReruns : public StepReruns {
     return false;
   }
   std::vector<std::string> modules_seen() override { return {"embed", "blocks.0", "blocks.0.ln1", "head"}; }
+  std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override {
+    std::vector<int64_t> out;
+    for (int64_t r : rows)
+      if (std::find(out_of_range.begin(), out_of_range.end(), r) != out_of_range.end()) out.push_back(r);
+    return out;
+  }
   bool unswitchable() const override { return false; }
   bool raised() const override { return raised_; }
   std::string last_error() const override { return raised_ ? "shape '[3, -1]' is invalid" : ""; }
@@ -91,19 +99,55 @@ TEST(Remedy, FiniteAtFp32ButWithNoModuleSetIsTheWholeFallback) {
   EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "head"), reruns).remedy, Remedy::whole_fp32);
 }
 
-TEST(Remedy, NonFiniteAtFp32WithoutOneSampleIsTheDatas) {
+// An ordinary sample that drives an unsafe op is its trigger, not its
+// cause: the op is named, the row too, and no fallback is taken.
+TEST(Remedy, NonFiniteAtFp32WithoutAnOrdinarySampleIsAnUnsafeOpItTriggers) {
   ScriptedReruns reruns;
   reruns.rows_that_break = {5};
   const RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns);
-  EXPECT_EQ(choice.remedy, Remedy::skip_data);
-  EXPECT_NE(choice.why.find("row(s) 5"), std::string::npos) << choice.why;
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  ASSERT_TRUE(choice.cause);
+  EXPECT_EQ(choice.cause->rule, CauseRule::trigger_rows);
+  EXPECT_NE(choice.why.find("finite without batch row 5, an ordinary sample"), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("aten::log (forward) in module 'head' makes inf"), std::string::npos) << choice.why;
 }
 
-TEST(Remedy, NonFiniteAtFp32WithEverySampleIsTheWholeFallback) {
+TEST(Remedy, NonFiniteAtFp32WithoutASampleOutOfTheBatchsRangeIsTheDatas) {
   ScriptedReruns reruns;
-  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
+  reruns.rows_that_break = {5};
+  reruns.out_of_range = {5};
+  const RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::exp", "head"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_data);
+  EXPECT_NE(choice.why.find("finite without batch row 5, out of the batch's range"), std::string::npos) << choice.why;
+}
+
+// Non-finite with autocast off: fp32 is shown not to help, so no precision
+// remedy is taken, whatever the row search found.
+TEST(Remedy, NonFiniteAtFp32WithEverySampleTakesNoPrecisionRemedy) {
+  ScriptedReruns reruns;
+  RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  EXPECT_NE(choice.why.find("whichever batch row is left out"), std::string::npos) << choice.why;
   reruns.rows_that_break = {0, 1, 2, 3, 4, 5, 6, 7};  // any row: the batch's size, not a sample
-  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns).remedy, Remedy::whole_fp32);
+  choice = choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  EXPECT_EQ(choice.cause->rule, CauseRule::every_row);
+}
+
+// A batch of one row (a style-transfer image, an RL rollout's remainder):
+// the row search cannot run, the line says so, and nothing is escalated.
+TEST(Remedy, AOneRowBatchSaysTheSearchCannotRunAndTakesNoFallback) {
+  ScriptedReruns reruns;
+  FailedStep failed = failed_with_birth("forward", "aten::div", "head");
+  failed.batch_size = 1;
+  const RemedyChoice choice = choose_remedy(failed, reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  EXPECT_NE(choice.why.find("the row search cannot run on a batch of one row"), std::string::npos) << choice.why;
+  EXPECT_EQ(reruns.runs, 1);  // the fp32 re-run alone
+
+  reruns.fp32_finite = true;  // precision evidence: then, and only then, fp32
+  reruns.modules_that_fix = {"head"};
+  EXPECT_EQ(choose_remedy(failed, reruns).remedy, Remedy::fp32_modules);
 }
 
 // A model whose own weights are bf16 computes in bf16 with autocast off too:
@@ -118,14 +162,14 @@ TEST(Remedy, AModelOfItsOwnBf16WeightsGetsNoFp32ReRunAndNoModuleSet) {
   RemedyChoice choice = choose_remedy(failed, reruns);
   EXPECT_EQ(choice.remedy, Remedy::whole_fp32);
   EXPECT_EQ(choice.why,
-            "non-finite in the model's own bfloat16 weights (no fp32 re-run: widen them to fp32 to try one, or "
-            "replay the snapshot)");
+            "non-finite in the model's own bfloat16 weights, whichever batch row is left out (no fp32 re-run: widen "
+            "them to fp32 to try one, or replay the snapshot)");
   EXPECT_EQ(reruns.runs, 8);  // one re-run without each of the 8 rows, none at fp32
 
   reruns.rows_that_break = {3};
   choice = choose_remedy(failed, reruns);
-  EXPECT_EQ(choice.remedy, Remedy::skip_data);
-  EXPECT_NE(choice.why.find("row(s) 3"), std::string::npos) << choice.why;
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  EXPECT_NE(choice.why.find("finite without batch row 3"), std::string::npos) << choice.why;
 }
 
 // A re-run that raised is no evidence: the diagnosis says what raised and
@@ -135,7 +179,7 @@ TEST(Remedy, ReRunsThatRaisedAreNoEvidenceAndEscalateNothing) {
   ScriptedReruns cut;
   cut.cut_raises = true;  // non-finite at fp32 too, and every batch without a row raises
   RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), cut);
-  EXPECT_EQ(choice.remedy, Remedy::skip_undiagnosed);
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
   EXPECT_NE(choice.why.find("the row search could not run"), std::string::npos) << choice.why;
   EXPECT_NE(choice.why.find("shape '[3, -1]' is invalid"), std::string::npos) << choice.why;
 
@@ -145,6 +189,6 @@ TEST(Remedy, ReRunsThatRaisedAreNoEvidenceAndEscalateNothing) {
   EXPECT_EQ(choice.remedy, Remedy::skip_undiagnosed);
   EXPECT_NE(choice.why.find("autocast off raised"), std::string::npos) << choice.why;
 
-  ScriptedReruns ran;  // the same step whose re-runs ran: non-finite at fp32, no row: whole
-  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), ran).remedy, Remedy::whole_fp32);
+  ScriptedReruns ran;  // the same step whose re-runs ran: non-finite at fp32, no row: still no fp32
+  EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), ran).remedy, Remedy::skip_model_or_data);
 }

@@ -40,16 +40,18 @@ def one_step(tmp_path, batch_size, row_dim=0, lines=None):
 
 def test_a_carried_state_is_cut_along_its_own_dimension(tmp_path, nanscope_lines):
     result = one_step(tmp_path / "found", 6)
-    assert result.remedy == "data" and not result.fell_back, nanscope_lines()
-    assert "finite without batch row(s) 1" in nanscope_lines()
+    # An ordinary sample whose mean the loss's own log cannot take: the op's trigger.
+    assert result.remedy == "model_or_data" and not result.fell_back, nanscope_lines()
+    assert "finite without batch row 1, an ordinary sample" in nanscope_lines()
 
 
 def test_where_the_shape_cannot_tell_the_search_says_so_and_a_named_dimension_runs_it(tmp_path, nanscope_lines):
     result = one_step(tmp_path / "two", 2)  # two layers, two samples
-    assert result.remedy == "undiagnosed" and not result.fell_back
+    assert result.remedy == "model_or_data" and not result.fell_back
     assert "the row search could not run" in nanscope_lines()
     result = one_step(tmp_path / "named", 2, row_dim={"[2]": 1, "[3]": 1})
-    assert result.remedy == "data", nanscope_lines()
+    assert result.remedy == "model_or_data", nanscope_lines()
+    assert "finite without batch row 1" in nanscope_lines()
     with pytest.raises(ValueError, match="names 'hidden', which the batch has not"):
         one_step(tmp_path / "wrong", 2, row_dim={"hidden": 1})
 

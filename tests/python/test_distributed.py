@@ -39,16 +39,18 @@ def test_auto_fallback_on_one_ranks_data_fault_is_a_skip_on_every_rank_as_in_one
                                                                                          kind):
     """fallback='auto', a blank sample on rank 1: rank 1 diagnoses the step
     (0/0 in fp32 too, finite without the sample), every rank takes that
-    remedy, data, and nothing more (no fp32, no LR cut): the weights end as
+    remedy, model_or_data (an unsafe op the blank sample triggers), and
+    nothing more (no fp32, no LR cut): the weights end as
     with the stock skip alone (fallback='off')."""
     automatic, skip_only = (rank_pools.run("ddp_auto_fallback", 2, 300, run_dir=str(tmp_path / fallback), kind=kind,
                                            fallback=fallback) for fallback in ("auto", "off"))
     for rank, out in enumerate(automatic):
         results = out["results"]
         assert [r["skipped"] for r in results] == [s == 3 for s in range(6)], rank
-        assert [r["remedy"] for r in results] == ["data" if s == 3 else "none" for s in range(6)], rank
+        assert [r["remedy"] for r in results] == ["model_or_data" if s == 3 else "none" for s in range(6)], rank
         assert {r["amp"] for r in results} == {"bf16"} and results[-1]["lr"] == pytest.approx(1e-2), rank
-        assert "rank 1: finite without batch row(s) 6; no fallback" in out["log"], (rank, out["log"])
+        assert "rank 1: non-finite with autocast off too; finite without batch row 6, an ordinary sample" in out["log"], (
+            rank, out["log"])
         assert out["weights"] == skip_only[rank]["weights"], rank
 
 

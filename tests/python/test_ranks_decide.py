@@ -37,11 +37,11 @@ def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process
     for rank, out in enumerate(guarded):
         results = out["results"]
         assert [r["skipped"] for r in results] == [s == sharded_worker.FAULT_STEP for s in range(sharded_worker.STEPS)]
-        assert [r["remedy"] for r in results] == ["data" if s == sharded_worker.FAULT_STEP else "none"
+        assert [r["remedy"] for r in results] == ["model_or_data" if s == sharded_worker.FAULT_STEP else "none"
                                                   for s in range(sharded_worker.STEPS)], rank
         assert {r["amp"] for r in results} == {"bf16"}, rank
         assert results[-1]["lr"] == pytest.approx(1e-2), rank
-        assert f"rank 1: finite without batch row(s) {sharded_worker.BLANK_ROW}; no fallback" in out["log"], rank
+        assert f"finite without batch row {sharded_worker.BLANK_ROW}, an ordinary sample" in out["log"], rank
         assert out["weights"] == reference[rank]["weights"], f"rank {rank}'s weights differ from the reference run's"
     # Every rank's run file names rank 1 as the first non-finite one and its remedy.
     run_dir = tmp_path / f"{engine}-{form}-forward-{world}" / "run"
@@ -51,7 +51,7 @@ def test_auto_fallback_on_a_data_fault_is_a_skip_on_every_rank_as_in_one_process
     for run in report["runs"]:
         events = {e["kind"]: e["text"] for e in run["events"]}
         assert events["first_nonfinite"] == "1", (run["rank"], events)
-        assert events["remedy"].startswith("data: rank 1: finite without batch row(s)"), (run["rank"], events)
+        assert events["remedy"].startswith("model_or_data: rank 1: non-finite"), (run["rank"], events)
         assert "fallback" not in events, (run["rank"], events)
 
 

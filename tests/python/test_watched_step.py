@@ -90,7 +90,7 @@ def test_a_nanogpt_loop_keeps_its_lines_and_the_birth_names_micro_batch_and_row(
     assert skipped == [3]
     failed = results[3][0]
     assert failed.first_birth == "nan at aten::div (forward) in module 'norm', micro-batch 2, batch row 1"
-    assert failed.remedy == "data"
+    assert failed.remedy == "model_or_data"  # the replay's verdict too: the norm's 0 / 0 on an ordinary row
     assert guard.applied_steps == 4
     # The snapshot keeps the failing micro-batch as it was; replay and the row
     # search stay inside it.

@@ -860,7 +860,8 @@ TEST(VerdictRules, TheBirthsRowsNameTheSamplesOnlyWhenNotEveryRowWent) {
   in.birth->rows = {1};
   in.samples = {2};  // bisection found the sample: its finding is the one given
   advice = replay::decide(in).suggestion;
-  EXPECT_NE(advice.find("Without batch row 2 (data set row 12) the step is finite: inspect it"), std::string::npos)
+  EXPECT_NE(advice.find("Without batch row 2 (data set row 12) the step is finite, but it is an ordinary sample"),
+            std::string::npos)
       << advice;
   EXPECT_EQ(advice.find("made only"), std::string::npos) << advice;
 }
@@ -880,4 +881,46 @@ TEST(VerdictRules, TheEpsOfADivisionGoesWhereTheDivisorWasMade) {
   advice = replay::decide(in).suggestion;
   EXPECT_NE(advice.find("add eps to the divisor of aten::div in attn (a / (b + 1e-8))"), std::string::npos) << advice;
   EXPECT_EQ(advice.find("sqrt"), std::string::npos) << advice;
+}
+
+// A replay whose re-runs all stayed finite proves nothing about the batch or
+// the model, whatever the run's capture named: 0 of N is transient, the
+// batch's own NaN included (an input the step never read).
+TEST(VerdictRules, ReRunsThatStayedFiniteAreTransientWhateverTheBirth) {
+  replay::VerdictInputs in;
+  in.birth = birth_at("input", "nan", {});
+  in.birth->op.phase = format::Phase::input;
+  in.birth->sample = 1;
+  in.repeats = 3;
+  in.reproduced = 0;
+  in.batch_rows = {-1, -1, -1, -1};
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::transient);
+  in.reproduced = 3;
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::data);
+}
+
+// The same evidence gives the guard's remedy and the replay's verdict: an
+// ordinary sample that drives an unsafe op is model_or_data on both sides,
+// a sample far out of the batch's range is data on both.
+TEST(VerdictRules, ARowOutOfTheBatchsRangeIsDataAnOrdinaryOneATrigger) {
+  replay::VerdictInputs in = log_of({}, format::Origin::python);
+  in.repeats = in.reproduced = 1;
+  in.batch_rows = {-1, -1, -1, -1};
+  in.rows_searched = true;
+  in.samples = {2};
+  replay::Verdict v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::model_or_data);
+  EXPECT_NE(v.suggestion.find("it is an ordinary sample"), std::string::npos) << v.suggestion;
+  EXPECT_EQ(cause_of(replay::cause_evidence(in)).rule, CauseRule::trigger_rows);
+  in.rows_out_of_range = {2};
+  v = replay::decide(in);
+  EXPECT_EQ(v.verdict, format::Verdict::data);
+  EXPECT_NE(v.suggestion.find("whose values lie over 1000x outside the rest of the batch's"), std::string::npos)
+      << v.suggestion;
+  in.samples.clear();
+  in.rows_out_of_range.clear();
+  in.rows_searched = false;
+  in.rows_not_searched = "the row search cannot run on a batch of one row";
+  EXPECT_EQ(cause_of(replay::cause_evidence(in)).rule, CauseRule::rows_not_searched);
+  EXPECT_EQ(replay::decide(in).verdict, format::Verdict::model_or_data);
 }

@@ -26,6 +26,7 @@ inline const char* fallback_mode_name(FallbackMode mode) { return to_string(mode
   X(skip_transient, "transient")         \
   X(skip_compiler, "compiler")           \
   X(skip_undiagnosed, "undiagnosed")     \
+  X(skip_model_or_data, "model_or_data") \
   X(fp32_modules, "fp32-modules")        \
   X(whole_fp32, "whole")
 // clang-format on

@@ -2,7 +2,9 @@
 // What forensics (step_guard_forensics.cpp) keeps between steps: which
 // births already have a snapshot and the snapshots written, the ranks of the
 // run's first non-finite step, and --fallback auto's remedy for each first
-// birth it diagnosed, so that the same birth later needs no new diagnosis.
+// birth it diagnosed (with the samples that triggered it), so that the same
+// fault met again needs no new diagnosis and escalates nothing.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,22 +37,34 @@ class ForensicsMemory {
 
   struct Diagnosed {
     int64_t step = -1;
-    RemedyChoice remedy;
+    RemedyChoice remedy;  // its trigger_samples: the samples that triggered it
   };
-  // The remedy diagnosed for first birth `birth` (birth_key) and at which step; nullptr if none.
-  const Diagnosed* diagnosed(const std::string& birth) const {
-    const auto it = remedy_of_birth_.find(birth);
-    return birth.empty() || it == remedy_of_birth_.end() ? nullptr : &it->second;
+  // The remedy diagnosed for first birth `birth` (birth_key) and at which
+  // step; nullptr if none. A diagnosis that named trigger samples is this
+  // step's only where `samples` (the fingerprints of the rows this step's
+  // birth names) holds one of them: the same op failing on another sample is
+  // a new fault.
+  const Diagnosed* diagnosed(const std::string& birth, const std::vector<uint64_t>& samples) const {
+    if (birth.empty()) return nullptr;
+    const auto range = remedy_of_birth_.equal_range(birth);
+    for (auto it = range.first; it != range.second; ++it) {
+      const std::vector<uint64_t>& triggers = it->second.remedy.trigger_samples;
+      if (triggers.empty()) return &it->second;
+      for (uint64_t t : triggers)
+        if (std::find(samples.begin(), samples.end(), t) != samples.end()) return &it->second;
+    }
+    return nullptr;
   }
   void remember(const std::string& birth, int64_t step, const RemedyChoice& remedy) {
-    if (!birth.empty()) remedy_of_birth_.emplace(birth, Diagnosed{step, remedy});
+    if (!birth.empty() && !diagnosed(birth, remedy.trigger_samples))
+      remedy_of_birth_.emplace(birth, Diagnosed{step, remedy});
   }
 
  private:
   SnapshotPolicy snapshot_policy_;
   std::vector<std::string> snapshots_;
   std::vector<int> first_nonfinite_ranks_;
-  std::map<std::string, Diagnosed> remedy_of_birth_;
+  std::multimap<std::string, Diagnosed> remedy_of_birth_;
 };
 
 }  // namespace nanscope

@@ -28,6 +28,8 @@ namespace nanscope {
 // skip_transient  ... because the same step re-runs finite
 // skip_compiler   ... because only the compiled model fails
 // skip_undiagnosed ... because no diagnosis could name a cause
+// skip_model_or_data ... because the step is non-finite at full precision too
+//              (an unsafe op, its trigger rows named where the search found them)
 // fp32_modules the modules named go to fp32 for the rest of the run
 // whole_fallback  the whole model to fp32, LR x lr_backoff (one shot)
 // replay_without  the doom search's replay of the run without the update
@@ -40,6 +42,7 @@ namespace nanscope {
   X(skip_transient, "transient")     \
   X(skip_compiler, "compiler")       \
   X(skip_undiagnosed, "undiagnosed") \
+  X(skip_model_or_data, "model_or_data") \
   X(fp32_modules, "fp32-modules")    \
   X(whole_fallback, "whole") X(replay_without, "replay-without") X(roll_back, "rollback") X(stop, "stop")
 NANSCOPE_DECLARE_WORDS_IN(format::Words, RecoveryAction, NANSCOPE_RECOVERY_ACTIONS)
@@ -66,7 +69,8 @@ struct StepFacts {
   // The doom search named the update that doomed this step, and the run
   // replayed without it survives (asked only where replay_possible).
   bool replay_without_survives = false;
-  // --fallback auto: the remedy an earlier step with the same first birth got.
+  // --fallback auto: the remedy an earlier step with the same fault got (the
+  // same first birth, and the same trigger sample where it named one).
   std::optional<RemedyChoice> same_birth_as;
   int64_t same_birth_step = -1;
   // This step's own words for where its birth is ("micro-batch 1, batch row
@@ -122,8 +126,11 @@ struct RecoveryPlan {
   Remedy remedy = Remedy::none;           // --fallback auto: the remedy event's word (none: no remedy event)
   std::vector<std::string> modules;       // fp32_modules: the ones to add
   std::optional<RemedyChoice> diagnosis;  // the diagnosis made for this step, if one was
-  // The step joins the run of non-finite steps that max_nonfinite_run
-  // bounds (not when its fault was written outside it).
+  // The step is trouble: it joins the run of non-finite steps that
+  // max_nonfinite_run bounds and the rollback policy's count of trouble.
+  // Not when its fault is explained without the model: written outside it,
+  // its batch's (a data fault, an unsafe op ordinary samples trigger), or
+  // the same fault as an earlier step's (same birth, same trigger sample).
   bool counted = true;
   // After this step's skip, a run of non-finite steps has outlasted
   // everything there was to try: the run stops.

@@ -53,6 +53,8 @@ class RecoveryMemory {
     return rollback_.observe(step, loss, nonfinite, skipped_as_spike);
   }
   void finite_step() { nonfinite_in_a_row_ = 0; }
+  // The failed step observed last is no trouble after all (RecoveryPlan::counted).
+  void explained() { rollback_.explained(); }
   // The step's update reached the weights.
   void applied(int64_t step) {
     ++applied_steps_;

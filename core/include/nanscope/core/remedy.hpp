@@ -1,23 +1,27 @@
 #pragma once
-// --fallback auto: the remedy the failed step's own diagnosis supports, in
-// place of the stock loop's one answer (fp32 for the rest of the run, LR cut)
-// to every non-finite step:
+// --fallback auto: the remedy the failed step's own cause supports, in place
+// of the stock loop's one answer (fp32 for the rest of the run, LR cut) to
+// every non-finite step. The cause is classify_cause's (cause.hpp), the rule
+// nanscope-replay's verdict follows too; the diagnosis gathers its evidence
+// with a few re-runs of the failed step (docs/recovery.md):
 //   data       a non-finite input, a loss over no counted target, or a batch
-//              that is finite without one of its samples: skip, nothing else
+//              finite without samples far out of its range: skip, nothing else
+//   model_or_data  non-finite with autocast off too: precision is not the
+//              cause, so no fp32 remedy; skip, and say what the row search
+//              found (the ordinary samples that trigger an unsafe op), or
+//              why it could not run
 //   transient  the re-run of the same step is finite (a kernel's fluke):
 //              skip, nothing else
 //   compiler   a compiled model's step, finite run eagerly and non-finite
 //              compiled again: skip, and name the module to run eagerly
-//   undiagnosed  a re-run the diagnosis needed raised (the fp32 one, or
-//              every one without a batch row): no evidence for a fallback,
-//              so skip, nothing else, and say what raised
+//   undiagnosed  the re-run with autocast off raised: no evidence for a
+//              fallback, so skip, nothing else, and say what raised
 //   precision  finite with autocast off: the smallest set of modules that,
 //              in fp32, makes the step finite goes to fp32 for the rest of
 //              the run, the rest stays low precision; no LR cut
-//   whole      the stock fallback, when no smaller set helps or the step is
-//              non-finite in fp32 too (the model or the data, at fp32)
-// What the replay would say of a snapshot, decided in-process with a few
-// re-runs of the failed step (docs/recovery.md).
+//   whole      the stock fallback, when no smaller set helps, no birth names
+//              a module to search from, or no fp32 re-run can be made (a
+//              model of its own 16-bit weights: the LR cut alone)
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/core/cause.hpp"
 #include "nanscope/core/fallback_mode.hpp"
 #include "nanscope/core/model.hpp"
 #include "nanscope/core/precision.hpp"
@@ -43,6 +48,13 @@ struct RemedyChoice {
   // Several ranks: this rank did not diagnose the step (its own batch's
   // check passed, another rank's failed): the ranks' agreement decides.
   bool no_say = false;
+  // The cause the diagnosis found (its rows are rows of the diagnosed
+  // micro-batch); nullopt when the step could not be diagnosed.
+  std::optional<Cause> cause;
+  // The samples that trigger it (the input birth's row, or the cause's rows),
+  // as Batch::row_fingerprint has them: the same fault met again is the
+  // same birth with one of these samples.
+  std::vector<uint64_t> trigger_samples;
 };
 
 // Re-runs of the failed step: same weights, buffers, RNG state, batch, setup
@@ -61,6 +73,9 @@ class StepReruns {
   virtual bool draws_random_numbers() { return false; }
   // The modules the forward runs ops in (op capture on one re-run).
   virtual std::vector<std::string> modules_seen() = 0;
+  // Of `rows`, those out of the batch's range (Batch::rows_out_of_range at
+  // kRowOutOfRangeFactor); none where the batch cannot be read.
+  virtual std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>&) { return {}; }
   // A TorchScript model whose module frames could not be switched.
   virtual bool unswitchable() const = 0;
 };
@@ -72,6 +87,8 @@ struct FailedStep {
   std::string own_16bit;
   bool batch_finite = true;
   std::optional<format::Capture> capture;  // the forensic re-run's; nullopt: not investigated
+  // The rows of the micro-batch re-run; 0 when its rows cannot be re-run
+  // alone (a step that runs other batches besides it).
   int64_t batch_size = 0;
   std::vector<std::string> fp32_modules;  // already in fp32
 };
@@ -110,6 +127,7 @@ class LiveStepReruns : public StepReruns {
                  const StepSetup& setup, MicroBatch micro);
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
+  std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override;
   bool unswitchable() const override { return !switchable_; }
   bool raised() const override { return !last_error_.empty(); }
   std::string last_error() const override { return last_error_; }

@@ -56,6 +56,11 @@ class RollbackPolicy {
 
   void rolled_back(int64_t step);
   void escalated() { streak_ = 0, probation_skips_ = 0; }
+  // The step just observed as trouble turned out to be explained without the
+  // model (RecoveryPlan::counted): it leaves the count as it found it.
+  void explained() {
+    if (streak_ > 0 && --streak_ == 0) streak_start_ = -1;
+  }
   bool can_roll_back() const { return options_.enabled && rollbacks_ < options_.max_rollbacks; }
   int64_t rollbacks() const { return rollbacks_; }
   void restore_rollbacks(int64_t n) { rollbacks_ = n; }

@@ -75,6 +75,15 @@ struct Batch {
   // sample's values in the first such tensor (for the input birth's statistics).
   int64_t first_nonfinite_row() const;
   at::Tensor row_of(int64_t row) const;
+  // The rows among `candidates` whose largest floating magnitude (over every
+  // floating tensor that holds rows) is over `factor` times the median of
+  // the other rows': samples out of the batch's range. Integer tensors (ids,
+  // labels) are not read. Empty for a batch of fewer than 3 rows.
+  std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& candidates, double factor) const;
+  // A hash of sample `row`'s values and shape in every tensor that holds
+  // rows: the same sample met in another batch (a rollout's minibatches, a
+  // batch trained on again) has the same one; 0 for a row out of bounds.
+  uint64_t row_fingerprint(int64_t row) const;
   // The dimension tensor `t` (leaf `leaf` of a nested batch, -1 otherwise)
   // holds the batch's `rows` samples along; -1 when it holds none. Throws
   // std::invalid_argument, naming the tensor, when two dimensions could be.

@@ -1,10 +1,12 @@
 #pragma once
 // Verdicts and categories (docs/replay.md, nanscope-replay), with suggestions drawn from the
-// precision-and-stability playbook, docs/playbook.md (P1-P19).
+// precision-and-stability playbook, docs/playbook.md (P1-P19). The verdict is
+// classify_cause's (core/cause.hpp), the rule the guard's remedy follows too.
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "nanscope/core/cause.hpp"
 #include "nanscope/format/capture.hpp"
 #include "nanscope/probe/birth_category.hpp"
 
@@ -35,6 +37,11 @@ struct VerdictInputs {
   Fp32Search fp32_search = Fp32Search::not_run;
   std::vector<std::string> fp32_modules;  // precision bisection's answer, when found
   std::vector<int64_t> samples;           // batch bisection's answer (batch rows)
+  // Whether batch bisection ran, and why not when it did not; of `samples`,
+  // those out of the batch's range (Batch::rows_out_of_range).
+  bool rows_searched = false;
+  std::string rows_not_searched;
+  std::vector<int64_t> rows_out_of_range;
   // Each batch row's row in the data set, the snapshot's /batch/rows: -1 where
   // unknown (format/row_text.hpp); its length is the batch size.
   std::vector<int64_t> batch_rows;
@@ -65,6 +72,8 @@ struct Verdict {
   std::string suggestion;
 };
 
+// The evidence the replay gathered, as the classifier reads it.
+CauseEvidence cause_evidence(const VerdictInputs& in);
 Verdict decide(const VerdictInputs& in);
 
 // "a, b, c": how reports and suggestions list modules.

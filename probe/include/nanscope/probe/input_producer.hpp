@@ -19,9 +19,9 @@
 
 #include "nanscope/format/capture.hpp"
 
-namespace nanscope::replay {
+namespace nanscope::probe {
 
 std::optional<format::OpRecord> input_producer(const format::Birth& birth, const std::vector<format::OpRecord>& trail,
                                                size_t input);
 
-}  // namespace nanscope::replay
+}  // namespace nanscope::probe

@@ -1,4 +1,4 @@
-#include "input_producer.hpp"
+#include "nanscope/probe/input_producer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "nanscope/probe/birth_category.hpp"
 
-namespace nanscope::replay {
+namespace nanscope::probe {
 
 namespace {
 
@@ -61,4 +61,4 @@ std::optional<format::OpRecord> input_producer(const format::Birth& birth, const
   return found;
 }
 
-}  // namespace nanscope::replay
+}  // namespace nanscope::probe

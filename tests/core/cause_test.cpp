@@ -1,0 +1,149 @@
+// The one rule from evidence to cause (core/cause.hpp): a row per rule, each
+// with the evidence that decides it, and the order in which the rules win.
+// The guard's remedy (remedy_test.cpp) and nanscope-replay's verdict
+// (replay_test.cpp) both come from it.
+#include <gtest/gtest.h>
+
+#include "nanscope/core/cause.hpp"
+
+using namespace nanscope;
+
+namespace {
+
+format::Birth birth_at(const std::string& op, format::Phase phase = format::Phase::forward,
+                       format::BirthKind kind = format::BirthKind::nan) {
+  format::Birth b;
+  b.op.op = op;
+  b.op.phase = phase;
+  b.op.module = "head";
+  b.kind = kind;
+  return b;
+}
+
+// A step that failed at `op` in its one forensic re-run, non-finite at fp32
+// too, its rows searched with nothing found.
+CauseEvidence failed_at(const std::string& op) {
+  CauseEvidence e;
+  e.birth = birth_at(op);
+  e.repeats = e.reproduced = 1;
+  e.fp32 = Fp32Rerun::nonfinite;
+  e.rows.state = RowSearch::State::ran;
+  return e;
+}
+
+struct Row {
+  const char* name;
+  CauseEvidence evidence;
+  CauseRule rule;
+  std::optional<format::Verdict> verdict;
+  format::Category category;
+};
+
+template <class F>
+CauseEvidence with(CauseEvidence e, F change) {
+  change(e);
+  return e;
+}
+
+}  // namespace
+
+TEST(Cause, EachRuleDecidesFromItsEvidence) {
+  using format::Category;
+  using format::Verdict;
+  const CauseEvidence log = failed_at("aten::log");
+  const std::vector<Row> rows = {
+      {"weights held NaN", with(log, [](auto& e) { e.nonfinite_weights = {"fc.weight"}; }),
+       CauseRule::nonfinite_weights, Verdict::model_or_data, Category::nonfinite_weights},
+      {"compiled only", with(log, [](auto& e) { e.eager_finite = true; }), CauseRule::compiled_program,
+       Verdict::compiler, Category::compiled_program},
+      {"not reproduced", with(log, [](auto& e) { e.reproduced = 0; }), CauseRule::not_reproduced,
+       Verdict::transient, Category::log_nonpositive},
+      {"the batch's NaN", with(log, [](auto& e) { e.batch_nonfinite = true; }), CauseRule::nonfinite_batch,
+       Verdict::data, Category::nonfinite_input},
+      {"an input birth", with(log, [](auto& e) { e.birth = birth_at("input", format::Phase::input); }),
+       CauseRule::nonfinite_batch, Verdict::data, Category::nonfinite_input},
+      {"fp32 raised", with(log, [](auto& e) { e.fp32 = Fp32Rerun::raised; }), CauseRule::fp32_rerun_raised,
+       std::nullopt, Category::log_nonpositive},
+      {"finite in fp32", with(log, [](auto& e) { e.fp32 = Fp32Rerun::finite; }), CauseRule::finite_in_fp32,
+       Verdict::precision, Category::log_nonpositive},
+      {"a row out of range", with(log, [](auto& e) { e.rows.breaking = e.rows.out_of_range = {5}; }),
+       CauseRule::rows_out_of_range, Verdict::data, Category::log_nonpositive},
+      {"an ordinary trigger row", with(log, [](auto& e) { e.rows.breaking = {5}; }), CauseRule::trigger_rows,
+       Verdict::model_or_data, Category::log_nonpositive},
+      {"every row", log, CauseRule::every_row, Verdict::model_or_data, Category::log_nonpositive},
+      {"search could not run",
+       with(log, [](auto& e) { e.rows = {RowSearch::State::cannot_run, {}, {}, "one row"}; }),
+       CauseRule::rows_not_searched, Verdict::model_or_data, Category::log_nonpositive},
+      {"a rise before an fp32 overflow", with(failed_at("aten::mm"), [](auto& e) { e.grad_norm_rose = true; }),
+       CauseRule::every_row, Verdict::model_or_data, Category::grad_explosion},
+  };
+  for (const Row& row : rows) {
+    const Cause c = cause_of(row.evidence);
+    EXPECT_EQ(c.rule, row.rule) << row.name;
+    EXPECT_EQ(c.verdict, row.verdict) << row.name;
+    EXPECT_EQ(c.category, row.category) << row.name;
+  }
+}
+
+TEST(Cause, ALossOverNoCountedTargetIsTheDatas) {
+  CauseEvidence e = failed_at("aten::nll_loss_forward");
+  e.birth->counted_targets = 0;
+  e.fp32 = Fp32Rerun::not_run;  // no re-run needed: no precision helps a mean over nothing
+  const Cause c = cause_of(e);
+  EXPECT_EQ(c.category, format::Category::all_targets_ignored);
+  EXPECT_EQ(c.rule, CauseRule::no_counted_target);
+  EXPECT_EQ(c.verdict, format::Verdict::data);
+}
+
+// Re-runs that did not fail again outweigh what the failed step's capture
+// named, the batch's own NaN included: nothing that did not recur is a cause.
+TEST(Cause, ReRunsThatAllStayedFiniteAreTransientWhateverTheBirth) {
+  CauseEvidence e = failed_at("input");
+  e.birth->op.phase = format::Phase::input;
+  e.repeats = 3;
+  e.reproduced = 0;
+  EXPECT_EQ(cause_of(e).verdict, format::Verdict::transient);
+}
+
+TEST(Cause, AnOrdinarySampleIsATriggerAndNamedAsOne) {
+  CauseEvidence e = failed_at("aten::log");
+  e.rows.breaking = {2, 5};
+  const Cause c = cause_of(e);
+  EXPECT_EQ(c.verdict, format::Verdict::model_or_data);
+  EXPECT_EQ(c.rows, (std::vector<int64_t>{2, 5}));
+  e.rows.out_of_range = {5};  // one of them far out of the batch's range: that one is the data's fault
+  const Cause out = cause_of(e);
+  EXPECT_EQ(out.verdict, format::Verdict::data);
+  EXPECT_EQ(out.rows, std::vector<int64_t>{5});
+}
+
+// The guard gathers lazily: the rules say which re-run they need next.
+TEST(Cause, TheRulesAskForTheFp32ReRunThenTheRowSearch) {
+  CauseEvidence e;
+  e.birth = birth_at("aten::log");
+  e.repeats = e.reproduced = 1;
+  auto c = classify_cause(e);
+  ASSERT_TRUE(std::holds_alternative<EvidenceNeeded>(c));
+  EXPECT_EQ(std::get<EvidenceNeeded>(c), EvidenceNeeded::fp32_rerun);
+  e.fp32 = Fp32Rerun::nonfinite;
+  c = classify_cause(e);
+  ASSERT_TRUE(std::holds_alternative<EvidenceNeeded>(c));
+  EXPECT_EQ(std::get<EvidenceNeeded>(c), EvidenceNeeded::row_search);
+  e.fp32 = Fp32Rerun::finite;  // precision needs no rows
+  EXPECT_TRUE(std::holds_alternative<Cause>(classify_cause(e)));
+  e.fp32 = Fp32Rerun::not_run;
+  e.batch_nonfinite = true;  // nor does the batch's own NaN
+  EXPECT_TRUE(std::holds_alternative<Cause>(classify_cause(e)));
+  EXPECT_THROW(cause_of(CauseEvidence{}), std::logic_error);
+}
+
+// A model of its own 16-bit weights has no fp32 re-run in-run: its causes
+// after the rows say nothing of precision, and say so.
+TEST(Cause, NoFp32ReRunLeavesPrecisionOpen) {
+  CauseEvidence e = failed_at("aten::div");
+  e.fp32 = Fp32Rerun::unknown;
+  const Cause c = cause_of(e);
+  EXPECT_EQ(c.rule, CauseRule::every_row);
+  EXPECT_TRUE(c.fp32_unknown);
+  EXPECT_FALSE(cause_of(failed_at("aten::div")).fp32_unknown);
+}
