@@ -286,9 +286,9 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.evidence.rows_out_of_range = s.batch.rows_out_of_range(report.evidence.samples, kRowOutOfRangeFactor);
       setup.rerun_error = step_error;
     } else {
-      report.evidence.rows_not_searched =
-          s.batch.rows() <= 1 ? "the row search cannot run on a batch of one row"
-                              : "the row search did not run: the step draws random numbers";
+      report.evidence.rows_not_searched = s.batch.rows() <= 1
+                                              ? "the row search cannot run on a batch of one row"
+                                              : "the row search did not run: the step draws random numbers";
     }
   } else {
     report.evidence.rows_not_searched = "the row search was not asked for (--no-bisect)";

@@ -1,11 +1,11 @@
 #include "nanscope/replay/verdict.hpp"
 
-#include "nanscope/probe/input_producer.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
 #include "nanscope/format/row_text.hpp"
 #include "nanscope/probe/birth_category.hpp"
+#include "nanscope/probe/input_producer.hpp"
 
 #include <algorithm>
 #include <map>
@@ -258,10 +258,9 @@ std::string model_or_data_text(const VerdictInputs& in, const Cause& cause, cons
     const bool one = cause.rows.size() == 1;
     text += ". Without " + format::batch_rows_text(in.batch_rows, cause.rows) + " the step is finite, but " +
             (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
-            number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " + trigger_text(b, in.trail) +
-            ": " + (one ? "it triggers" : "they trigger") +
-            " an op that is unsafe for such inputs, so fix the op; dropping " + (one ? "it" : "them") +
-            " only waits for the next sample that drives it there";
+            number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " + trigger_text(b, in.trail) + ": " +
+            (one ? "it triggers" : "they trigger") + " an op that is unsafe for such inputs, so fix the op; dropping " +
+            (one ? "it" : "them") + " only waits for the next sample that drives it there";
   } else if (!b.rows.empty() && b.rows.size() < std::min(format::kBirthRowsKept, in.batch_rows.size())) {
     // Some rows, not all: the birth names the samples where batch bisection
     // could not (a model that draws random numbers) or found no single one.

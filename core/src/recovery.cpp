@@ -29,13 +29,16 @@ std::optional<RecoveryPlan> remedy_without_diagnosis(const StepFacts& facts, con
   if (state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run)
     return make(RecoveryAction::whole_fallback, RecoveryReason::remedies_did_not_hold, Remedy::whole_fp32);
   if (facts.same_birth_as) {
-    // The same fault again is skipped as it was, and explains itself: it
-    // escalates nothing (explained()).
+    // The same fault again is skipped as it was. A data fault explains
+    // itself and escalates nothing; an ordinary sample that fails again may
+    // be failing because the model changed under it (an earlier update that
+    // wrecked the weights), so it stays trouble the rollback policy counts.
     const Remedy earlier = facts.same_birth_as->remedy;
     if (earlier == Remedy::skip_data || earlier == Remedy::skip_model_or_data) {
-      RecoveryPlan r = make(earlier == Remedy::skip_data ? RecoveryAction::skip_data : RecoveryAction::skip_model_or_data,
-                            RecoveryReason::same_birth_again, earlier);
-      r.counted = false;
+      RecoveryPlan r =
+          make(earlier == Remedy::skip_data ? RecoveryAction::skip_data : RecoveryAction::skip_model_or_data,
+               RecoveryReason::same_birth_again, earlier);
+      r.counted = earlier != Remedy::skip_data;
       return r;
     }
     // Its modules went to fp32 and it failed again: they were not enough.
@@ -43,14 +46,6 @@ std::optional<RecoveryPlan> remedy_without_diagnosis(const StepFacts& facts, con
   }
   if (!facts.rerunnable) return make(RecoveryAction::whole_fallback, RecoveryReason::no_loss_fn, Remedy::whole_fp32);
   return std::nullopt;
-}
-
-// A cause in the step's batch, not in the model's state: a data fault, or
-// an unsafe op that ordinary samples trigger (named by the row search).
-// Nothing about the model is learnt from it, so it escalates nothing.
-bool explained_by_its_batch(const RemedyChoice& choice) {
-  return choice.remedy == Remedy::skip_data ||
-         (choice.remedy == Remedy::skip_model_or_data && choice.cause && choice.cause->rule == CauseRule::trigger_rows);
 }
 
 // --fallback auto: the remedy the step's diagnosis supports, or the whole
@@ -76,7 +71,6 @@ RecoveryPlan diagnosed_remedy(const RemedyChoice& choice) {
   RecoveryPlan r = make(action, RecoveryReason::diagnosed,
                         action == RecoveryAction::whole_fallback ? Remedy::whole_fp32 : choice.remedy);
   if (action == RecoveryAction::fp32_modules) r.modules = choice.modules;
-  r.counted = !explained_by_its_batch(choice);
   r.diagnosis = choice;
   return r;
 }
@@ -95,8 +89,9 @@ std::optional<RecoveryPlan> automatic_remedy(const StepFacts& facts, const Recov
 // row, is a dead run.
 bool run_is_dead(const RecoveryPlan& r, const StepFacts& facts, const RecoveryState& state) {
   const bool nothing_new = r.action != RecoveryAction::whole_fallback && r.action != RecoveryAction::fp32_modules;
-  return nothing_new && r.counted && state.max_nonfinite_run > 0 && state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run &&
-         !fallback_left(facts, state) && !rollback_possible(state);
+  return nothing_new && r.counted && state.max_nonfinite_run > 0 &&
+         state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run && !fallback_left(facts, state) &&
+         !rollback_possible(state);
 }
 
 // nullopt: the decision needs the step's diagnosis, and the facts lack it.

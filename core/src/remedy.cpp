@@ -50,7 +50,8 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
   RowSearch search;
   search.state = RowSearch::State::cannot_run;
   if (failed.batch_size == 0) {
-    search.why_not = "the row search cannot run: the closure runs its own batch only (give a loss function of the batch)";
+    search.why_not =
+        "the row search cannot run: the closure runs its own batch only (give a loss function of the batch)";
     return search;
   }
   if (failed.batch_size == 1) {
@@ -189,7 +190,8 @@ std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const
              trigger_text(*e.birth, failed.capture->trail) +
              ": fix the op, not the data (nanscope-replay gives the fix)";
     case CauseRule::every_row:
-      return text + ", whichever batch row is left out" + (cause.fp32_unknown ? "" : ": not one sample, and not precision");
+      return text + ", whichever batch row is left out" +
+             (cause.fp32_unknown ? "" : ": not one sample, and not precision");
     case CauseRule::rows_not_searched: return text + "; " + e.rows.why_not;
     default: return text;
   }
@@ -227,8 +229,8 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
       break;
     case CauseRule::nonfinite_batch:
       choice.remedy = Remedy::skip_data;
-      choice.why = !failed.batch_finite ? "the batch holds a non-finite value"
-                                        : "the birth is the data's (nonfinite_input)";
+      choice.why =
+          !failed.batch_finite ? "the batch holds a non-finite value" : "the birth is the data's (nonfinite_input)";
       break;
     case CauseRule::no_counted_target:
       choice.remedy = Remedy::skip_data;
@@ -249,8 +251,18 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
       // No fp32 re-run could be made and no sample is named: the stock
       // fallback, which for such a model is its LR cut alone (its weights stay 16-bit).
       if (cause.fp32_unknown) {
-        choice.why = model_or_data_text(cause, e, failed) +
-                     " (no fp32 re-run: widen them to fp32 to try one, or replay the snapshot)";
+        choice.why =
+            "non-finite in the model's own " + failed.own_16bit +
+            " weights (no fp32 re-run: widen them to fp32 to try one, or replay the snapshot)" +
+            (cause.rule == CauseRule::rows_not_searched ? "; " + e.rows.why_not : "; not one batch row's doing");
+        break;
+      }
+      // At fp32 already, a step that fails whichever sample is left out is
+      // the model's own: the stock fallback there is the LR cut alone, with
+      // no precision to change. Below fp32 it would also take fp32, which the
+      // fp32 re-run showed not to help.
+      if (cause.rule == CauseRule::every_row && failed.amp == Amp::fp32) {
+        choice.why = model_or_data_text(cause, e, failed);
         break;
       }
       [[fallthrough]];

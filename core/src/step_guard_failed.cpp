@@ -195,7 +195,9 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   if (capture && capture->first_birth) {
     facts.birth_where = format::birth_place_text(*capture->first_birth);
     const Batch& batch = run.micro_batches.at(diagnosed_micro_batch(run, capture)).batch;
-    if (const ForensicsMemory::Diagnosed* seen = forensics_.diagnosed(birth_key(*capture), samples_of(*capture->first_birth, batch))) {
+    const format::Birth& birth = *capture->first_birth;
+    if (const ForensicsMemory::Diagnosed* seen =
+            forensics_.diagnosed(birth_key(*capture), [&] { return samples_of(birth, batch); })) {
       facts.same_birth_step = seen->step;
       facts.same_birth_as = seen->remedy;
     }

@@ -232,6 +232,10 @@ std::vector<int64_t> Batch::rows_out_of_range(const std::vector<int64_t>& candid
   return out;
 }
 
+namespace {
+constexpr int64_t kFingerprintElements = 4096;
+}  // namespace
+
 uint64_t Batch::row_fingerprint(int64_t row) const {
   // FNV-1a over each tensor's sample `row`, its bytes and its shape.
   uint64_t hash = 1469598103934665603ull;
@@ -244,8 +248,16 @@ uint64_t Batch::row_fingerprint(int64_t row) const {
   for_each_with_rows(
       *this, n,
       [&](const at::Tensor& t, int64_t dim) {
-        const at::Tensor sample = t.detach().select(dim, row).contiguous().to(at::kCPU);
+        at::Tensor sample = t.detach().select(dim, row);
         for (int64_t size : sample.sizes()) mix(&size, sizeof size);
+        // At most kFingerprintElements of it, evenly spread: a bound on a failed
+        // step's cost however large the samples, and still a sample's identity.
+        sample = sample.reshape({-1});
+        if (sample.numel() > kFingerprintElements)
+          sample = sample.index_select(0, at::linspace(0, double(sample.numel() - 1), kFingerprintElements, at::kDouble)
+                                              .to(at::kLong)
+                                              .to(sample.device()));
+        sample = sample.contiguous().to(at::kCPU);
         mix(sample.data_ptr(), size_t(sample.nbytes()));
       },
       /*floating_only=*/false);

@@ -56,8 +56,8 @@ TEST(Cause, EachRuleDecidesFromItsEvidence) {
        CauseRule::nonfinite_weights, Verdict::model_or_data, Category::nonfinite_weights},
       {"compiled only", with(log, [](auto& e) { e.eager_finite = true; }), CauseRule::compiled_program,
        Verdict::compiler, Category::compiled_program},
-      {"not reproduced", with(log, [](auto& e) { e.reproduced = 0; }), CauseRule::not_reproduced,
-       Verdict::transient, Category::log_nonpositive},
+      {"not reproduced", with(log, [](auto& e) { e.reproduced = 0; }), CauseRule::not_reproduced, Verdict::transient,
+       Category::log_nonpositive},
       {"the batch's NaN", with(log, [](auto& e) { e.batch_nonfinite = true; }), CauseRule::nonfinite_batch,
        Verdict::data, Category::nonfinite_input},
       {"an input birth", with(log, [](auto& e) { e.birth = birth_at("input", format::Phase::input); }),
@@ -72,7 +72,10 @@ TEST(Cause, EachRuleDecidesFromItsEvidence) {
        Verdict::model_or_data, Category::log_nonpositive},
       {"every row", log, CauseRule::every_row, Verdict::model_or_data, Category::log_nonpositive},
       {"search could not run",
-       with(log, [](auto& e) { e.rows = {RowSearch::State::cannot_run, {}, {}, "one row"}; }),
+       with(log,
+            [](auto& e) {
+              e.rows = {RowSearch::State::cannot_run, {}, {}, "one row"};
+            }),
        CauseRule::rows_not_searched, Verdict::model_or_data, Category::log_nonpositive},
       {"a rise before an fp32 overflow", with(failed_at("aten::mm"), [](auto& e) { e.grad_norm_rose = true; }),
        CauseRule::every_row, Verdict::model_or_data, Category::grad_explosion},

@@ -768,3 +768,63 @@ TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes)
   EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;  // a blank sample: the op's trigger
   EXPECT_NE(log.find("finite without batch row 5, an ordinary sample"), std::string::npos) << log;
 }
+
+// A batch trained on at every step (a tutorial's full-batch loop, an RL
+// rollout's reused minibatch) with one NaN target: every step fails on the
+// same sample. Each is skipped as data, the later ones worded "again (as
+// step N)"; nothing escalates: no rollback (a state is kept to go back to),
+// no LR cut, no fallback, no stop, and the run trains on once the data is fixed.
+TEST(ClosureStep, TheSameDataFaultEveryStepIsSkippedAgainAndEscalatesNothing) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(3, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  GuardOptions o = quiet(dir.file("run"), log);
+  o.rollback.every = 2;
+  StepGuard guard(net, optimizer, o);
+  const at::Tensor x = torch::randn({8, 3});
+  at::Tensor y = torch::randn({8, 1});
+  BatchLoss loss = [&](const Batch& b) { return torch::mse_loss(net->forward(b.inputs), b.targets); };
+  for (int step = 0; step < 6; ++step) ASSERT_TRUE(guard.closure_step(loss, {x, y}).counted()) << log.str();
+  y[4][0] = std::numeric_limits<float>::quiet_NaN();
+  for (int step = 6; step < 30; ++step) {
+    // The sample moves from row to row: it is known by its values.
+    const at::Tensor order = torch::randperm(8);
+    const GuardedStep r = guard.closure_step(loss, {x.index_select(0, order), y.index_select(0, order)});
+    ASSERT_FALSE(r.counted());
+    EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
+    EXPECT_LT(r.rolled_back_to, 0) << log.str();
+    EXPECT_FALSE(r.fell_back) << log.str();
+  }
+  EXPECT_NE(log.str().find("step 29: non-finite loss -> skipped; data: again (as step 6)"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(guard.lr_multiplier(), 1.0);
+  EXPECT_EQ(guard.rollbacks(), 0);
+  EXPECT_FALSE(guard.stopped());
+  y[4][0] = 0.5f;
+  EXPECT_TRUE(guard.closure_step(loss, {x, y}).counted()) << log.str();
+}
+
+// A batch of one sample: no row search can tell the sample from the model.
+// Non-finite at fp32 too, so no precision remedy; the line says why the
+// search did not run.
+TEST(ClosureStep, AOneRowBatchTakesNoFallbackAndSaysTheSearchCannotRun) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(3, 1);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor x = torch::tensor({{0.5f, -0.25f, -0.25f}}), y = torch::zeros({1, 1});
+  BatchLoss loss = [&](const Batch& b) {
+    return torch::mse_loss(net->forward(b.inputs), b.targets) + torch::log(b.inputs.sum());  // log(0)
+  };
+  const GuardedStep r = guard.closure_step(loss, {x, y});
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log.str();
+  EXPECT_FALSE(r.fell_back);
+  EXPECT_EQ(guard.amp(), Amp::bf16);
+  EXPECT_EQ(guard.lr_multiplier(), 1.0);
+  EXPECT_NE(log.str().find("the row search cannot run on a batch of one row"), std::string::npos) << log.str();
+}

@@ -140,9 +140,38 @@ TEST(ForensicsMemory, RemembersTheFirstNonfiniteRanksAndEachBirthsRemedy) {
   remedy.remedy = Remedy::skip_data;
   memory.remember("", 3, remedy);  // no birth: nothing to know it by
   memory.remember("nan|aten::mul|fc1", 3, remedy);
-  EXPECT_EQ(memory.diagnosed("", {}), nullptr);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc2", {}), nullptr);
-  ASSERT_NE(memory.diagnosed("nan|aten::mul|fc1", {}), nullptr);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", {})->step, 3);
-  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", {})->remedy.remedy, Remedy::skip_data);
+  EXPECT_EQ(memory.diagnosed("", [] { return std::vector<uint64_t>{}; }), nullptr);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc2", [] { return std::vector<uint64_t>{}; }), nullptr);
+  ASSERT_NE(memory.diagnosed("nan|aten::mul|fc1", [] { return std::vector<uint64_t>{}; }), nullptr);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", [] { return std::vector<uint64_t>{}; })->step, 3);
+  EXPECT_EQ(memory.diagnosed("nan|aten::mul|fc1", [] { return std::vector<uint64_t>{}; })->remedy.remedy,
+            Remedy::skip_data);
+}
+
+// A diagnosis that named its trigger samples is the same fault again only
+// where the step's birth names one of them: the same op on another sample is
+// a new fault, diagnosed anew.
+TEST(ForensicsMemory, ADiagnosisWithTriggerSamplesMatchesOnlyThoseSamples) {
+  ForensicsMemory memory(4);
+  RemedyChoice remedy;
+  remedy.remedy = Remedy::skip_model_or_data;
+  remedy.trigger_samples = {17};
+  memory.remember("inf|aten::log|", 5, remedy);
+  EXPECT_EQ(memory.diagnosed("inf|aten::log|", [] { return std::vector<uint64_t>{3, 4}; }), nullptr);
+  const ForensicsMemory::Diagnosed* again = memory.diagnosed("inf|aten::log|", [] {
+    return std::vector<uint64_t>{3, 17};
+  });
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->step, 5);
+  remedy.trigger_samples = {4};  // the same op triggered by another sample: remembered beside it
+  memory.remember("inf|aten::log|", 9, remedy);
+  EXPECT_EQ(memory.diagnosed("inf|aten::log|", [] { return std::vector<uint64_t>{4}; })->step, 9);
+  bool asked = false;
+  EXPECT_EQ(memory.diagnosed("nan|aten::div|",
+                             [&] {
+                               asked = true;
+                               return std::vector<uint64_t>{17};
+                             }),
+            nullptr);
+  EXPECT_FALSE(asked) << "no diagnosis of that birth: its samples are not read";
 }

@@ -386,12 +386,17 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
     return p;
   };
   // A skip < data < fp32 modules < whole < rollback < stop.
-  const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,           RecoveryAction::skip_transient,
-                                                     RecoveryAction::skip_compiler,  RecoveryAction::skip_undiagnosed,
+  const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,
+                                                     RecoveryAction::skip_transient,
+                                                     RecoveryAction::skip_compiler,
+                                                     RecoveryAction::skip_undiagnosed,
                                                      RecoveryAction::skip_model_or_data,
-                                                     RecoveryAction::skip_data,      RecoveryAction::fp32_modules,
-                                                     RecoveryAction::whole_fallback, RecoveryAction::replay_without,
-                                                     RecoveryAction::roll_back,      RecoveryAction::stop};
+                                                     RecoveryAction::skip_data,
+                                                     RecoveryAction::fp32_modules,
+                                                     RecoveryAction::whole_fallback,
+                                                     RecoveryAction::replay_without,
+                                                     RecoveryAction::roll_back,
+                                                     RecoveryAction::stop};
   ASSERT_EQ(weakest_first.size(), format::Words<RecoveryAction>::count) << "every action has its place";
   for (size_t i = 0; i < weakest_first.size(); ++i) {
     EXPECT_GT(plan_strength(plan(weakest_first[i])), 0) << to_string(weakest_first[i]);
@@ -402,38 +407,32 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
   }
 }
 
-// A fault explained without the model (its batch's, or an unsafe op that
-// ordinary samples trigger, or the same fault again) escalates nothing: it
-// is no trouble for the rollback policy and no step of a dead run; a cause
-// that needs no one sample is.
-TEST(RecoveryDecision, AFaultExplainedByItsBatchOrMetAgainIsNotCountedAsTrouble) {
+// The same data fault met again (the same birth and sample as an earlier
+// step's) gets the remedy it got then and escalates nothing: it is no
+// trouble for the rollback policy and no step of a dead run. A fault seen for
+// the first time counts, whatever its cause: distinct faults step after step
+// are evidence of their own (a carried state gone NaN feeds every batch).
+TEST(RecoveryDecision, TheSameDataFaultMetAgainIsNotCountedAsTrouble) {
   StepFacts facts;
   RecoveryState state;
   recovery_decision_test::failed_bf16_step(facts, state);
   recovery_decision_test::automatic(facts, state);
-  state.nonfinite_in_a_row = 19;  // one more counted step would be a dead run's 20th
-  state.mode = FallbackMode::automatic;
-  auto decided = [&](Remedy remedy, std::optional<CauseRule> rule) {
-    StepFacts f = facts;
-    RecoveryState s = state;
-    s.nonfinite_in_a_row = 0;
-    RemedyChoice choice;
-    choice.remedy = remedy;
-    if (rule) choice.cause = Cause{*rule, format::Verdict::model_or_data, format::Category::log_nonpositive, {5}};
-    f.diagnosis = choice;
-    return decide_recovery(f, s);
-  };
-  EXPECT_FALSE(decided(Remedy::skip_data, CauseRule::nonfinite_batch).counted);
-  EXPECT_FALSE(decided(Remedy::skip_model_or_data, CauseRule::trigger_rows).counted);
-  EXPECT_TRUE(decided(Remedy::skip_model_or_data, CauseRule::every_row).counted) << "needs no one sample: the model's";
-  EXPECT_TRUE(decided(Remedy::skip_model_or_data, CauseRule::rows_not_searched).counted);
-  EXPECT_TRUE(decided(Remedy::skip_transient, CauseRule::not_reproduced).counted);
-
+  RemedyChoice first;
+  first.remedy = Remedy::skip_data;
+  facts.diagnosis = first;
+  EXPECT_TRUE(decide_recovery(facts, state).counted);
+  facts.diagnosis.reset();
   facts.same_birth_as = RemedyChoice{Remedy::skip_data, {}, "the batch holds a non-finite value"};
   facts.same_birth_step = 3;
-  state.nonfinite_in_a_row = 0;
+  state.nonfinite_in_a_row = 18;
   const RecoveryPlan again = decide_recovery(facts, state);
   EXPECT_EQ(again.action, RecoveryAction::skip_data);
   EXPECT_FALSE(again.counted);
   EXPECT_FALSE(again.then_stop);
+  // An ordinary sample tripping the same op again still counts: the model may
+  // have changed under it.
+  facts.same_birth_as = RemedyChoice{Remedy::skip_model_or_data, {}, "finite without batch row 5"};
+  const RecoveryPlan trigger_again = decide_recovery(facts, state);
+  EXPECT_EQ(trigger_again.action, RecoveryAction::skip_model_or_data);
+  EXPECT_TRUE(trigger_again.counted);
 }

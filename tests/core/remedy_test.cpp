@@ -18,7 +18,7 @@ class ScriptedReruns : public StepReruns {
   bool fp32_finite = false;
   std::set<std::string> modules_that_fix;  // any of these in fp32 makes it finite
   std::set<int64_t> rows_that_break;
-  std::vector<int64_t> out_of_range;  // rows far out of the batch's range
+  std::vector<int64_t> out_of_range;             // rows far out of the batch's range
   bool fp32_raises = false, cut_raises = false;  // the re-run raises instead of running
   int runs = 0;
 
@@ -132,6 +132,11 @@ TEST(Remedy, NonFiniteAtFp32WithEverySampleTakesNoPrecisionRemedy) {
   choice = choose_remedy(failed_with_birth("forward", "aten::log", "head"), reruns);
   EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
   EXPECT_EQ(choice.cause->rule, CauseRule::every_row);
+  // At fp32 already the stock fallback changes no precision, only the LR: the
+  // model failing on the batch as a whole is evidence enough for that.
+  FailedStep at_fp32 = failed_with_birth("forward", "aten::log", "head");
+  at_fp32.amp = Amp::fp32;
+  EXPECT_EQ(choose_remedy(at_fp32, reruns).remedy, Remedy::whole_fp32);
 }
 
 // A batch of one row (a style-transfer image, an RL rollout's remainder):
@@ -162,8 +167,8 @@ TEST(Remedy, AModelOfItsOwnBf16WeightsGetsNoFp32ReRunAndNoModuleSet) {
   RemedyChoice choice = choose_remedy(failed, reruns);
   EXPECT_EQ(choice.remedy, Remedy::whole_fp32);
   EXPECT_EQ(choice.why,
-            "non-finite in the model's own bfloat16 weights, whichever batch row is left out (no fp32 re-run: widen "
-            "them to fp32 to try one, or replay the snapshot)");
+            "non-finite in the model's own bfloat16 weights (no fp32 re-run: widen them to fp32 to try one, or replay "
+            "the snapshot); not one batch row's doing");
   EXPECT_EQ(reruns.runs, 8);  // one re-run without each of the 8 rows, none at fp32
 
   reruns.rows_that_break = {3};

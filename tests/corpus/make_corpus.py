@@ -181,8 +181,26 @@ def reference(model, inputs, targets):
                     fp32_singles.append(name)
                 del module.forward
         return dict(step=step, kind=first["kind"], op=first["op"], module=first["module"], phase=first["phase"],
-                    sample=None, fp32_finite=fp32_finite, rows=rows_fixing, fp32_singles=fp32_singles)
+                    sample=None, fp32_finite=fp32_finite, rows=rows_fixing, fp32_singles=fp32_singles,
+                    out_of_range=rows_out_of_range(rows_fixing, x, y))
     return None
+
+
+def rows_out_of_range(rows, *tensors):
+    """docs/replay.md's test, written here from its words: a row whose largest
+    magnitude over the batch's floating tensors is over 1000 times the median
+    of the other rows' largest magnitudes (3 rows at least)."""
+    largest = torch.zeros(BATCH, dtype=torch.float64)
+    for t in tensors:
+        if t.is_floating_point():
+            largest = torch.maximum(largest, t.detach().abs().reshape(BATCH, -1).amax(1).double())
+    out = []
+    for row in rows:
+        others = torch.cat([largest[:row], largest[row + 1:]])
+        median = others.sort().values[others.numel() // 2]
+        if BATCH >= 3 and median > 0 and largest[row] > 1000 * median:
+            out.append(row)
+    return out
 
 
 def save_data(path, inputs, targets):

@@ -344,9 +344,11 @@ INSTANTIATE_TEST_SUITE_P(
         // bf16 alone (re-runs with autocast off, then with modules in fp32):
         // the module goes to fp32 on every rank, the rest stays bf16.
         AutoOnRanks{"gpt", "variance_cancellation", "fp32-modules: rank 1: blocks.0.ln1 now in fp32"},
-        // 0/0 in fp32 too, with every sample (the fault is the model's): the
-        // whole fallback on every rank, as in one process.
-        AutoOnRanks{"gpt", "zero_variance_norm", "whole: rank 1: non-finite with autocast off too"}),
+        // 0/0 in fp32 too, with every sample (the fault is the model's): fp32
+        // is shown not to help, so a skip and no fallback on every rank, as in
+        // one process.
+        AutoOnRanks{"gpt", "zero_variance_norm",
+                    "model_or_data: rank 1: non-finite with autocast off too, whichever batch row is left out"}),
     [](const auto& info) { return std::string(info.param.fault); });
 
 // A data fault on one rank of 2 or 4 costs a skip and nothing more: the run

@@ -6,7 +6,9 @@
 // fault met again needs no new diagnosis and escalates nothing.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,19 +46,22 @@ class ForensicsMemory {
   // step's only where `samples` (the fingerprints of the rows this step's
   // birth names) holds one of them: the same op failing on another sample is
   // a new fault.
-  const Diagnosed* diagnosed(const std::string& birth, const std::vector<uint64_t>& samples) const {
+  // `samples` is asked for only where a diagnosis of the same birth named some.
+  const Diagnosed* diagnosed(const std::string& birth, const std::function<std::vector<uint64_t>()>& samples) const {
     if (birth.empty()) return nullptr;
     const auto range = remedy_of_birth_.equal_range(birth);
+    std::optional<std::vector<uint64_t>> seen;
     for (auto it = range.first; it != range.second; ++it) {
       const std::vector<uint64_t>& triggers = it->second.remedy.trigger_samples;
       if (triggers.empty()) return &it->second;
+      if (!seen) seen = samples();
       for (uint64_t t : triggers)
-        if (std::find(samples.begin(), samples.end(), t) != samples.end()) return &it->second;
+        if (std::find(seen->begin(), seen->end(), t) != seen->end()) return &it->second;
     }
     return nullptr;
   }
   void remember(const std::string& birth, int64_t step, const RemedyChoice& remedy) {
-    if (!birth.empty() && !diagnosed(birth, remedy.trigger_samples))
+    if (!birth.empty() && !diagnosed(birth, [&] { return remedy.trigger_samples; }))
       remedy_of_birth_.emplace(birth, Diagnosed{step, remedy});
   }
 

@@ -36,14 +36,14 @@ namespace nanscope {
 //              that doomed this step stands (it counts as a rollback, no LR cut)
 // roll_back    back to the newest good saved state before the trouble, LR x lr_backoff
 // stop         nothing can save the run: DeadRunError
-#define NANSCOPE_RECOVERY_ACTIONS(X) \
-  X(skip, "skip")                    \
-  X(skip_data, "data")               \
-  X(skip_transient, "transient")     \
-  X(skip_compiler, "compiler")       \
-  X(skip_undiagnosed, "undiagnosed") \
+#define NANSCOPE_RECOVERY_ACTIONS(X)     \
+  X(skip, "skip")                        \
+  X(skip_data, "data")                   \
+  X(skip_transient, "transient")         \
+  X(skip_compiler, "compiler")           \
+  X(skip_undiagnosed, "undiagnosed")     \
   X(skip_model_or_data, "model_or_data") \
-  X(fp32_modules, "fp32-modules")    \
+  X(fp32_modules, "fp32-modules")        \
   X(whole_fallback, "whole") X(replay_without, "replay-without") X(roll_back, "rollback") X(stop, "stop")
 NANSCOPE_DECLARE_WORDS_IN(format::Words, RecoveryAction, NANSCOPE_RECOVERY_ACTIONS)
 
@@ -129,8 +129,8 @@ struct RecoveryPlan {
   // The step is trouble: it joins the run of non-finite steps that
   // max_nonfinite_run bounds and the rollback policy's count of trouble.
   // Not when its fault is explained without the model: written outside it,
-  // its batch's (a data fault, an unsafe op ordinary samples trigger), or
-  // the same fault as an earlier step's (same birth, same trigger sample).
+  // or the same fault as an earlier step's (same birth, same trigger sample),
+  // which got its remedy then.
   bool counted = true;
   // After this step's skip, a run of non-finite steps has outlasted
   // everything there was to try: the run stops.

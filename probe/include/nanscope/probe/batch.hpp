@@ -80,9 +80,10 @@ struct Batch {
   // the other rows': samples out of the batch's range. Integer tensors (ids,
   // labels) are not read. Empty for a batch of fewer than 3 rows.
   std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& candidates, double factor) const;
-  // A hash of sample `row`'s values and shape in every tensor that holds
-  // rows: the same sample met in another batch (a rollout's minibatches, a
-  // batch trained on again) has the same one; 0 for a row out of bounds.
+  // A hash of sample `row`'s shape and values (up to 4096 of them per tensor,
+  // evenly spread) in every tensor that holds rows: the same sample met in
+  // another batch (a rollout's minibatches, a batch trained on again) has the
+  // same one; 0 for a row out of bounds.
   uint64_t row_fingerprint(int64_t row) const;
   // The dimension tensor `t` (leaf `leaf` of a nested batch, -1 otherwise)
   // holds the batch's `rows` samples along; -1 when it holds none. Throws
