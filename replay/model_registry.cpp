@@ -50,14 +50,22 @@ ModelFactory default_model() {
   return default_factory();
 }
 
+std::vector<std::vector<at::Tensor>> parameter_groups(const torch::optim::Optimizer& optimizer) {
+  std::vector<std::vector<at::Tensor>> groups;
+  for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) groups.push_back(group.params());
+  return groups;
+}
+
 int replay_main(int argc, const char* const* argv, torch::nn::Module& module, BatchLoss loss,
-                const std::vector<OtherModel>& others) {
-  register_default_model([&module, loss, others](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
+                const std::vector<OtherModel>& others, torch::optim::Optimizer* optimizer) {
+  register_default_model([&module, loss, others, optimizer](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     // The program's own module: its weights become the snapshot's; its loss
     // takes the batch whole, nested ones as the guard's own re-runs do.
     auto model = ModuleModel::borrowing(spec.name, module);
     model->set_batch_loss(loss);
     for (const OtherModel& other : others) add_other_model(*model, other);
+    if (optimizer)
+      model->add_optimizer_tensors(optimizer_tensors_outside(parameter_groups(*optimizer), model->named_parameters()));
     return model;
   });
   const int code = replay_main(argc, argv);

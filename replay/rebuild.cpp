@@ -117,6 +117,27 @@ void load_other_models(TrainableModel& model, const probe::SnapshotContents& s, 
   load_named(saved, model.other_buffers(), path, "other model's buffer");
 }
 
+// The tensors the step's optimizer stepped outside the model (an optimized
+// image, a raw W and b) are part of the step: a replay without them would
+// run the replaying program's own values and call a real fault transient.
+void refuse_missing_optimizer_tensors(const TrainableModel& model, const probe::SnapshotContents& s,
+                                      const std::string& path) {
+  std::vector<std::string> missing;
+  const NamedTensors held = model.named_parameters();
+  for (const auto& [name, tensor] : s.parameters)
+    if (name.rfind(kOptimizerTensors, 0) == 0 &&
+        std::none_of(held.begin(), held.end(), [&](const auto& h) { return h.first == name; }))
+      missing.push_back(name);
+  if (missing.empty()) return;
+  const std::string how = s.origin == format::Origin::python
+                              ? "let the model factory return (model, optimizer), the optimizer built as the loop "
+                                "built it: nanscope.replay(snapshot, model=lambda: (model, optimizer), loss=...)"
+                              : "give the replay the program's optimizer, built as the loop built it: "
+                                "nanscope::replay::replay_main(argc, argv, model, loss, {}, &optimizer)";
+  throw std::invalid_argument("'" + path + "': the step's optimizer also stepped " + quoted(missing) +
+                              " outside the model, whose values at that step the snapshot holds: " + how);
+}
+
 Amp amp_from(format::Precision precision, const std::string& path) {
   if (precision != format::Precision::unknown) return precision;
   throw std::invalid_argument("'" + path + "': unknown precision (a newer nanscope's snapshot?)");
@@ -131,6 +152,7 @@ ReplaySetup rebuild(const std::string& path) {
   setup.snapshot = probe::read_snapshot(path);
   const probe::SnapshotContents& s = setup.snapshot;
   setup.model = make_model(s, path);
+  refuse_missing_optimizer_tensors(*setup.model, s, path);
   load_named(s.parameters, setup.model->named_parameters(), path, "parameter");
   load_named(s.buffers, setup.model->named_buffers(), path, "buffer");
   load_other_models(*setup.model, s, path);

@@ -10,12 +10,49 @@
 
 namespace nanscope {
 
-NamedTensors TrainableModel::named_parameters() const {
+NamedTensors TrainableModel::own_named_parameters() const {
   NamedTensors unique;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (auto& [name, tensor] : all_named_parameters())
     if (seen.insert(tensor.unsafeGetTensorImpl()).second) unique.emplace_back(std::move(name), std::move(tensor));
   return unique;
+}
+
+namespace {
+
+NamedTensors with_tensors(NamedTensors named, const NamedTensors& more, bool trainable_only) {
+  for (const auto& [name, t] : more)
+    if (!trainable_only || t.requires_grad()) named.emplace_back(name, t);
+  return named;
+}
+
+}  // namespace
+
+NamedTensors TrainableModel::named_parameters() const {
+  return with_tensors(own_named_parameters(), optimizer_tensors_, false);
+}
+
+NamedTensors TrainableModel::gathered_parameters() {
+  return with_tensors(own_gathered_parameters(), optimizer_tensors_, false);
+}
+
+NamedTensors TrainableModel::trainable_parameters() const {
+  return with_tensors(own_trainable_parameters(), optimizer_tensors_, true);
+}
+
+void TrainableModel::add_optimizer_tensors(const NamedTensors& tensors) {
+  optimizer_tensors_.insert(optimizer_tensors_.end(), tensors.begin(), tensors.end());
+}
+
+NamedTensors optimizer_tensors_outside(const std::vector<std::vector<at::Tensor>>& groups, const NamedTensors& held) {
+  std::unordered_set<const c10::TensorImpl*> own;
+  for (const auto& [name, t] : held) own.insert(t.unsafeGetTensorImpl());
+  NamedTensors out;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].size(); ++i)
+      if (own.insert(groups[g][i].unsafeGetTensorImpl()).second)
+        out.emplace_back(kOptimizerTensors + std::to_string(g) + "." + std::to_string(i), groups[g][i]);
+  return out;
 }
 
 void TrainableModel::to(at::Device device, at::ScalarType float_type) {
@@ -77,9 +114,9 @@ int64_t TrainableModel::parameter_count() const {
   return n;
 }
 
-NamedTensors TrainableModel::trainable_parameters() const {
+NamedTensors TrainableModel::own_trainable_parameters() const {
   NamedTensors out;
-  for (auto& [name, p] : named_parameters())
+  for (auto& [name, p] : own_named_parameters())
     if (p.requires_grad()) out.emplace_back(name, p);
   return out;
 }

@@ -30,6 +30,15 @@ Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const s
       model(trained(closure, given)),
       optimizer(optimizer ? *optimizer : *stand_in),
       applies_update(optimizer != nullptr),
-      update_evaluates_closure(evaluates_closure(this->optimizer)) {}
+      update_evaluates_closure(evaluates_closure(this->optimizer)) {
+  // What the loop's optimizer steps besides the model is the guard's too.
+  if (optimizer) {
+    std::vector<std::vector<at::Tensor>> groups;
+    for (const torch::optim::OptimizerParamGroup& group : optimizer->param_groups()) groups.push_back(group.params());
+    NamedTensors held = model.named_parameters();
+    held.insert(held.end(), model.other_parameters().begin(), model.other_parameters().end());
+    model.add_optimizer_tensors(optimizer_tensors_outside(groups, held));
+  }
+}
 
 }  // namespace nanscope

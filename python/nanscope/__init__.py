@@ -72,12 +72,39 @@ def _close_open_guards():
         guard.close()
 
 
+def _module_of_tensors(model, optimizer):
+    """A program that trains tensors of its own (W and b, optim.SGD([W, b]))
+    has no module: given the tensors (a list or tuple) or None, the guard
+    steers every tensor the optimizer steps, as an empty module's, each named
+    by its place in the optimizer ('optimizer.GROUP.INDEX')."""
+    import torch
+    if model is not None and not isinstance(model, (list, tuple)):
+        return model
+    if optimizer is None:
+        raise TypeError("nanscope.StepGuard: a loop that trains tensors of its own, with no torch.nn.Module, gives "
+                        "the guard the optimizer over them: StepGuard([W, b], optimizer) or StepGuard(None, optimizer)")
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for i, t in enumerate(model or ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"nanscope.StepGuard: model must be a torch.nn.Module, or the tensors your optimizer "
+                            f"trains; item {i} is {type(t).__name__}")
+        if id(t) not in stepped:
+            raise ValueError(f"nanscope.StepGuard: tensor {i} of the list is not one the optimizer steps: the guard "
+                             "steers what the optimizer steps (build it over every tensor you train)")
+    return torch.nn.Module()
+
+
 class StepGuard:
     """The guarded step around a loop of yours.
 
     model: the torch.nn.Module your loop calls (a DistributedDataParallel or a
-    torch.compile'd one too); optimizer: any torch.optim optimizer over its
-    parameters, or None for a loop with its own update rule (watched form).
+    torch.compile'd one too), or for a program that trains tensors of its own
+    the list of them (StepGuard([W, b], optimizer); births are named at the
+    root, '', and the tensors 'optimizer.GROUP.INDEX'); optimizer: any
+    torch.optim optimizer over its parameters, or None for a loop with its own
+    update rule (watched form). Every tensor the optimizer steps is the
+    guard's, the model's or not (an image it optimizes, a prompt, a
+    temperature kept beside the model).
     run_dir: where run.h5 and snapshots/ go (created); amp: 'bf16', 'fp16'
     or 'off' (fp32), or the torch dtype (default: off, or the accelerator's
     precision); config: a nanscope.GuardConfig with the guard's other options
@@ -129,6 +156,7 @@ class StepGuard:
     def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp=None, config=None, loss_fn=None,
                  row_dim=0, model_name="", log=True, process_group=None, accelerator=None, **misplaced):
         _options.refuse_misplaced(misplaced, own=_options.keywords_of(StepGuard.__init__))
+        model = _module_of_tensors(model, optimizer)
         prepared = optimizer
         if accelerator is not None:
             amp = _accelerate.precision(accelerator) if amp is None else amp

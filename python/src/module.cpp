@@ -242,11 +242,27 @@ std::pair<std::string, std::string> replay_report(const std::string& snapshot, p
   replay::register_default_model([make, loss_fn, others](const ModelSpec& spec) -> std::unique_ptr<TrainableModel> {
     py::gil_scoped_acquire gil;
     py::object model = (*make)();
+    // (model, optimizer): the optimizer as the loop built it, for the tensors it steps outside the model.
+    py::object optimizer = py::none();
+    if (py::isinstance<py::tuple>(model) && py::len(model) == 2) {
+      optimizer = py::reinterpret_borrow<py::tuple>(model)[1];
+      model = py::reinterpret_borrow<py::tuple>(model)[0];
+      if (model.is_none()) model = py::module_::import("torch.nn").attr("Module")();  // a raw-tensor program
+    }
     if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module")))
-      throw std::invalid_argument("nanscope.replay: model() must build a torch.nn.Module, not " +
-                                  py::repr(model).cast<std::string>());
+      throw std::invalid_argument(
+          "nanscope.replay: model() must build a torch.nn.Module, or (module, optimizer), not " +
+          py::repr(model).cast<std::string>());
     auto built = std::make_unique<PythonModel>(model, spec.name, *loss_fn);
     for (const auto& [label, parameters, buffers] : others) built->add_other_model(label, parameters, buffers);
+    if (!optimizer.is_none()) {
+      std::vector<std::vector<at::Tensor>> groups;
+      for (const py::handle group : optimizer.attr("param_groups")) {
+        groups.emplace_back();
+        for (const py::handle p : group["params"]) groups.back().push_back(p.cast<at::Tensor>());
+      }
+      built->add_optimizer_tensors(optimizer_tensors_outside(groups, built->named_parameters()));
+    }
     return built;
   });
   replay::ReplayOptions options;

@@ -97,12 +97,12 @@ NamedTensors PythonModel::all_named_parameters() const {
   return named_tensors(sharded("named_parameters")(*named_));
 }
 
-NamedTensors PythonModel::trainable_parameters() const {
+NamedTensors PythonModel::own_trainable_parameters() const {
   py::gil_scoped_acquire gil;
   return named_tensors(sharded("named_parameters")(*named_, py::arg("trainable") = true));
 }
 
-NamedTensors PythonModel::gathered_parameters() {
+NamedTensors PythonModel::own_gathered_parameters() {
   py::gil_scoped_acquire gil;
   return named_tensors(sharded("gathered_parameters")(*named_));
 }

@@ -79,8 +79,8 @@ class PythonModel : public TrainableModel {
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) override;
   at::Tensor loss(const Batch& batch) override;
   NamedTensors all_named_parameters() const override;
-  NamedTensors gathered_parameters() override;
-  NamedTensors trainable_parameters() const override;
+  NamedTensors own_gathered_parameters() override;
+  NamedTensors own_trainable_parameters() const override;
   NamedTensors named_buffers() const override;
   std::vector<std::string> module_paths() const override;
   bool scopes_named_by_hooks() const override { return true; }  // nanscope/_scopes.py

@@ -134,3 +134,88 @@ def test_a_one_row_batch_takes_no_precision_remedy_and_says_the_search_cannot_ru
     assert "the row search cannot run on a batch of one row" in lines, lines
     assert not result.fell_back and guard.amp == "bf16" and guard.lr_multiplier == 1.0
     guard.close()
+
+
+def raw_logistic_regression(guarded, tmp_path, steps=8, fault_step=5):
+    """A tutorial's logistic regression on raw tensors, W and b, with
+    optim.SGD([W, b]); at one step a sample's feature is NaN."""
+    torch.manual_seed(0)
+    W = torch.zeros(3, 1, requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([W, b], lr=0.1)
+
+    def loss_of(_, batch):
+        x, y = batch
+        return torch.nn.functional.binary_cross_entropy_with_logits(x @ W + b, y)
+
+    guard = nanscope.StepGuard([W, b], optimizer, run_dir=str(tmp_path / "raw"), loss_fn=loss_of) if guarded else None
+    results = []
+    for step in range(steps):
+        x = torch.randn(8, 3)
+        y = (x[:, :1] > 0).float()
+        if step == fault_step:
+            x[2, 1] = float("nan")
+        if guard:
+            results.append(guard.closure_step(lambda: loss_of(None, (x, y)), batch=(x, y)))
+        else:
+            optimizer.zero_grad()
+            loss = loss_of(None, (x, y))
+            loss.backward()
+            if step != fault_step:
+                optimizer.step()
+    if guard:
+        guard.close()
+    return results, (W.detach().clone(), b.detach().clone()), optimizer
+
+
+def test_a_raw_tensor_program_is_guarded_in_one_line_and_replayed(tmp_path):
+    results, (W, b), optimizer = raw_logistic_regression(True, tmp_path)
+    _, (W_plain, b_plain), _ = raw_logistic_regression(False, tmp_path)
+    assert [r.skipped for r in results] == [s == 5 for s in range(8)]
+    failed = results[5]
+    assert failed.first_birth.startswith("nan at input"), failed.first_birth
+    assert "batch row 2" in failed.first_birth, failed.first_birth
+    assert failed.remedy == "data"
+    assert torch.equal(W, W_plain) and torch.equal(b, b_plain)  # every clean step as the plain loop's
+
+    # The replay loads W and b at the failed step into the tensors the factory's optimizer steps.
+    W2, b2 = torch.ones(3, 1, requires_grad=True), torch.ones(1, requires_grad=True)
+    report = nanscope.replay(failed.snapshot, model=lambda: (None, torch.optim.SGD([W2, b2], lr=0.1)),
+                             loss=lambda _, batch: torch.nn.functional.binary_cross_entropy_with_logits(
+                                 batch[0] @ W2 + b2, batch[1]), write=False)
+    assert report.verdict == "data", report
+    assert not torch.equal(W2.detach(), torch.ones(3, 1)), "the snapshot's W was loaded"
+    try:
+        nanscope.replay(failed.snapshot, model=torch.nn.Module, loss=lambda m, batch: batch[0].sum(), write=False)
+    except ValueError as e:
+        assert "'optimizer.0.0', 'optimizer.0.1' outside the model" in str(e), e
+    else:
+        raise AssertionError("a replay without the optimizer's tensors must be refused")
+
+
+def test_tensors_the_optimizer_steps_beside_a_module_are_the_guards(tmp_path):
+    """Prompt tuning's shape: a frozen module and a learnable prompt the
+    optimizer steps beside it. The guard clears the prompt's gradient as the
+    plain loop's zero_grad does, so a clean guarded run is the plain run."""
+    def run(guarded):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        prompt = torch.zeros(1, 4, requires_grad=True)
+        optimizer = torch.optim.Adam([prompt], lr=0.05)
+        guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "prompt"), log=False) if guarded else None
+        for _ in range(5):
+            x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+            def loss():
+                return nn.functional.cross_entropy(model(x + prompt), y)
+            if guard:
+                assert guard.closure_step(loss, batch=(x, y)).counted
+            else:
+                optimizer.zero_grad()
+                loss().backward()
+                optimizer.step()
+        if guard:
+            guard.close()
+        return prompt.detach().clone()
+    assert torch.equal(run(True), run(False))

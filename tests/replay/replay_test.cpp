@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "../support/test_support.hpp"
@@ -923,4 +925,94 @@ TEST(VerdictRules, ARowOutOfTheBatchsRangeIsDataAnOrdinaryOneATrigger) {
   in.rows_not_searched = "the row search cannot run on a batch of one row";
   EXPECT_EQ(cause_of(replay::cause_evidence(in)).rule, CauseRule::rows_not_searched);
   EXPECT_EQ(replay::decide(in).verdict, format::Verdict::model_or_data);
+}
+
+namespace {
+
+// A frozen feature network whose input is what the optimizer steps, as in
+// neural style transfer (Adam({image})).
+struct Features : torch::nn::Module {
+  torch::nn::Linear fc{register_module("fc", torch::nn::Linear(6, 4))};
+  Features() {
+    for (auto& p : parameters()) p.set_requires_grad(false);
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc->forward(x); }
+};
+
+// The content loss and a hand-written total variation, sqrt(d^2): its
+// gradient is 0/0 wherever two neighbouring pixels are equal.
+at::Tensor style_loss(Features& net, const at::Tensor& image, const at::Tensor& target) {
+  const at::Tensor d = image.slice(1, 1) - image.slice(1, 0, -1);
+  return torch::mse_loss(net.forward(image), target) + 1e-3 * (d * d).sqrt().sum();
+}
+
+}  // namespace
+
+// Every tensor the optimizer steps is the guard's, the model's or not: the
+// image a style transfer optimizes has its gradient cleared between steps
+// (a clean guarded run is bit for bit the plain loop), is in the snapshot,
+// and the replay loads it into the replaying program's image (given its
+// optimizer) or refuses, naming it; with it, the step's fault is reproduced,
+// not called transient.
+TEST(Replay, ATensorTheOptimizerStepsOutsideTheModelIsTheGuardsAndTheReplays) {
+  test::TempDir dir;
+  auto run = [&](bool guarded, int64_t steps, std::string* snapshot) {
+    torch::manual_seed(0);
+    Features net;
+    at::Tensor image = torch::rand({2, 6}).requires_grad_(), target = torch::randn({2, 4});
+    torch::optim::Adam optimizer({image}, torch::optim::AdamOptions(0.05));
+    std::ostringstream log;
+    GuardOptions o{dir.file("run"), Amp::fp32};
+    o.log = &log;
+    std::optional<StepGuard> guard;
+    if (guarded) guard.emplace(net, optimizer, o);
+    float kept = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      {
+        torch::NoGradGuard no_grad;
+        if (step == 3) {
+          kept = image[1][3].item<float>();
+          image[1][3] = image[1][2].item<float>();  // two equal neighbours: sqrt's gradient at 0
+        }
+        if (step == 4) image[1][3] = kept;  // the loop puts its pixel back (as a clamp would move it)
+      }
+      if (guarded) {
+        const GuardedStep r = guard->closure_step([&] { return style_loss(net, image, target); }, {image, target});
+        EXPECT_EQ(r.counted(), step != 3) << log.str();
+        if (step == 3 && snapshot) *snapshot = r.snapshot;
+      } else {
+        optimizer.zero_grad();
+        style_loss(net, image, target).backward();
+        if (step != 3) optimizer.step();  // the plain loop, that update dropped
+      }
+    }
+    return image.detach().clone();
+  };
+  std::string snapshot;
+  const at::Tensor guarded = run(true, 6, &snapshot), plain = run(false, 6, nullptr);
+  EXPECT_TRUE(at::equal(guarded, plain)) << guarded << plain;
+  ASSERT_FALSE(snapshot.empty());
+  const probe::SnapshotContents s = probe::read_snapshot(snapshot);
+  const auto held =
+      std::find_if(s.parameters.begin(), s.parameters.end(), [](const auto& p) { return p.first == "optimizer.0.0"; });
+  ASSERT_NE(held, s.parameters.end()) << "the image at the step is in the snapshot";
+
+  // The replaying program's own image differs (no equal neighbours: finite);
+  // the snapshot's is loaded into it.
+  Features net;
+  at::Tensor image = torch::rand({2, 6}).requires_grad_();
+  torch::optim::Adam optimizer({image}, torch::optim::AdamOptions(0.05));
+  BatchLoss loss = [&](const Batch& b) { return style_loss(net, image, b.targets); };
+  const char* argv[] = {"program", snapshot.c_str(), "--no-write"};
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(replay::replay_main(3, argv, net, loss), kExitBadInput);
+  const std::string refused = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_NE(refused.find("'optimizer.0.0' outside the model"), std::string::npos) << refused;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(replay::replay_main(3, argv, net, loss, {}, &optimizer), kExitOk);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("verdict:    model_or_data"), std::string::npos) << out;
+  EXPECT_NE(out.find("sqrt_grad_zero"), std::string::npos) << out;
+  EXPECT_TRUE(at::equal(image.detach(), held->second)) << "the replay ran the snapshot's image";
 }

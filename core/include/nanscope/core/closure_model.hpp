@@ -54,8 +54,8 @@ class ClosureModel final : public TrainableModel {
   bool runs_any_batch() const { return batch_loss_ != nullptr || closure_ == nullptr; }
 
   NamedTensors all_named_parameters() const override { return body_->all_named_parameters(); }
-  NamedTensors trainable_parameters() const override { return body_->trainable_parameters(); }
-  NamedTensors gathered_parameters() override { return body_->gathered_parameters(); }
+  NamedTensors own_trainable_parameters() const override { return body_->trainable_parameters(); }
+  NamedTensors own_gathered_parameters() override { return body_->gathered_parameters(); }
   NamedTensors named_buffers() const override { return body_->named_buffers(); }
   std::vector<std::string> module_paths() const override { return body_->module_paths(); }
   void set_training(bool on) override { body_->set_training(on); }

@@ -40,11 +40,16 @@ class TrainableModel {
   // one parameter to the optimizer, the grad norms, clipping, the per-layer
   // norms (it counts under its first name's module), checkpoints, snapshots
   // and the gradient buckets, as it is in PyTorch's parameters().
+  // Then the optimizer's tensors outside the model (add_optimizer_tensors).
   NamedTensors named_parameters() const;
   // A sharded model's parameters are this process's shards of them; these
   // are the whole ones, gathered from every rank (a collective: every rank
-  // calls it at once), as a snapshot holds them. Else named_parameters().
-  virtual NamedTensors gathered_parameters() { return named_parameters(); }
+  // calls it at once), as a snapshot holds them; then the optimizer's
+  // tensors outside the model. Else named_parameters().
+  NamedTensors gathered_parameters();
+  // The model's own part of each (what a subclass gives).
+  virtual NamedTensors own_gathered_parameters() { return own_named_parameters(); }
+  NamedTensors own_named_parameters() const;
   // Every (dotted name, tensor) pair the model holds, a shared tensor under each of its names.
   virtual NamedTensors all_named_parameters() const = 0;
   virtual NamedTensors named_buffers() const = 0;
@@ -95,8 +100,18 @@ class TrainableModel {
   int64_t parameter_count() const;
   // named_parameters() that require a gradient: what the optimizer, the
   // grad norms and the probe's layer table see, in this order.
-  // A sharded model's shards say it themselves (they hold no gradient of their own).
-  virtual NamedTensors trainable_parameters() const;
+  NamedTensors trainable_parameters() const;
+  // The model's own: a sharded model's shards say it themselves (they hold no gradient of their own).
+  virtual NamedTensors own_trainable_parameters() const;
+
+  // Tensors the optimizer steps that the model does not hold: an image style
+  // transfer optimizes, a prompt, a temperature kept beside the model, a
+  // raw-tensor program's W and b. They are the guard's as the model's own
+  // parameters are (gradients cleared and checked, the skip, rollback states,
+  // health, checkpoints, snapshots), named kOptimizerTensors + "GROUP.INDEX"
+  // (optimizer_tensors_outside). Ops on them are named as the root module's.
+  void add_optimizer_tensors(const NamedTensors& tensors);
+  const NamedTensors& optimizer_tensors() const { return optimizer_tensors_; }
 
   // Another model this one's loss also runs (a GAN's critic in the
   // generator's loss), its tensors named "LABEL.name": a re-run puts its
@@ -111,7 +126,16 @@ class TrainableModel {
  private:
   std::vector<std::string> other_labels_;
   NamedTensors other_parameters_, other_buffers_;
+  NamedTensors optimizer_tensors_;
 };
+
+// The prefix of the optimizer's tensors outside the model: "optimizer.0.1" is
+// param_groups[0]["params"][1].
+inline constexpr const char* kOptimizerTensors = "optimizer.";
+
+// The tensors of `groups` (each group's params, in order) that are none of
+// `held`, named kOptimizerTensors + "GROUP.INDEX".
+NamedTensors optimizer_tensors_outside(const std::vector<std::vector<at::Tensor>>& groups, const NamedTensors& held);
 
 // How births name a module of another model: OUTSIDE_THE_MODEL + "LABEL.path".
 inline constexpr const char* kOutsideTheModel = "<not in the model> ";

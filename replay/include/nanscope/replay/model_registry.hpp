@@ -16,6 +16,7 @@
 // The factory builds the model with any weights; replay loads the snapshot's
 // parameters and buffers into it by name, then runs the same verdicts.
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
 #include <cstdint>
 #include <functional>
@@ -72,7 +73,16 @@ int replay_main(int argc, const char* const* argv);
 // the training guard gave them (StepGuard::add_other_model); the snapshot's
 // weights for them are loaded first. A snapshot whose loss ran another model
 // the replay is not given is refused (exit 2), naming it.
+// `optimizer`: the program's optimizer, built as the training loop built it,
+// where it steps tensors outside the module (style transfer's image, a raw
+// W and b): the snapshot's values for them (named "optimizer.GROUP.INDEX")
+// are loaded into its tensors. A snapshot that holds such tensors and a
+// replay not given them is refused (exit 2), naming them.
 int replay_main(int argc, const char* const* argv, torch::nn::Module& module, BatchLoss loss,
-                const std::vector<OtherModel>& others = {});
+                const std::vector<OtherModel>& others = {}, torch::optim::Optimizer* optimizer = nullptr);
+
+// The groups of `optimizer`'s tensors (each group's params), as
+// optimizer_tensors_outside reads them.
+std::vector<std::vector<at::Tensor>> parameter_groups(const torch::optim::Optimizer& optimizer);
 
 }  // namespace nanscope::replay
