@@ -56,6 +56,21 @@ std::string log_fix(const format::Birth& b, const std::vector<format::OpRecord>&
   if (from == "sigmoid")
     return b.op.op + " in " + where + " takes the log of a sigmoid whose output rounded to 0: use " + words.logsigmoid +
            " (or " + words.bce_with_logits + " on the logits) instead of log(sigmoid(x)) (P8)";
+  // 1 - sigmoid(z) is sigmoid(-z), which rounds to 0 once z is large: a
+  // hand-written binary cross-entropy's second term.
+  const auto made_from = [&](double scale, double shift) {
+    const std::optional<format::OpRecord> source =
+        producer ? probe::affine_source(*producer, trail, scale, shift) : std::nullopt;
+    return source ? probe::bare_op_name(source->op) : std::string();
+  };
+  if ((from == "rsub" || from == "sub") && made_from(-1, 1) == "sigmoid")
+    return b.op.op + " in " + where + " takes the log of 1 - sigmoid(z), which rounds to 0 once z is large: it is " +
+           "logsigmoid(-z), so use " + words.logsigmoid + "(-z) (or " + words.bce_with_logits +
+           " on the logits for the whole cross-entropy) instead of log(1 - sigmoid(z)) (P8)";
+  // log(exp(x) + 1), or log1p(exp(x)): softplus, which never overflows.
+  if ((from == "add" && made_from(1, 1) == "exp") || (op == "log1p" && from == "exp"))
+    return b.op.op + " in " + where + " takes the log of exp(x) + 1, whose exp overflows for large x: it is " +
+           "softplus(x), so use " + words.softplus + "(x) instead (P8)";
   // log1p(x) = log(1 + x): its edge is -1, not 0.
   const bool log1p = op == "log1p";
   const double edge = log1p ? -1 : 0;
@@ -111,8 +126,9 @@ std::string fix_for(format::Category category, const format::Birth& b, const Ver
     // Whether the exp is a hand-written softmax the trail cannot say (what
     // follows the birth is not in it): both fixes, each for its case.
     return "exp overflows in " + where + ": if it is a softmax or log-sum-exp written by hand, use " + words.softmax +
-           " / " + words.logsumexp + ", which subtract the max first; any other exp needs its exponent clamped " +
-           "(x.clamp_max(" + (precision == format::Precision::fp16 ? "11" : "88") + ").exp()) (P8)";
+           " / " + words.logsumexp + ", which subtract the max first; log(exp(x) + 1) is " + words.softplus +
+           "(x); any other exp needs its exponent clamped " + "(x.clamp_max(" +
+           (precision == format::Precision::fp16 ? "11" : "88") + ").exp()) (P8)";
   if (category == format::Category::fully_masked_softmax)
     return "a softmax in " + where +
            " ran over a row with every position masked: guard fully masked rows (mask the output, or "

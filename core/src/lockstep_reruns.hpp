@@ -40,6 +40,7 @@ class LockstepReruns : public StepReruns {
   std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override {
     return mine_.rows_out_of_range(rows);
   }
+  std::string ambiguous_rows() override { return mine_.ambiguous_rows(); }
   bool unswitchable() const override { return mine_.unswitchable(); }
   bool raised() const override { return mine_.raised(); }
   std::string last_error() const override { return mine_.last_error(); }

@@ -63,6 +63,10 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
                      " rows (batches of up to " + std::to_string(kMaxRowsSearched) + " are searched)";
     return search;
   }
+  if (const std::string ambiguous = reruns.ambiguous_rows(); !ambiguous.empty()) {
+    search.why_not = "the row search cannot run: " + ambiguous;
+    return search;
+  }
   if (reruns.draws_random_numbers()) {
     search.why_not =
         "the row search did not run: the step draws random numbers, so without a row every later draw shifts "
@@ -335,6 +339,8 @@ bool LiveStepReruns::draws_random_numbers() {
   if (!draws_known()) finite(Amp::fp32, {}, -1);
   return draws_.value_or(false);
 }
+
+std::string LiveStepReruns::ambiguous_rows() { return micro_.batch.ambiguous_rows(); }
 
 std::vector<int64_t> LiveStepReruns::rows_out_of_range(const std::vector<int64_t>& rows) {
   return micro_.batch.rows_out_of_range(rows, kRowOutOfRangeFactor);

@@ -35,7 +35,7 @@ Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const s
   if (optimizer) {
     std::vector<std::vector<at::Tensor>> groups;
     for (const torch::optim::OptimizerParamGroup& group : optimizer->param_groups()) groups.push_back(group.params());
-    NamedTensors held = model.named_parameters();
+    NamedTensors held = model.parameters_as_stepped();
     held.insert(held.end(), model.other_parameters().begin(), model.other_parameters().end());
     model.add_optimizer_tensors(optimizer_tensors_outside(groups, held));
   }

@@ -66,6 +66,10 @@ struct StepGuard::Impl {
   void decide_micro_batches(RunningStep& run);
   // Once, on the first step: a NANSCOPE_MODULE_SCOPE name the model has no module for is a warning.
   void check_scope_names(int64_t step, const std::vector<std::string>& opened);
+  // Says, once, at the first step whose batch shows it, which tensor's rows
+  // two dimensions could hold and how to declare them: a failed step's row
+  // search cannot run until then (a shape read, no sync).
+  void tell_ambiguous_rows(int64_t step, const Batch& batch);
   // Throws std::invalid_argument naming planned fp32 modules the step did not run.
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
   // GuardOptions::fp32_modules naming a module of 16-bit weights: std::invalid_argument.
@@ -183,6 +187,7 @@ struct StepGuard::Impl {
   BufferTransaction transaction_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
+  bool ambiguous_rows_told_ = false;    // a batch tensor's rows two dimensions could hold was named once
   std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
   bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)

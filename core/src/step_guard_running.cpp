@@ -143,6 +143,7 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
   // Without the data set rows, they are unknown (a snapshot says -1), not guessed.
   if (options_.probe) probe_.begin_step(step, context.batch_rows);
   run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
+  tell_ambiguous_rows(step, batch);
   // The inputs' magnitude for the headroom warning: one reduction, read with
   // the rest, at every kInputHeadroomEvery-th step. It is a pass over the
   // whole batch (0.1 ms for a batch of 2.5 MB on one core), and the warning
@@ -283,6 +284,14 @@ GuardedStep StepGuard::Impl::step(int64_t step, const LossClosure& loss, const B
 GuardedStep StepGuard::Impl::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
   ClosureModel::Step closure(closure_model(), loss, batch);
   return run_closure_step(step, batch, context);
+}
+
+void StepGuard::Impl::tell_ambiguous_rows(int64_t step, const Batch& batch) {
+  if (ambiguous_rows_told_ || !options_.probe) return;
+  const std::string why = batch.ambiguous_rows();
+  if (why.empty()) return;
+  ambiguous_rows_told_ = true;
+  journal_.say(step, why + "; until then a failed step's search for the sample without which it is finite cannot run");
 }
 
 void StepGuard::Impl::check_scope_names(int64_t step, const std::vector<std::string>& opened) {

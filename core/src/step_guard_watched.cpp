@@ -114,6 +114,7 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
   w.run.micro_batches.push_back(MicroBatch{rerunnable ? keep(micro_batch) : micro_batch,
                                            calls.empty() ? CpuRngState() : calls.back().cpu_rng_state, 1.0});
   if (changed_since_call) w.run.micro_batches.back().written = InPlaceWrite::since_call;
+  if (rerunnable) tell_ambiguous_rows(w.run.step, micro_batch);
   if (rerunnable && calls.size() > 1) {
     // The latest call is the likely one; the loss's graph decides if the step fails.
     for (size_t i = 0; i + 1 < calls.size() && i < earlier_call_batches.size(); ++i)

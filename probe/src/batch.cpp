@@ -210,6 +210,25 @@ at::Tensor Batch::row_of(int64_t row) const {
   return found;
 }
 
+std::string Batch::ambiguous_rows() const {
+  const int64_t n = rows();
+  auto why = [&](const at::Tensor& t, int64_t leaf) -> std::string {
+    try {
+      row_dim_of(t, leaf, n);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  if (is_nested()) {
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (std::string w = why(leaves[i], int64_t(i)); !w.empty()) return w;
+    return "";
+  }
+  std::string w = why(inputs, -1);
+  return w.empty() ? why(targets, -1) : w;
+}
+
 std::vector<int64_t> Batch::rows_out_of_range(const std::vector<int64_t>& candidates, double factor) const {
   const int64_t n = rows();
   std::vector<int64_t> out;

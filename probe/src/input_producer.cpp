@@ -29,8 +29,13 @@ bool holds_values_of(const format::TensorStats& output, const format::TensorStat
   return close(output.min, input.min) && close(output.max, input.max);
 }
 
+// Ops whose output holds their input's values, the same count, in another
+// type, layout or shape: a value is followed through them to the op that made it.
 bool is_copy(const std::string& op) {
-  static const std::set<std::string> copies{"to", "_to_copy", "copy", "type_as", "contiguous", "clone"};
+  static const std::set<std::string> copies{"to",        "_to_copy", "copy",       "type_as",   "contiguous",
+                                            "clone",     "reshape",  "view",       "flatten",   "permute",
+                                            "transpose", "t",        "squeeze",    "unsqueeze", "_reshape_alias",
+                                            "movedim",   "view_as",  "reshape_as", "double",    "float"};
   return copies.count(probe::bare_op_name(op)) > 0;
 }
 
@@ -59,6 +64,28 @@ std::optional<format::OpRecord> input_producer(const format::Birth& birth, const
     before = it->index;
   }
   return found;
+}
+
+std::optional<format::OpRecord> affine_source(const format::OpRecord& made, const std::vector<format::OpRecord>& trail,
+                                              double scale, double shift) {
+  format::TensorStats wanted = made.output;
+  for (auto it = trail.rbegin(); it != trail.rend(); ++it) {
+    if (it->index >= made.index) continue;
+    // The same values as `made`'s own: the op inside it (rsub runs sub), or a
+    // tensor whose values map onto themselves ([0, 1] under 1 - x): no evidence.
+    if (holds_values_of(it->output, wanted, 0)) continue;
+    format::TensorStats mapped = it->output;
+    const double a = scale * it->output.min + shift, b = scale * it->output.max + shift;
+    mapped.min = std::min(a, b);
+    mapped.max = std::max(a, b);
+    if (!holds_values_of(mapped, wanted, 1.0 / 256)) continue;
+    // Through the casts, copies and reshapes in between, to the op that made the values.
+    format::OpRecord source = *it;
+    for (auto earlier = it + 1; earlier != trail.rend() && is_copy(source.op); ++earlier)
+      if (holds_values_of(earlier->output, source.output, 1.0 / 256)) source = *earlier;
+    return source;
+  }
+  return std::nullopt;
 }
 
 }  // namespace nanscope::probe

@@ -102,6 +102,11 @@ NamedTensors PythonModel::own_trainable_parameters() const {
   return named_tensors(sharded("named_parameters")(*named_, py::arg("trainable") = true));
 }
 
+NamedTensors PythonModel::parameters_as_stepped() const {
+  py::gil_scoped_acquire gil;
+  return named_tensors((*named_).attr("named_parameters")());  // a DTensor as itself, not its local shard
+}
+
 NamedTensors PythonModel::own_gathered_parameters() {
   py::gil_scoped_acquire gil;
   return named_tensors(sharded("gathered_parameters")(*named_));

@@ -81,6 +81,7 @@ class PythonModel : public TrainableModel {
   NamedTensors all_named_parameters() const override;
   NamedTensors own_gathered_parameters() override;
   NamedTensors own_trainable_parameters() const override;
+  NamedTensors parameters_as_stepped() const override;
   NamedTensors named_buffers() const override;
   std::vector<std::string> module_paths() const override;
   bool scopes_named_by_hooks() const override { return true; }  // nanscope/_scopes.py

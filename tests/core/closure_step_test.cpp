@@ -828,3 +828,31 @@ TEST(ClosureStep, AOneRowBatchTakesNoFallbackAndSaysTheSearchCannotRun) {
   EXPECT_EQ(guard.lr_multiplier(), 1.0);
   EXPECT_NE(log.str().find("the row search cannot run on a batch of one row"), std::string::npos) << log.str();
 }
+
+// A batch whose carried state (1, 8, 8) holds its 8 samples along two
+// dimensions alike: which one is the rows no shape can say. The guard says so
+// at the first step that shows it, naming the tensor and how to declare it;
+// a failed step is still skipped, its row search skipped with that reason,
+// and no exception leaves the step.
+TEST(ClosureStep, AnAmbiguousRowDimensionIsToldAtTheFirstStepAndNeverThrowsOutOfAStep) {
+  TempDir dir;
+  torch::manual_seed(0);
+  torch::nn::Linear net(8, 8);
+  torch::optim::SGD optimizer(net->parameters(), 0.01);
+  std::ostringstream log;
+  StepGuard guard(net, optimizer, quiet(dir.file("run"), log));
+  const at::Tensor h = torch::zeros({1, 8, 8});
+  BatchLoss loss = [&](const Batch& b) {
+    const at::Tensor x = b.leaves[0], y = b.leaves[1];
+    return torch::mse_loss(net->forward(x + b.leaves[2][0]), y) + torch::log(x.abs().sum(1)).mean();
+  };
+  at::Tensor x = torch::rand({8, 8}) + 0.1;
+  const at::Tensor y = torch::randn({8, 8});
+  GuardedStep r = guard.closure_step(loss, Batch::of({x, y, h}));
+  EXPECT_TRUE(r.counted()) << log.str();
+  EXPECT_NE(log.str().find("along dimension 1 and 2 alike"), std::string::npos) << log.str();
+  x[3].zero_();  // log(0)
+  EXPECT_NO_THROW(r = guard.closure_step(loss, Batch::of({x, y, h}))) << log.str();
+  EXPECT_FALSE(r.counted()) << log.str();
+  EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log.str();
+}

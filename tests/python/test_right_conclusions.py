@@ -49,6 +49,9 @@ def test_an_unsafe_loss_on_a_correct_sample_is_the_ops_fault_not_the_datas(tmp_p
     report = nanscope.replay(result.snapshot, model=lambda: nn.Linear(2, 1), loss=logistic_loss, write=False)
     assert report.verdict == "model_or_data", report
     assert report.category == "log_nonpositive", report
+    # The rewrite a user would write: log(1 - sigmoid(z)) is logsigmoid(-z).
+    assert "F.logsigmoid(-z)" in report.suggestion, report.suggestion
+    assert "ordinary sample" in report.suggestion, report.suggestion
 
 
 def ppo_like_updates(guarded, tmp_path, nan_sample=11):

@@ -1016,3 +1016,22 @@ TEST(Replay, ATensorTheOptimizerStepsOutsideTheModelIsTheGuardsAndTheReplays) {
   EXPECT_NE(out.find("sqrt_grad_zero"), std::string::npos) << out;
   EXPECT_TRUE(at::equal(image.detach(), held->second)) << "the replay ran the snapshot's image";
 }
+
+// The rewrite a user would write for a hand-written binary cross-entropy:
+// log(1 - sigmoid(z)) is logsigmoid(-z). The trail shows log's input made by
+// 1 - x from a sigmoid's output; the rsub's own inner sub and an unrelated
+// 1 - y over targets in [0, 1] (values that map onto themselves) are passed over.
+TEST(VerdictRules, TheLogOfOneMinusASigmoidIsToldToUseLogsigmoidOfMinusZ) {
+  replay::VerdictInputs in =
+      log_of({trail_op(3, "aten::sigmoid", stats(4e-18, 1)), trail_op(5, "aten::rsub", stats(0, 1)),  // 1 - y
+              trail_op(8, "aten::sub", stats(0, 1)), trail_op(9, "aten::rsub", stats(0, 1))},
+             format::Origin::python);
+  in.birth->inputs = {stats(0, 1)};
+  std::string advice = replay::decide(in).suggestion;
+  EXPECT_NE(advice.find("it is logsigmoid(-z), so use F.logsigmoid(-z)"), std::string::npos) << advice;
+  // The same 1 - x over something else is no sigmoid's: clamped, as any log's input.
+  in.trail[0].op = "aten::tanh";
+  advice = replay::decide(in).suggestion;
+  EXPECT_EQ(advice.find("logsigmoid"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("clamp"), std::string::npos) << advice;
+}

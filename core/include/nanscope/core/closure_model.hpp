@@ -56,6 +56,7 @@ class ClosureModel final : public TrainableModel {
   NamedTensors all_named_parameters() const override { return body_->all_named_parameters(); }
   NamedTensors own_trainable_parameters() const override { return body_->trainable_parameters(); }
   NamedTensors own_gathered_parameters() override { return body_->gathered_parameters(); }
+  NamedTensors parameters_as_stepped() const override { return body_->parameters_as_stepped(); }
   NamedTensors named_buffers() const override { return body_->named_buffers(); }
   std::vector<std::string> module_paths() const override { return body_->module_paths(); }
   void set_training(bool on) override { body_->set_training(on); }

@@ -111,6 +111,10 @@ class TrainableModel {
   // health, checkpoints, snapshots), named kOptimizerTensors + "GROUP.INDEX"
   // (optimizer_tensors_outside). Ops on them are named as the root module's.
   void add_optimizer_tensors(const NamedTensors& tensors);
+  // The model's parameters as its optimizer holds them: what tells the
+  // optimizer's tensors outside it from its own. A sharded model's optimizer
+  // holds the sharded parameters, not the local shards the guard steers.
+  virtual NamedTensors parameters_as_stepped() const { return own_named_parameters(); }
   const NamedTensors& optimizer_tensors() const { return optimizer_tensors_; }
 
   // Another model this one's loss also runs (a GAN's critic in the

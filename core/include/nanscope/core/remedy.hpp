@@ -76,6 +76,9 @@ class StepReruns {
   // Of `rows`, those out of the batch's range (Batch::rows_out_of_range at
   // kRowOutOfRangeFactor); none where the batch cannot be read.
   virtual std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>&) { return {}; }
+  // Why no row can be cut from the batch (a tensor that holds its samples
+  // along two dimensions alike, Batch::ambiguous_rows), or "".
+  virtual std::string ambiguous_rows() { return ""; }
   // A TorchScript model whose module frames could not be switched.
   virtual bool unswitchable() const = 0;
 };
@@ -128,6 +131,7 @@ class LiveStepReruns : public StepReruns {
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
   std::vector<std::string> modules_seen() override;
   std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override;
+  std::string ambiguous_rows() override;
   bool unswitchable() const override { return !switchable_; }
   bool raised() const override { return !last_error_.empty(); }
   std::string last_error() const override { return last_error_; }

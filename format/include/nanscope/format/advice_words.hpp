@@ -37,6 +37,7 @@ struct AdviceWords {
   const char* bce_with_logits;
   const char* softmax;
   const char* logsumexp;
+  const char* softplus;
   const char* check_finite;
   // How a snapshot of this origin is replayed: the command before and after
   // its path (a Python model is rebuilt by the user's factory, a C++ model by

@@ -89,6 +89,10 @@ struct Batch {
   // holds the batch's `rows` samples along; -1 when it holds none. Throws
   // std::invalid_argument, naming the tensor, when two dimensions could be.
   int64_t row_dim_of(const at::Tensor& t, int64_t leaf, int64_t rows) const;
+  // Why the rows of one of its tensors cannot be told apart (row_dim_of's
+  // message for the first tensor that holds them along two dimensions alike),
+  // or "": what the row search needs declared.
+  std::string ambiguous_rows() const;
   // A nested batch's tensors' names, from its structure: a dict's key names
   // its value, positions are [i] ("pixel_values", "[0]", "encoder.input_ids");
   // empty for an (inputs, targets) batch.

@@ -24,4 +24,12 @@ namespace nanscope::probe {
 std::optional<format::OpRecord> input_producer(const format::Birth& birth, const std::vector<format::OpRecord>& trail,
                                                size_t input);
 
+// The op before `made` in the trail whose output x, taken to scale * x +
+// shift, holds `made`'s output (the same count; its min and max mapped to
+// `made`'s within a narrower type's rounding): what `1 - sigmoid(z)` (scale
+// -1, shift 1) or `exp(x) + 1` (scale 1, shift 1) was made from. nullopt
+// where the trail does not show it.
+std::optional<format::OpRecord> affine_source(const format::OpRecord& made, const std::vector<format::OpRecord>& trail,
+                                              double scale, double shift);
+
 }  // namespace nanscope::probe
