@@ -187,8 +187,9 @@ struct StepGuard::Impl {
   BufferTransaction transaction_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
-  bool ambiguous_rows_told_ = false;    // a batch tensor's rows two dimensions could hold was named once
-  std::exception_ptr model_exception_;  // what the model threw in this step (ModelError::original)
+  bool ambiguous_rows_told_ = false;        // a batch tensor's rows two dimensions could hold was named once
+  int64_t ambiguous_rows_checked_at_ = -1;  // the batch size last read for it
+  std::exception_ptr model_exception_;      // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
   bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)
   std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)

@@ -288,6 +288,11 @@ GuardedStep StepGuard::Impl::step(int64_t step, const BatchLoss& loss, const Bat
 
 void StepGuard::Impl::tell_ambiguous_rows(int64_t step, const Batch& batch) {
   if (ambiguous_rows_told_ || !options_.probe) return;
+  // A loop's batches keep their shapes but for an epoch's last: read again
+  // only when the number of samples changes.
+  const int64_t rows = batch.rows();
+  if (rows == ambiguous_rows_checked_at_) return;
+  ambiguous_rows_checked_at_ = rows;
   const std::string why = batch.ambiguous_rows();
   if (why.empty()) return;
   ambiguous_rows_told_ = true;

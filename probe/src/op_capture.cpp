@@ -310,27 +310,40 @@ bool broadcasts_to(at::IntArrayRef from, at::IntArrayRef to) {
 // neg, where) hold them at the same positions as their inputs, so they are no
 // births. Needs positions that correspond: pointwise ops whose inputs broadcast
 // to the output; for any other op the plain rule stands.
-bool holds_new_infinity(const std::string& op, const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
-  if (!output.defined() || output.is_sparse() || !is_pointwise_arithmetic(op)) return false;
+// Where: the positions of `output` that hold such a new infinity, or an
+// undefined tensor where positions do not correspond.
+at::Tensor new_infinities(const std::string& op, const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
+  if (!output.defined() || output.is_sparse() || !is_pointwise_arithmetic(op)) return {};
   for (const at::Tensor& in : inputs)
-    if (in.is_sparse()) return false;  // positions of stored values do not correspond
+    if (in.is_sparse()) return {};  // positions of stored values do not correspond
   at::Tensor inherited = at::zeros(output.sizes(), output.options().dtype(at::kBool));
   for (const at::Tensor& in : inputs) {
-    if (!broadcasts_to(in.sizes(), output.sizes())) return false;
+    if (!broadcasts_to(in.sizes(), output.sizes())) return {};
     inherited.logical_or_(at::isinf(in.to(output.device())).expand(output.sizes()));
   }
-  return at::logical_and(at::isinf(output), inherited.logical_not()).any().item<bool>();
+  return at::logical_and(at::isinf(output), inherited.logical_not());
+}
+
+bool holds_new_infinity(const std::string& op, const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
+  const at::Tensor found = new_infinities(op, output, inputs);
+  return found.defined() && found.any().item<bool>();
 }
 
 // The batch rows (positions) of `output` holding the birth's kind (NaN or
 // Inf), when its first dimension is the batch and not every row went: which
 // sample an internal birth came from, even where the batch cannot be
 // bisected. At most 16.
+// `output` may be a mask of the positions born (new_infinities): an Inf born
+// beside intended ones (a causal mask's -inf in every row) is named by the
+// rows where it was born, not lost among the rows that held one already.
 std::vector<int64_t> nonfinite_batch_rows(const at::Tensor& output, int64_t batch_size, int64_t row_dim,
                                           format::BirthKind kind) {
   if (batch_size < 2 || output.is_sparse() || output.dim() <= row_dim || output.size(row_dim) != batch_size) return {};
   const at::Tensor rows = output.movedim(row_dim, 0).reshape({batch_size, -1});
-  const at::Tensor bad = (kind == format::BirthKind::nan ? at::isnan(rows) : at::isinf(rows)).any(1);
+  const at::Tensor bad = (output.scalar_type() == at::kBool ? rows
+                          : kind == format::BirthKind::nan  ? at::isnan(rows)
+                                                            : at::isinf(rows))
+                             .any(1);
   if (bad.all().item<bool>()) return {};  // every row: not one sample's doing
   const at::Tensor found = bad.nonzero().flatten().slice(0, 0, 16).to(at::kCPU, at::kLong).contiguous();
   return std::vector<int64_t>(found.data_ptr<int64_t>(), found.data_ptr<int64_t>() + found.numel());
@@ -514,8 +527,12 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       c.birth.op.output = tensor_stats(first_output);
       // Forward or backward alike: an output with the batch along its row
       // dimension names the samples (a derivative's, a hook's gradient).
-      if (record.phase == format::Phase::forward || record.phase == format::Phase::backward)
-        c.birth.rows = nonfinite_batch_rows(first_output, st.options.batch_size, st.options.row_dim, kind);
+      if (record.phase == format::Phase::forward || record.phase == format::Phase::backward) {
+        const at::Tensor born =
+            kind == format::BirthKind::inf ? new_infinities(record.op, first_output, ctx->input_tensors) : at::Tensor();
+        c.birth.rows =
+            nonfinite_batch_rows(born.defined() ? born : first_output, st.options.batch_size, st.options.row_dim, kind);
+      }
     }
     c.birth.micro_batch = st.options.micro_batch;
     c.birth.kind = kind;

@@ -2,6 +2,8 @@
 // loss, with modules named from named_modules() and no edit to forward.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <ATen/record_function.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -855,4 +857,48 @@ TEST(ClosureStep, AnAmbiguousRowDimensionIsToldAtTheFirstStepAndNeverThrowsOutOf
   EXPECT_NO_THROW(r = guard.closure_step(loss, Batch::of({x, y, h}))) << log.str();
   EXPECT_FALSE(r.counted()) << log.str();
   EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log.str();
+}
+
+// A program that trains raw tensors (W and b, an SGD over them) and no
+// module's parameters: the guard is given an empty module and the optimizer,
+// steers W and b as the optimizer's ("optimizer.0.0", "optimizer.0.1"), and
+// every clean step is the plain loop's, bit for bit.
+TEST(ClosureStep, ARawTensorProgramIsGuardedThroughItsOptimizer) {
+  auto run = [](bool guarded) {
+    TempDir dir;
+    torch::manual_seed(0);
+    at::Tensor W = torch::zeros({3, 1}).requires_grad_(), b = torch::zeros({1}).requires_grad_();
+    torch::optim::SGD optimizer({W, b}, 0.1);
+    torch::nn::Module none;
+    std::ostringstream log;
+    std::optional<StepGuard> guard;
+    GuardOptions o = quiet(dir.file("run"), log);
+    o.amp = Amp::fp32;  // as the plain loop runs
+    if (guarded) guard.emplace(none, optimizer, o);
+    for (int step = 0; step < 6; ++step) {
+      at::Tensor x = torch::randn({8, 3});
+      const at::Tensor y = (x.select(1, 0) > 0).to(at::kFloat).unsqueeze(1);
+      if (step == 4) x[2][1] = std::numeric_limits<float>::quiet_NaN();
+      auto loss = [&] { return torch::binary_cross_entropy_with_logits(x.matmul(W) + b, y); };
+      if (guarded) {
+        const GuardedStep r = guard->closure_step(loss, {x, y});
+        EXPECT_EQ(r.counted(), step != 4) << log.str();
+        if (step == 4) {
+          EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
+        }
+      } else {
+        optimizer.zero_grad();
+        loss().backward();
+        if (step != 4) optimizer.step();
+      }
+    }
+    if (guarded) {
+      const StateHealth health = guard->health();
+      EXPECT_TRUE(health.finite()) << health.text();
+    }
+    return std::make_pair(W.detach().clone(), b.detach().clone());
+  };
+  const auto guarded = run(true), plain = run(false);
+  EXPECT_TRUE(at::equal(guarded.first, plain.first)) << guarded.first << plain.first;
+  EXPECT_TRUE(at::equal(guarded.second, plain.second));
 }

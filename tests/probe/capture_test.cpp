@@ -128,6 +128,24 @@ TEST(Capture, ExpOverflowBesideACausalMaskIsAnInfBirth) {
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::div");
 }
 
+// An Inf born beside a causal mask's intended -inf, which every row holds: the
+// rows named are those where the new infinity was born, as a NaN birth's are,
+// not none (every row "held" an infinity).
+TEST(Capture, AnInfBornBesideAMasksInfinitiesNamesItsRow) {
+  probe::OpCapture capture({/*trail_length=*/8, /*batch_size=*/4, /*row_dim=*/0, /*micro_batch=*/-1});
+  at::Tensor scores = at::randn({4, 4}) * 0.1;
+  scores[1][0] = 10.0f;
+  const at::Tensor future = at::ones({4, 4}, at::kBool).triu(1);
+  {
+    NANSCOPE_MODULE_SCOPE("attn");
+    (void)(scores.masked_fill(future, -kInf) * 1e38);  // row 1's logit of 10 passes float's range
+  }
+  const format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_inf_birth);
+  EXPECT_EQ(c.first_inf_birth->op.op, "aten::mul");
+  EXPECT_EQ(c.first_inf_birth->rows, std::vector<int64_t>{1});
+}
+
 TEST(Capture, OpsThatCarryAMasksInfinitiesOnAreNotBirths) {
   // Additive masks, negation, selection and a cast: every infinity in their
   // outputs sits where an input already held one.

@@ -50,11 +50,11 @@ struct RemedyChoice {
   bool no_say = false;
   // The cause the diagnosis found (its rows are rows of the diagnosed
   // micro-batch); nullopt when the step could not be diagnosed.
-  std::optional<Cause> cause;
+  std::optional<Cause> cause{};
   // The samples that trigger it (the input birth's row, or the cause's rows),
   // as Batch::row_fingerprint has them: the same fault met again is the
   // same birth with one of these samples.
-  std::vector<uint64_t> trigger_samples;
+  std::vector<uint64_t> trigger_samples{};
 };
 
 // Re-runs of the failed step: same weights, buffers, RNG state, batch, setup
