@@ -58,9 +58,20 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
     search.why_not = "the row search cannot run on a batch of one row: nothing tells the sample from the model";
     return search;
   }
-  if (failed.batch_size > kMaxRowsSearched) {
-    search.why_not = "the row search did not run: the batch has " + std::to_string(failed.batch_size) +
-                     " rows (batches of up to " + std::to_string(kMaxRowsSearched) + " are searched)";
+  // A larger batch is searched among the rows its birth's op made non-finite
+  // (at most 16, one re-run each), not row by row.
+  std::vector<int64_t> candidates;
+  const bool every_row = failed.batch_size <= kMaxRowsSearched;
+  if (every_row) {
+    for (int64_t row = 0; row < failed.batch_size; ++row) candidates.push_back(row);
+  } else if (failed.capture && failed.capture->first_birth) {
+    for (int64_t row : failed.capture->first_birth->rows)
+      if (row >= 0 && row < failed.batch_size) candidates.push_back(row);
+  }
+  const std::string too_large = "the batch has " + std::to_string(failed.batch_size) + " rows (batches of up to " +
+                                std::to_string(kMaxRowsSearched) + " are searched row by row)";
+  if (candidates.empty()) {
+    search.why_not = "the row search did not run: " + too_large + " and the birth names no row";
     return search;
   }
   if (const std::string ambiguous = reruns.ambiguous_rows(); !ambiguous.empty()) {
@@ -76,16 +87,23 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
   int64_t raised = 0;
   std::string error;
   std::vector<int64_t> found;
-  for (int64_t row = 0; row < failed.batch_size; ++row) {
+  for (int64_t row : candidates) {
     if (reruns.finite(failed.amp, failed.fp32_modules, row)) found.push_back(row);
     if (reruns.raised()) {
       ++raised;
       if (error.empty()) error = reruns.last_error();
     }
   }
-  if (found.empty() && raised == failed.batch_size) {
+  if (found.empty() && raised == int64_t(candidates.size())) {
     search.why_not = "the row search could not run: the loss raised on the batch without a row (" + error +
                      "); name each tensor's row dimension (row_dims; Python: row_dim=)";
+    return search;
+  }
+  if (found.empty() && !every_row) {
+    search.why_not =
+        "the row search tried the rows the birth names alone, and the step stayed non-finite without "
+        "each; " +
+        too_large;
     return search;
   }
   search.state = RowSearch::State::ran;

@@ -121,6 +121,29 @@ TEST(Remedy, NonFiniteAtFp32WithoutASampleOutOfTheBatchsRangeIsTheDatas) {
   EXPECT_NE(choice.why.find("finite without batch row 5, out of the batch's range"), std::string::npos) << choice.why;
 }
 
+// A batch over 64 rows is searched among the rows the birth's op made
+// non-finite (one re-run each), not row by row: the trigger is named at the
+// cost of a few re-runs, and a search that finds none says so.
+TEST(Remedy, ALargeBatchIsSearchedAmongTheRowsItsBirthNames) {
+  ScriptedReruns reruns;
+  reruns.rows_that_break = {172};
+  FailedStep failed = failed_with_birth("forward", "aten::log", "");
+  failed.batch_size = 200;
+  failed.capture->first_birth->rows = {17, 172};
+  RemedyChoice choice = choose_remedy(failed, reruns);
+  EXPECT_EQ(choice.remedy, Remedy::skip_model_or_data);
+  EXPECT_EQ(choice.cause->rule, CauseRule::trigger_rows);
+  EXPECT_EQ(choice.cause->rows, std::vector<int64_t>{172});
+  EXPECT_EQ(reruns.runs, 3);  // fp32, then without row 17, without row 172
+
+  reruns.rows_that_break.clear();
+  choice = choose_remedy(failed, reruns);
+  EXPECT_EQ(choice.cause->rule, CauseRule::rows_not_searched);
+  EXPECT_NE(choice.why.find("tried the rows the birth names alone"), std::string::npos) << choice.why;
+  failed.capture->first_birth->rows.clear();
+  EXPECT_NE(choose_remedy(failed, reruns).why.find("the birth names no row"), std::string::npos);
+}
+
 // Non-finite with autocast off: fp32 is shown not to help, so no precision
 // remedy is taken, whatever the row search found.
 TEST(Remedy, NonFiniteAtFp32WithEverySampleTakesNoPrecisionRemedy) {
