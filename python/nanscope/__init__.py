@@ -49,7 +49,7 @@ from ._options import GuardConfig
 from ._trainer import TrainerGuard, guard_trainer
 
 __all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
-           "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard"]
+           "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run"]
 
 _logging.install()  # every line through the logging module (logger "nanscope")
 
@@ -70,6 +70,30 @@ _open_guards = weakref.WeakSet()
 def _close_open_guards():
     for guard in list(_open_guards):
         guard.close()
+
+
+def open_run(path):
+    """Opens a run file for reading with h5py (a run directory opens its
+    run.h5), also after its writer was killed: a writer killed mid-run
+    (SIGKILL, out of memory) leaves the file marked open for writing, which a
+    plain h5py.File(path) refuses. The mark of a writer that is gone is cleared
+    (as HDF5's h5clear -s does), so later plain readers open it too; a file a
+    live writer holds is opened with SWMR, as nanscope's readers read it.
+    Returns an h5py.File (a context manager); a missing or foreign file raises
+    ValueError or OSError."""
+    import os
+    import h5py
+    from ._nanscope import clear_mark_if_writer_gone
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "run.h5")
+    if not os.path.exists(path):
+        raise ValueError(f"nanscope.open_run: no run file at {path!r}")
+    clear_mark_if_writer_gone(path)
+    try:
+        return h5py.File(path, "r")
+    except OSError:
+        return h5py.File(path, "r", swmr=True)  # its writer is still at work
 
 
 def _module_of_tensors(model, optimizer):

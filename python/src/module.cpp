@@ -19,6 +19,7 @@
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/snapshot.hpp"
 #include "nanscope/replay/model_registry.hpp"
@@ -413,6 +414,13 @@ PYBIND11_MODULE(_nanscope, m) {
 
   m.def("append_other_modules", [](const std::string& path, const probe::NamedTensorList& tensors) {
     probe::append_other_modules(path, tensors);
+  });
+  m.def("clear_mark_if_writer_gone", [](const std::string& path) {
+    try {
+      return format::clear_mark_if_writer_gone(path);
+    } catch (const format::FormatError& e) {
+      throw py::value_error(std::string("nanscope.open_run: ") + e.what());
+    }
   });
   m.def("snapshot_other_modules", [](const std::string& path) {
     try {
