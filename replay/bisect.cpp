@@ -57,12 +57,16 @@ Fp32RegionSearch smallest_fp32_region(ReplaySetup& setup) {
   return search;
 }
 
-std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup) {
+std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup, bool replace) {
   const Batch& whole = setup.snapshot.batch;
   const int64_t batch = whole.rows();
+  const auto& birth = setup.snapshot.capture.first_birth;
+  const std::vector<int64_t> suspects = birth ? birth->rows : std::vector<int64_t>{};
   std::vector<int64_t> found;
-  for (int64_t i = 0; i < batch; ++i)
-    if (step_is_finite(setup, setup.amp, whole.without_row(i))) found.push_back(i);
+  for (int64_t i = 0; i < batch; ++i) {
+    const Batch tried = replace ? whole.with_row_replaced(i, donor_row(i, batch, suspects)) : whole.without_row(i);
+    if (step_is_finite(setup, setup.amp, tried)) found.push_back(i);
+  }
   // Every row "fixing" it means the batch size, not a sample, is what matters.
   if (int64_t(found.size()) == batch) found.clear();
   return found;

@@ -21,7 +21,9 @@ struct Fp32RegionSearch {
 // when a TorchScript re-run entered no chosen module's frame.
 Fp32RegionSearch smallest_fp32_region(ReplaySetup& setup);
 
-// Batch rows whose removal alone makes the step finite.
-std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup);
+// Batch rows whose removal alone makes the step finite; with `replace`, each
+// row replaced by a copy of another (donor_row) instead of removed, for a
+// step that draws random numbers (a removed row would shift every later draw).
+std::vector<int64_t> samples_without_which_finite(ReplaySetup& setup, bool replace = false);
 
 }  // namespace nanscope::replay

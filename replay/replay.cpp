@@ -231,19 +231,27 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   }
 
   // 2. In fp32, under op-level capture, then under anomaly detection.
+  std::optional<bool> fp32_read_batch;  // whether what failed came from the batch's NaN/Inf
   {
     probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
                               /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
     report.evidence.fp32_finite = step_is_finite_in_fp32(setup, s.batch);
     report.fp32_capture = capture.result();
+    fp32_read_batch = capture.failure_read_batch();
     if (setup.last_raised && !report.fp32_capture.first_birth && !batch_holds_it)
       throw std::runtime_error("no verdict: the fp32 re-run of step " + std::to_string(s.step) +
                                " raised before any NaN or Inf was born (" + setup.rerun_error +
                                "), so nothing says whether precision is the cause");
   }
   // A batch that holds the NaN/Inf itself is the birth at every precision,
-  // whatever the re-run did after it (as the guard's own capture has it).
-  if (const format::Capture input = probe::Probe::input_capture({s.batch}); input.first_birth) {
+  // whatever the re-run did after it (as the guard's own capture has it),
+  // unless what failed never came from it (a leaf the step does not read).
+  const format::Capture input = probe::Probe::input_capture({s.batch});
+  const bool not_read = s.capture.batch_not_read || (fp32_read_batch == false && report.fp32_capture.first_birth);
+  if (input.first_birth && not_read) {
+    report.fp32_capture.batch_not_read = true;
+    report.fp32_capture.discarded.insert(report.fp32_capture.discarded.begin(), format::birth_text(*input.first_birth));
+  } else if (input.first_birth) {
     report.fp32_capture.first_birth = input.first_birth;
     (input.first_birth->kind == format::BirthKind::nan ? report.fp32_capture.first_nan_birth
                                                        : report.fp32_capture.first_inf_birth) = input.first_birth;
@@ -270,10 +278,11 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.evidence.fp32_search = search.outcome;
       report.evidence.fp32_modules = search.modules;
     }
-    if (s.batch.rows() > 1 && !report.draws_random_numbers) {
+    if (s.batch.rows() > 1) {
       report.batch_bisected = true;
       const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
-      report.evidence.samples = samples_without_which_finite(setup);
+      report.evidence.rows_replaced = report.draws_random_numbers;
+      report.evidence.samples = samples_without_which_finite(setup, report.draws_random_numbers);
       report.evidence.rows_searched = setup.rerun_error.empty();
       if (report.evidence.samples.empty())
         report.no_row_found =
@@ -286,9 +295,7 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       report.evidence.rows_out_of_range = s.batch.rows_out_of_range(report.evidence.samples, kRowOutOfRangeFactor);
       setup.rerun_error = step_error;
     } else {
-      report.evidence.rows_not_searched = s.batch.rows() <= 1
-                                              ? "the row search cannot run on a batch of one row"
-                                              : "the row search did not run: the step draws random numbers";
+      report.evidence.rows_not_searched = "the row search cannot run on a batch of one row";
     }
   } else {
     report.evidence.rows_not_searched = "the row search was not asked for (--no-bisect)";

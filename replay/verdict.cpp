@@ -235,6 +235,7 @@ CauseEvidence cause_evidence(const VerdictInputs& in) {
   e.rows.breaking = in.samples;
   e.rows.out_of_range = in.rows_out_of_range;
   e.rows.why_not = in.rows_not_searched;
+  e.rows.replaced = in.rows_replaced;
   e.grad_norm_rose = !in.grad_norm_trend.empty();
   return e;
 }
@@ -272,8 +273,11 @@ std::string model_or_data_text(const VerdictInputs& in, const Cause& cause, cons
       "non-finite in fp32 too, so precision is not the cause: " + fix_for(v.category, b, in, format::Precision::fp32);
   if (cause.rule == CauseRule::trigger_rows) {
     const bool one = cause.rows.size() == 1;
-    text += ". Without " + format::batch_rows_text(in.batch_rows, cause.rows) + " the step is finite, but " +
-            (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
+    text += ". Without " + format::batch_rows_text(in.batch_rows, cause.rows) + " the step is finite" +
+            (in.rows_replaced ? " (each row tested by putting a copy of another row in its place, so the step's "
+                                "random draws stayed as they were)"
+                              : "") +
+            ", but " + (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
             number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " + trigger_text(b, in.trail) + ": " +
             (one ? "it triggers" : "they trigger") + " an op that is unsafe for such inputs, so fix the op; dropping " +
             (one ? "it" : "them") + " only waits for the next sample that drives it there";

@@ -1,10 +1,17 @@
 #include "nanscope/core/cause.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "nanscope/probe/birth_category.hpp"
 
 namespace nanscope {
+
+int64_t donor_row(int64_t row, int64_t batch_size, const std::vector<int64_t>& suspects) {
+  for (int64_t r = 0; r < batch_size; ++r)
+    if (r != row && std::find(suspects.begin(), suspects.end(), r) == suspects.end()) return r;
+  return row == 0 ? 1 : 0;
+}
 
 std::variant<Cause, EvidenceNeeded> classify_cause(const CauseEvidence& e) {
   Cause c;

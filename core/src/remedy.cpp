@@ -43,6 +43,19 @@ class LiveFp32Trial : public Fp32Trial {
   std::vector<std::string> already_;
 };
 
+std::string rows_text(const std::vector<int64_t>& rows) {
+  std::string list;
+  for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return (rows.size() == 1 ? "batch row " : "batch rows ") + list;
+}
+
+std::string rows_tested_text(const std::vector<int64_t>& rows, bool replaced) {
+  return "finite without " + rows_text(rows) +
+         (replaced ? " (each row tested by putting a copy of another row in its place, so the step's random "
+                     "draws stayed as they were)"
+                   : "");
+}
+
 // The rows without which the step is finite, and of them the rows out of
 // the batch's range; or why the search cannot run. A search in which every
 // re-run raised says nothing either.
@@ -78,17 +91,20 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
     search.why_not = "the row search cannot run: " + ambiguous;
     return search;
   }
-  if (reruns.draws_random_numbers()) {
-    search.why_not =
-        "the row search did not run: the step draws random numbers, so without a row every later draw shifts "
-        "and a finite re-run would prove nothing";
-    return search;
-  }
+  // A step that draws random numbers (dropout) would draw different ones
+  // after a removed row: each row is replaced by a copy of another instead,
+  // one the birth does not name, so every shape and every draw stay.
+  search.replaced = reruns.draws_random_numbers();
+  const std::vector<int64_t> birth_rows =
+      failed.capture && failed.capture->first_birth ? failed.capture->first_birth->rows : std::vector<int64_t>{};
   int64_t raised = 0;
   std::string error;
   std::vector<int64_t> found;
   for (int64_t row : candidates) {
-    if (reruns.finite(failed.amp, failed.fp32_modules, row)) found.push_back(row);
+    const bool finite = search.replaced ? reruns.finite_with_row_replaced(failed.amp, failed.fp32_modules, row,
+                                                                          donor_row(row, failed.batch_size, birth_rows))
+                                        : reruns.finite(failed.amp, failed.fp32_modules, row);
+    if (finite) found.push_back(row);
     if (reruns.raised()) {
       ++raised;
       if (error.empty()) error = reruns.last_error();
@@ -111,12 +127,6 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
   if (int64_t(found.size()) < failed.batch_size) search.breaking = found;
   if (!search.breaking.empty()) search.out_of_range = reruns.rows_out_of_range(search.breaking);
   return search;
-}
-
-std::string rows_text(const std::vector<int64_t>& rows) {
-  std::string list;
-  for (int64_t r : rows) list += (list.empty() ? "" : ", ") + std::to_string(r);
-  return (rows.size() == 1 ? "batch row " : "batch rows ") + list;
 }
 
 // Median seconds of three re-runs with each module set, alternated so both see the same machine.
@@ -206,7 +216,7 @@ std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const
                                                : "non-finite with autocast off too";
   switch (cause.rule) {
     case CauseRule::trigger_rows:
-      return text + "; finite without " + rows_text(cause.rows) + ", " +
+      return text + "; " + rows_tested_text(cause.rows, e.rows.replaced) + ", " +
              (cause.rows.size() == 1 ? "an ordinary sample" : "ordinary samples") + " (within " +
              number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " +
              trigger_text(*e.birth, failed.capture->trail) +
@@ -265,7 +275,7 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     case CauseRule::finite_in_fp32: precision_remedy(choice, failed, reruns); break;
     case CauseRule::rows_out_of_range:
       choice.remedy = Remedy::skip_data;
-      choice.why = "finite without " + rows_text(cause.rows) + ", out of the batch's range (over " +
+      choice.why = rows_tested_text(cause.rows, e.rows.replaced) + ", out of the batch's range (over " +
                    number_text(kRowOutOfRangeFactor) + "x the median row's largest value)";
       break;
     case CauseRule::every_row:
@@ -350,6 +360,16 @@ bool LiveStepReruns::finite(Amp amp, const std::vector<std::string>& fp32_module
   MicroBatch without = micro_;
   without.batch = micro_.batch.without_row(without_row);
   return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, without, fp32_modules, &switchable_,
+                         &last_error_);
+}
+
+bool LiveStepReruns::finite_with_row_replaced(Amp amp, const std::vector<std::string>& fp32_modules, int64_t row,
+                                              int64_t by) {
+  last_error_.clear();
+  if (!weight_read_ && std::isfinite(micro_.recorded_loss)) finite(amp, fp32_modules, -1);  // reads the weight first
+  MicroBatch replaced = micro_;
+  replaced.batch = micro_.batch.with_row_replaced(row, by);
+  return rerun_is_finite(model_, parameters_, amp, loss_scale_, setup_, replaced, fp32_modules, &switchable_,
                          &last_error_);
 }
 

@@ -37,6 +37,14 @@ struct RunningStep {
   // A failed step's parameters that held a NaN/Inf as it began (its update
   // was not applied): what forensics names in place of a re-run.
   std::vector<std::string> nonfinite_weights;
+  // The loss scaler's growth count as the step began: a step whose scale
+  // made none of its NaN/Inf keeps the scale and the count it had.
+  int64_t growth_tracker_before = 0;
+  // Under loss scaling, a step that stayed non-finite re-run at a scale of 1:
+  // the scale is no cause, and every re-run of it (forensics, diagnosis,
+  // its snapshot's replay) runs at 1, where the scale cannot hide the birth.
+  std::optional<double> rerun_scale;
+  double loss_scale_for_reruns() const { return rerun_scale.value_or(result.loss_scale); }
 };
 
 // While alive, the parameters hold the weights a closure optimizer's failed

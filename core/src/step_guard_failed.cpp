@@ -56,8 +56,14 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // the loop goes on from where its own step left them (a rollback excepted).
   KeepGeneratorStates loop_generators;
   if (scalers_backoff(run.result.outcome, run.result.loss_scale)) {
-    say_scalers_backoff(run, undone);
-    return;
+    if (!nonfinite_without_the_scale(run)) {
+      say_scalers_backoff(run, undone);
+      return;
+    }
+    // Not the scale's doing: the scale stays as it was, and the step is a
+    // failed step like any other, investigated at a scale of 1.
+    scaler_.restore(run.result.loss_scale, run.growth_tracker_before);
+    run.rerun_scale = 1.0;
   }
   const std::string what = failure_text(run);
   record_skip(run, what, undone);
@@ -114,6 +120,30 @@ bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_sc
          loss_scale > 1.0;
 }
 
+// Whether an overflowing step stays non-finite re-run at a loss scale of 1
+// (same weights, batch, RNG state, precision): then the scale made none of
+// its NaN/Inf (a 0/0 in the backward, an infinite derivative, a gradient
+// beyond fp16's range at any scale). GradScaler cannot tell; one re-run, on
+// an overflowing step only, can. A step that cannot be re-run (no loss
+// function), a closure optimizer's, or one of several ranks (their re-runs
+// would have to agree) keeps GradScaler's reading, as does a re-run that raised.
+bool StepGuard::Impl::nonfinite_without_the_scale(RunningStep& run) {
+  if (!rerunnable(run) || run.context.averager || run.evaluations.failed > 0) return false;
+  std::optional<Fp32ModuleRegions> fp32;
+  if (run.watched && fp32_regions_apply(run.result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
+  std::optional<ClosureModel::Step> with_loss_fn;
+  if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, run.micro_batches.front().batch);
+  bool nonfinite = false;
+  try {
+    nonfinite =
+        !recompute_step(steered_.model, parameters_, run.result.amp, 1.0, run.setup, run.micro_batches).finite();
+  } catch (const std::exception&) {
+    nonfinite = false;
+  }
+  clear_grads(parameters_);
+  return nonfinite;
+}
+
 namespace {
 
 std::string ranks_text(const RunningStep& run) {
@@ -162,7 +192,7 @@ void StepGuard::Impl::record_skip(const RunningStep& run, const std::string& wha
       journal_.event(step, format::EventKind::first_nonfinite, ranks);
     journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
   }
-  if (scaler_.enabled())
+  if (scaler_.enabled() && scaler_.scale() != result.loss_scale)
     journal_.event(step, format::EventKind::scale_backoff,
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 }

@@ -105,7 +105,10 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
     found.capture.emplace();
     found.capture->nonfinite_weights = run.nonfinite_weights;
     found.capture->reproduced = true;  // non-finite from the start, with no re-run
-  } else if (options_.probe && !outcome.batch_finite) {
+  } else if (options_.probe && !outcome.batch_finite && !rerunnable(run)) {
+    // No loss function to re-run with: the batch's NaN/Inf is taken as read.
+    // With one, the re-run says whether the step read it (a leaf it never
+    // reads is no birth).
     found.capture = probe::Probe::input_capture(batches);
     if (!found.capture->first_birth) found.capture.reset();  // another rank's batch: this one re-runs as usual
   }
@@ -131,8 +134,11 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && found.capture && !weights_born)
     keep_skipped_inputs(step, batches);
-  else if (investigate && !found.capture)
+  else if (investigate && !found.capture) {
     found.capture = rerun_under_capture(run, batches, compiled_cost);
+    const std::optional<format::Birth>& birth = found.capture->first_birth;
+    if (birth && birth->op.phase == format::Phase::input) keep_skipped_inputs(step, batches);
+  }
   if (input_birth) found.capture = std::move(input_birth);
   std::optional<RanksBorn> born;
   if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
@@ -178,7 +184,7 @@ format::Capture StepGuard::Impl::rerun_under_capture(RunningStep& run, const std
   std::optional<Fp32ModuleRegions> fp32;
   if (run.watched && fp32_regions_apply(result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
   auto rerun = [&](probe::OpCapture& op_capture) {
-    rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup,
+    rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, run.loss_scale_for_reruns(), run.setup,
                                       run.micro_batches, &op_capture)
                            .finite();
   };
@@ -215,9 +221,9 @@ std::string StepGuard::Impl::check_compiled_step(RunningStep& run, format::Captu
   auto compiled_nonfinite = [&] {
     bool nonfinite = false;
     try {
-      nonfinite =
-          !recompute_step(steered_.model, parameters_, result.amp, result.loss_scale, run.setup, run.micro_batches)
-               .finite();
+      nonfinite = !recompute_step(steered_.model, parameters_, result.amp, run.loss_scale_for_reruns(), run.setup,
+                                  run.micro_batches)
+                       .finite();
     } catch (const std::exception&) {
       // A compiled run that raised says nothing of the values it makes.
     }
@@ -443,7 +449,7 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
                      : at::full({kept.batch.rows()}, -1, at::kLong);
   s.cpu_rng_state = (kept.cpu_rng_state.known() ? kept.cpu_rng_state : probe_.cpu_rng_state()).bytes();
   s.precision = result.amp;
-  s.loss_scale = result.loss_scale;
+  s.loss_scale = run.loss_scale_for_reruns();  // what its replay re-runs at
   s.lr = result.lr;
   s.clip = options_.clip;
   s.origin = options_.origin;
@@ -508,14 +514,15 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   FailedStep failed;
   failed.amp = run.result.amp;
   failed.own_16bit = steered_.model.own_16bit_type_name();
-  failed.batch_finite = run.result.outcome.batch_finite;
+  // A NaN/Inf in a batch leaf the step never read is not the data's fault.
+  failed.batch_finite = run.result.outcome.batch_finite || (capture && capture->batch_not_read);
   failed.capture = capture;
   // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
   // are searched within it, never across micro-batches).
   const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules();
-  LiveStepReruns reruns(steered_.model, parameters_, run.result.loss_scale, run.setup, micro);
+  LiveStepReruns reruns(steered_.model, parameters_, run.loss_scale_for_reruns(), run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
   if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch);

@@ -85,6 +85,7 @@ struct StepGuard::Impl {
   // recovery, and the GuardedStep filled from them once.
   void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
   bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
+  bool nonfinite_without_the_scale(RunningStep& run);
   // "non-finite loss at the optimizer's evaluation 2 of the step on rank(s) 1"
   std::string failure_text(const RunningStep& run) const;
   void say_scalers_backoff(const RunningStep& run, const std::string& undone);

@@ -73,6 +73,7 @@ RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context
   // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
   run.result.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
   run.result.loss_scale = scaler_.scale();
+  run.growth_tracker_before = scaler_.growth_tracker();
   if (step_setup_hook_) run.setup = step_setup_hook_(step);
   if (run.setup) run.setup(true);
   transaction_.begin(steered_.model);

@@ -15,6 +15,7 @@
 #include "nanscope/probe/host_norms.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/nvtx.hpp"
+#include "nanscope/probe/op_capture.hpp"
 
 namespace nanscope {
 
@@ -113,6 +114,7 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
       micro.cpu_rng_state.restore();
       if (capture && micro_batches.size() > 1)
         capture->begin_micro_batch(int64_t(k), micro.batch.rows(), micro.batch.row_dim);
+      probe::note_step_batch(micro.batch.tensors());  // under a capture: its non-finite leaves are followed
       at::Tensor loss;
       {
         NANSCOPE_NVTX_RANGE("forward");
@@ -146,6 +148,11 @@ StepRecomputation recompute_step(TrainableModel& model, const std::vector<at::Te
   same_scale.init_scale = loss_scale;
   out.found_inf = same_scale.enabled ? LossScaler(same_scale).unscale_(grads) : at::zeros({1});
   out.total_norm = grad_norms(grads, GradNormUse::as_a_value).total;
+  // Under a capture: the births whose values reached these are the step's.
+  std::vector<at::Tensor> ended_with = grads;
+  ended_with.push_back(out.loss);
+  ended_with.push_back(out.total_norm);
+  probe::note_step_result(ended_with);
   return out;
 }
 

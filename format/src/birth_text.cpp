@@ -52,7 +52,13 @@ std::string capture_text(const Capture& c) {
     return c.reproduced ? "non-finite again on re-run, but no op was seen making it (a fused or compiled kernel, "
                           "a NaN written as a constant, or values non-finite before the step)"
                         : "not reproduced on re-run (transient)";
-  return birth_text(*c.first_birth);
+  std::string text = birth_text(*c.first_birth);
+  if (!c.discarded.empty())
+    text += "; before it, " + c.discarded.front() +
+            (c.discarded.size() > 1 ? " (and " + std::to_string(c.discarded.size() - 1) + " more)" : "") +
+            ", whose values never reached the loss or a gradient (the step discarded them, or never read them): "
+            "not the cause";
+  return text;
 }
 
 }  // namespace nanscope::format

@@ -142,6 +142,8 @@ void write_capture(const Group& g, const Capture& c) {
   if (c.compiled_only) g.set_attr("compiled_only", int64_t(1));
   if (c.compiled_region) g.set_attr("compiled_region", *c.compiled_region);
   if (!c.nonfinite_weights.empty()) g.set_attr("nonfinite_weights", joined_lines(c.nonfinite_weights));
+  if (!c.discarded.empty()) g.set_attr("discarded", joined_lines(c.discarded));
+  if (c.batch_not_read) g.set_attr("batch_not_read", int64_t(1));
   write_birth(g, "first_birth", c.first_birth);
   write_birth(g, "first_nan_birth", c.first_nan_birth);
   write_birth(g, "first_inf_birth", c.first_inf_birth);
@@ -161,7 +163,9 @@ Capture read_capture(const Group& g) {
   c.compiled_only = g.has_attr("compiled_only") && g.attr_int("compiled_only") != 0;
   if (g.has_attr("compiled_region")) c.compiled_region = g.attr_string("compiled_region");
   if (g.has_attr("nonfinite_weights"))
-    c.nonfinite_weights = split_lines(g.attr_string("nonfinite_weights"));  // from 1.9
+    c.nonfinite_weights = split_lines(g.attr_string("nonfinite_weights"));               // from 1.9
+  if (g.has_attr("discarded")) c.discarded = split_lines(g.attr_string("discarded"));    // from 1.10
+  c.batch_not_read = g.has_attr("batch_not_read") && g.attr_int("batch_not_read") != 0;  // from 1.10
   c.first_birth = read_birth(g, "first_birth");
   c.first_nan_birth = read_birth(g, "first_nan_birth");
   c.first_inf_birth = read_birth(g, "first_inf_birth");

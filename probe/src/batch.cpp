@@ -150,7 +150,22 @@ Batch Batch::widened() const {
 
 Batch Batch::without_row(int64_t row) const {
   const int64_t n = rows();
-  const at::Tensor keep = at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, n, at::kLong)});
+  return rows_taken(at::cat({at::arange(0, row, at::kLong), at::arange(row + 1, n, at::kLong)}));
+}
+
+Batch Batch::with_row_replaced(int64_t row, int64_t by) const {
+  const int64_t n = rows();
+  if (row < 0 || row >= n || by < 0 || by >= n)
+    throw std::invalid_argument("Batch::with_row_replaced: rows " + std::to_string(row) + " and " + std::to_string(by) +
+                                " of a batch of " + std::to_string(n));
+  at::Tensor index = at::arange(0, n, at::kLong);
+  index[row] = by;
+  return rows_taken(index);
+}
+
+// Every tensor that holds the batch's rows with rows `keep` (in that order).
+Batch Batch::rows_taken(const at::Tensor& keep) const {
+  const int64_t n = rows();
   auto cut_one = [&](const at::Tensor& t, int64_t leaf) {
     const int64_t dim = row_dim_of(t, leaf, n);
     if (dim >= 0) return t.index_select(dim, keep.to(t.device()));

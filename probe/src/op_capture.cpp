@@ -51,19 +51,53 @@ std::string custom_function_name(const std::string& node) {
 
 // RecordFunction callbacks are plain function pointers, so the capture's
 // state is global; one OpCapture may be alive at a time.
-struct Candidate {
-  format::Birth birth;
-  int64_t start_index = 0;     // order of the op's start: nesting = started later, ended earlier
-  int64_t forward_index = -1;  // the forward op whose module it is named by (tensor_owners.hpp)
-  int64_t evaluation = -1;     // a backward op's node evaluation (CaptureState::evaluations)
-};
-
 // A trail entry: the record, and its output until its stats are computed.
 struct TrailEntry {
   format::OpRecord record;
   at::Tensor output;  // detached; stats computed when the capture's result is read
   int64_t forward_index = -1;
   int64_t evaluation = -1;
+};
+
+// One op that gave birth to a NaN, an Inf or both. Its id is its place in
+// CaptureState::births, which the values it made carry (Lineage).
+struct Candidate {
+  // The birth of each kind this op made; an outer op that gives birth to the
+  // same kind takes it over (reset here), as does an outer op whose output is
+  // finite (it dropped what was made inside it).
+  std::optional<format::Birth> nan, inf;
+  int64_t start_index = 0;        // order of the op's start: nesting = started later, ended earlier
+  int64_t forward_index = -1;     // the forward op whose module it is named by (tensor_owners.hpp)
+  int64_t evaluation = -1;        // a backward op's node evaluation (CaptureState::evaluations)
+  std::vector<TrailEntry> trail;  // the ops up to and including it (the first kTrailsKept births)
+  bool any() const { return nan || inf; }
+};
+
+// Where a tensor's non-finite values came from: the ids of the births they
+// descend from (the earliest kLineageIds), and whether some came from outside
+// the ops seen (the batch; a weight, a scalar or an op the capture did not see).
+struct Lineage {
+  std::vector<int32_t> births;  // sorted
+  bool from_batch = false, from_elsewhere = false;
+  void add(const Lineage& other) {
+    std::vector<int32_t> merged;
+    std::set_union(births.begin(), births.end(), other.births.begin(), other.births.end(), std::back_inserter(merged));
+    births = std::move(merged);
+    from_batch |= other.from_batch;
+    from_elsewhere |= other.from_elsewhere;
+  }
+  void add_birth(int32_t id) { add(Lineage{{id}, false, false}); }
+  bool empty() const { return births.empty() && !from_batch && !from_elsewhere; }
+};
+constexpr size_t kLineageIds = 16;
+constexpr size_t kBirthsKept = 256;  // births beyond it count as "elsewhere"
+constexpr size_t kTrailsKept = 16;   // births beyond it keep no trail
+
+// A storage's lineage, and a weak reference that keeps its address from being
+// reused by another storage while it is a key.
+struct TracedStorage {
+  c10::weak_intrusive_ptr<c10::StorageImpl> keep;
+  Lineage lineage;
 };
 
 // Where an autograd node came from: the forward op that made it and that op's
@@ -93,10 +127,14 @@ struct CaptureState {
   int64_t next_start = 0;
   int64_t next_end = 0;
   bool any_nonfinite = false;
-  std::deque<TrailEntry> trail;
-  bool trail_frozen = false;        // set at the first birth of either kind
-  int64_t frozen_birth_start = -1;  // start index of that birth
-  std::optional<Candidate> first_nan, first_inf;
+  std::deque<TrailEntry> trail;   // the last ops seen
+  std::vector<Candidate> births;  // every op that gave birth, by id
+  // The lineage of every storage that holds a non-finite value an op made
+  // (or the batch brought): which births reach what the step ended with.
+  std::unordered_map<const c10::StorageImpl*, TracedStorage> lineage;
+  // What the step's failed values (its loss, gradients, their norm) came
+  // from; nullopt until told (note_step_result), or when none was non-finite.
+  std::optional<Lineage> failure;
   std::unordered_map<int64_t, NodeOrigin> node_origins;  // by autograd seqNr
   std::vector<Evaluation> evaluations;                   // by id, in start order
   std::vector<std::string> modules_seen;                 // forward modules from scopes, first-seen order
@@ -239,13 +277,49 @@ struct OpContext : at::ObserverContext {
   std::vector<at::Tensor> written_in_place;
   int64_t counted_targets = -1;  // a loss with ignore_index: the targets it counts
   OpArity arity;                 // how many of RecordFunction's values are the op's own
+  // Where its non-finite inputs' values came from, read at its start (an
+  // in-place op's before it writes): what its non-finite outputs carry on.
+  std::vector<at::Tensor> nonfinite_inputs;
+  Lineage input_lineage;
 };
+
+// The storage a tensor's values live in, shared by its views; nullptr for a
+// tensor without one.
+const c10::StorageImpl* storage_key(const at::Tensor& t) {
+  return t.defined() ? t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+}
+
+// The lineage of a non-finite tensor: an untraced one's values came from
+// outside the ops seen.
+Lineage lineage_of(const CaptureState& st, const at::Tensor& t) {
+  const auto it = st.lineage.find(storage_key(t));
+  if (it != st.lineage.end() && !it->second.keep.expired()) return it->second.lineage;
+  Lineage outside;
+  outside.from_elsewhere = true;
+  return outside;
+}
+
+void set_lineage(CaptureState& st, const at::Tensor& t, Lineage lineage) {
+  const c10::StorageImpl* key = storage_key(t);
+  if (!key) return;
+  if (lineage.births.size() > kLineageIds) lineage.births.resize(kLineageIds);
+  st.lineage.insert_or_assign(
+      key, TracedStorage{t.unsafeGetTensorImpl()->unsafe_storage().getWeakStorageImpl(), std::move(lineage)});
+}
+
+// A finite result that fills its whole storage holds nothing of what was there.
+void clear_lineage(CaptureState& st, const at::Tensor& t) {
+  if (st.lineage.empty()) return;
+  const c10::StorageImpl* key = storage_key(t);
+  if (key && key->nbytes() == size_t(t.numel()) * t.element_size()) st.lineage.erase(key);
+}
 
 void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
   auto add_tensor = [&](const at::Tensor& t) {
     FiniteFlags f = finite_flags(t);
     ctx.input_nan |= f.nan;
     ctx.input_inf |= f.inf;
+    if (f.nan || f.inf) ctx.nonfinite_inputs.push_back(t);
     ctx.input_tensors.push_back(in_place_self ? t.detach().clone() : t.detach());
     if (ctx.forward && !in_place_self && !t.requires_grad() && !f.nan && !f.inf)
       ctx.written_in_place.push_back(t.detach());
@@ -257,6 +331,7 @@ void note_input(const c10::IValue& value, bool in_place_self, OpContext& ctx) {
     ctx.input_nan |= s.nan_count > 0;
     ctx.input_inf |= s.inf_count > 0;
     ctx.scalar_inf |= s.inf_count > 0;
+    ctx.input_lineage.from_elsewhere |= s.nan_count > 0 || s.inf_count > 0;  // a literal: the code's own
     ctx.scalar_inputs.push_back(s);
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorVector())
@@ -419,6 +494,11 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   // ops around it are the root's, so nothing is inferred between such reads.
   if (ctx->owner && inside_module_scope()) ctx->module = *std::exchange(ctx->owner, std::nullopt);
   ctx->counted_targets = counted_targets(fn, ctx->arity);
+  if (!ctx->nonfinite_inputs.empty()) {
+    std::lock_guard<std::mutex> lock(g_state->mutex);
+    for (const at::Tensor& t : ctx->nonfinite_inputs) ctx->input_lineage.add(lineage_of(*g_state, t));
+    ctx->nonfinite_inputs.clear();
+  }
   return ctx;
 }
 
@@ -442,12 +522,14 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   int64_t forward_index = -1;
   at::Tensor first_output;
   std::vector<int64_t> created_nodes;
+  std::vector<at::Tensor> finite_outputs, nonfinite_outputs;  // for their lineage
   for (const c10::IValue& out : op_results(fn, ctx->arity)) {
     if (!out.isTensor() || !is_floating(out.toTensor())) continue;
     const at::Tensor& t = out.toTensor();
     FiniteFlags f = finite_flags(t);
     output_nan |= f.nan;
     output_inf |= f.inf;
+    (f.nan || f.inf ? nonfinite_outputs : finite_outputs).push_back(t);
     if (!first_output.defined()) first_output = t.detach();
     // Only the node this op created (its seqNr is the one peeked at its start);
     // a view or no-op such as resolve_conj returns a tensor of an older node.
@@ -496,65 +578,62 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   // zeroes it in the same op). The first birth after it is the run's. An
   // output that holds either kind keeps them: an Inf made inside (autocast's
   // cast of conv2d's input) may leave as the NaN it became.
-  if (first_output.defined() && !output_nan && !output_inf) {
-    auto drop_enclosed = [&](std::optional<Candidate>& slot) {
-      if (slot && slot->start_index > ctx->start_index) slot.reset();
-    };
-    drop_enclosed(st.first_nan);
-    drop_enclosed(st.first_inf);
-    if (st.trail_frozen && !st.first_nan && !st.first_inf) {
-      st.trail_frozen = false;
-      st.frozen_birth_start = -1;
-    }
+  const bool nan_birth = output_nan && !ctx->input_nan;
+  const bool inf_birth = output_inf && !ctx->input_nan &&
+                         (!ctx->input_inf || (!only_written && !ctx->scalar_inf &&
+                                              holds_new_infinity(record.op, first_output, ctx->input_tensors)));
+  for (Candidate& enclosed : st.births) {
+    if (enclosed.start_index <= ctx->start_index) continue;
+    const bool dropped = first_output.defined() && !output_nan && !output_inf;
+    // A later-ending op that started before a birth encloses it: the op the
+    // model's code called (the outer one) is reported instead.
+    if (dropped || nan_birth) enclosed.nan.reset();
+    if (dropped || inf_birth) enclosed.inf.reset();
   }
-  if (!st.trail_frozen) {
-    st.trail.push_back({record, first_output, forward_index, ctx->evaluation});
-    while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
-  }
-  auto consider = [&](std::optional<Candidate>& slot, format::BirthKind kind) {
-    // A later-ending op that started before the current birth encloses it:
-    // report the enclosing (outer) op instead.
-    if (slot && slot->start_index < ctx->start_index) return;
-    const bool replaces_trail_end = slot && slot->start_index == st.frozen_birth_start;
+  st.trail.push_back({record, first_output, forward_index, ctx->evaluation});
+  while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
+
+  Lineage carried = ctx->input_lineage;  // what its non-finite outputs carry on
+  if ((nan_birth || inf_birth) && st.births.size() < kBirthsKept) {
     Candidate c;
     c.start_index = ctx->start_index;
     c.forward_index = forward_index;
     c.evaluation = ctx->evaluation;
-    c.birth.op = record;
-    if (only_written) {
-      c.birth.op.output = tensor_stats(written);  // no rows: a buffer has no batch dimension
-    } else if (first_output.defined()) {
-      c.birth.op.output = tensor_stats(first_output);
-      // Forward or backward alike: an output with the batch along its row
-      // dimension names the samples (a derivative's, a hook's gradient).
-      if (record.phase == format::Phase::forward || record.phase == format::Phase::backward) {
-        const at::Tensor born =
-            kind == format::BirthKind::inf ? new_infinities(record.op, first_output, ctx->input_tensors) : at::Tensor();
-        c.birth.rows =
-            nonfinite_batch_rows(born.defined() ? born : first_output, st.options.batch_size, st.options.row_dim, kind);
+    if (st.births.size() < kTrailsKept) c.trail.assign(st.trail.begin(), st.trail.end());
+    auto birth_of = [&](format::BirthKind kind) {
+      format::Birth b;
+      b.op = record;
+      if (only_written) {
+        b.op.output = tensor_stats(written);  // no rows: a buffer has no batch dimension
+      } else if (first_output.defined()) {
+        b.op.output = tensor_stats(first_output);
+        // Forward or backward alike: an output with the batch along its row
+        // dimension names the samples (a derivative's, a hook's gradient).
+        if (record.phase == format::Phase::forward || record.phase == format::Phase::backward) {
+          const at::Tensor born = kind == format::BirthKind::inf
+                                      ? new_infinities(record.op, first_output, ctx->input_tensors)
+                                      : at::Tensor();
+          b.rows = nonfinite_batch_rows(born.defined() ? born : first_output, st.options.batch_size, st.options.row_dim,
+                                        kind);
+        }
       }
-    }
-    c.birth.micro_batch = st.options.micro_batch;
-    c.birth.kind = kind;
-    c.birth.counted_targets = ctx->counted_targets;
-    for (const at::Tensor& t : ctx->input_tensors) c.birth.inputs.push_back(tensor_stats(t));
-    for (const auto& scalar : ctx->scalar_inputs) c.birth.inputs.push_back(scalar);
-    slot = c;
-    // The trail ends at the first birth: it was pushed above while unfrozen;
-    // an outer op taking that birth over ends right after it.
-    if (!st.trail_frozen) {
-      st.trail_frozen = true;
-      st.frozen_birth_start = c.start_index;
-    } else if (replaces_trail_end) {
-      st.trail.push_back({c.birth.op, {}, forward_index, ctx->evaluation});
-      st.frozen_birth_start = c.start_index;
-    }
-  };
-  if (output_nan && !ctx->input_nan) consider(st.first_nan, format::BirthKind::nan);
-  if (output_inf && !ctx->input_nan &&
-      (!ctx->input_inf ||
-       (!only_written && !ctx->scalar_inf && holds_new_infinity(record.op, first_output, ctx->input_tensors))))
-    consider(st.first_inf, format::BirthKind::inf);
+      b.micro_batch = st.options.micro_batch;
+      b.kind = kind;
+      b.counted_targets = ctx->counted_targets;
+      for (const at::Tensor& t : ctx->input_tensors) b.inputs.push_back(tensor_stats(t));
+      for (const auto& scalar : ctx->scalar_inputs) b.inputs.push_back(scalar);
+      return b;
+    };
+    if (nan_birth) c.nan = birth_of(format::BirthKind::nan);
+    if (inf_birth) c.inf = birth_of(format::BirthKind::inf);
+    carried.add_birth(int32_t(st.births.size()));
+    st.births.push_back(std::move(c));
+  } else if (nan_birth || inf_birth) {
+    carried.from_elsewhere = true;  // a birth past the ones kept
+  }
+  for (const at::Tensor& t : nonfinite_outputs) set_lineage(st, t, carried);
+  if (written.defined()) set_lineage(st, written, carried);
+  for (const at::Tensor& t : finite_outputs) clear_lineage(st, t);
 }
 
 }  // namespace
@@ -608,35 +687,110 @@ format::Capture OpCapture::result() const {
   format::Capture c;
   c.reproduced = st.any_nonfinite;
   c.ops_seen = st.next_end;
-  auto named = [&](const Candidate& candidate) {
-    format::Birth birth = candidate.birth;
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  auto named = [&](format::Birth birth, const Candidate& candidate) {
     const int64_t forward_index =
         candidate.evaluation >= 0 ? st.name_backward_op(birth.op, candidate.evaluation) : candidate.forward_index;
     if (forward_index >= 0) birth.op.module = st.module_of(forward_index, birth.op.module);
     return birth;
   };
-  if (st.first_nan) c.first_nan_birth = named(*st.first_nan);
-  if (st.first_inf) c.first_inf_birth = named(*st.first_inf);
+  // The births that count: those whose values reached what the step failed
+  // on (its loss, a gradient, their norm), where the re-run said what that
+  // was and some birth did; else every birth.
+  std::vector<bool> counts(st.births.size(), true);
+  if (st.failure) {
+    std::vector<bool> reached(st.births.size(), false);
+    bool any = false;
+    for (int32_t id : st.failure->births)
+      if (size_t(id) < st.births.size() && st.births[size_t(id)].any()) reached[size_t(id)] = any = true;
+    if (any) counts = reached;
+  }
+  auto first_of = [&](auto kind) -> const Candidate* {
+    const Candidate* first = nullptr;
+    for (size_t id = 0; id < st.births.size(); ++id) {
+      const Candidate& b = st.births[id];
+      if (counts[id] && b.*kind && (!first || b.start_index < first->start_index)) first = &b;
+    }
+    return first;
+  };
+  const Candidate* first_nan = first_of(&Candidate::nan);
+  const Candidate* first_inf = first_of(&Candidate::inf);
+  if (first_nan) c.first_nan_birth = named(*first_nan->nan, *first_nan);
+  if (first_inf) c.first_inf_birth = named(*first_inf->inf, *first_inf);
   // One op that gives birth to both is an Inf birth (docs/design.md): the NaN
   // beside an overflow is what the kernel's summation made of the infinity,
   // and whether it makes one differs between CPUs.
-  if (c.first_nan_birth && c.first_inf_birth)
-    c.first_birth = c.first_nan_birth->op.index < c.first_inf_birth->op.index ? c.first_nan_birth : c.first_inf_birth;
-  else
-    c.first_birth = c.first_nan_birth ? c.first_nan_birth : c.first_inf_birth;
-  // Trail stats are computed now, from the outputs kept (an output changed in
-  // place by a later op shows its later values; the births' stats are exact).
-  ReentryGuard guard;
-  at::NoGradGuard no_grad;
-  for (const TrailEntry& entry : st.trail) {
-    format::OpRecord record = entry.record;
-    const int64_t forward_index =
-        entry.evaluation >= 0 ? st.name_backward_op(record, entry.evaluation) : entry.forward_index;
-    if (forward_index >= 0) record.module = st.module_of(forward_index, record.module);
-    if (entry.output.defined()) record.output = tensor_stats(entry.output);
-    c.trail.push_back(record);
+  const Candidate* first = first_nan;
+  c.first_birth = c.first_nan_birth;
+  if (c.first_inf_birth && (!c.first_nan_birth || c.first_inf_birth->op.index <= c.first_nan_birth->op.index)) {
+    first = first_inf;
+    c.first_birth = c.first_inf_birth;
+  }
+  // Earlier births whose values every later op discarded (T5's log(0) that a
+  // where() drops, a mask's own arithmetic): a note, never the birth.
+  for (size_t id = 0; first && id < st.births.size() && c.discarded.size() < 4; ++id) {
+    const Candidate& b = st.births[id];
+    const std::optional<format::Birth>& kept = b.inf ? b.inf : b.nan;
+    if (!counts[id] && kept && kept->op.index < c.first_birth->op.index)
+      c.discarded.push_back(format::birth_text(named(*kept, b)));
+  }
+  // The trail up to the birth reported. Its stats are computed now, from the
+  // outputs kept (an output changed in place by a later op shows its later
+  // values; the births' stats are exact).
+  // With no birth, the last ops seen (a fused kernel's step).
+  const std::vector<TrailEntry> last_ops(st.trail.begin(), st.trail.end());
+  {
+    for (const TrailEntry& entry : first ? first->trail : last_ops) {
+      format::OpRecord record = entry.record;
+      const int64_t forward_index =
+          entry.evaluation >= 0 ? st.name_backward_op(record, entry.evaluation) : entry.forward_index;
+      if (forward_index >= 0) record.module = st.module_of(forward_index, record.module);
+      if (entry.output.defined()) record.output = tensor_stats(entry.output);
+      c.trail.push_back(record);
+    }
   }
   return c;
+}
+
+std::optional<bool> OpCapture::failure_read_batch() const {
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  const std::optional<Lineage>& failure = g_state->failure;
+  // Values of unknown origin alone say nothing of the batch.
+  if (!failure || (!failure->from_batch && failure->births.empty())) return std::nullopt;
+  return failure->from_batch;
+}
+
+void note_step_batch(const std::vector<at::Tensor>& leaves) {
+  if (!g_state) return;
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& t : leaves) {
+    if (!t.defined() || !is_floating(t)) continue;
+    const FiniteFlags f = finite_flags(t);
+    if (!f.nan && !f.inf) continue;
+    Lineage batch;
+    batch.from_batch = true;
+    std::lock_guard<std::mutex> lock(g_state->mutex);
+    set_lineage(*g_state, t, batch);
+  }
+}
+
+void note_step_result(const std::vector<at::Tensor>& values) {
+  if (!g_state) return;
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& t : values) {
+    if (!t.defined() || !is_floating(t)) continue;
+    const FiniteFlags f = finite_flags(t);
+    if (!f.nan && !f.inf) continue;
+    std::lock_guard<std::mutex> lock(g_state->mutex);
+    const Lineage from = lineage_of(*g_state, t);
+    if (g_state->failure)
+      g_state->failure->add(from);
+    else
+      g_state->failure = from;
+  }
 }
 
 }  // namespace nanscope::probe

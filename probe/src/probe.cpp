@@ -87,11 +87,19 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
       }
       capture = op_capture.result();
       // A non-finite input precedes every op the re-run saw, one that raised
-      // on it (binary_cross_entropy on a NaN pixel) included.
+      // on it (binary_cross_entropy on a NaN pixel) included, when what the
+      // step failed on holds its values. A leaf the step never read (features
+      // cached beside the batch), or read and discarded, is only a note.
       if (const std::optional<format::Birth> birth = input_birth(micro_batches)) {
-        capture.first_birth = birth;
-        (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
-        capture.reproduced = true;
+        if (op_capture.failure_read_batch() == false && capture.first_birth) {
+          capture.batch_not_read = true;
+          capture.discarded.insert(capture.discarded.begin(), format::birth_text(*birth));
+        } else {
+          capture.first_birth = birth;
+          (birth->kind == format::BirthKind::nan ? capture.first_nan_birth : capture.first_inf_birth) = birth;
+          capture.reproduced = true;
+          capture.discarded.clear();  // the batch's value is first; the ops' notes were about later ones
+        }
       }
       if (raised && !capture.first_birth) std::rethrow_exception(raised);
     }

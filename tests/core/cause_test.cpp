@@ -108,6 +108,32 @@ TEST(Cause, ReRunsThatAllStayedFiniteAreTransientWhateverTheBirth) {
   EXPECT_EQ(cause_of(e).verdict, format::Verdict::transient);
 }
 
+// For every kind of evidence a step can fail with, 0 of N re-runs
+// non-finite is transient and only that (the weights' own NaN is read, not
+// re-run, so no re-run can contradict it).
+TEST(Cause, NoVerdictButTransientWhenNoReRunReproduced) {
+  std::vector<CauseEvidence> kinds;
+  for (const char* op : {"aten::log", "aten::mm", "aten::exp", "aten::nll_loss_forward", "input"}) {
+    CauseEvidence e = failed_at(op);
+    if (std::string(op) == "input") e.birth->op.phase = format::Phase::input;
+    if (std::string(op) == "aten::nll_loss_forward") e.birth->counted_targets = 0;
+    kinds.push_back(e);
+  }
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.batch_nonfinite = true; }));
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.fp32 = Fp32Rerun::finite; }));
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.rows.breaking = e.rows.out_of_range = {5}; }));
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.rows.breaking = {5}; }));
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.eager_finite = true; }));
+  kinds.push_back(with(failed_at("aten::log"), [](auto& e) { e.birth.reset(); }));
+  for (CauseEvidence e : kinds) {
+    e.repeats = 3;
+    e.reproduced = 0;
+    const Cause c = cause_of(e);
+    EXPECT_EQ(c.rule, CauseRule::not_reproduced) << (e.birth ? e.birth->op.op : "no birth");
+    EXPECT_EQ(c.verdict, format::Verdict::transient) << (e.birth ? e.birth->op.op : "no birth");
+  }
+}
+
 TEST(Cause, AnOrdinarySampleIsATriggerAndNamedAsOne) {
   CauseEvidence e = failed_at("aten::log");
   e.rows.breaking = {2, 5};

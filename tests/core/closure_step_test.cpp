@@ -734,10 +734,11 @@ TEST(ClosureStep, AModuleOfBf16WeightsAskedForInFp32IsRefusedWithHowToWidenIt) {
 
 // A step that draws random numbers (a VAE's randn_like) draws differently
 // without a row: a finite re-run then proves nothing about that row. The row
-// search refuses, as nanscope-replay refuses it on the snapshot, and a search
-// that did not run escalates nothing: non-finite at fp32 too, the step is
-// skipped as model_or_data. The same step without the draw finds the row.
-TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes) {
+// search puts a copy of another row in each row's place instead, so every
+// shape and every draw stay, as nanscope-replay does on the snapshot, and
+// finds the blank sample; the line says how it was tested. The same step
+// without the draw finds the row by removing it.
+TEST(ClosureStep, TheRowSearchReplacesRowsOfAStepThatDrawsRandomNumbersAsTheReplayDoes) {
   auto run = [](bool draws, std::string& log_text) {
     TempDir dir;
     torch::manual_seed(0);
@@ -764,7 +765,11 @@ TEST(ClosureStep, TheRowSearchRefusesAStepThatDrawsRandomNumbersAsTheReplayDoes)
   EXPECT_FALSE(r.counted());
   EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;
   EXPECT_FALSE(r.fell_back) << log;
-  EXPECT_NE(log.find("the row search did not run: the step draws random numbers"), std::string::npos) << log;
+  // Each row replaced by a copy of another, so the noise drawn stays the same.
+  EXPECT_NE(log.find("finite without batch row 5 (each row tested by putting a copy of another row in its place, "
+                     "so the step's random draws stayed as they were), an ordinary sample"),
+            std::string::npos)
+      << log;
 
   r = run(false, log);
   EXPECT_EQ(r.remedy, Remedy::skip_model_or_data) << log;  // a blank sample: the op's trigger
@@ -901,4 +906,38 @@ TEST(ClosureStep, ARawTensorProgramIsGuardedThroughItsOptimizer) {
   const auto guarded = run(true), plain = run(false);
   EXPECT_TRUE(at::equal(guarded.first, plain.first)) << guarded.first << plain.first;
   EXPECT_TRUE(at::equal(guarded.second, plain.second));
+}
+
+TEST(ClosureStep, ANanInABatchLeafTheStepNeverReadsIsANoteNotTheBirth) {
+  // open_clip's accumulation loop carries features cached by a no-grad pass
+  // beside the batch; one holds a NaN the loss never reads, while the model's
+  // own log makes the step's NaN.
+  TempDir dir;
+  torch::manual_seed(0);
+  Nested net;
+  torch::optim::SGD optimizer(net.parameters(), 0.01);
+  std::ostringstream log;
+  GuardOptions o = quiet(dir.file("run"), log);
+  o.fallback = FallbackMode::automatic;
+  StepGuard guard(net, optimizer, o);
+  const at::Tensor x = torch::randn({6, 4}), y = torch::randn({6, 1});
+  at::Tensor cached = torch::randn({6, 3});
+  cached[2][1] = std::numeric_limits<float>::quiet_NaN();
+  BatchLoss loss = [&](const Batch& b) {
+    return torch::mse_loss(net.forward(b.leaves[0], /*poisoned_block=*/1), b.leaves[1]);
+  };
+  GuardedStep r = guard.closure_step(loss, Batch::of({x, y, cached}));
+  EXPECT_FALSE(r.counted());
+  EXPECT_EQ(r.first_birth.rfind("nan at aten::log (forward) in module 'blocks.1'", 0), 0u) << r.first_birth;
+  EXPECT_NE(r.first_birth.find("nan at input '[2]' (input) in module '', batch row 2"), std::string::npos)
+      << "the unread leaf is a note: " << r.first_birth;
+  EXPECT_NE(r.remedy, Remedy::skip_data) << log.str();
+
+  // The same leaf read by the loss is the birth, and the batch the cause.
+  BatchLoss reads_it = [&](const Batch& b) {
+    return torch::mse_loss(net.forward(b.leaves[0]), b.leaves[1]) + b.leaves[2].mean();
+  };
+  r = guard.closure_step(reads_it, Batch::of({x, y, cached}));
+  EXPECT_EQ(r.first_birth.rfind("nan at input '[2]' (input)", 0), 0u) << r.first_birth;
+  EXPECT_EQ(r.remedy, Remedy::skip_data) << log.str();
 }

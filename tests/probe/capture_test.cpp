@@ -2,6 +2,7 @@
 // python3-torch: the first NaN and Inf births exactly as docs/design.md defines them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -185,6 +186,103 @@ TEST(Capture, InfBirthPrecedesTheNanItCauses) {
   EXPECT_EQ(c.first_nan_birth->op.op, "aten::sub");
   EXPECT_EQ(c.first_birth->kind, format::BirthKind::inf);
   EXPECT_LT(c.first_inf_birth->op.index, c.first_nan_birth->op.index);
+}
+
+namespace {
+
+// T5's relative position buckets (transformers' _relative_position_bucket):
+// log(relative_position / max_exact) is -inf for position 0, and the cast to
+// an integer type and where() drop it, as those positions are bucketed
+// exactly. An infinity the step makes and throws away.
+at::Tensor t5_position_buckets(int64_t positions) {
+  const at::Tensor relative = at::arange(positions).abs();
+  const at::Tensor is_small = relative < 2;
+  at::Tensor large = 2 + (at::log(relative.to(at::kFloat) / 2.0) / std::log(8.0) * 6.0).to(at::kLong);
+  large = at::min(large, at::full_like(large, 7));
+  return at::where(is_small, relative, large);
+}
+
+// A T5-shaped step: the bucketing in the first attention, then `fault` in a
+// later module's feed-forward, and the loss. Told what it failed on.
+template <typename Fault>
+void t5_shaped_step(const Fault& fault, bool say_what_failed) {
+  const at::Tensor bias_table = at::randn({8});
+  at::Tensor w = at::ones({4, 8}).requires_grad_(true);
+  at::Tensor bias;
+  {
+    NANSCOPE_MODULE_SCOPE("encoder.block.0.layer.0.SelfAttention");
+    bias = bias_table.index_select(0, t5_position_buckets(8));
+  }
+  at::Tensor h;
+  {
+    NANSCOPE_MODULE_SCOPE("encoder.block.1.layer.1.DenseReluDense.wo");
+    h = fault(w);
+  }
+  at::Tensor loss = (h + bias).sum();
+  loss.backward();
+  if (say_what_failed) probe::note_step_result({loss.detach(), w.grad()});
+}
+
+}  // namespace
+
+TEST(Capture, AnInfinityEveryLaterOpDiscardsIsANoteNotTheBirth) {
+  // fp16's overflow, as exp of a large value: the infinity that reaches the loss.
+  auto overflow = [](const at::Tensor& w) { return at::exp(w * 100.0); };
+  {
+    probe::OpCapture capture;
+    t5_shaped_step(overflow, /*say_what_failed=*/true);
+    format::Capture c = capture.result();
+    ASSERT_TRUE(c.first_birth);
+    EXPECT_EQ(c.first_birth->op.op, "aten::exp");
+    EXPECT_EQ(c.first_birth->op.module, "encoder.block.1.layer.1.DenseReluDense.wo");
+    ASSERT_TRUE(c.first_inf_birth);
+    EXPECT_EQ(c.first_inf_birth->op.op, "aten::exp") << "the log's -inf is no birth of either kind";
+    ASSERT_EQ(c.discarded.size(), 1u);
+    EXPECT_NE(c.discarded[0].find("aten::log (forward) in module 'encoder.block.0.layer.0.SelfAttention'"),
+              std::string::npos)
+        << c.discarded[0];
+    EXPECT_NE(format::capture_text(c).find("never reached the loss or a gradient"), std::string::npos)
+        << format::capture_text(c);
+    ASSERT_FALSE(c.trail.empty());
+    EXPECT_EQ(c.trail.back().op, "aten::exp") << "the trail ends at the birth reported";
+  }
+  {
+    // Not told what failed: every birth counts, and the first is the log's.
+    probe::OpCapture capture;
+    t5_shaped_step(overflow, /*say_what_failed=*/false);
+    format::Capture c = capture.result();
+    ASSERT_TRUE(c.first_birth);
+    EXPECT_EQ(c.first_birth->op.op, "aten::log");
+    EXPECT_TRUE(c.discarded.empty());
+  }
+}
+
+TEST(Capture, ABackwardBirthAfterADiscardedInfinityIsTheBirth) {
+  // sqrt at 0: finite forward, an infinite derivative in the backward.
+  auto sqrt_at_zero = [](const at::Tensor& w) { return at::sqrt(w - 1.0); };
+  probe::OpCapture capture;
+  t5_shaped_step(sqrt_at_zero, /*say_what_failed=*/true);
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->op.phase, format::Phase::backward);
+  EXPECT_EQ(c.first_birth->op.forward_op, "aten::sqrt");
+  EXPECT_EQ(c.first_birth->op.module, "encoder.block.1.layer.1.DenseReluDense.wo");
+  ASSERT_EQ(c.discarded.size(), 1u);
+  EXPECT_NE(c.discarded[0].find("aten::log"), std::string::npos);
+}
+
+TEST(Capture, AMasksIntendedInfinitiesHideNoBirthBesideThem) {
+  probe::OpCapture capture;
+  const at::Tensor mask = at::ones({4, 4}).tril() == 0;
+  const at::Tensor scores = at::full({4, 4}, 50.0f).masked_fill(mask, -kInf);  // the mask's -inf: no birth
+  const at::Tensor e = at::exp(scores * 2.0);                                  // overflow beside the mask's -inf
+  const at::Tensor loss = e.sum();
+  probe::note_step_result({loss});
+  format::Capture c = capture.result();
+  ASSERT_TRUE(c.first_birth);
+  EXPECT_EQ(c.first_birth->op.op, "aten::exp");
+  EXPECT_EQ(c.first_birth->kind, format::BirthKind::inf);
+  EXPECT_TRUE(c.discarded.empty());
 }
 
 TEST(Capture, SqrtGradientAtZeroIsABackwardBirthLinkedToItsForwardOpAndModule) {

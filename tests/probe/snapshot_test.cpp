@@ -45,6 +45,9 @@ TEST(Snapshot, RoundTripsEveryPart) {
   s.capture.first_birth = birth;
   s.capture.first_nan_birth = birth;
   s.capture.trail = {birth.op};
+  s.capture.discarded = {"inf at aten::log (forward) in module 'encoder.block.0.layer.0.SelfAttention'",
+                         "nan at input 'cached' (input) in module '', batch row 2"};
+  s.capture.batch_not_read = true;
   s.layer_names = {"blocks.0.mlp.fc", "head"};
   s.layer_grad_norm = {std::nanf(""), 0.5f};
 
@@ -68,6 +71,8 @@ TEST(Snapshot, RoundTripsEveryPart) {
   ASSERT_TRUE(r.capture.first_birth);
   EXPECT_EQ(r.capture.first_birth->op.op, "aten::log");
   EXPECT_EQ(r.capture.first_birth->op.module, "blocks.0.mlp");
+  EXPECT_EQ(r.capture.discarded, s.capture.discarded);
+  EXPECT_TRUE(r.capture.batch_not_read);
   EXPECT_EQ(r.capture.first_birth->op.output.nan_count, 12);
   EXPECT_DOUBLE_EQ(r.capture.first_birth->inputs[0].min, -0.2);
   EXPECT_FALSE(r.capture.first_inf_birth);

@@ -49,6 +49,9 @@ struct RowSearch {
   std::vector<int64_t> breaking;      // ran: the rows without which the step is finite
   std::vector<int64_t> out_of_range;  // of those, the rows out of the batch's range (rows_out_of_range)
   std::string why_not;                // cannot_run: why ("the batch has one row")
+  // ran: each row was tested replaced by a copy of another (the step draws
+  // random numbers, which a removed row would shift), not removed.
+  bool replaced = false;
 };
 
 struct CauseEvidence {
@@ -110,5 +113,11 @@ std::string trigger_text(const format::Birth& birth, const std::vector<format::O
 // rows' largest magnitudes (docs/replay.md): a glitched reading, a sample
 // scaled by mistake. An ordinary row that drives an unsafe op is not.
 inline constexpr double kRowOutOfRangeFactor = 1000.0;
+
+// The row search on a step that draws random numbers tests each row by
+// putting a copy of another row in its place (RowSearch::replaced): the
+// first row that is not `row` and not among `suspects` (the rows the birth
+// names: a trigger's copy would keep the step non-finite).
+int64_t donor_row(int64_t row, int64_t batch_size, const std::vector<int64_t>& suspects);
 
 }  // namespace nanscope

@@ -67,9 +67,16 @@ class StepReruns {
   // evidence of a non-finite step; last_error() says what it raised.
   virtual bool raised() const { return false; }
   virtual std::string last_error() const { return ""; }
+  // The step with sample `row` replaced by a copy of sample `by`: every
+  // shape stays, so a step that draws random numbers draws the same ones.
+  // A re-run source that cannot replace rows answers as without the row.
+  virtual bool finite_with_row_replaced(Amp amp, const std::vector<std::string>& fp32_modules, int64_t row,
+                                        int64_t /*by*/) {
+    return finite(amp, fp32_modules, row);
+  }
   // The step draws random numbers (dropout, randn_like): a re-run without a
-  // row draws differently after it, so the row search cannot single one out
-  // (nanscope-replay refuses it alike). Known after a whole-batch re-run.
+  // row draws differently after it, so the row search replaces rows instead
+  // of removing them (nanscope-replay alike). Known after a whole-batch re-run.
   virtual bool draws_random_numbers() { return false; }
   // The modules the forward runs ops in (op capture on one re-run).
   virtual std::vector<std::string> modules_seen() = 0;
@@ -129,6 +136,8 @@ class LiveStepReruns : public StepReruns {
   LiveStepReruns(TrainableModel& model, const std::vector<at::Tensor>& parameters, double loss_scale,
                  const StepSetup& setup, MicroBatch micro);
   bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override;
+  bool finite_with_row_replaced(Amp amp, const std::vector<std::string>& fp32_modules, int64_t row,
+                                int64_t by) override;
   std::vector<std::string> modules_seen() override;
   std::vector<int64_t> rows_out_of_range(const std::vector<int64_t>& rows) override;
   std::string ambiguous_rows() override;

@@ -85,6 +85,13 @@ struct Capture {
   std::optional<std::string> compiled_region;
   std::optional<Birth> first_birth, first_nan_birth, first_inf_birth;
   std::vector<OpRecord> trail;  // the last ops up to and including the first birth
+  // Births before the one reported whose values never reached what the step
+  // failed on (every later op discarded them), and a non-finite batch leaf
+  // the step did not read: notes, never the birth (birth_text, at most 4).
+  std::vector<std::string> discarded;
+  // The batch holds a NaN/Inf the step's failed values never came from (a
+  // leaf it did not read): the batch is not the cause (its note is in discarded).
+  bool batch_not_read = false;
   // The parameters that held a NaN/Inf as the step began: the value was born
   // before it (an update, or the weights as loaded), so no op of this step
   // is its birth and no re-run from them names one; none was run.

@@ -24,8 +24,10 @@ namespace nanscope::format {
 //   1.8  births: @input (the named batch tensor an input birth is in)
 //   1.9  captures: @nonfinite_weights (the parameters that held a NaN/Inf as
 //        the step began, a name per line; no re-run was made)
+//   1.10 captures: @discarded (births before the one reported whose values
+//        every later op discarded, and batch leaves the step never read)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 9;
+inline constexpr int kFormatMinor = 10;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -71,6 +71,12 @@ struct Batch {
   // The same batch without sample `row`, cut from every tensor whose row_dim
   // has the batch's size.
   Batch without_row(int64_t row) const;
+  // The same batch with sample `row` replaced by a copy of sample `by` in
+  // every tensor that holds rows: every shape stays, so a step that draws
+  // random numbers (dropout) draws the same ones, which removing a row would shift.
+  Batch with_row_replaced(int64_t row, int64_t by) const;
+  // Every tensor that holds the batch's rows with rows `keep` (in that order).
+  Batch rows_taken(const at::Tensor& keep) const;
   // The first sample holding a NaN/Inf in a floating tensor, or -1; and that
   // sample's values in the first such tensor (for the input birth's statistics).
   int64_t first_nonfinite_row() const;

@@ -13,7 +13,14 @@
 //    through (a buffer) without returning it (BatchNorm's running_var) holds
 //    it as an output;
 //  - when a composite op and the op inside it both qualify, the outer one
-//    (what the model's code called) is reported.
+//    (what the model's code called) is reported;
+//  - the birth reported is the first whose values reach what the step failed
+//    on: the capture follows each non-finite value from op to op (by the
+//    storage it lives in), and a birth whose values every later op discarded
+//    (a where() or a mask that drops them, a cast to an integer type, a max
+//    that ignores them) is only a note (Capture::discarded). Where the step
+//    did not say what failed (note_step_result), or none of its values can be
+//    followed back to a birth, the first birth is reported.
 // Ops are the step's when they run on the thread that made the capture, or in
 // the backward on any thread (the autograd engine's); another thread's (a data
 // loader's workers) are not seen.
@@ -32,8 +39,11 @@
 // for births at once, and for the trail when result() is called (a trail
 // op's output changed in place later shows its later values).
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <ATen/core/Tensor.h>
 
 #include "nanscope/format/capture.hpp"
 
@@ -64,6 +74,19 @@ class OpCapture {
   // A step of several micro-batches re-runs them one after another under one
   // capture: births from here on belong to this micro-batch and its rows.
   void begin_micro_batch(int64_t index, int64_t batch_size, int64_t row_dim);
+  // Whether what the step failed on holds values of its batch (a non-finite
+  // leaf the step read); nullopt where the step said of no failed value, or
+  // its failed values came only from where the capture cannot follow.
+  std::optional<bool> failure_read_batch() const;
 };
+
+// What a step re-run under an active capture starts from and ends with; no-ops
+// without one (nothing on a step that is not captured). The step's batch
+// leaves, before its forward: a non-finite one is followed like a birth's
+// values. The values it failed on, after its backward (the loss, the
+// gradients, their norm): the births whose values reached them are the ones
+// reported.
+void note_step_batch(const std::vector<at::Tensor>& leaves);
+void note_step_result(const std::vector<at::Tensor>& values);
 
 }  // namespace nanscope::probe

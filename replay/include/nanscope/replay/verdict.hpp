@@ -42,6 +42,9 @@ struct VerdictInputs {
   bool rows_searched = false;
   std::string rows_not_searched;
   std::vector<int64_t> rows_out_of_range;
+  // The search replaced each row by a copy of another (the step draws random
+  // numbers) instead of removing it.
+  bool rows_replaced = false;
   // Each batch row's row in the data set, the snapshot's /batch/rows: -1 where
   // unknown (format/row_text.hpp); its length is the batch size.
   std::vector<int64_t> batch_rows;
