@@ -281,8 +281,8 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     if (s.batch.rows() > 1) {
       report.batch_bisected = true;
       const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
-      report.evidence.rows_replaced = report.draws_random_numbers;
-      report.evidence.samples = samples_without_which_finite(setup, report.draws_random_numbers);
+      report.evidence.rows_replaced = report.draws_random_numbers || s.batch.sample_lists().rows > 0;
+      report.evidence.samples = samples_without_which_finite(setup, report.evidence.rows_replaced);
       report.evidence.rows_searched = setup.rerun_error.empty();
       if (report.evidence.samples.empty())
         report.no_row_found =

@@ -151,9 +151,9 @@ std::string to_text(const ReplayReport& r) {
               ? "(not searched: the TorchScript model's module frames could not be switched)"
               : "(no module set found)")
       << "\n";
-  if (r.draws_random_numbers && r.batch_bisected)
-    o << "  batch bisection:  each row replaced by a copy of another, not removed: the step draws random "
-         "numbers, and every shape (so every draw) stays\n";
+  if (r.evidence.rows_replaced && r.batch_bisected)
+    o << "  batch bisection:  each row replaced by a copy of another, not removed (the step draws random numbers, "
+         "or its samples are list items): every shape, so every draw, stays\n";
   if (!r.no_row_found.empty()) o << "  batch bisection:  no single row: " << r.no_row_found << "\n";
   if (r.batch_bisected && !r.evidence.samples.empty()) {
     o << "  finite without batch row(s):";

@@ -274,10 +274,8 @@ std::string model_or_data_text(const VerdictInputs& in, const Cause& cause, cons
   if (cause.rule == CauseRule::trigger_rows) {
     const bool one = cause.rows.size() == 1;
     text += ". Without " + format::batch_rows_text(in.batch_rows, cause.rows) + " the step is finite" +
-            (in.rows_replaced ? " (each row tested by putting a copy of another row in its place, so the step's "
-                                "random draws stayed as they were)"
-                              : "") +
-            ", but " + (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
+            (in.rows_replaced ? std::string(" (") + kRowsReplacedText + ")" : std::string()) + ", but " +
+            (one ? "it is an ordinary sample" : "they are ordinary samples") + " (within " +
             number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " + trigger_text(b, in.trail) + ": " +
             (one ? "it triggers" : "they trigger") + " an op that is unsafe for such inputs, so fix the op; dropping " +
             (one ? "it" : "them") + " only waits for the next sample that drives it there";

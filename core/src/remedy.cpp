@@ -50,10 +50,7 @@ std::string rows_text(const std::vector<int64_t>& rows) {
 }
 
 std::string rows_tested_text(const std::vector<int64_t>& rows, bool replaced) {
-  return "finite without " + rows_text(rows) +
-         (replaced ? " (each row tested by putting a copy of another row in its place, so the step's random "
-                     "draws stayed as they were)"
-                   : "");
+  return "finite without " + rows_text(rows) + (replaced ? std::string(" (") + kRowsReplacedText + ")" : std::string());
 }
 
 // The rows without which the step is finite, and of them the rows out of
@@ -94,7 +91,7 @@ RowSearch search_rows(const FailedStep& failed, StepReruns& reruns) {
   // A step that draws random numbers (dropout) would draw different ones
   // after a removed row: each row is replaced by a copy of another instead,
   // one the birth does not name, so every shape and every draw stay.
-  search.replaced = reruns.draws_random_numbers();
+  search.replaced = reruns.draws_random_numbers() || reruns.rows_are_list_items();
   const std::vector<int64_t> birth_rows =
       failed.capture && failed.capture->first_birth ? failed.capture->first_birth->rows : std::vector<int64_t>{};
   int64_t raised = 0;

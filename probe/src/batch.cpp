@@ -69,13 +69,20 @@ int64_t Batch::rows() const {
   for (size_t i = 0; i < leaf_row_dims.size() && i < leaves.size(); ++i)
     if (leaf_row_dims[i] >= 0 && leaves[i].defined() && leaves[i].dim() > leaf_row_dims[i])
       return leaves[i].size(leaf_row_dims[i]);
+  if (const int64_t items = sample_lists().rows; items > 0) return items;
   for (const at::Tensor& t : tensors())
     if (t.dim() > row_dim) return t.size(row_dim);
   return 0;
 }
 
+int64_t Batch::sample_of_leaf(size_t leaf) const {
+  if (!is_nested() || leaf >= leaves.size()) return -1;
+  return sample_lists().item_of_leaf.at(leaf)[1];
+}
+
 int64_t Batch::row_dim_of(const at::Tensor& t, int64_t leaf, int64_t rows) const {
   if (!t.defined() || rows <= 0) return -1;
+  if (leaf >= 0 && sample_of_leaf(size_t(leaf)) >= 0) return -1;  // one sample's own tensor: no rows in it
   if (leaf >= 0 && size_t(leaf) < leaf_row_dims.size() && leaf_row_dims[size_t(leaf)] >= 0) {
     const int64_t declared = leaf_row_dims[size_t(leaf)];
     return t.dim() > declared && t.size(declared) == rows ? declared : -1;
@@ -166,6 +173,11 @@ Batch Batch::with_row_replaced(int64_t row, int64_t by) const {
 // Every tensor that holds the batch's rows with rows `keep` (in that order).
 Batch Batch::rows_taken(const at::Tensor& keep) const {
   const int64_t n = rows();
+  const SampleLists lists = sample_lists();
+  if (lists.rows > 0 && keep.numel() != n)
+    throw std::invalid_argument(
+        "a batch of per-sample items (lists of tensors or dicts) keeps its length: a row is replaced by a copy of "
+        "another, not removed");
   auto cut_one = [&](const at::Tensor& t, int64_t leaf) {
     const int64_t dim = row_dim_of(t, leaf, n);
     if (dim >= 0) return t.index_select(dim, keep.to(t.device()));
@@ -173,7 +185,17 @@ Batch Batch::rows_taken(const at::Tensor& keep) const {
   };
   Batch out = *this;
   if (is_nested()) {
-    for (size_t i = 0; i < out.leaves.size(); ++i) out.leaves[i] = cut_one(leaves[i], int64_t(i));
+    const at::Tensor taken = keep.to(at::kCPU, at::kLong).contiguous();
+    for (size_t i = 0; i < out.leaves.size(); ++i) {
+      const auto [list, item, place] = lists.rows > 0 ? lists.item_of_leaf[i] : std::array<int64_t, 3>{-1, -1, -1};
+      if (list < 0) {
+        out.leaves[i] = cut_one(leaves[i], int64_t(i));
+        continue;
+      }
+      // One sample's own tensor: the same place in the item taken there.
+      const std::vector<int64_t>& from = lists.items[size_t(list)][size_t(taken[item].item<int64_t>())];
+      if (size_t(place) < from.size()) out.leaves[i] = leaves[size_t(from[size_t(place)])];
+    }
   } else {
     out.inputs = cut_one(inputs, -1);
     out.targets = cut_one(targets, -1);
@@ -206,6 +228,13 @@ void for_each_with_rows(const Batch& batch, int64_t rows, const F& f, bool float
 int64_t Batch::first_nonfinite_row() const {
   const int64_t n = rows();
   int64_t first = -1;
+  // A list item's tensor is its sample's.
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const int64_t sample = sample_of_leaf(i);
+    if (sample >= 0 && (first < 0 || sample < first) && leaves[i].is_floating_point() &&
+        !at::isfinite(leaves[i]).all().item<bool>())
+      first = sample;
+  }
   for_each_with_rows(*this, n, [&](const at::Tensor& t, int64_t dim) {
     const at::Tensor bad = at::logical_not(at::isfinite(t.detach()).movedim(dim, 0).reshape({n, -1}).all(1));
     const at::Tensor found = bad.nonzero();
@@ -219,6 +248,9 @@ int64_t Batch::first_nonfinite_row() const {
 
 at::Tensor Batch::row_of(int64_t row) const {
   at::Tensor found;
+  for (size_t i = 0; i < leaves.size() && !found.defined(); ++i)
+    if (sample_of_leaf(i) == row && leaves[i].is_floating_point() && !at::isfinite(leaves[i]).all().item<bool>())
+      found = leaves[i];
   for_each_with_rows(*this, rows(), [&](const at::Tensor& t, int64_t dim) {
     if (!found.defined() && !at::isfinite(t.select(dim, row)).all().item<bool>()) found = t.select(dim, row);
   });
@@ -279,22 +311,23 @@ uint64_t Batch::row_fingerprint(int64_t row) const {
   };
   const int64_t n = rows();
   if (row < 0 || row >= n) return 0;
+  auto mix_sample = [&](at::Tensor sample) {
+    for (int64_t size : sample.sizes()) mix(&size, sizeof size);
+    // At most kFingerprintElements of it, evenly spread: a bound on a failed
+    // step's cost however large the samples, and still a sample's identity.
+    sample = sample.reshape({-1});
+    if (sample.numel() > kFingerprintElements)
+      sample = sample.index_select(0, at::linspace(0, double(sample.numel() - 1), kFingerprintElements, at::kDouble)
+                                          .to(at::kLong)
+                                          .to(sample.device()));
+    sample = sample.contiguous().to(at::kCPU);
+    mix(sample.data_ptr(), size_t(sample.nbytes()));
+  };
   for_each_with_rows(
-      *this, n,
-      [&](const at::Tensor& t, int64_t dim) {
-        at::Tensor sample = t.detach().select(dim, row);
-        for (int64_t size : sample.sizes()) mix(&size, sizeof size);
-        // At most kFingerprintElements of it, evenly spread: a bound on a failed
-        // step's cost however large the samples, and still a sample's identity.
-        sample = sample.reshape({-1});
-        if (sample.numel() > kFingerprintElements)
-          sample = sample.index_select(0, at::linspace(0, double(sample.numel() - 1), kFingerprintElements, at::kDouble)
-                                              .to(at::kLong)
-                                              .to(sample.device()));
-        sample = sample.contiguous().to(at::kCPU);
-        mix(sample.data_ptr(), size_t(sample.nbytes()));
-      },
+      *this, n, [&](const at::Tensor& t, int64_t dim) { mix_sample(t.detach().select(dim, row)); },
       /*floating_only=*/false);
+  for (size_t i = 0; i < leaves.size(); ++i)  // a list item's tensors are its sample's
+    if (sample_of_leaf(i) == row && leaves[i].defined()) mix_sample(leaves[i].detach());
   return hash;
 }
 

@@ -116,16 +116,34 @@ format::Capture Probe::investigate(const std::function<void(OpCapture&)>& rerun,
 // module "", and the sample's row within the batch.
 std::optional<format::Birth> Probe::input_birth(const std::vector<Batch>& micro_batches) {
   for (size_t k = 0; k < micro_batches.size(); ++k) {
-    const int64_t row = micro_batches[k].first_nonfinite_row();
-    if (row < 0) continue;
+    const Batch& batch = micro_batches[k];
+    const int64_t row = batch.first_nonfinite_row();
+    at::Tensor values;
+    std::string input;
+    if (row >= 0) {
+      values = batch.row_of(row);
+      input = batch.nonfinite_tensor_name(row);
+    } else {
+      // A non-finite tensor without the batch's rows (a scalar, a tensor of
+      // another length): the birth all the same, named, with no row.
+      const std::vector<at::Tensor> tensors =
+          batch.is_nested() ? batch.leaves : std::vector<at::Tensor>{batch.inputs, batch.targets};
+      const std::vector<std::string> names = batch.leaf_names();
+      for (size_t i = 0; i < tensors.size() && !values.defined(); ++i)
+        if (tensors[i].defined() && is_floating(tensors[i]) && !at::isfinite(tensors[i]).all().item<bool>()) {
+          values = tensors[i];
+          if (i < names.size()) input = names[i];
+        }
+      if (!values.defined()) continue;
+    }
     format::Birth birth;
     birth.op.op = "input";
     birth.op.phase = format::Phase::input;
     birth.op.index = -1;
-    birth.op.output = tensor_stats(micro_batches[k].row_of(row));
+    birth.op.output = tensor_stats(values);
     birth.kind = birth.op.output.nan_count > 0 ? format::BirthKind::nan : format::BirthKind::inf;
     birth.sample = row;
-    birth.input = micro_batches[k].nonfinite_tensor_name(row);
+    birth.input = input;
     if (micro_batches.size() > 1) birth.micro_batch = int64_t(k);
     return birth;
   }

@@ -379,15 +379,24 @@ class StepGuard:
         the precision (and whether the fp32 fallback fired), the fp16 loss scale
         and its growth tracker, the LR cuts of the fallback and rollbacks, the
         modules in fp32, the updates applied, the next step's number and the
-        early warnings' baselines. Save it beside model.state_dict() and
+        early warnings' baselines, and the counts a loop logs (skipped_steps,
+        fallbacks, last_first_birth). Save it beside model.state_dict() and
         optimizer.state_dict(); the rollback ring is not in it (it starts afresh)."""
-        return dict(self._open().state_dict())
+        state = dict(self._open().state_dict())
+        state.update(skipped_steps=self._skipped, fallbacks=self._fallbacks, last_first_birth=self._last_birth)
+        return state
 
     def load_state_dict(self, state):
         """Puts back a state_dict() after the model and the optimizer got theirs:
-        a fallback that had fired fires again (the model to fp32), and step
-        numbers go on where they were."""
-        self._open().load_state_dict(dict(state))
+        a fallback that had fired fires again (the model to fp32), step
+        numbers go on where they were, and so do the counts (a resumed run logs
+        the skips of the whole run, as the uninterrupted one does)."""
+        state = dict(state)
+        # A state_dict from before the counts were kept leaves them as they are.
+        self._skipped = int(state.pop("skipped_steps", self._skipped))
+        self._fallbacks = int(state.pop("fallbacks", self._fallbacks))
+        self._last_birth = str(state.pop("last_first_birth", self._last_birth))
+        self._open().load_state_dict(state)
 
     def close(self):
         """Writes what run.h5 buffers and closes it; the guard steps no more.

@@ -3,8 +3,9 @@
 every module, the root included, open a scope named by the module's
 named_modules() path, so an op belongs to the innermost module running it and a
 functional call to the module that called it (a loss in the root's own forward
-is the root's, ''). A module of another model is named '<not in the model>
-CLASS.PATH'. Off, nothing is hooked: a clean step pays one flag read."""
+is the root's, ''), as is a module of no parameters made outside the model (a
+CrossEntropyLoss a forward builds as it runs). A module of another model is
+named '<not in the model> CLASS.PATH'. Off, nothing is hooked: a clean step pays one flag read."""
 import contextlib
 
 import torch
@@ -84,6 +85,7 @@ def _hooked(paths, others=None, kept=None):
     # path of this model or of another guard's; `others` collects them.
     outside = {}
     wrappers = set()  # ids of modules around the model (torch.compile's, DistributedDataParallel): no scope
+    helpers = set()  # ids of modules of no parameters made outside the model (a loss module): no scope
     closed_late = set()  # ids of modules with forward hooks of their own: closed after those
     late_hooks = []  # their closing hooks (one call each; a forward that raised leaves its own)
     others = {} if others is None else others
@@ -94,12 +96,21 @@ def _hooked(paths, others=None, kept=None):
         path = paths.get(id(module))
         if path is None:
             path = outside.get(id(module))
-        if path is None and id(module) in wrappers:
+        if path is None and (id(module) in wrappers or id(module) in helpers):
             return None
         if path is None:
             inside = module.named_modules()
             if any(id(m) in paths for _, m in inside):  # a wrapper of the guarded model, not another model
                 wrappers.add(id(module))
+                return None
+            if next(module.parameters(), None) is None:
+                # No parameters: a loss or helper made outside the model (a
+                # CrossEntropyLoss a forward builds as it runs, the loop's
+                # criterion) is no other model. Like a functional call, its
+                # ops are the module's that runs it (the root's in a loss).
+                helpers.add(id(module))
+                if kept is not None:
+                    keep_buffers(module, kept)
                 return None
             # The outermost module of another model: a re-run is no step of its,
             # so its buffers (BatchNorm's statistics, in train mode) go back

@@ -289,3 +289,56 @@ TEST(NestedBatchSnapshot, NamesItsTensorsByKeyAndPositionAndTheOneThatHoldsANan)
   EXPECT_TRUE(Batch(pixels, labels).leaf_names().empty()) << "an (inputs, targets) batch names nothing";
   EXPECT_EQ(Batch::nested({pixels}, "{not json").leaf_names(), std::vector<std::string>{""}) << "unnamed, no throw";
 }
+
+namespace {
+
+// torchvision's detection batch, as the Python side writes it: (images,
+// targets), images a tuple of (3, H, W) tensors of different sizes, targets
+// a tuple of dicts of each image's boxes and labels (as many as it has).
+Batch detection_batch(std::vector<at::Tensor>& leaves) {
+  const int64_t n = 4;
+  std::string images = "{\"u\": [", targets = "{\"u\": [";
+  for (int64_t i = 0; i < n; ++i) {
+    leaves.push_back(at::rand({3, 4 + i, 4}));  // H = 4 for image 0: a dimension as long as the batch
+    images += (i ? ", " : "") + std::string("{\"t\": ") + std::to_string(leaves.size() - 1) + "}";
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    leaves.push_back(at::rand({i % 2 + 1, 4}));
+    leaves.push_back(at::ones({i % 2 + 1}, at::kLong));
+    targets += (i ? ", " : "") + std::string("{\"d\": [[\"boxes\", {\"t\": ") + std::to_string(leaves.size() - 2) +
+               "}], [\"labels\", {\"t\": " + std::to_string(leaves.size() - 1) + "}]]}";
+  }
+  return Batch::nested(leaves, "{\"u\": [" + images + "]}, " + targets + "]}]}");
+}
+
+}  // namespace
+
+TEST(NestedBatchSnapshot, ListsOfPerSampleItemsAreTheBatchsRows) {
+  std::vector<at::Tensor> leaves;
+  Batch batch = detection_batch(leaves);
+  EXPECT_EQ(batch.rows(), 4) << "the lists' length, not an image's channels";
+  EXPECT_EQ(batch.leaf_names()[6], "[1][1].boxes");
+  // A NaN box coordinate of image 3, then a NaN pixel of image 2: each named by its item.
+  leaves[10][0][2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(batch.first_nonfinite_row(), 3);
+  EXPECT_EQ(batch.nonfinite_tensor_name(3), "[1][3].boxes");
+  EXPECT_EQ(batch.row_of(3).sizes(), leaves[10].sizes());
+  leaves[2][1][3][3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(batch.first_nonfinite_row(), 2);
+  EXPECT_EQ(batch.nonfinite_tensor_name(2), "[0][2]");
+  EXPECT_EQ(batch.row_dim_of(leaves[0], 0, 4), -1) << "an image's H as long as the batch is no row dimension";
+  // A row is another item's tensors in its place, never cut; each sample its own fingerprint.
+  const Batch replaced = batch.with_row_replaced(2, 0);
+  EXPECT_TRUE(replaced.leaves[2].is_same(leaves[0]));
+  EXPECT_TRUE(replaced.leaves[8].is_same(leaves[4])) << "image 2's boxes are image 0's";
+  EXPECT_TRUE(replaced.leaves[3].is_same(leaves[3]));
+  EXPECT_EQ(replaced.structure, batch.structure);
+  EXPECT_THROW(batch.without_row(2), std::invalid_argument);
+  EXPECT_NE(batch.row_fingerprint(2), batch.row_fingerprint(3));
+  EXPECT_EQ(replaced.row_fingerprint(2), batch.row_fingerprint(0));
+  // Two tokenized views of a contrastive pair (dicts alike, one batch each) are no sample list.
+  const Batch views = Batch::nested(
+      {at::zeros({8, 5}), at::zeros({8, 5}), at::zeros({8, 5}), at::zeros({8, 5})},
+      R"({"u": [{"d": [["input_ids", {"t": 0}], ["mask", {"t": 1}]]}, {"d": [["input_ids", {"t": 2}], ["mask", {"t": 3}]]}]})");
+  EXPECT_EQ(views.rows(), 8);
+}

@@ -54,10 +54,11 @@ def test_t5s_discarded_log_of_zero_is_a_note_and_the_overflow_at_wo_is_the_birth
 
 
 def where_sqrt(h):
-    # sqrt where positive, 0 elsewhere: where() sends a zero gradient into
-    # sqrt at 0, whose derivative is infinite, and 0 * inf is NaN. A 0/0
-    # born in the backward, NaN in fp32 too: no loss scale makes or unmakes it.
-    return torch.where(h > 0, torch.sqrt(h.clamp(min=0)), torch.zeros_like(h))
+    # sqrt where positive, 0 elsewhere: the forward's NaNs (sqrt of the
+    # negatives) are dropped by where(), whose backward then sends a zero
+    # gradient into them: 0 / NaN is NaN. The classic where() gradient NaN, at
+    # any loss scale and in fp32 too: no scale makes or unmakes it.
+    return torch.where(h > 0, torch.sqrt(h), torch.zeros_like(h))
 
 
 class WhereSqrt(nn.Module):
@@ -66,7 +67,7 @@ class WhereSqrt(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x):
-        return where_sqrt(self.lin(x)).sum()
+        return where_sqrt(self.lin(x)).mean()
 
 
 def test_an_fp16_backward_nan_is_diagnosed_at_its_first_occurrence_and_keeps_the_scale(tmp_path, nanscope_lines):
@@ -77,14 +78,15 @@ def test_an_fp16_backward_nan_is_diagnosed_at_its_first_occurrence_and_keeps_the
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="fp16",
                                loss_fn=lambda m, x: m(x))
     scale = guard.get_scale()
-    x = torch.randn(8, 4)
+    x = torch.randn(8, 4) * 0.01  # gradients far below fp16's range even at the scale of 2**16
     with torch.no_grad():
-        model.lin.bias.fill_(-0.5)  # some outputs negative, some not: where() masks some
+        model.lin.bias.copy_(torch.tensor([0.5, -0.5, 0.5, -0.5]))  # two outputs negative: where() masks them
     result = guard.closure_step(lambda: model(x), batch=x)
     lines = nanscope_lines()
     assert result.skipped
     assert "the scaler's routine" not in lines, lines
-    assert "(backward, in SqrtBackward0 of aten::sqrt)" in result.first_birth, (result.first_birth, lines)
+    # The NaN the gradients carry is the forward sqrt's, which where() hid from the loss only.
+    assert result.first_birth.startswith("nan at aten::sqrt (forward) in module ''"), (result.first_birth, lines)
     assert result.snapshot, lines
     assert guard.get_scale() == scale, "a NaN the scale did not make spends none of it"
     guard.close()

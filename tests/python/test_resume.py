@@ -67,6 +67,9 @@ def test_a_resumed_guard_appends_to_its_run_file_and_ends_where_the_whole_run_do
 
     for p, q in zip(model.parameters(), whole_model.parameters()):
         assert torch.equal(p, q)
+    # The counts a loop logs (the Trainer's nanscope/skipped_steps) are the whole run's.
+    assert resumed.skipped_steps == whole.skipped_steps == 1
+    assert resumed.last_first_birth == whole.last_first_birth != ""
     steps, events = rows_and_events(tmp_path / "run" / "run.h5")
     assert steps == list(range(6)), steps  # step 4's first row went with the resume
     assert (2, "skip") in events and (3, "resume") in events, events

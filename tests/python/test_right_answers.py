@@ -307,13 +307,14 @@ def _batch_norm_mlp():
     return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
 
 
-def test_a_nan_in_the_batch_is_the_birth_as_the_batch_was_at_its_backward_without_a_re_run(tmp_path):
+def test_a_nan_in_the_batch_is_the_birth_as_the_batch_was_at_its_backward(tmp_path):
     """The guard looks at a batch only once its step failed. A NaN pixel in
     row 5 of step 3's batch is that step's birth, named from the batch as it
     was at its backward (the loop cleans its tensor in place after the
-    backward: the guard's kept copy still holds the NaN), with no re-run (the
-    loss function is never called again). A clean step with a NaN in a part
-    of the batch its loss never reads counts as any clean step."""
+    backward: the guard's kept copy still holds the NaN), found read by its
+    one forensic re-run (the loss function called once again). A clean step
+    with a NaN in a part of the batch its loss never reads counts as any
+    clean step."""
     model, optimizer, guard, calls = _mlp_guard_counting_re_runs(tmp_path)
     g = torch.Generator().manual_seed(2)
     results = []
@@ -332,7 +333,7 @@ def test_a_nan_in_the_batch_is_the_birth_as_the_batch_was_at_its_backward_withou
         results.append(guard.step())
         optimizer.zero_grad(set_to_none=True)
         if step == 3:
-            assert calls == [], "no re-run for a batch that holds the NaN"
+            assert len(calls) == 1, "one re-run, which says the step read the batch's NaN"
     assert [r.counted for r in results] == [True, True, True, False, True, True]
     assert results[3].first_birth == "nan at input '[0]' (input) in module '', batch row 5", results[3].first_birth
     guard.close()

@@ -53,7 +53,12 @@ TEST(FallbackRun, DisabledFallbackSkipsWithoutTouchingLr) {
   for (double lr : r.lr) EXPECT_DOUBLE_EQ(lr, 1e-3);
 }
 
-TEST(FallbackRun, Fp16RunBacksOffTheScaleOnOverflow) {
+// sqrt's derivative at 0 is infinite at any loss scale: GradScaler would
+// halve its scale for it; the guard re-runs the step at a scale of 1, finds
+// it non-finite there too, and keeps the scale (the step is skipped and
+// diagnosed as any failed step). A plain overflow is the scaler's routine
+// (tests/python/test_birth_that_matters.py).
+TEST(FallbackRun, Fp16RunKeepsItsScaleForAnInfiniteDerivativeTheScaleDidNotMake) {
   if (!compat::autocast_supported(c10::kCPU, at::kHalf)) GTEST_SKIP() << "fp16 CPU autocast needs LibTorch 2.x";
   test::TempDir dir;
   TrainOptions o = test::quick_mlp_run(dir.file("run"), 12);
@@ -62,7 +67,7 @@ TEST(FallbackRun, Fp16RunBacksOffTheScaleOnOverflow) {
   TrainSummary summary = run(o, std::cerr);
   format::RunData r = format::read_run(summary.run_file);
   EXPECT_EQ(r.skipped[4], 1);
-  EXPECT_DOUBLE_EQ(r.loss_scale[5], r.loss_scale[4] * 0.5) << "GradScaler backoff";
-  EXPECT_EQ(summary.fallback_step, -1) << "a gradient overflow at a high scale is not a fallback";
+  EXPECT_DOUBLE_EQ(r.loss_scale[5], r.loss_scale[4]) << "no backoff: the scale made none of it";
+  EXPECT_EQ(summary.fallback_step, -1);
   EXPECT_EQ(r.amp[11], 2);
 }

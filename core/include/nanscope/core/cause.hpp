@@ -119,5 +119,9 @@ inline constexpr double kRowOutOfRangeFactor = 1000.0;
 // first row that is not `row` and not among `suspects` (the rows the birth
 // names: a trigger's copy would keep the step non-finite).
 int64_t donor_row(int64_t row, int64_t batch_size, const std::vector<int64_t>& suspects);
+// How such a search's finding is worded, in the guard's line and the replay's verdict.
+inline constexpr const char* kRowsReplacedText =
+    "each row tested by putting a copy of another row in its place: every shape and every random draw stayed as it "
+    "was";
 
 }  // namespace nanscope

@@ -78,6 +78,9 @@ class StepReruns {
   // row draws differently after it, so the row search replaces rows instead
   // of removing them (nanscope-replay alike). Known after a whole-batch re-run.
   virtual bool draws_random_numbers() { return false; }
+  // The batch's samples are list items (Batch::sample_lists): a row is
+  // replaced by another, never removed.
+  virtual bool rows_are_list_items() { return false; }
   // The modules the forward runs ops in (op capture on one re-run).
   virtual std::vector<std::string> modules_seen() = 0;
   // Of `rows`, those out of the batch's range (Batch::rows_out_of_range at
@@ -145,6 +148,7 @@ class LiveStepReruns : public StepReruns {
   bool raised() const override { return !last_error_.empty(); }
   std::string last_error() const override { return last_error_; }
   bool draws_random_numbers() override;
+  bool rows_are_list_items() override { return micro_.batch.sample_lists().rows > 0; }
   // draws_random_numbers() needs no re-run of its own: a whole-batch re-run
   // already showed it, or the step kept no generator state to compare with.
   bool draws_known() const { return draws_.has_value() || !micro_.cpu_rng_state.known(); }

@@ -18,11 +18,17 @@
 // A 1-D tensor whose length is a multiple of the rows is a flattened target,
 // laid out (rows, m), or (m, rows) with row_dim 1, and cut so; any other
 // tensor without a dimension at the batch's size (a scalar) is not cut.
+// A batch given as lists of per-sample items (torchvision's detection: images
+// a list of (3, H, W) tensors, targets a list of dicts of boxes and labels)
+// has its samples along those lists: the item's index is the row, and a row
+// is replaced by another item's tensors, never cut (sample_lists()).
 #include <ATen/ATen.h>
 #include <torch/data/example.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -106,6 +112,23 @@ struct Batch {
   // The name of the first tensor whose sample `row` holds a NaN/Inf (as
   // row_of finds it); "" unnamed.
   std::string nonfinite_tensor_name(int64_t row) const;
+
+  // The batch's lists of per-sample items, read from its structure: `rows`
+  // items each (0: none), and for each leaf its {list, item, place among
+  // the item's leaves} ({-1, -1, -1}: not in one).
+  struct SampleLists {
+    int64_t rows = 0;
+    std::vector<std::array<int64_t, 3>> item_of_leaf;
+    std::vector<std::vector<std::vector<int64_t>>> items;  // per list, per item: its leaves
+    std::string structure;                                 // what it was read from
+    size_t leaves = 0;
+  };
+  SampleLists sample_lists() const;
+  // The sample a leaf is one item of, or -1.
+  int64_t sample_of_leaf(size_t leaf) const;
+
+ private:
+  mutable std::shared_ptr<const SampleLists> sample_lists_;  // read once per structure
 };
 
 // Where a loop wrote into a micro-batch's tensors in place, as a re-run of it sees.
