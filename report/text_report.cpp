@@ -47,7 +47,11 @@ void write_summary(const RankReport& r, std::ostream& out) {
   }
   if (!first) out << config_line << "\n";
   if (s.rows == 0) {
-    out << "  steps       none recorded yet\n";
+    // A run that died at its first step (or a live one before its first
+    // flush): what the file holds is its config and its events.
+    out << "  steps       none recorded: no step row was written (rows go out every 64 steps or 2 seconds, "
+           "and at the end of a run that ends cleanly); it holds its config (above) and "
+        << run.events.size() << " event(s)" << (run.events.empty() ? "" : " (below)") << "\n";
     return;
   }
   out << "  steps       " << s.rows << " recorded (" << step_range(*s.first_step, *s.last_step) << "): " << s.counted

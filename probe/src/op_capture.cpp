@@ -761,36 +761,42 @@ std::optional<bool> OpCapture::failure_read_batch() const {
   return failure->from_batch;
 }
 
-void note_step_batch(const std::vector<at::Tensor>& leaves) {
-  if (!g_state) return;
-  ReentryGuard guard;
-  at::NoGradGuard no_grad;
-  for (const at::Tensor& t : leaves) {
-    if (!t.defined() || !is_floating(t)) continue;
-    const FiniteFlags f = finite_flags(t);
-    if (!f.nan && !f.inf) continue;
-    Lineage batch;
-    batch.from_batch = true;
-    std::lock_guard<std::mutex> lock(g_state->mutex);
-    set_lineage(*g_state, t, batch);
-  }
-}
+namespace {
 
-void note_step_result(const std::vector<at::Tensor>& values) {
+// Under an active capture: `f(state, tensor)` for each defined floating
+// tensor of `values` that holds a NaN/Inf, the capture's lock held.
+template <class F>
+void for_each_nonfinite(const std::vector<at::Tensor>& values, const F& f) {
   if (!g_state) return;
   ReentryGuard guard;
   at::NoGradGuard no_grad;
   for (const at::Tensor& t : values) {
     if (!t.defined() || !is_floating(t)) continue;
-    const FiniteFlags f = finite_flags(t);
-    if (!f.nan && !f.inf) continue;
+    const FiniteFlags flags = finite_flags(t);
+    if (!flags.nan && !flags.inf) continue;
     std::lock_guard<std::mutex> lock(g_state->mutex);
-    const Lineage from = lineage_of(*g_state, t);
-    if (g_state->failure)
-      g_state->failure->add(from);
-    else
-      g_state->failure = from;
+    f(*g_state, t);
   }
+}
+
+}  // namespace
+
+void note_step_batch(const std::vector<at::Tensor>& leaves) {
+  for_each_nonfinite(leaves, [](CaptureState& st, const at::Tensor& t) {
+    Lineage batch;
+    batch.from_batch = true;
+    set_lineage(st, t, batch);
+  });
+}
+
+void note_step_result(const std::vector<at::Tensor>& values) {
+  for_each_nonfinite(values, [](CaptureState& st, const at::Tensor& t) {
+    const Lineage from = lineage_of(st, t);
+    if (st.failure)
+      st.failure->add(from);
+    else
+      st.failure = from;
+  });
 }
 
 }  // namespace nanscope::probe

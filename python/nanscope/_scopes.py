@@ -7,6 +7,7 @@ is the root's, ''), as is a module of no parameters made outside the model (a
 CrossEntropyLoss a forward builds as it runs). A module of another model is
 named '<not in the model> CLASS.PATH'. Off, nothing is hooked: a clean step pays one flag read."""
 import contextlib
+import warnings
 
 import torch
 
@@ -27,6 +28,7 @@ def module_paths(model):
 
 
 OUTSIDE = "<not in the model> "  # the start of a module name outside the guarded model
+_COMPILED_WRAPPER_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 def other_model_label(module, others):
@@ -151,7 +153,11 @@ def _hooked(paths, others=None, kept=None):
     pre = torch.nn.modules.module.register_module_forward_pre_hook(enter)
     post = torch.nn.modules.module.register_module_forward_hook(leave, **_ALWAYS)
     try:
-        yield
+        with warnings.catch_warnings():
+            # A torch.compile'd model warns, at each call, that global hooks
+            # fire for its wrapper too: these open no scope for a wrapper (above).
+            warnings.filterwarnings("ignore", message=_COMPILED_WRAPPER_WARNING, category=UserWarning)
+            yield
     finally:
         pre.remove()
         post.remove()

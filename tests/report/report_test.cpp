@@ -203,6 +203,23 @@ TEST(Report, LongSectionsShowTheirFirstEntriesAndACount) {
             "300 {'step': 299, 'loss': 'nan'}\n");
 }
 
+// A run killed at its first step wrote its config and events, no row.
+TEST(Report, ARunWithNoStepRowSaysWhatItHolds) {
+  TempDir dir;
+  const std::string run = dir.file("run");
+  std::filesystem::create_directories(run);
+  {
+    format::RunWriter writer(run + "/run.h5", test::synthetic_header(2), 64);
+    writer.event(0, format::EventKind::skip, "non-finite loss at bf16; optimizer step skipped");
+    writer.event(0, format::EventKind::first_birth, "nan at aten::log (forward) in module 'fc1'");
+  }
+  const auto r = report_tool(run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("steps       none recorded: no step row was written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("it holds its config (above) and 2 event(s) (below)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nan at aten::log (forward) in module 'fc1'"), std::string::npos) << r.output;
+}
+
 TEST(Report, SeveralRanksAreReportedRankByRank) {
   TempDir dir;
   const std::string run = dir.file("run");
