@@ -1,11 +1,13 @@
 // The record of a C++ program that ends badly. A run file buffers up to 16
-// rows (or 2 s of them) between flushes; Python writes them at its exit,
-// whichever way the loop ended. A C++ program has no such exit for an
-// uncaught exception (std::terminate runs no destructors) or Ctrl-C (SIGINT
-// ends the process at once), so every open journal is registered here:
-//  - a terminate handler writes their rows, then calls the one before it;
+// rows (or 2 s of them) between flushes; Python writes them and closes the
+// file at its exit, whichever way the loop ended. A C++ program has no such
+// exit for an uncaught exception (std::terminate runs no destructors) or
+// Ctrl-C (SIGINT ends the process at once), so every open journal is
+// registered here, and its file is closed as Python's is (rows written, the
+// mark for writing cleared, so plain HDF5 readers open it):
+//  - a terminate handler closes them, then calls the one before it;
 //  - where the program left Ctrl-C to its default, the first Ctrl-C is held
-//    until the guard's next step boundary, which writes the rows and ends the
+//    until the guard's next step boundary, which closes them and ends the
 //    process by SIGINT as Ctrl-C would have; a second Ctrl-C ends it at once.
 // SIGKILL cannot be met: the rows since the last flush (64 rows, 2 s) go.
 #include <atomic>
@@ -31,18 +33,19 @@ std::terminate_handler previous_terminate = nullptr;
 std::atomic<bool> interrupted{false};
 bool holding_interrupts = false;
 
-void flush_all() noexcept {
+// For a process about to die: nothing writes to them after.
+void close_all() noexcept {
   std::lock_guard<std::mutex> lock(journals_mutex);
   for (Journal* journal : open_journals()) {
     try {
-      journal->flush();
+      journal->close_file();
     } catch (...) {  // a full disk: the rest still get their chance
     }
   }
 }
 
 void on_terminate() {
-  flush_all();
+  close_all();
   if (previous_terminate) previous_terminate();
   std::abort();
 }
@@ -88,7 +91,7 @@ int open_journals_named(const std::string& model_name) {
 
 void end_if_interrupted() {
   if (!interrupted.load(std::memory_order_relaxed)) return;
-  flush_all();
+  close_all();
   std::signal(SIGINT, SIG_DFL);
   std::raise(SIGINT);
 }

@@ -1,6 +1,8 @@
 // A C++ program that ends badly keeps its run file: the rows an uncaught
-// exception or a Ctrl-C would have lost between flushes are written, and a
-// reader clears the mark the dead writer left, so plain HDF5 tools open it.
+// exception or a Ctrl-C would have lost between flushes are written and the
+// file is closed, as Python's exit closes it, so plain HDF5 tools open it
+// (h5py.File(path) with no swmr=True). A reader clears the mark of a writer
+// that died otherwise (SIGKILL).
 // Each program runs in a forked child (before this process touched LibTorch's
 // thread pools), and the parent reads what it left.
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include <torch/optim/sgd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -62,23 +65,33 @@ std::string run_file(const TempDir& dir) { return dir.file("run") + "/run.h5"; }
 
 }  // namespace
 
-TEST(ProgramEnding, AnUncaughtExceptionKeepsEveryRowAndTheMarkIsCleared) {
+TEST(ProgramEnding, AnUncaughtExceptionKeepsEveryRowAndClosesTheFile) {
   TempDir dir;
   const int status = run_program(dir.file("run"), [] {});
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << "std::terminate aborts: status " << status;
   const std::string path = run_file(dir);
-  EXPECT_TRUE(format::has_writer_mark(path)) << "the writer never closed the file";
-  EXPECT_EQ(format::read_run(path).rows(), size_t(kSteps));
-  EXPECT_TRUE(format::clear_mark_if_writer_gone(path)) << "its writer is gone";
-  EXPECT_FALSE(format::has_writer_mark(path));
+  EXPECT_FALSE(format::has_writer_mark(path)) << "closed as a program's end closes it";
   EXPECT_EQ(format::read_run(path).rows(), size_t(kSteps));
 }
 
-TEST(ProgramEnding, CtrlCEndsTheProgramAtTheStepsEndWithItsRowWritten) {
+TEST(ProgramEnding, CtrlCEndsTheProgramAtTheStepsEndWithItsRowWrittenAndTheFileClosed) {
   TempDir dir;
   const int status = run_program(dir.file("run"), [] { std::raise(SIGINT); });
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << "ended as Ctrl-C ends it: status " << status;
+  EXPECT_FALSE(format::has_writer_mark(run_file(dir))) << "closed as Python's KeyboardInterrupt closes it";
   EXPECT_EQ(format::read_run(run_file(dir)).rows(), size_t(kSteps)) << "the interrupted step's row is in";
+}
+
+TEST(ProgramEnding, ADeadWritersMarkIsClearedByAReader) {
+  // SIGKILL: no ending runs. A reader clears the mark of a writer that is gone.
+  TempDir dir;
+  const int status = run_program(dir.file("run"), [] { std::raise(SIGKILL); });
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  const std::string path = run_file(dir);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  EXPECT_TRUE(format::has_writer_mark(path)) << "the writer never closed the file";
+  EXPECT_TRUE(format::clear_mark_if_writer_gone(path)) << "its writer is gone";
+  EXPECT_FALSE(format::has_writer_mark(path));
 }
 
 TEST(ProgramEnding, ALiveWritersMarkIsLeftAlone) {

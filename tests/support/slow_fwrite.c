@@ -1,12 +1,44 @@
 /* LD_PRELOAD shim for tests: fwrite and pwrite (HDF5's) go out in 64 KiB
- * pieces with a 2 ms pause after each, as on a slow disk, so that a process
- * killed at a random moment is often killed while a file is half written.
- * Test-only. */
+ * pieces with a 2 ms pause after each, as on a slow disk.
+ * With NANSCOPE_TEST_WRITING_MARK=PATH set, a write into a file named
+ * NAME.part while NAME already exists (a checkpoint replacing the one before
+ * it) creates PATH after its first piece and then waits there: a test that
+ * kills the process once PATH exists kills it mid-write, every time, however
+ * busy the machine. Test-only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+static void pause_a_while(long nanoseconds) {
+  const struct timespec pause = {0, nanoseconds};
+  nanosleep(&pause, NULL);
+}
+
+/* Whether fd is NAME.part and NAME exists. */
+static int replacing_a_file(int fd) {
+  char link[64], path[4096];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, path, sizeof path - 1);
+  if (n <= 5) return 0;
+  path[n] = '\0';
+  if (strcmp(path + n - 5, ".part") != 0) return 0;
+  path[n - 5] = '\0';
+  return access(path, F_OK) == 0;
+}
+
+/* Marks the moment and waits to be killed (a test's kill ends the wait). */
+static void mark_mid_write(int fd) {
+  const char* mark = getenv("NANSCOPE_TEST_WRITING_MARK");
+  if (!mark || !replacing_a_file(fd)) return;
+  const int made = open(mark, O_CREAT | O_WRONLY, 0644);
+  if (made >= 0) close(made);
+  for (;;) pause_a_while(100000000);
+}
 
 size_t fwrite(const void* data, size_t size, size_t count, FILE* stream) {
   static size_t (*real_fwrite)(const void*, size_t, size_t, FILE*);
@@ -20,8 +52,8 @@ size_t fwrite(const void* data, size_t size, size_t count, FILE* stream) {
     done += written;
     if (written < piece) break;
     fflush(stream);
-    const struct timespec pause = {0, 2000000};
-    nanosleep(&pause, NULL);
+    mark_mid_write(fileno(stream));
+    pause_a_while(2000000);
   }
   return size ? done / size : 0;
 }
@@ -36,8 +68,8 @@ ssize_t pwrite(int fd, const void* data, size_t count, off_t offset) {
     const ssize_t written = real_pwrite(fd, bytes + done, piece, offset + (off_t)done);
     if (written <= 0) return done ? (ssize_t)done : written;
     done += (size_t)written;
-    const struct timespec pause = {0, 2000000};
-    nanosleep(&pause, NULL);
+    mark_mid_write(fd);
+    pause_a_while(2000000);
   }
   return (ssize_t)done;
 }

@@ -54,6 +54,9 @@ class Journal {
   void flush() {
     if (writer_) writer_->flush();
   }
+  // Writes what is buffered and closes run.h5, as a program's end does (its
+  // mark for writing cleared): for a process about to die (journal_endings.cpp).
+  void close_file() { writer_.reset(); }
   format::RunWriter& writer();  // opens run.h5 if nothing was written yet
   const std::string& path() const { return path_; }
   const std::string& model_name() const { return model_name_; }
