@@ -12,12 +12,15 @@ StepGuard::StepGuard(GuardedModel model, GuardOptions options)
 StepGuard::~StepGuard() = default;
 
 GuardedStep StepGuard::closure_step(const LossClosure& loss, const Batch& batch, const StepContext& context) {
+  impl_->forget_calls_outside_steps();  // before numbering: a forgotten call gives its number back
   return impl_->step(impl_->number_of(context), loss, batch, context);
 }
 GuardedStep StepGuard::closure_step(const BatchLoss& loss, const Batch& batch, const StepContext& context) {
+  impl_->forget_calls_outside_steps();
   return impl_->step(impl_->number_of(context), loss, batch, context);
 }
 GuardedStep StepGuard::closure_step(const at::Tensor& inputs, const at::Tensor& targets, const StepContext& context) {
+  impl_->forget_calls_outside_steps();
   return impl_->step(impl_->number_of(context), inputs, targets, context);
 }
 

@@ -55,6 +55,7 @@ struct StepGuard::Impl {
   at::Tensor unscale();
   GuardedStep step(const StepContext& context);
   int64_t number_of(const StepContext& context) const { return context.step >= 0 ? context.step : next_step_; }
+  void forget_calls_outside_steps();
   GuardedStep watched_step(const StepContext& context);
   void undo_loops_update();
   WatchedPhase watched_phase() const { return watched_ ? watched_->phase : WatchedPhase::closed; }

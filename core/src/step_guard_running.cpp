@@ -130,13 +130,18 @@ void StepGuard::Impl::refuse_if_stopped() const {
                        " (no further step: end the loop, or start again from a healthy checkpoint)");
 }
 
-GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+void StepGuard::Impl::forget_calls_outside_steps() {
   if (watched_phase() == WatchedPhase::calls) {
-    // A forward outside the closure (an evaluation with gradients on) opened
-    // no step of the loop's: forgotten, its number given back.
+    // A forward outside the closure (an evaluation with gradients on, a
+    // loop's forward it never took a backward of) opened no step of the
+    // loop's: forgotten, its number given back.
     next_step_ = watched_->run.step;
     watched_.reset();
   }
+}
+
+GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, const StepContext& context) {
+  forget_calls_outside_steps();
   if (watched_phase() != WatchedPhase::closed)
     throw std::logic_error("StepGuard::step(closure, batch): a watched step is open (call step() first)");
   RunningStep run = begin_step(step, context);

@@ -69,6 +69,7 @@ _open_guards = weakref.WeakSet()
 @atexit.register
 def _close_open_guards():
     for guard in list(_open_guards):
+        guard._step_cut_short()
         guard.close()
 
 
@@ -222,6 +223,7 @@ class StepGuard:
         self._paths = _scopes.module_paths(named)
         self._watch = _watch.Watch(self._guard, model, named, several_ranks=self._averages, rank=rank,
                                    holds_sync=self._ddp_held, check_optimizer=self._check_optimizer)
+        self._loss_fn = loss_fn  # also for a step the loop cut short (_step_cut_short)
         if loss_fn is not None:
             self._guard.set_loss_fn(self._watch.rerun(loss_fn))
         self._accelerated = None
@@ -397,6 +399,35 @@ class StepGuard:
         self._fallbacks = int(state.pop("fallbacks", self._fallbacks))
         self._last_birth = str(state.pop("last_first_birth", self._last_birth))
         self._open().load_state_dict(state)
+
+    def _step_cut_short(self):
+        """At the interpreter's exit: a loop that stopped on its own NaN check
+        between a forward and its backward (torchvision's detection reference:
+        `if not math.isfinite(loss_value): sys.exit(1)`) left a step the guard
+        never saw. With loss_fn, its micro-batch (the model's last call) is
+        checked once more, its buffers put back after; a non-finite loss is run
+        as a guarded step, skipped, so that step still gets its birth, snapshot
+        and run.h5 row. A finite one is left alone: no update is made at exit."""
+        import torch
+        cut = self._watch.cut_short() if getattr(self, "_guard", None) is not None else None
+        if cut is None or self._loss_fn is None:
+            return
+        (batch, model), loss_fn = cut, self._loss_fn
+        kept = {}
+        _scopes.keep_buffers(model, kept)
+        try:
+            with torch.no_grad(), self.autocast():
+                finite = bool(torch.isfinite(loss_fn(model, batch)).all())
+        except Exception:  # the loop's own exit stands; nothing more to learn here
+            return
+        finally:
+            _scopes.put_back(kept)
+        if finite:
+            return
+        try:
+            self.closure_step(lambda: loss_fn(model, batch), batch=batch)
+        except Exception:  # the loop's own exit stands
+            pass
 
     def close(self):
         """Writes what run.h5 buffers and closes it; the guard steps no more.

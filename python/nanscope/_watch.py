@@ -209,6 +209,16 @@ class Watch:
             raise ValueError("nanscope.StepGuard: the guard is closed")
         return self._core
 
+    def cut_short(self):
+        """(micro-batch, module) of a step the loop began and never handed the
+        guard (its forward ran, no scale() or backward() came: a loop that
+        exits on its own NaN check before its backward), or None. Forgets it."""
+        if not (self._started and self._calls and self._loss_fn) or self._core is None:
+            return None
+        batch = _candidate(self._calls[-1])
+        self._started, self._calls = False, []
+        return None if batch == () else (batch, inner(self._named))
+
     several_ranks = property(lambda self: self._several_ranks)
     amp = property(lambda self: self._open().amp, doc="the precision the guard runs in now")
 

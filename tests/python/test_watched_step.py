@@ -510,3 +510,59 @@ def test_a_calls_version_counters_are_read_positional_then_keyword_and_move_with
         w.mul_(2)
         w.mul_(2)
     assert [now - then for now, then in zip(versions(), before)] == [0, 1, 2]
+
+
+OWN_NAN_EXIT = '''
+import math, sys
+import torch, torch.nn as nn
+import nanscope
+
+class Detector(nn.Module):  # returns a dict of losses, as torchvision's detection models do
+    def __init__(self):
+        super().__init__()
+        self.backbone, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+    def forward(self, x, y):
+        return {"loss_box": ((self.head(torch.log(self.backbone(x))) - y) ** 2).mean()}
+
+torch.manual_seed(0)
+model = Detector()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+guard = nanscope.StepGuard(model, optimizer, run_dir=sys.argv[1], amp="fp32", log=False,
+                           loss_fn=lambda m, b: sum(m(*b).values()))
+with torch.no_grad():
+    model.backbone.bias.fill_(5.0)
+for step in range(5):
+    x, y = torch.rand(8, 4), torch.randn(8, 1)
+    if step == 3:
+        with torch.no_grad():
+            model.backbone.bias[1] = -50.0  # the log's input goes negative
+    losses = sum(model(x, y).values())
+    if not math.isfinite(losses.item()):  # torchvision's train_one_epoch
+        print(f"Loss is {losses.item()}, stopping training")
+        sys.exit(1)
+    guard.backward(losses)
+    guard.step()
+'''
+
+
+def test_a_loop_that_exits_on_its_own_nan_check_still_gets_that_steps_birth_snapshot_and_row(tmp_path):
+    """torchvision's detection reference ends the run with sys.exit(1) on a
+    non-finite loss, before the guard's backward: at the interpreter's exit
+    the guard runs that step from the model's last call, skipped, so the run
+    keeps its birth, snapshot and row."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "own_exit.py"
+    script.write_text(OWN_NAN_EXIT)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)), timeout=300)
+    assert run.returncode == 1 and "stopping training" in run.stdout, run.stdout + run.stderr
+    with nanscope.open_run(tmp_path / "run") as f:
+        n = f["/steps/step"].shape[0]
+        steps, skipped = list(f["/steps/step"][:n]), list(f["/steps/skipped"][:n])
+        events = [(int(s), k.decode(), t.decode()) for s, k, t in
+                  zip(f["/events/step"][:], f["/events/kind"][:], f["/events/text"][:])]
+    assert steps == [0, 1, 2, 3] and skipped == [0, 0, 0, 1], (steps, skipped)
+    assert (3, "first_birth", "nan at aten::log (forward) in module ''") in events, events
+    assert list((tmp_path / "run" / "snapshots").glob("*.h5")), "the step's snapshot"
