@@ -58,9 +58,9 @@ size_t fwrite(const void* data, size_t size, size_t count, FILE* stream) {
   return size ? done / size : 0;
 }
 
-ssize_t pwrite(int fd, const void* data, size_t count, off_t offset) {
-  static ssize_t (*real_pwrite)(int, const void*, size_t, off_t);
-  if (!real_pwrite) real_pwrite = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+typedef ssize_t (*pwrite_fn)(int, const void*, size_t, off_t);
+
+static ssize_t slow_pwrite(pwrite_fn real_pwrite, int fd, const void* data, size_t count, off_t offset) {
   const char* bytes = (const char*)data;
   size_t done = 0;
   while (done < count) {
@@ -72,4 +72,17 @@ ssize_t pwrite(int fd, const void* data, size_t count, off_t offset) {
     pause_a_while(2000000);
   }
   return (ssize_t)done;
+}
+
+ssize_t pwrite(int fd, const void* data, size_t count, off_t offset) {
+  static pwrite_fn real_pwrite;
+  if (!real_pwrite) real_pwrite = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite");
+  return slow_pwrite(real_pwrite, fd, data, count, offset);
+}
+
+/* An HDF5 built with large-file offsets (Debian's 1.14) calls this name. */
+ssize_t pwrite64(int fd, const void* data, size_t count, off_t offset) {
+  static pwrite_fn real_pwrite64;
+  if (!real_pwrite64) real_pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
+  return slow_pwrite(real_pwrite64, fd, data, count, offset);
 }
