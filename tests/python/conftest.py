@@ -51,3 +51,25 @@ def run_ranks(rank_pools):
         return rank_pools.run("sharded", world, 300, run_dir=str(run_dir), engine=engine, form=form, fault=fault,
                               log=True, guard_options=options or {"fallback": "off"}, **settings)
     return run
+
+
+@pytest.fixture
+def bf16_cancellation_model():
+    """A model whose step fails in bf16 only, in one module: bf16 keeps 8
+    bits, so (h + 256) - 256 is 0 for |h| < 1 in 'cancel', and its log -inf.
+    Called, it returns a fresh model (fc1, cancel, fc2)."""
+    import torch
+    import torch.nn as nn
+
+    class Cancel(nn.Module):
+        def forward(self, h):
+            return torch.log(((h + 256.0) - 256.0).abs())
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.cancel, self.fc2 = nn.Linear(6, 16), Cancel(), nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.fc2(self.cancel(self.fc1(x)))
+    return Model

@@ -160,27 +160,16 @@ def test_the_row_search_runs_with_dropout_on_and_keeps_the_draws(tmp_path, nansc
     guard.close()
 
 
-def test_a_nan_the_loss_never_reads_does_not_hide_a_precision_fault(tmp_path, nanscope_lines):
+def test_a_nan_the_loss_never_reads_does_not_hide_a_precision_fault(tmp_path, nanscope_lines,
+                                                                      bf16_cancellation_model):
     # open_clip with accumulation: a cached feature holds a NaN no op reads,
     # while the step's own fault is one of precision. The remedy follows the
     # real birth: its module in fp32, not a skip as a data fault.
-    class Cancel(nn.Module):  # bf16 keeps 8 bits: (h + 256) - 256 is 0 for |h| < 1, and its log -inf
-        def forward(self, h):
-            return torch.log(((h + 256.0) - 256.0).abs())
-
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.cancel, self.fc2 = nn.Linear(6, 16), Cancel(), nn.Linear(16, 3)
-
-        def forward(self, x):
-            return self.fc2(self.cancel(self.fc1(x)))
-
     def loss_fn(m, batch):
         return nn.functional.cross_entropy(m(batch["x"]), batch["y"])
 
     torch.manual_seed(0)
-    model = Model()
+    model = bf16_cancellation_model()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=str(tmp_path / "run"),
                                amp="bf16", loss_fn=loss_fn)
     cached = torch.randn(8, 4)

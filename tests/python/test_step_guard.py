@@ -308,23 +308,9 @@ def test_python_m_nanscope_replay_names_a_bad_factory(tmp_path):
     assert "cannot load --model no_such_module:f" in result.stderr
 
 
-def test_fallback_auto_puts_only_the_module_that_needs_it_in_fp32(tmp_path):
-    class Cancel(nn.Module):  # bf16 keeps 8 bits: (h + 256) - 256 is 0 for |h| < 1, and its log -inf
-        def forward(self, h):
-            return torch.log(((h + 256.0) - 256.0).abs())
-
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = nn.Linear(6, 16)
-            self.cancel = Cancel()
-            self.fc2 = nn.Linear(16, 3)
-
-        def forward(self, x):
-            return self.fc2(self.cancel(self.fc1(x)))
-
+def test_fallback_auto_puts_only_the_module_that_needs_it_in_fp32(tmp_path, bf16_cancellation_model):
     torch.manual_seed(0)
-    model = Model()
+    model = bf16_cancellation_model()
     guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.01), run_dir=tmp_path / "run",
                                amp="bf16", log=False, config=nanscope.GuardConfig(fallback="auto"))
     x, y = torch.rand(8, 6), torch.randint(0, 3, (8,))
