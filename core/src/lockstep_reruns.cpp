@@ -59,6 +59,14 @@ std::string text_from_rank(GradientAverager& ranks, int from, const std::string&
   return out;
 }
 
+std::string text_from_rank(GradientAverager& ranks, int from, const std::string& text) {
+  at::Tensor length = at::zeros({1}, at::kDouble);
+  if (ranks.rank() == from) length.fill_(double(text.size()));
+  ranks.sum(length);
+  const int64_t n = int64_t(length.item<double>());
+  return n > 0 ? text_from_rank(ranks, from, text, n) : std::string();
+}
+
 std::string joined(const std::vector<std::string>& texts, char separator) {
   std::string out;
   for (size_t i = 0; i < texts.size(); ++i) out += (i ? std::string(1, separator) : std::string()) + texts[i];

@@ -19,6 +19,8 @@ namespace nanscope {
 // `text` from rank `from`, on every rank, in one sum (every rank must know
 // its `length`).
 std::string text_from_rank(GradientAverager& ranks, int from, const std::string& text, int64_t length);
+// The same where only `from` knows the length: two sums.
+std::string text_from_rank(GradientAverager& ranks, int from, const std::string& text);
 // Several texts as one, to pass from rank to rank, and back (`separator`
 // must be a byte no text holds).
 std::string joined(const std::vector<std::string>& texts, char separator);

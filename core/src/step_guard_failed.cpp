@@ -129,14 +129,9 @@ bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_sc
 // would have to agree) keeps GradScaler's reading, as does a re-run that raised.
 bool StepGuard::Impl::nonfinite_without_the_scale(RunningStep& run) {
   if (!rerunnable(run) || run.context.averager || run.evaluations.failed > 0) return false;
-  std::optional<Fp32ModuleRegions> fp32;
-  if (run.watched && fp32_regions_apply(run.result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
-  std::optional<ClosureModel::Step> with_loss_fn;
-  if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, run.micro_batches.front().batch);
   bool nonfinite = false;
   try {
-    nonfinite =
-        !recompute_step(steered_.model, parameters_, run.result.amp, 1.0, run.setup, run.micro_batches).finite();
+    nonfinite = !rerun_as_the_step_ran(run, run.micro_batches, 1.0).finite();
   } catch (const std::exception&) {
     nonfinite = false;
   }

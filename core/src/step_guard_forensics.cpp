@@ -67,9 +67,20 @@ AtFailedEvaluation::~AtFailedEvaluation() {
 // Forensics: the failing step re-run under op-level capture (eagerly, and
 // compiled again for a compiled model), its first birth said, its snapshot
 // written. nullopt when it was not re-run.
-std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births) const {
-  return "none on rank " + std::to_string(options_.rank) + ": born on rank(s) " + format::rank_list_text(births) +
-         " (their " + format::run_file_name(births.front(), options_.world_size) + " names it)";
+std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births, const std::string& birth) const {
+  const std::string where = "born on rank(s) " + format::rank_list_text(births) + ", not on rank " +
+                            std::to_string(options_.rank) + " (" +
+                            format::run_file_name(births.front(), options_.world_size) + " has the rest)";
+  if (birth.empty()) return "none on rank " + std::to_string(options_.rank) + ": " + where;
+  return birth + ", on rank " + std::to_string(births.front()) + "; " + where;
+}
+
+// The birth as the first rank that found it says it, on every rank (two
+// sums, on a failed step of several ranks only): a rank whose own step was
+// finite logs the birth itself, with its rank, not only whose it was.
+std::string StepGuard::Impl::birth_from_rank(GradientAverager& ranks, const std::vector<int>& births,
+                                             const std::string& mine) const {
+  return births.empty() ? std::string() : text_from_rank(ranks, births.front(), mine);
 }
 
 // Forensics where the fault is: a rank whose own check failed re-runs its
@@ -126,11 +137,13 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   // A replicated rank whose own step was finite re-runs nothing; the averaged
   // gradients carried another rank's NaN, and its line says whose.
   const std::vector<int>& sick = outcome.nonfinite_ranks;
-  if (options_.probe && ranks && !lockstep && !investigate && found.first_birth.empty() && !sick.empty() &&
-      std::find(sick.begin(), sick.end(), options_.rank) == sick.end()) {
-    found.first_birth = born_elsewhere(sick);
-    journal_.record(step, format::EventKind::first_birth, found.first_birth, "first birth: ");
-  }
+  const bool births_told = options_.probe && ranks && !lockstep && !sick.empty();  // every rank alike
+  const bool born_elsewhere_only = births_told && !investigate && found.first_birth.empty() &&
+                                   std::find(sick.begin(), sick.end(), options_.rank) == sick.end();
+  // The ranks that failed tell theirs once they have it (the re-runs below are their own, no collective).
+  auto tell_birth = [&] {
+    if (births_told && !born_elsewhere_only) birth_from_rank(*ranks, sick, found.first_birth);
+  };
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && found.capture && !weights_born)
     keep_skipped_inputs(step, batches);
@@ -142,7 +155,15 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   if (input_birth) found.capture = std::move(input_birth);
   std::optional<RanksBorn> born;
   if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
-  if (!investigate) return found;
+  if (born_elsewhere_only) {
+    // Every rank is here: the ranks whose own step failed say their birth below, after this one.
+    found.first_birth = born_elsewhere(sick, birth_from_rank(*ranks, sick, ""));
+    journal_.record(step, format::EventKind::first_birth, found.first_birth, "first birth: ");
+  }
+  if (!investigate) {
+    tell_birth();
+    return found;
+  }
   const format::Capture& capture = *found.capture;
   if (!run.result.error.empty() && !capture.first_birth && capture.nonfinite_weights.empty()) {
     journal_.flush();
@@ -157,6 +178,7 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   run.buffers_written_outside = capture.ops_seen >= 0 && !capture.first_birth && !capture.reproduced &&
                                 !outcome.buffers_finite && run.calls_outside_losses > 0;
   found.first_birth = first_birth_text(run, capture, born);
+  tell_birth();
   journal_.record(step, format::EventKind::first_birth, found.first_birth,
                   "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
   found.snapshot = keep_snapshot(run, found.capture, born, layer_grad_norm);
@@ -262,7 +284,7 @@ std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const form
   const bool changed = changed_micro_batch(run) >= 0;
   if (!capture.first_birth && !capture.reproduced && changed)
     return "not reproduced on re-run, but" + changed_micro_batch_text(run);
-  if (born && !capture.first_birth && !born->births.empty()) return born_elsewhere(born->births);
+  if (born && !capture.first_birth && !born->births.empty()) return born_elsewhere(born->births, born->birth);
   // A changed micro-batch matters to a re-run; weights that held the value had none.
   const bool rerun = capture.nonfinite_weights.empty();
   return format::capture_text(capture) + (changed && rerun ? "; but" + changed_micro_batch_text(run) : std::string());
@@ -308,6 +330,7 @@ StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ra
     if (flags[r].item<float>() > 0) out.births.push_back(r);
     any_snapshot |= flags[world + r].item<float>() > 0;
   }
+  out.birth = birth_from_rank(ranks, out.births, born_here ? format::capture_text(*capture) : std::string());
   if (any_snapshot) {
     NamedTensors whole = steered_.model.gathered_parameters();
     if (out.decision && out.decision->write) out.gathered = std::move(whole);

@@ -35,6 +35,10 @@
 
 namespace nanscope {
 
+// The event of a step whose non-finite losses added exactly zero gradients
+// (StepOutcome::adding_nothing; step_guard_empty_losses.cpp).
+std::string nothing_to_learn_text(const StepOutcome& outcome, size_t micro_batches);
+
 struct StepGuard::Impl {
   Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options);
 
@@ -87,6 +91,14 @@ struct StepGuard::Impl {
   void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
   bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
   bool nonfinite_without_the_scale(RunningStep& run);
+  // The micro-batches whose non-finite loss added exactly zero gradients,
+  // when that is every non-finite one (StepSettings::losses_adding_nothing;
+  // step_guard_empty_losses.cpp).
+  std::vector<size_t> losses_adding_nothing(RunningStep& run, const StepOutcome& outcome);
+  // These micro-batches run again as the step ran them (its precision, fp32
+  // modules, setup, and the loop's loss function for a watched step).
+  StepRecomputation rerun_as_the_step_ran(RunningStep& run, const std::vector<MicroBatch>& micro_batches,
+                                          double loss_scale);
   // "non-finite loss at the optimizer's evaluation 2 of the step on rank(s) 1"
   std::string failure_text(const RunningStep& run) const;
   void say_scalers_backoff(const RunningStep& run, const std::string& undone);
@@ -105,8 +117,11 @@ struct StepGuard::Impl {
   void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
   format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
   std::string check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean);
-  // "none on rank R: born on rank(s) ..., (their run-rank-X.h5 names it)": another rank's birth.
-  std::string born_elsewhere(const std::vector<int>& births) const;
+  // Another rank's birth, as that rank says it: "nan at ... , batch row 2, on
+  // rank 1; born on rank(s) 1, not on rank 0 (run-rank-1.h5 has the rest)"
+  // ("none on rank 0: born on ..." where that rank's text is empty).
+  std::string born_elsewhere(const std::vector<int>& births, const std::string& birth) const;
+  std::string birth_from_rank(GradientAverager& ranks, const std::vector<int>& births, const std::string& mine) const;
   std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture, NamedTensors parameters);
   // A sharded model's forensics in lockstep: the ranks that found a birth,
@@ -115,6 +130,7 @@ struct StepGuard::Impl {
     std::vector<int> births;
     std::optional<SnapshotPolicy::Decision> decision;  // this rank found a birth
     NamedTensors gathered;                             // this rank writes the snapshot
+    std::string birth;                                 // the first rank's birth, as it says it
   };
   RanksBorn agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
                             const RunningStep& run);

@@ -167,6 +167,9 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   finish.zero_grads_in_place = !steered_.applies_update;
   finish.lr_multiplier = lr_multiplier();
   if (w->unscaled) finish.unscaled = &*w->unscaled;
+  run.settings.losses_adding_nothing = [this, &run](const StepOutcome& outcome) {
+    return losses_adding_nothing(run, outcome);
+  };
   run.result.outcome = finish_step(scaler_, parameters_, run.settings, several ? losses.sum() : losses, finish);
   // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
   const std::vector<float>& recorded = run.result.outcome.micro_losses;

@@ -455,11 +455,39 @@ GradNormUse norms_for(const StepSettings& settings) {
 
 }  // namespace
 
+namespace {
+
+// A non-finite loss with exactly zero gradients (a mean over no element:
+// every label of a micro-batch ignored) adds nothing to the update, and no
+// fault made it: those micro-batches leave the step's loss and the update
+// goes on with the others, as a plain loop's would (their gradients are the
+// same to the bit). With none left, the step had nothing to learn from.
+void leave_out_losses_adding_nothing(StepOutcome& out, const StepSettings& settings) {
+  if (out.loss_finite || !out.grads_finite || !out.buffers_finite || settings.buckets ||
+      !settings.losses_adding_nothing)
+    return;
+  out.adding_nothing = settings.losses_adding_nothing(out);
+  if (out.adding_nothing.empty()) return;
+  if (out.adding_nothing.size() >= std::max<size_t>(out.micro_losses.size(), 1)) {
+    out.nothing_to_learn = true;
+    return;
+  }
+  double kept = 0;
+  for (float micro_loss : out.micro_losses)
+    if (std::isfinite(micro_loss)) kept += micro_loss;
+  out.loss = out.global_loss = kept;
+  out.loss_finite = out.local_loss_finite = true;
+  out.nonfinite_ranks.clear();
+}
+
+}  // namespace
+
 StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& parameters, const StepSettings& settings,
                         const at::Tensor& loss, const StepFinish& finish) {
   const UnscaledGradients unscaled =
       finish.unscaled ? *finish.unscaled : unscale_gradients(scaler, parameters, loss, norms_for(settings));
   StepOutcome out = check_gradients(parameters, unscaled, settings, loss);
+  leave_out_losses_adding_nothing(out, settings);
   out.skipped_as_spike = out.finite() && out.global_loss > settings.skip_loss_above;
   if (!out.finite() || out.skipped_as_spike) {
     // P14: skip the batch. Gradients go; weights and optimizer state are untouched.
@@ -490,7 +518,7 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
   } else {
     clip_gradients(parameters, out.grad_norm, settings.clip);
   }
-  scaler.update(!out.finite());
+  scaler.update(!out.finite() && !out.nothing_to_learn);  // finite gradients: no overflow to back off from
   return out;
 }
 

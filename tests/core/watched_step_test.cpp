@@ -3,12 +3,17 @@
 // re-run through the loss function, naming the micro-batch and its row.
 #include <gtest/gtest.h>
 
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "../support/test_support.hpp"
 #include "nanscope/nanscope.hpp"
@@ -262,4 +267,118 @@ TEST(WatchedStep, UnscaleReturnsTheGradNormTheClipWouldTakeAndTheStepRecords) {
   const GuardedStep r = guard.step();
   ASSERT_TRUE(r.counted());
   EXPECT_EQ(r.outcome.grad_norm, clip_would_take.item<double>());
+}
+
+namespace {
+
+// A token classifier's head: dropout, then three classes per sample, the
+// mean cross-entropy over the labels not ignored (-100). A micro-batch
+// whose every label is -100 has a NaN loss (0 / 0) and exactly zero gradients.
+struct Tagger : torch::nn::Module {
+  torch::nn::Dropout drop{register_module("drop", torch::nn::Dropout(0.1))};
+  torch::nn::Linear fc{register_module("fc", torch::nn::Linear(4, 3))};
+  at::Tensor loss(const Batch& b) {
+    return torch::nn::functional::cross_entropy(fc(drop(b.inputs)), b.targets,
+                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  }
+};
+
+// Step STEP's micro-batch K, every label ignored where (step, k) is `empty`.
+Batch tagged_micro_batch(int64_t step, int k, const std::vector<std::pair<int64_t, int>>& empty) {
+  at::Tensor x = at::randn({6, 4}), y = at::randint(0, 3, {6}, at::kLong);
+  if (std::find(empty.begin(), empty.end(), std::make_pair(step, k)) != empty.end()) y.fill_(-100);
+  return {x, y};
+}
+
+// Trains a fresh Tagger STEPS steps of MICRO micro-batches (loss / MICRO
+// each, as the Trainer's accumulation), guarded or plain; the same seeds,
+// data and dropout draws either way.
+struct TaggerRun {
+  TaggerRun(bool guarded, int64_t steps, int micro, const std::vector<std::pair<int64_t, int>>& empty) {
+    torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(1e-2));
+    std::unique_ptr<StepGuard> guard;
+    if (guarded) {
+      GuardOptions options{dir.path(), Amp::fp32};
+      options.log = nullptr;
+      options.fallback = FallbackMode::automatic;
+      options.clip = 0;  // the plain loop clips nothing
+      guard = std::make_unique<StepGuard>(net, adam, options);
+      guard->set_loss_fn([this](const Batch& b) { return net.loss(b); });
+    }
+    for (int64_t step = 0; step < steps; ++step) {
+      adam.zero_grad();
+      for (int k = 0; k < micro; ++k) {
+        const Batch b = tagged_micro_batch(step, k, empty);
+        if (!guard) {
+          (net.loss(b) / double(micro)).backward();
+          continue;
+        }
+        guard->begin_micro_batch();
+        guard->backward(net.loss(b) / double(micro), b);
+      }
+      if (!guard) {
+        adam.step();
+        continue;
+      }
+      results.push_back(guard->step());
+    }
+    if (guard) {
+      applied = guard->applied_steps();
+      const std::string file = guard->run_file();
+      guard.reset();  // the run file closed, every event in it
+      run = format::read_run(file);
+    }
+  }
+  TempDir dir;
+  bool seeded = (torch::manual_seed(0), true);  // before the model's weights are drawn
+  Tagger net;
+  std::vector<GuardedStep> results;
+  int64_t applied = 0;
+  format::RunData run;
+};
+
+}  // namespace
+
+TEST(WatchedStep, AMicroBatchWhoseEveryLabelIsIgnoredAddsNothingAndTheUpdateGoesOnAsThePlainLoops) {
+  // Step 1's micro-batch 2 of 4 has no label: its loss is NaN, its gradients
+  // exactly zero. The plain loop's update is the other three's; so is the guard's.
+  const std::vector<std::pair<int64_t, int>> empty = {{1, 2}};
+  TaggerRun guarded(true, 3, 4, empty), plain(false, 3, 4, empty);
+  EXPECT_EQ(guarded.applied, 3);
+  for (const GuardedStep& r : guarded.results) EXPECT_TRUE(r.counted()) << r.first_birth;
+
+  EXPECT_TRUE(std::isfinite(guarded.results[1].outcome.loss));
+  EXPECT_TRUE(at::equal(guarded.net.fc->weight, plain.net.fc->weight)) << "not the plain loop's update, to the bit";
+  EXPECT_TRUE(at::equal(guarded.net.fc->bias, plain.net.fc->bias));
+  EXPECT_TRUE(test::events_of(guarded.run, format::EventKind::skip).empty());
+  EXPECT_TRUE(test::events_of(guarded.run, format::EventKind::snapshot).empty());
+  const std::vector<std::string> left_out = test::event_lines(guarded.run, format::EventKind::empty_loss);
+  ASSERT_EQ(left_out.size(), size_t(1));
+  EXPECT_EQ(left_out[0].rfind("1: micro-batch 2 of 4: loss nan with exactly zero gradients", 0), 0u) << left_out[0];
+  EXPECT_NE(left_out[0].find("went on with the other 3 micro-batches' gradients"), std::string::npos) << left_out[0];
+}
+
+TEST(WatchedStep, AStepWithNoLabelAtAllIsSkippedAsHavingNothingToLearnNeverAsAFault) {
+  // Steps 1 to 6 have no label in any micro-batch, six in a row: each is
+  // skipped, and none is a fault (no birth, snapshot, remedy, LR cut or stop).
+  std::vector<std::pair<int64_t, int>> empty;
+  for (int64_t step = 1; step <= 6; ++step)
+    for (int k = 0; k < 2; ++k) empty.emplace_back(step, k);
+  TaggerRun guarded(true, 8, 2, empty);
+  EXPECT_EQ(guarded.applied, 2);
+  const std::vector<std::string> skips = test::event_lines(guarded.run, format::EventKind::skip);
+  ASSERT_EQ(skips.size(), size_t(6));
+  for (const std::string& skip : skips)
+    EXPECT_NE(skip.find(": every micro-batch's loss nan with exactly zero gradients (a mean over no element: "
+                        "every label ignored, or an empty mask): the step had nothing to learn from, no fault"),
+              std::string::npos)
+        << skip;
+  for (format::EventKind kind : {format::EventKind::first_birth, format::EventKind::snapshot, format::EventKind::remedy,
+                                 format::EventKind::fallback, format::EventKind::rollback, format::EventKind::stop})
+    EXPECT_TRUE(test::events_of(guarded.run, kind).empty()) << format::to_string(kind);
+  for (const GuardedStep& r : guarded.results) {
+    EXPECT_TRUE(r.first_birth.empty()) << r.first_birth;
+    EXPECT_EQ(r.amp, Amp::fp32);
+  }
+  EXPECT_TRUE(guarded.results.back().counted());
 }

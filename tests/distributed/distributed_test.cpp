@@ -249,12 +249,14 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
   EXPECT_NE(job[1].log.find("[rank 1] step 6: first birth: nan at aten::log (forward) in module 'fc1'"),
             std::string::npos)
       << job[1].log;
-  // Rank 0 had nothing to investigate; its line says whose birth it was.
-  EXPECT_NE(job[0].log.find("[rank 0] step 6: first birth: none on rank 0: born on rank(s) 1 (their run-rank-1.h5 "
-                            "names it)"),
+  // Rank 0 had nothing to investigate (no snapshot, below): its line gives
+  // rank 1's birth itself, with the rank it was born on.
+  EXPECT_NE(job[0].log.find("[rank 0] step 6: first birth: nan at aten::log (forward) in module 'fc1'"),
             std::string::npos)
       << job[0].log;
-  EXPECT_EQ(job[0].log.find("first birth: nan"), std::string::npos) << "rank 0 re-ran nothing";
+  EXPECT_NE(job[0].log.find(", on rank 1; born on rank(s) 1, not on rank 0 (run-rank-1.h5 has the rest)"),
+            std::string::npos)
+      << job[0].log;
 
   for (int r = 0; r < world; ++r) {
     const format::RunData run = rank_run(run_dir, r, world);
@@ -275,6 +277,13 @@ TEST(DataParallel, NanOnRankOneOnlyEveryRankSkipsAndRankOneNamesTheBirth) {
     EXPECT_EQ(nan_in_row, r == 1) << "rank " << r;
     EXPECT_EQ(test::event_lines(run, format::EventKind::snapshot).size(), r == 1 ? 1u : 0u) << "rank " << r;
   }
+  // Every rank's file holds the birth as rank 1 said it.
+  const std::vector<std::string> born = test::event_lines(rank_run(run_dir, 1, world), format::EventKind::first_birth);
+  ASSERT_EQ(born.size(), 1u);
+  for (int r : {0, 2, 3})
+    EXPECT_EQ(test::event_lines(rank_run(run_dir, r, world), format::EventKind::first_birth),
+              std::vector<std::string>{born[0] + ", on rank 1; born on rank(s) 1, not on rank " + std::to_string(r) +
+                                       " (run-rank-1.h5 has the rest)"});
 
   const std::string snapshot = (fs::path(run_dir) / "snapshots" / "rank-1" / "step-0000006.h5").string();
   ASSERT_TRUE(fs::exists(snapshot));

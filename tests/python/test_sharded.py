@@ -72,7 +72,8 @@ def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path,
     if op:
         assert birth.startswith(f"nan at {op} "), birth
     peer = guarded[1 - sick]["results"][sharded_worker.FAULT_STEP]["first_birth"]
-    assert peer == f"none on rank {1 - sick}: born on rank(s) {sick} (their run-rank-{sick}.h5 names it)"
+    assert peer == f"{birth}, on rank {sick}; born on rank(s) {sick}, not on rank {1 - sick} (run-rank-{sick}.h5 has " \
+        "the rest)"
     assert guarded[1 - sick]["snapshots"] == []
     (snapshot,) = guarded[sick]["snapshots"]
     assert Path(snapshot).name == f"step-{sharded_worker.FAULT_STEP:07d}.h5" and f"rank-{sick}" in snapshot
@@ -116,7 +117,8 @@ def test_the_report_and_the_viewer_show_a_sharded_runs_ranks(tmp_path, tool, run
     for rank in (0, 1):
         assert events[rank]["first_nonfinite"] == "1", events[rank]
     assert events[1]["first_birth"].startswith("nan at aten::div (forward) in module 'body.1'")
-    assert events[0]["first_birth"].startswith("none on rank 0: born on rank(s) 1")
+    assert events[0]["first_birth"].startswith("nan at aten::div (forward) in module 'body.1'")
+    assert events[0]["first_birth"].endswith(", on rank 1; born on rank(s) 1, not on rank 0 (run-rank-1.h5 has the rest)")
     xvfb = shutil.which("xvfb-run")
     if xvfb is None:
         pytest.skip("xvfb-run not installed")

@@ -19,8 +19,8 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(torch.amp, "GradScaler"):
     pytest.skip("torch.amp.GradScaler (torch 2.3+) needed", allow_module_level=True)
 
-from transformers import (BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          Trainer, TrainerCallback, TrainingArguments, ViTConfig, ViTForImageClassification)
+from transformers import (BertConfig, BertForSequenceClassification, BertForTokenClassification,  # noqa: E402
+                          LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments, ViTConfig, ViTForImageClassification)
 
 transformers.logging.set_verbosity_error()
 
@@ -200,7 +200,7 @@ CASES = {
                       "nan at input 'pixel_values' (input) in module ''{mb}, batch row 2", "data"),
     "llama-prompt-only-sample": (lambda: llama(attention_dropout=0.1), lambda n: text_samples(n), "no_targets",
                                  PerSampleMeanTrainer, "nan at aten::div (forward) in module ''{mb}, batch row 2",
-                                 "data"),
+                                 "model_or_data"),  # a correct sample, an unsafe mean: fix the op
     "bert-prompt-only-sample": (bert, lambda n: text_samples(n, causal=True), "no_targets", PerSampleMeanTrainer,
                                 None, "data"),
 }
@@ -220,6 +220,16 @@ def test_the_trainer_guarded_in_one_line_names_the_fault_and_skips_as_the_plain_
     assert step.last_first_birth == birth.format(mb=micro), step.last_first_birth
     assert step.amp == "bf16" and step.lr_multiplier == 1.0, "a data fault costs no precision and no LR"
     assert step.fallbacks == 0
+    # The remedy is the row search's: a model with dropout on is searched by
+    # putting a copy of another row in each suspect's place, every draw kept.
+    import h5py
+    with h5py.File(tmp_path / "guarded" / "run" / "run.h5", "r") as f:
+        remedies = [t.decode() for k, t in zip(f["/events/kind"][:], f["/events/text"][:])
+                    if k.decode().rstrip("\0") == "remedy"]
+    assert len(remedies) == 1 and remedies[0].startswith(remedy + ":"), remedies
+    if case == "llama-prompt-only-sample":  # attention dropout 0.1
+        assert (f"finite without batch row {FAULT_ROW} (each row tested by putting a copy of another row in its "
+                "place: every shape and every random draw stayed as it was)") in remedies[0], remedies[0]
     # The Trainer's logs carry the guard's counts, on the step after the skip
     # its first birth; the scheduler stood still on the skipped step.
     logged = [entry for entry in trainer.state.log_history if "nanscope/skipped_steps" in entry]
@@ -235,6 +245,42 @@ def test_the_trainer_guarded_in_one_line_names_the_fault_and_skips_as_the_plain_
     plain_inner = plain.optimizer.optimizer
     for p, q in zip(inner.param_groups[0]["params"], plain_inner.param_groups[0]["params"]):
         assert int(inner.state[p]["step"]) == int(plain_inner.state[q]["step"])
+
+
+def bert_tagger():
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, num_labels=3,
+                        max_position_embeddings=64)
+    config._attn_implementation = "sdpa"
+    return BertForTokenClassification(config)
+
+
+def tagged_samples(n, seq=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [{"input_ids": torch.randint(1, 64, (seq,), generator=g), "attention_mask": torch.ones(seq, dtype=torch.long),
+             "labels": torch.randint(0, 3, (seq,), generator=g)} for _ in range(n)]
+
+
+def test_a_micro_batch_whose_every_label_is_ignored_adds_nothing_as_in_the_plain_trainer(tmp_path, nanscope_lines):
+    """Token classification with accumulation 4, dropout on: micro-batch 1
+    of step FAULT_STEP has every label -100. BERT's loss, a mean over no
+    token, is NaN and its gradients exactly zero: the plain Trainer's update
+    is the other three micro-batches', and the guard's is too, to the bit."""
+    accumulation, batch_size = 4, 4
+    items = tagged_samples(batch_size * accumulation * 6)
+    first = (FAULT_STEP * accumulation + 1) * batch_size
+    for i in range(first, first + batch_size):
+        items[i] = dict(items[i], labels=torch.full_like(items[i]["labels"], -100))
+    trainer, guard = train(tmp_path / "guarded", bert_tagger, items, guarded=True, accumulation=accumulation,
+                           config=nanscope.GuardConfig(fallback="auto"))
+    step = guard.guard
+    assert step.skipped_steps == 0 and step.fallbacks == 0 and step.amp == "bf16", nanscope_lines()
+    plain, _ = train(tmp_path / "plain", bert_tagger, items, guarded=False, accumulation=accumulation)
+    same_weights(trainer.model, plain.model)
+    assert trainer.state.global_step == plain.state.global_step
+    lines = nanscope_lines()
+    assert (f"step {FAULT_STEP}: micro-batch 1 of 4: loss nan with exactly zero gradients (a mean over no element: "
+            f"every label ignored, or an empty mask); left out") in lines, lines
 
 
 # --- A hand-written loop (the watched form), bf16 and fp16.

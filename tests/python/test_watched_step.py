@@ -566,3 +566,96 @@ def test_a_loop_that_exits_on_its_own_nan_check_still_gets_that_steps_birth_snap
     assert steps == [0, 1, 2, 3] and skipped == [0, 0, 0, 1], (steps, skipped)
     assert (3, "first_birth", "nan at aten::log (forward) in module ''") in events, events
     assert list((tmp_path / "run" / "snapshots").glob("*.h5")), "the step's snapshot"
+
+
+# --- A loss over nothing: a micro-batch whose every label is ignored.
+
+class Tagger(nn.Module):
+    """A token tagger with dropout: the mean cross-entropy over the labels
+    not ignored (-100), the loss of every Transformers token classifier. A
+    micro-batch whose every label is -100 has a NaN loss (0 / 0) and exactly
+    zero gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.drop = nn.Dropout(0.1)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, idx, labels):
+        logits = self.head(self.drop(self.embed(idx)))
+        return F.cross_entropy(logits.view(-1, 3), labels.view(-1))
+
+
+def tagged_batch(generator, empty):
+    idx, labels = torch.randint(0, 16, (4, 6), generator=generator), torch.randint(0, 3, (4, 6), generator=generator)
+    return idx, labels.fill_(-100) if empty else labels
+
+
+def run_tagger_loop(run_dir, empty, steps, accumulation, guarded):
+    """A hand loop under bf16 autocast with accumulation and a clip, guarded
+    in GradScaler's place or plain; micro-batch (step, k) in `empty` has no label."""
+    torch.manual_seed(0)
+    model = Tagger()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", loss_fn=lambda m, b: m(*b),
+                               config=nanscope.GuardConfig(fallback="auto")) if guarded else None
+    generator = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(steps):
+        for k in range(accumulation):
+            idx, labels = tagged_batch(generator, (step, k) in empty)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, labels) / accumulation
+            (guard.scale(loss) if guard else loss).backward()
+        if guard:
+            guard.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if guard:
+            results.append(guard.step(optimizer))
+            guard.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return model, guard, results
+
+
+def run_events(run_dir):
+    import h5py
+    with h5py.File(run_dir / "run.h5", "r") as f:
+        return [(int(s), k.decode().rstrip("\0"), t.decode()) for s, k, t in
+                zip(f["/events/step"][:], f["/events/kind"][:], f["/events/text"][:])]
+
+
+def test_a_micro_batch_whose_every_label_is_ignored_adds_nothing_and_the_update_goes_on_as_plain_pytorchs(
+        tmp_path, nanscope_lines):
+    """Step 1's micro-batch 2 of 4 has no label: its loss is NaN and its
+    gradients exactly zero. The plain loop's update is the other three's, and
+    so is the guard's, to the bit; dropout's draws included."""
+    empty = {(1, 2)}
+    model, guard, results = run_tagger_loop(tmp_path / "run", empty, 3, 4, guarded=True)
+    plain, _, _ = run_tagger_loop(None, empty, 3, 4, guarded=False)
+    assert [r.counted for r in results] == [True, True, True], nanscope_lines()
+    assert guard.skipped_steps == 0 and guard.fallbacks == 0 and guard.amp == "bf16"
+    for a, b in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(a, b), "not the plain loop's update"
+    guard.close()
+    events = run_events(tmp_path / "run")
+    assert [(s, k) for s, k, _ in events] == [(1, "empty_loss")], events
+    assert events[0][2].startswith("micro-batch 2 of 4: loss nan with exactly zero gradients (a mean over no "
+                                   "element: every label ignored, or an empty mask); left out"), events[0][2]
+
+
+def test_a_step_with_no_label_at_all_is_skipped_as_having_nothing_to_learn_never_as_a_fault(tmp_path, nanscope_lines):
+    """Steps 1 to 6 have no label anywhere: each is skipped (an update from
+    zero gradients would still move AdamW's weights), none is a fault: no
+    birth, snapshot, remedy, fallback, LR cut or stop, however often."""
+    empty = {(step, k) for step in range(1, 7) for k in range(2)}
+    model, guard, results = run_tagger_loop(tmp_path / "run", empty, 8, 2, guarded=True)
+    assert [r.counted for r in results] == [True] + [False] * 6 + [True], nanscope_lines()
+    assert all(r.first_birth is None or r.first_birth == "" for r in results), [r.first_birth for r in results]
+    assert guard.fallbacks == 0 and guard.amp == "bf16" and guard.lr_multiplier == 1.0
+    guard.close()
+    events = run_events(tmp_path / "run")
+    assert {k for _, k, _ in events} == {"skip"}, events
+    assert all("the step had nothing to learn from, no fault" in t for _, _, t in events), events

@@ -102,6 +102,7 @@ uint32_t event_color(format::EventKind kind) {
     case EventKind::snapshot_skipped:
     case EventKind::dist_error:
     case EventKind::resume:
+    case EventKind::empty_loss:
     case EventKind::unknown: break;
   }
   return rgba(200, 200, 200);

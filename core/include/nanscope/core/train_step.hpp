@@ -58,6 +58,12 @@ struct StepSettings {
   // A watched step of several micro-batches: their losses as the loop gave
   // them (one element each, on the device), read back with the rest.
   at::Tensor micro_losses{};
+  // Asked only when the loss is non-finite and every gradient finite (one
+  // process): the micro-batches whose non-finite loss added exactly zero
+  // gradients (a mean over no element: every label ignored), when that is
+  // every micro-batch whose loss is non-finite; otherwise none. Those add
+  // nothing to the update: it goes on with the others (finish_step).
+  std::function<std::vector<size_t>(const StepOutcome&)> losses_adding_nothing;
 };
 
 // What train_step throws when the update raises after the model's forward and

@@ -26,8 +26,10 @@ namespace nanscope::format {
 //        the step began, a name per line; no re-run was made)
 //   1.10 captures: @discarded (births before the one reported whose values
 //        every later op discarded, and batch leaves the step never read)
+//   1.11 run files: event `empty_loss` (micro-batches whose non-finite loss
+//        had exactly zero gradients, left out of an update that went on)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 10;
+inline constexpr int kFormatMinor = 11;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -35,7 +35,8 @@ namespace nanscope::format {
   X(resume, "resume")                     /* --resume went on from a checkpoint */                                \
   X(remedy, "remedy")                     /* --fallback auto: what the step's diagnosis chose */                  \
   X(save_refused, "save_refused")         /* a checkpoint or rollback state not written: the state was sick */    \
-  X(doom, "doom")                         /* at the step whose update doomed a later one (docs/recovery.md) */
+  X(doom, "doom")                         /* at the step whose update doomed a later one (docs/recovery.md) */    \
+  X(empty_loss, "empty_loss")             /* micro-batches whose NaN loss had zero gradients, left out */
 
 // Where an op ran: in the model's forward or backward, in the global-norm
 // computation after backward, or the batch itself (a non-finite input).
