@@ -9,6 +9,9 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "../viewer/synthetic_files.hpp"
@@ -24,6 +27,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Waits until the file at `path` holds `text` (what a tool run with its
+// output there printed): the event a test waits for, not a guess of how long
+// the tool takes to start. The bound is reached only by a hang.
+bool wait_for_output(const std::string& path, const std::string& text) {
+  const Clock::time_point start = Clock::now();
+  while (seconds_since(start) < 120) {
+    std::ifstream in(path);
+    const std::string seen((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (seen.find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
 
 // A writer in a child process. `write` runs there; the child then exits
 // without closing anything it left open (as a killed trainer would), unless
@@ -180,11 +197,14 @@ TEST(ReportFollow, ARunDirectoryIsWaitedForUntilItsRunFileAppears) {
   TempDir dir;
   const std::string run = dir.file("run");
   std::filesystem::create_directories(run);
+  // The file appears once the report says it waits for one (its output goes
+  // to a file the writer reads), however long the report takes to start.
+  const std::string printed = dir.file("printed");
   ChildWriter child([&](auto) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
-    test::write_synthetic_run(run + "/run.h5", 30, 2, /*nan_step=*/7);
+    if (wait_for_output(printed, "waiting for a run file in ")) test::write_synthetic_run(run + "/run.h5", 30, 2, 7);
   });
-  const auto r = report_tool("--follow --until-idle 20 " + run);
+  const auto r = test::run_command("sh -c '" + test::kReport + " --follow --until-idle 120 " + run + " > " + printed +
+                                   " 2>&1; status=$?; cat " + printed + "; exit $status'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has_line(r.output, "waiting for a run file in " + run)) << r.output;
   EXPECT_TRUE(has_line(r.output, "step 7  skip  non-finite loss; step skipped")) << r.output;
@@ -209,9 +229,14 @@ TEST(ReportFollow, CtrlCEndsFollowingWithTheReportAndExit130) {
     for (int64_t s = 0; s < 5; ++s) writer->append(test::synthetic_row(s, 2));
   });
   child.wait_exit();
-  // No --until-idle: only Ctrl-C ends this one.
-  const auto r = test::run_command("sh -c '" + test::kReport + " --follow " + run +
-                                   " & pid=$!; sleep 1; kill -INT $pid; wait $pid'");
+  // No --until-idle: only Ctrl-C ends this one. It comes once the report
+  // printed what it found (its Ctrl-C handling is in place before that
+  // line), not after a guess of how long it takes to start.
+  const std::string printed = dir.file("printed");
+  const auto r = test::run_command("sh -c '" + test::kReport + " --follow " + run + " > " + printed +
+                                   " 2>&1 & pid=$!; i=0; until grep -q \"events " + "so far\" " + printed +
+                                   " || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; wait $pid; " +
+                                   "status=$?; cat " + printed + "; exit $status'");
   EXPECT_EQ(r.exit_code, 130) << r.output;
   EXPECT_TRUE(has_line(r.output, "following ended: interrupted")) << r.output;
   EXPECT_TRUE(has_line(r.output, "  steps       5 recorded (steps 0-4): 5 counted, 0 skipped")) << r.output;

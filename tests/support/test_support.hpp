@@ -3,14 +3,18 @@
 // built tools run as a user would (exit code and output), and a run file's
 // events of one kind. Header-only; no LibTorch.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nanscope/format/run_file.hpp"
@@ -59,6 +63,41 @@ inline CommandResult run_command(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+// Runs `argv` (argv[0] the program) in a child under the slow-write shim
+// (tests/support/slow_fwrite.c), which holds the child mid-write once it
+// writes a checkpoint that replaces an earlier one and marks that moment;
+// waits for the mark, then SIGKILLs the child. The kill lands mid-write,
+// at the second checkpoint, every time, however busy the machine. Returns
+// "" or what went wrong; `bound` is reached only by a hang (or a shim that
+// does not wrap the call this HDF5 writes with).
+inline std::string kill_at_second_checkpoint(const std::vector<std::string>& argv, const std::string& mark,
+                                             std::chrono::seconds bound = std::chrono::seconds(120)) {
+  std::filesystem::remove(mark);
+  const pid_t child = fork();
+  if (child == 0) {
+    setenv("LD_PRELOAD", paths::slow_fwrite, 1);
+    setenv("NANSCOPE_TEST_WRITING_MARK", mark.c_str(), 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  const auto until = std::chrono::steady_clock::now() + bound;
+  bool exited = false;
+  while (!std::filesystem::exists(mark) && !exited && std::chrono::steady_clock::now() < until) {
+    exited = waitpid(child, nullptr, WNOHANG) == child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (exited) return "the program exited before its second checkpoint";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!std::filesystem::exists(mark))
+    return "no checkpoint write was marked within " + std::to_string(bound.count()) +
+           " s (does the slow-write shim wrap the call this HDF5 writes with?)";
+  return "";
 }
 
 // The events of one kind in a run file, in order: what tests assert on.
