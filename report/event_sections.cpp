@@ -9,7 +9,7 @@ using format::EventKind;
 const std::vector<EventSection>& event_sections() {
   static const std::vector<EventSection> sections = {
       {"skips", {EventKind::skip}},
-      {"losses over nothing (left out, the update went on)", {EventKind::empty_loss}},
+      {"losses over nothing", {EventKind::empty_loss}},
       {"first births", {EventKind::first_birth}},
       {"warnings", {EventKind::warning}},
       {"rollbacks", {EventKind::rollback}},

@@ -44,6 +44,9 @@ struct RunningStep {
   // the scale is no cause, and every re-run of it (forensics, diagnosis,
   // its snapshot's replay) runs at 1, where the scale cannot hide the birth.
   std::optional<double> rerun_scale;
+  // The loss op that counted none of a left-out micro-batch's targets
+  // (aten::cross_entropy_loss; StepOutcome::adding_nothing).
+  std::string no_target_op;
   double loss_scale_for_reruns() const { return rerun_scale.value_or(result.loss_scale); }
 };
 

@@ -35,9 +35,9 @@
 
 namespace nanscope {
 
-// The event of a step whose non-finite losses added exactly zero gradients
+// The event of a step whose micro-batches with no target were left out
 // (StepOutcome::adding_nothing; step_guard_empty_losses.cpp).
-std::string nothing_to_learn_text(const StepOutcome& outcome, size_t micro_batches);
+std::string micro_batches_left_out_text(const RunningStep& run);
 
 struct StepGuard::Impl {
   Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options);
@@ -91,14 +91,13 @@ struct StepGuard::Impl {
   void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
   bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
   bool nonfinite_without_the_scale(RunningStep& run);
-  // The micro-batches whose non-finite loss added exactly zero gradients,
-  // when that is every non-finite one (StepSettings::losses_adding_nothing;
-  // step_guard_empty_losses.cpp).
+  // The micro-batches whose NaN loss is a mean over no target, with exactly
+  // zero gradients (StepSettings::losses_adding_nothing; step_guard_empty_losses.cpp).
   std::vector<size_t> losses_adding_nothing(RunningStep& run, const StepOutcome& outcome);
   // These micro-batches run again as the step ran them (its precision, fp32
   // modules, setup, and the loop's loss function for a watched step).
   StepRecomputation rerun_as_the_step_ran(RunningStep& run, const std::vector<MicroBatch>& micro_batches,
-                                          double loss_scale);
+                                          double loss_scale, probe::OpCapture* capture = nullptr);
   // "non-finite loss at the optimizer's evaluation 2 of the step on rank(s) 1"
   std::string failure_text(const RunningStep& run) const;
   void say_scalers_backoff(const RunningStep& run, const std::string& undone);

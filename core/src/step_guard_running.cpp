@@ -149,9 +149,6 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     throw std::logic_error("StepGuard::step(closure, batch): a watched step is open (call step() first)");
   RunningStep run = begin_step(step, context);
   StepSettings& settings = run.settings;
-  settings.losses_adding_nothing = [this, &run](const StepOutcome& outcome) {
-    return losses_adding_nothing(run, outcome);
-  };
   // Without the data set rows, they are unknown (a snapshot says -1), not guessed.
   if (options_.probe) probe_.begin_step(step, context.batch_rows);
   run.micro_batches = {MicroBatch{batch, probe_.cpu_rng_state(), 1.0}};
@@ -238,11 +235,9 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
                     "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
                         " (a spike, on probation after a rollback); optimizer step skipped" + undone);
     recovery_.observe(step, outcome.global_loss, false, true);
-  } else if (outcome.nothing_to_learn) {
-    journal_.record(step, format::EventKind::skip, nothing_to_learn_text(outcome, run.micro_batches.size()) + undone);
   } else if (outcome.finite()) {
     if (!outcome.adding_nothing.empty())
-      journal_.record(step, format::EventKind::empty_loss, nothing_to_learn_text(outcome, run.micro_batches.size()));
+      journal_.record(step, format::EventKind::empty_loss, micro_batches_left_out_text(run));
     recovery_.finite_step();
     const bool trouble = recovery_.observe(step, outcome.global_loss, false, false);
     if (options_.warn) {

@@ -167,6 +167,11 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   finish.zero_grads_in_place = !steered_.applies_update;
   finish.lr_multiplier = lr_multiplier();
   if (w->unscaled) finish.unscaled = &*w->unscaled;
+  // A micro-batch the loop wrote into after its backward is known before the
+  // update (a micro-batch with no target is re-run as it was, or not at all).
+  for (size_t k : kept_batches_.written_since_backward(w->loops_tensors))
+    if (run.micro_batches[k].written == InPlaceWrite::none) run.micro_batches[k].written = InPlaceWrite::since_backward;
+  w->loops_tensors.clear();
   run.settings.losses_adding_nothing = [this, &run](const StepOutcome& outcome) {
     return losses_adding_nothing(run, outcome);
   };
@@ -186,9 +191,6 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
         p.mutable_grad() = at::zeros_like(p);
     }
   };
-  for (size_t k : kept_batches_.written_since_backward(w->loops_tensors))
-    if (run.micro_batches[k].written == InPlaceWrite::none) run.micro_batches[k].written = InPlaceWrite::since_backward;
-  w->loops_tensors.clear();
   kept_batches_.spare(std::move(w->copies));  // written again by the next step, once this one lets go of them
   try {
     GuardedStep result = end_step(run, {});

@@ -457,21 +457,16 @@ GradNormUse norms_for(const StepSettings& settings) {
 
 namespace {
 
-// A non-finite loss with exactly zero gradients (a mean over no element:
-// every label of a micro-batch ignored) adds nothing to the update, and no
-// fault made it: those micro-batches leave the step's loss and the update
-// goes on with the others, as a plain loop's would (their gradients are the
-// same to the bit). With none left, the step had nothing to learn from.
+// Micro-batches whose NaN loss is a mean over no target, with exactly zero
+// gradients, add nothing to the update: they leave the step's loss and the
+// update goes on with the others, as a plain loop's would (the gradients
+// are the others', to the bit).
 void leave_out_losses_adding_nothing(StepOutcome& out, const StepSettings& settings) {
   if (out.loss_finite || !out.grads_finite || !out.buffers_finite || settings.buckets ||
       !settings.losses_adding_nothing)
     return;
   out.adding_nothing = settings.losses_adding_nothing(out);
   if (out.adding_nothing.empty()) return;
-  if (out.adding_nothing.size() >= std::max<size_t>(out.micro_losses.size(), 1)) {
-    out.nothing_to_learn = true;
-    return;
-  }
   double kept = 0;
   for (float micro_loss : out.micro_losses)
     if (std::isfinite(micro_loss)) kept += micro_loss;
@@ -518,7 +513,7 @@ StepOutcome finish_step(LossScaler& scaler, const std::vector<at::Tensor>& param
   } else {
     clip_gradients(parameters, out.grad_norm, settings.clip);
   }
-  scaler.update(!out.finite() && !out.nothing_to_learn);  // finite gradients: no overflow to back off from
+  scaler.update(!out.finite());
   return out;
 }
 

@@ -84,15 +84,12 @@ struct MaskedNet : torch::nn::Module {
     blocks = register_module("blocks",
                              torch::nn::ModuleList(std::make_shared<MaskedBlock>(), std::make_shared<MaskedBlock>()));
   }
-  // The loss, a hand-written mean over the targets not ignored (-1), in the
-  // root's own forward right after the last block (its 8 outputs are the
-  // logits): all targets ignored is 0 / 0, and so are its gradients.
+  // The loss, with ignore_index, in the root's own forward right after the
+  // last block (its 8 outputs are the logits): all targets ignored is 0 / 0.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) {
     at::Tensor h = x;
     for (size_t i = 0; i < blocks->size(); ++i) h = blocks[i]->as<MaskedBlock>()->forward(h);
-    const at::Tensor counted = targets.ne(-1).to(at::kFloat);
-    const at::Tensor each = at::cross_entropy_loss(h, targets.clamp_min(0), {}, at::Reduction::None);
-    return (each * counted).sum() / counted.sum();
+    return at::cross_entropy_loss(h, targets, {}, at::Reduction::Mean, /*ignore_index=*/-1);
   }
   torch::nn::ModuleList blocks{nullptr};
 };

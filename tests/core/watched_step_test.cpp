@@ -271,6 +271,10 @@ TEST(WatchedStep, UnscaleReturnsTheGradNormTheClipWouldTakeAndTheStepRecords) {
 
 namespace {
 
+// A batch whose first input is this gets the loop's own 0 / 0 of a
+// constant added to its loss: NaN, with no gradient.
+constexpr float kConstantNan = 99.0f;
+
 // A token classifier's head: dropout, then three classes per sample, the
 // mean cross-entropy over the labels not ignored (-100). A micro-batch
 // whose every label is -100 has a NaN loss (0 / 0) and exactly zero gradients.
@@ -278,8 +282,10 @@ struct Tagger : torch::nn::Module {
   torch::nn::Dropout drop{register_module("drop", torch::nn::Dropout(0.1))};
   torch::nn::Linear fc{register_module("fc", torch::nn::Linear(4, 3))};
   at::Tensor loss(const Batch& b) {
-    return torch::nn::functional::cross_entropy(fc(drop(b.inputs)), b.targets,
-                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    at::Tensor loss = torch::nn::functional::cross_entropy(
+        fc(drop(b.inputs)), b.targets, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    if (b.inputs[0][0].item<float>() == kConstantNan) loss = loss + at::zeros({}) / at::zeros({});
+    return loss;
   }
 };
 
@@ -294,7 +300,8 @@ Batch tagged_micro_batch(int64_t step, int k, const std::vector<std::pair<int64_
 // each, as the Trainer's accumulation), guarded or plain; the same seeds,
 // data and dropout draws either way.
 struct TaggerRun {
-  TaggerRun(bool guarded, int64_t steps, int micro, const std::vector<std::pair<int64_t, int>>& empty) {
+  TaggerRun(bool guarded, int64_t steps, int micro, const std::vector<std::pair<int64_t, int>>& empty,
+            std::pair<int64_t, int> constant_nan_at = {-1, -1}) {
     torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(1e-2));
     std::unique_ptr<StepGuard> guard;
     if (guarded) {
@@ -308,7 +315,8 @@ struct TaggerRun {
     for (int64_t step = 0; step < steps; ++step) {
       adam.zero_grad();
       for (int k = 0; k < micro; ++k) {
-        const Batch b = tagged_micro_batch(step, k, empty);
+        Batch b = tagged_micro_batch(step, k, empty);
+        if (std::make_pair(step, k) == constant_nan_at) b.inputs[0][0] = kConstantNan;
         if (!guard) {
           (net.loss(b) / double(micro)).backward();
           continue;
@@ -354,31 +362,25 @@ TEST(WatchedStep, AMicroBatchWhoseEveryLabelIsIgnoredAddsNothingAndTheUpdateGoes
   EXPECT_TRUE(test::events_of(guarded.run, format::EventKind::snapshot).empty());
   const std::vector<std::string> left_out = test::event_lines(guarded.run, format::EventKind::empty_loss);
   ASSERT_EQ(left_out.size(), size_t(1));
-  EXPECT_EQ(left_out[0].rfind("1: micro-batch 2 of 4: loss nan with exactly zero gradients", 0), 0u) << left_out[0];
-  EXPECT_NE(left_out[0].find("went on with the other 3 micro-batches' gradients"), std::string::npos) << left_out[0];
+  EXPECT_EQ(left_out[0],
+            "1: micro-batch 2 of 4 left out: loss nan, a mean over no target (aten::cross_entropy_loss counted "
+            "none), gradients exactly zero; the update went on with the other 3, as a plain loop's");
 }
 
-TEST(WatchedStep, AStepWithNoLabelAtAllIsSkippedAsHavingNothingToLearnNeverAsAFault) {
-  // Steps 1 to 6 have no label in any micro-batch, six in a row: each is
-  // skipped, and none is a fault (no birth, snapshot, remedy, LR cut or stop).
-  std::vector<std::pair<int64_t, int>> empty;
-  for (int64_t step = 1; step <= 6; ++step)
-    for (int k = 0; k < 2; ++k) empty.emplace_back(step, k);
-  TaggerRun guarded(true, 8, 2, empty);
+TEST(WatchedStep, OnlyAMeanOverNoTargetIsLeftOutAndAStepWithNoTargetAnywhereIsAFailedStep) {
+  // Step 1: every micro-batch without a label, nothing left to learn from: a
+  // failed step, as a single batch without one is (skipped, its birth named).
+  // Step 2: micro-batch 1's loss is NaN with exactly zero gradients too, but
+  // from a division of the loop's own (0 / 0 of a constant), not a mean over
+  // no target: no left-out, a failed step naming that division.
+  TaggerRun guarded(true, 4, 2, {{1, 0}, {1, 1}}, /*constant_nan_at=*/{2, 1});
+  ASSERT_EQ(guarded.results.size(), 4u);
   EXPECT_EQ(guarded.applied, 2);
-  const std::vector<std::string> skips = test::event_lines(guarded.run, format::EventKind::skip);
-  ASSERT_EQ(skips.size(), size_t(6));
-  for (const std::string& skip : skips)
-    EXPECT_NE(skip.find(": every micro-batch's loss nan with exactly zero gradients (a mean over no element: "
-                        "every label ignored, or an empty mask): the step had nothing to learn from, no fault"),
-              std::string::npos)
-        << skip;
-  for (format::EventKind kind : {format::EventKind::first_birth, format::EventKind::snapshot, format::EventKind::remedy,
-                                 format::EventKind::fallback, format::EventKind::rollback, format::EventKind::stop})
-    EXPECT_TRUE(test::events_of(guarded.run, kind).empty()) << format::to_string(kind);
-  for (const GuardedStep& r : guarded.results) {
-    EXPECT_TRUE(r.first_birth.empty()) << r.first_birth;
-    EXPECT_EQ(r.amp, Amp::fp32);
-  }
-  EXPECT_TRUE(guarded.results.back().counted());
+  EXPECT_FALSE(guarded.results[1].counted());
+  EXPECT_EQ(guarded.results[1].first_birth.rfind("nan at aten::cross_entropy_loss (forward)", 0), 0u)
+      << guarded.results[1].first_birth;
+  EXPECT_FALSE(guarded.results[2].counted());
+  EXPECT_EQ(guarded.results[2].first_birth.rfind("nan at aten::div (forward)", 0), 0u)
+      << guarded.results[2].first_birth;
+  EXPECT_TRUE(test::events_of(guarded.run, format::EventKind::empty_loss).empty());
 }

@@ -279,8 +279,8 @@ def test_a_micro_batch_whose_every_label_is_ignored_adds_nothing_as_in_the_plain
     same_weights(trainer.model, plain.model)
     assert trainer.state.global_step == plain.state.global_step
     lines = nanscope_lines()
-    assert (f"step {FAULT_STEP}: micro-batch 1 of 4: loss nan with exactly zero gradients (a mean over no element: "
-            f"every label ignored, or an empty mask); left out") in lines, lines
+    assert (f"step {FAULT_STEP}: micro-batch 1 of 4 left out: loss nan, a mean over no target "
+            "(aten::cross_entropy_loss counted none)") in lines, lines
 
 
 # --- A hand-written loop (the watched form), bf16 and fp16.
@@ -484,8 +484,30 @@ def test_resumed_from_a_trainer_checkpoint_the_guard_goes_on_and_appends_to_its_
     assert not (tmp_path / "guarded" / "run" / "run.1.h5").exists()
 
 
+def train_seq2seq(where, make_model, items, *, guarded, batch_size, drop=None, faults=()):
+    """Seq2SeqTrainer over ITEMS in order, bf16, guarded in one line or plain
+    (the update of step DROP dropped by hand); `faults(model)` gives callbacks."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+    torch.manual_seed(0)
+    args = Seq2SeqTrainingArguments(output_dir=str(where / "out"), per_device_train_batch_size=batch_size,
+                                    max_steps=len(items) // batch_size, learning_rate=1e-3, bf16=True, use_cpu=True,
+                                    report_to=[], save_strategy="no", seed=0, disable_tqdm=True,
+                                    train_sampling_strategy="sequential", logging_steps=1)
+    model = make_model()
+    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=Samples(items))
+    guard = nanscope.guard_trainer(trainer, run_dir=str(where / "run")) if guarded else None
+    for callback in faults(model) if faults else ():
+        trainer.add_callback(callback)
+    if drop is not None:
+        callback = DropUpdate(drop)
+        callback.trainer = trainer
+        trainer.add_callback(callback)
+    trainer.train()
+    return trainer, guard
+
+
 def test_a_seq2seq_trainer_is_guarded_in_the_same_line(tmp_path):
-    from transformers import BartConfig, BartForConditionalGeneration, Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from transformers import BartConfig, BartForConditionalGeneration
 
     def bart():
         return BartForConditionalGeneration(BartConfig(vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2,
@@ -499,25 +521,64 @@ def test_a_seq2seq_trainer_is_guarded_in_the_same_line(tmp_path):
     items[FAULT_STEP] = dict(items[FAULT_STEP], labels=torch.full((6,), -100))  # a sample with nothing to learn
 
     def run(where, guarded, drop=None):
-        torch.manual_seed(0)
-        args = Seq2SeqTrainingArguments(output_dir=str(where / "out"), per_device_train_batch_size=1,
-                                        max_steps=len(items), learning_rate=1e-3, bf16=True, use_cpu=True,
-                                        report_to=[], save_strategy="no", seed=0, disable_tqdm=True,
-                                        train_sampling_strategy="sequential", logging_steps=1)
-        trainer = Seq2SeqTrainer(model=bart(), args=args, train_dataset=Samples(items))
-        guard = nanscope.guard_trainer(trainer, run_dir=str(where / "run")) if guarded else None
-        if drop is not None:
-            callback = DropUpdate(drop)
-            callback.trainer = trainer
-            trainer.add_callback(callback)
-        trainer.train()
-        return trainer, guard
+        return train_seq2seq(where, bart, items, guarded=guarded, batch_size=1, drop=drop)
     trainer, guard = run(tmp_path / "guarded", True)
     assert guard.guard.skipped_steps == 1 and guard.guard.amp == "bf16" and guard.guard.fallbacks == 0
     # BART's loss is a CrossEntropyLoss made inside its forward: no module of
     # the model's, nor another model; named by where it runs, BART's own forward.
     assert guard.guard.last_first_birth == ("nan at aten::cross_entropy_loss (forward) in module ''"), \
         guard.guard.last_first_birth
+    plain, _ = run(tmp_path / "plain", False, drop=FAULT_STEP)
+    same_weights(trainer.model, plain.model)
+
+
+class OverflowAt(TrainerCallback):
+    """One step's overflow in T5's feed-forward output, the classic fp16 fault,
+    made certain at any precision (every output a sum of positive
+    activations times 1e38), and undone after that step, as the data that
+    drove it would be gone."""
+
+    def __init__(self, step, module):
+        self.step, self.module, self.kept = step, module, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            self.kept = self.module.weight.detach().clone()
+            with torch.no_grad():
+                self.module.weight.fill_(1e38)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.kept is not None:
+            with torch.no_grad():
+                self.module.weight.copy_(self.kept)
+            self.kept = None
+
+
+def test_t5_under_the_seq2seq_trainer_is_named_at_its_overflow_not_at_its_discarded_log(tmp_path):
+    """T5's relative position buckets take log(0) = -inf and drop it with
+    where(): under Seq2SeqTrainer, dropout on, the overflow at the
+    feed-forward's wo is the birth, the log a note; the skip ends where the
+    plain run ends with that update dropped."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    def t5():
+        return T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=2,
+                                                   num_decoder_layers=2, num_heads=2,
+                                                   relative_attention_num_buckets=8, dropout_rate=0.1,
+                                                   decoder_start_token_id=0, pad_token_id=0))
+    g = torch.Generator().manual_seed(0)
+    items = [{"input_ids": torch.randint(1, 32, (6,), generator=g), "attention_mask": torch.ones(6, dtype=torch.long),
+              "labels": torch.randint(1, 32, (5,), generator=g)} for _ in range(4 * 6)]
+
+    def run(where, guarded, drop=None):
+        return train_seq2seq(where, t5, items, guarded=guarded, batch_size=4, drop=drop, faults=lambda model: [
+            OverflowAt(FAULT_STEP, model.encoder.block[1].layer[1].DenseReluDense.wo)])
+    trainer, guard = run(tmp_path / "guarded", True)
+    step = guard.guard
+    assert step.skipped_steps == 1, step.last_first_birth
+    born, _, note = step.last_first_birth.partition("; before it, ")
+    assert born.startswith("inf at ") and "in module 'encoder.block.1.layer.1.DenseReluDense.wo'" in born, born
+    assert note.startswith("inf at aten::log (forward) in module 'encoder.block.0.layer.0.SelfAttention'"), note
     plain, _ = run(tmp_path / "plain", False, drop=FAULT_STEP)
     same_weights(trainer.model, plain.model)
 

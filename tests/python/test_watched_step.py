@@ -570,21 +570,27 @@ def test_a_loop_that_exits_on_its_own_nan_check_still_gets_that_steps_birth_snap
 
 # --- A loss over nothing: a micro-batch whose every label is ignored.
 
+MARKED = 16  # a token the data never draws: a batch holding it gets the loop's own 0 / 0 of a constant
+
+
 class Tagger(nn.Module):
     """A token tagger with dropout: the mean cross-entropy over the labels
     not ignored (-100), the loss of every Transformers token classifier. A
     micro-batch whose every label is -100 has a NaN loss (0 / 0) and exactly
-    zero gradients."""
+    zero gradients; so has one holding the MARKED token, from a division."""
 
     def __init__(self):
         super().__init__()
-        self.embed = nn.Embedding(16, 8)
+        self.embed = nn.Embedding(MARKED + 1, 8)
         self.drop = nn.Dropout(0.1)
         self.head = nn.Linear(8, 3)
 
     def forward(self, idx, labels):
         logits = self.head(self.drop(self.embed(idx)))
-        return F.cross_entropy(logits.view(-1, 3), labels.view(-1))
+        loss = F.cross_entropy(logits.view(-1, 3), labels.view(-1))
+        if (idx == MARKED).any():
+            loss = loss + torch.zeros(()) / torch.zeros(())
+        return loss
 
 
 def tagged_batch(generator, empty):
@@ -642,20 +648,38 @@ def test_a_micro_batch_whose_every_label_is_ignored_adds_nothing_and_the_update_
     guard.close()
     events = run_events(tmp_path / "run")
     assert [(s, k) for s, k, _ in events] == [(1, "empty_loss")], events
-    assert events[0][2].startswith("micro-batch 2 of 4: loss nan with exactly zero gradients (a mean over no "
-                                   "element: every label ignored, or an empty mask); left out"), events[0][2]
+    assert events[0][2] == ("micro-batch 2 of 4 left out: loss nan, a mean over no target (aten::cross_entropy_loss "
+                            "counted none), gradients exactly zero; the update went on with the other 3, as a plain "
+                            "loop's"), events[0][2]
 
 
-def test_a_step_with_no_label_at_all_is_skipped_as_having_nothing_to_learn_never_as_a_fault(tmp_path, nanscope_lines):
-    """Steps 1 to 6 have no label anywhere: each is skipped (an update from
-    zero gradients would still move AdamW's weights), none is a fault: no
-    birth, snapshot, remedy, fallback, LR cut or stop, however often."""
-    empty = {(step, k) for step in range(1, 7) for k in range(2)}
-    model, guard, results = run_tagger_loop(tmp_path / "run", empty, 8, 2, guarded=True)
-    assert [r.counted for r in results] == [True] + [False] * 6 + [True], nanscope_lines()
-    assert all(r.first_birth is None or r.first_birth == "" for r in results), [r.first_birth for r in results]
-    assert guard.fallbacks == 0 and guard.amp == "bf16" and guard.lr_multiplier == 1.0
+def test_only_a_mean_over_no_target_is_left_out(tmp_path, nanscope_lines):
+    """Step 1 has no label in any micro-batch: nothing is left to learn from,
+    and it is a failed step, as a one-batch step without one is (its birth
+    named). Step 2's micro-batch 1 adds the loop's own 0 / 0 of a constant:
+    NaN with exactly zero gradients too, but not a mean over no target: a
+    failed step naming that division."""
+    empty = {(1, 0), (1, 1)}
+    torch.manual_seed(0)
+    model = Tagger()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=tmp_path / "run", amp="bf16", loss_fn=lambda m, b: m(*b),
+                               config=nanscope.GuardConfig(fallback="auto"))
+    generator = torch.Generator().manual_seed(1)
+    results = []
+    for step in range(4):
+        for k in range(2):
+            idx, labels = tagged_batch(generator, (step, k) in empty)
+            if (step, k) == (2, 1):
+                idx[0, 0] = MARKED
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, labels) / 2
+            guard.scale(loss).backward()
+        results.append(guard.step(optimizer))
+        guard.update()
+        optimizer.zero_grad(set_to_none=True)
+    assert [r.counted for r in results] == [True, False, False, True], nanscope_lines()
+    assert results[1].first_birth.startswith("nan at aten::cross_entropy_loss (forward)"), results[1].first_birth
+    assert results[2].first_birth.startswith("nan at aten::div (forward)"), results[2].first_birth
     guard.close()
-    events = run_events(tmp_path / "run")
-    assert {k for _, k, _ in events} == {"skip"}, events
-    assert all("the step had nothing to learn from, no fault" in t for _, _, t in events), events
+    assert "empty_loss" not in {k for _, k, _ in run_events(tmp_path / "run")}

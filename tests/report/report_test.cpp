@@ -106,7 +106,9 @@ TEST(Report, TextHasTheSummaryEverySectionAndTheSnapshots) {
   EXPECT_TRUE(has_line(out, "  step 70  fallback  fp16 -> fp32, LR x 0.5")) << out;
   EXPECT_TRUE(has_line(out, "  step 70  remedy  whole: the model and optimizer state in fp32")) << out;
   EXPECT_TRUE(has_line(out, "refused saves (1)")) << out;
-  EXPECT_TRUE(has_line(out, "none: dooming steps, loss scale backoffs, stop, resumes, ranks, events of unknown kinds"))
+  EXPECT_TRUE(has_line(
+      out,
+      "none: losses over nothing, dooming steps, loss scale backoffs, stop, resumes, ranks, events of unknown kinds"))
       << out;
 
   EXPECT_TRUE(has_line(out, "snapshots (2)")) << out;

@@ -34,12 +34,10 @@ struct StepOutcome {
   // Several ranks, when asked for: one per parameter, the averaged gradients (the same on every rank).
   std::vector<float> global_parameter_norms;
   std::vector<float> micro_losses;  // when StepSettings gave them
-  // Micro-batches whose loss was non-finite with exactly zero gradients
-  // (StepSettings::losses_adding_nothing): left out of the loss; the update
-  // went on with the others, or, every micro-batch such, the step had
-  // nothing to learn from (`nothing_to_learn`: skipped, no fault).
+  // Micro-batches whose NaN loss was a mean over no target, with exactly
+  // zero gradients (StepSettings::losses_adding_nothing): left out of the
+  // loss, the update went on with the others.
   std::vector<size_t> adding_nothing;
-  bool nothing_to_learn = false;
   bool finite() const { return loss_finite && grads_finite && buffers_finite; }
   bool locally_finite() const { return local_loss_finite && local_grads_finite; }
 };

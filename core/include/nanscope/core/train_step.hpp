@@ -59,10 +59,10 @@ struct StepSettings {
   // them (one element each, on the device), read back with the rest.
   at::Tensor micro_losses{};
   // Asked only when the loss is non-finite and every gradient finite (one
-  // process): the micro-batches whose non-finite loss added exactly zero
-  // gradients (a mean over no element: every label ignored), when that is
-  // every micro-batch whose loss is non-finite; otherwise none. Those add
-  // nothing to the update: it goes on with the others (finish_step).
+  // process): the micro-batches whose NaN loss is a mean over no target,
+  // with exactly zero gradients, when that is every micro-batch whose loss
+  // is non-finite and some other is not; otherwise none. Those add nothing
+  // to the update: it goes on with the others (finish_step).
   std::function<std::vector<size_t>(const StepOutcome&)> losses_adding_nothing;
 };
 
