@@ -58,14 +58,18 @@ struct Rank {
   std::string log;  // stdout + stderr
 };
 
-// N copies of nanscope-train, one per rank, each with its log in DIR/rank-R.log.
+// N copies of nanscope-train, one per rank, each with its log in DIR/rank-R.log;
+// `rank_env[r]`, where given, is rank r's own environment (VAR=VALUE ...).
 class Job {
  public:
-  Job(const TempDir& dir, int world, const std::string& args, int port = free_port()) : dir_(dir) {
+  Job(const TempDir& dir, int world, const std::string& args, int port = free_port(),
+      const std::vector<std::string>& rank_env = {})
+      : dir_(dir) {
     for (int r = 0; r < world; ++r) {
       const std::string log = dir.file("rank-" + std::to_string(r) + ".log");
-      const std::string command = "exec env RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
-                                  " LOCAL_RANK=" + std::to_string(r) +
+      const std::string own = size_t(r) < rank_env.size() ? rank_env[r] + " " : std::string();
+      const std::string command = "exec env " + own + "RANK=" + std::to_string(r) +
+                                  " WORLD_SIZE=" + std::to_string(world) + " LOCAL_RANK=" + std::to_string(r) +
                                   " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
                                   test::paths::train_exe + " " + args + " >" + log + " 2>&1";
       const pid_t pid = fork();
@@ -528,10 +532,13 @@ TEST(DataParallel, KilledRankEndsTheJobWithAClearErrorAndNoHang) {
 }
 
 // A kill can land in a checkpoint round after one rank has renamed its new
-// checkpoint into place and before another has. Here rank 1 is left a round
-// behind rank 0: the ranks agree on the newest step both still hold (rank 0's
-// previous checkpoint), and the resumed job matches the uninterrupted one bit
-// for bit on every rank.
+// checkpoint into place and before another has. Here rank 1 is held in the
+// middle of writing its second checkpoint (the slow-write shim holds it
+// there and marks the moment) while rank 0 finishes its own and waits for
+// rank 1 at the next step; both are killed then, every time, however busy
+// the machine. Rank 1 is a round behind rank 0: the ranks agree on the
+// newest step both still hold (rank 0's previous checkpoint), and the
+// resumed job matches the uninterrupted one bit for bit on every rank.
 TEST(DataParallel, ResumeAfterAKillMidCheckpointRoundMatchesTheWholeRunOnEveryRank) {
   const int world = 2, steps = 3000;
   TempDir dir;
@@ -542,25 +549,34 @@ TEST(DataParallel, ResumeAfterAKillMidCheckpointRoundMatchesTheWholeRunOnEveryRa
     for (int r = 0; r < world; ++r) ASSERT_EQ(whole[r].exit_code, 0) << "rank " << r << ":\n" << whole[r].log;
   }
   const std::string run_dir = dir.file("killed");
-  {
-    Job job(dir, world, mlp_args(run_dir, steps, 8) + every);
-    const size_t seen = wait_for_rows(run_dir, 1, world, 1000);
-    for (int r = 0; r < world; ++r) kill(job[r].pid, SIGKILL);
-    ASSERT_TRUE(job.wait_all(10s));
-    ASSERT_GE(seen, 1000u) << "the job did not get far enough";
-    ASSERT_LT(rank_run(run_dir, 0, world).rows(), size_t(steps)) << "the job finished before the kill";
-  }
-  // Rank 1 a round behind: its newest checkpoint never made it into place.
-  // (A kill inside rank 0's own round can leave its previous checkpoint at
-  // its newest step, linked before the new one was renamed in: rank 0 then
-  // holds one step, and rank 1 stays where it is for the ranks to share one.)
   const std::string behind = rank_checkpoint(run_dir, 1);
   const std::string ahead = rank_checkpoint(run_dir, 0);
-  ASSERT_TRUE(fs::exists(previous_checkpoint_path(behind)));
-  if (checkpoint_step(previous_checkpoint_path(ahead)) < checkpoint_step(ahead))
-    fs::rename(previous_checkpoint_path(behind), behind);
+  {
+    const std::string mark = dir.file("rank-1-mid-write");
+    Job job(dir, world, mlp_args(run_dir, steps, 8) + every, free_port(),
+            {"", "LD_PRELOAD=" + std::string(test::paths::slow_fwrite) + " NANSCOPE_TEST_WRITING_MARK=" + mark});
+    // Rank 0's second round is done once its previous checkpoint is an older step than its newest.
+    auto rank0_round_done = [&] {
+      try {
+        return fs::exists(previous_checkpoint_path(ahead)) &&
+               checkpoint_step(previous_checkpoint_path(ahead)) < checkpoint_step(ahead);
+      } catch (const std::exception&) {
+        return false;  // renamed in as it was read
+      }
+    };
+    const auto bound = std::chrono::steady_clock::now() + 120s;  // only a hang reaches it
+    while (!(fs::exists(mark) && rank0_round_done()) && std::chrono::steady_clock::now() < bound)
+      std::this_thread::sleep_for(20ms);
+    for (int r = 0; r < world; ++r) kill(job[r].pid, SIGKILL);
+    ASSERT_TRUE(job.wait_all(10s));
+    ASSERT_TRUE(fs::exists(mark)) << "rank 1 was not held in its second checkpoint round within 120 s";
+    ASSERT_TRUE(rank0_round_done()) << "rank 0 did not finish its second checkpoint round within 120 s";
+  }
+  // Rank 1 a round behind: its newest checkpoint never made it into place.
+  ASSERT_TRUE(fs::exists(behind + ".part"));
   const int64_t rank1_step = checkpoint_step(behind);
-  ASSERT_GE(checkpoint_step(rank_checkpoint(run_dir, 0)), rank1_step);
+  ASSERT_EQ(checkpoint_step(previous_checkpoint_path(ahead)), rank1_step);
+  ASSERT_GT(checkpoint_step(ahead), rank1_step);
 
   Job resumed(dir, world, "--resume " + run_dir + " --dist-timeout 60");
   ASSERT_TRUE(resumed.wait_all(180s));
