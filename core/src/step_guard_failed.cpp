@@ -78,6 +78,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
     const AtFailedEvaluation trial_point(parameters_, run.evaluations);
     found = investigate(run, layer_grad_norm);
   }
+  tell_birth_across_ranks(run, found);
   // The first failing step of a run of them: was it doomed by an earlier
   // update? Several ranks all enter the search (it is collective) and agree
   // there whether it runs.

@@ -83,6 +83,22 @@ std::string StepGuard::Impl::birth_from_rank(GradientAverager& ranks, const std:
   return births.empty() ? std::string() : text_from_rank(ranks, births.front(), mine);
 }
 
+// Several replicated ranks, once each has investigated (or not): the first
+// rank whose own check failed tells its birth line to every rank (two sums,
+// on a failed step only), and a rank that re-ran nothing logs that birth,
+// with its rank, not only whose it was. (Sharded ranks agree in lockstep,
+// agree_on_births.)
+void StepGuard::Impl::tell_birth_across_ranks(const RunningStep& run, Forensics& found) {
+  GradientAverager* const ranks = run.context.averager;
+  const std::vector<int>& sick = run.result.outcome.nonfinite_ranks;
+  if (!options_.probe || !ranks || ranks->sharded() || sick.empty()) return;
+  const std::string told = birth_from_rank(*ranks, sick, found.first_birth);
+  const bool mine = std::find(sick.begin(), sick.end(), options_.rank) != sick.end();
+  if (mine || !found.first_birth.empty()) return;
+  found.first_birth = born_elsewhere(sick, told);
+  journal_.record(run.step, format::EventKind::first_birth, found.first_birth, "first birth: ");
+}
+
 // Forensics where the fault is: a rank whose own check failed re-runs its
 // own batch; if none did (only the averaged gradients overflowed), rank 0.
 // A sharded model's forward and backward are collectives (they gather the
@@ -134,16 +150,6 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
         "Python: loss_fn=)";
     journal_.say(step, "first birth: " + found.first_birth);
   }
-  // A replicated rank whose own step was finite re-runs nothing; the averaged
-  // gradients carried another rank's NaN, and its line says whose.
-  const std::vector<int>& sick = outcome.nonfinite_ranks;
-  const bool births_told = options_.probe && ranks && !lockstep && !sick.empty();  // every rank alike
-  const bool born_elsewhere_only = births_told && !investigate && found.first_birth.empty() &&
-                                   std::find(sick.begin(), sick.end(), options_.rank) == sick.end();
-  // The ranks that failed tell theirs once they have it (the re-runs below are their own, no collective).
-  auto tell_birth = [&] {
-    if (births_told && !born_elsewhere_only) birth_from_rank(*ranks, sick, found.first_birth);
-  };
   std::string compiled_cost;  // a compiled model's: what running it eagerly (and the check) cost
   if (investigate && found.capture && !weights_born)
     keep_skipped_inputs(step, batches);
@@ -155,15 +161,7 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   if (input_birth) found.capture = std::move(input_birth);
   std::optional<RanksBorn> born;
   if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
-  if (born_elsewhere_only) {
-    // Every rank is here: the ranks whose own step failed say their birth below, after this one.
-    found.first_birth = born_elsewhere(sick, birth_from_rank(*ranks, sick, ""));
-    journal_.record(step, format::EventKind::first_birth, found.first_birth, "first birth: ");
-  }
-  if (!investigate) {
-    tell_birth();
-    return found;
-  }
+  if (!investigate) return found;
   const format::Capture& capture = *found.capture;
   if (!run.result.error.empty() && !capture.first_birth && capture.nonfinite_weights.empty()) {
     journal_.flush();
@@ -178,7 +176,6 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   run.buffers_written_outside = capture.ops_seen >= 0 && !capture.first_birth && !capture.reproduced &&
                                 !outcome.buffers_finite && run.calls_outside_losses > 0;
   found.first_birth = first_birth_text(run, capture, born);
-  tell_birth();
   journal_.record(step, format::EventKind::first_birth, found.first_birth,
                   "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
   found.snapshot = keep_snapshot(run, found.capture, born, layer_grad_norm);

@@ -121,6 +121,7 @@ struct StepGuard::Impl {
   // ("none on rank 0: born on ..." where that rank's text is empty).
   std::string born_elsewhere(const std::vector<int>& births, const std::string& birth) const;
   std::string birth_from_rank(GradientAverager& ranks, const std::vector<int>& births, const std::string& mine) const;
+  void tell_birth_across_ranks(const RunningStep& run, Forensics& found);
   std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture, NamedTensors parameters);
   // A sharded model's forensics in lockstep: the ranks that found a birth,
