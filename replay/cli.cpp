@@ -8,6 +8,7 @@
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/replay/inspect.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "nanscope/replay/replay.hpp"
 #include "nanscope/replay/replay_report.hpp"
@@ -16,13 +17,17 @@ namespace nanscope::replay {
 
 int replay_main(int argc, const char* const* argv) {
   nanscope::replay::ReplayOptions options;
-  bool json = false, no_write = false;
+  bool json = false, no_write = false, inspect = false;
   CLI::App app{
       "Re-runs the step a nanscope snapshot holds, with no other file: at its own precision and\n"
       "loss scale (N times), in fp32 with op-level capture and anomaly detection; bisects which\n"
       "modules need fp32 and which samples the step cannot survive; and says whether it is\n"
       "precision, the model or the data, or transient, with a fix from the playbook.\n"
-      "Exit codes: 0 a verdict, 1 replay failed, 2 bad input.",
+      "A snapshot of a TorchScript model carries its program, and replaying runs it: as with any\n"
+      "TorchScript or pickle file, replay only snapshots from a source you trust. --inspect shows\n"
+      "what a snapshot holds (its model's kind and origin, the program's files and size, the\n"
+      "weights' and the batch's names and shapes) without running or loading any of it.\n"
+      "Exit codes: 0 a verdict (or the inspection), 1 replay failed, 2 bad input.",
       "nanscope-replay"};
   nanscope::use_nanscope_help(app);
   app.add_option("SNAPSHOT", options.snapshot, "A snapshots/step-NNNNNNN.h5 file")->required();
@@ -32,12 +37,20 @@ int replay_main(int argc, const char* const* argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-bisect{false}", options.bisect, "Skip the precision and batch bisections");
   app.add_flag("--no-write", no_write, "Do not append the result to the snapshot");
+  app.add_flag("--inspect", inspect,
+               "Show what the snapshot holds and what replaying it would run, without running it (with --json: "
+               "one JSON object)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitBadInput;
   }
   try {
+    if (inspect) {
+      const SnapshotInspection inspection = inspect_snapshot(options.snapshot);
+      std::cout << (json ? to_json(inspection) : to_text(inspection));
+      return kExitOk;
+    }
     nanscope::replay::ReplayReport report = nanscope::replay::replay_snapshot(options);
     std::cout << (json ? nanscope::replay::to_json(report) : nanscope::replay::to_text(report));
     if (!no_write) {

@@ -195,21 +195,39 @@ void Group::put_tensor(const std::string& name, DType dtype, const std::vector<i
               "cannot write tensor " + full + " (disk full?)");
 }
 
-TensorData Group::tensor(const std::string& name) const {
-  const std::string& path = state_->file->path;
-  const std::string full = child_path(state_->name, name);
-  if (!has(name)) throw FormatError(path, full + " missing");
-  h5::Handle ds =
-      h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path, "cannot open tensor " + full);
+namespace {
+
+// A tensor's dataset, opened and checked against its dtype attribute; `out`
+// gets the dtype.
+h5::Handle open_tensor(const Group& group, hid_t parent, const std::string& name, TensorData& out) {
+  const std::string& path = group.file_path();
+  const std::string full = child_path(group.name(), name);
+  if (!group.has(name)) throw FormatError(path, full + " missing");
+  h5::Handle ds = h5::dataset_handle(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), path, "cannot open tensor " + full);
   if (!h5::attr_exists(ds.get(), "dtype")) throw FormatError(path, full + " has no dtype attribute");
-  TensorData out;
   try {
     out.dtype = dtype_from_name(h5::read_string_attr(ds.get(), "dtype", path));
   } catch (const std::invalid_argument& e) {
     throw FormatError(path, full + ": " + e.what());
   }
   h5::require_stored_type(ds.get(), h5::file_type(out.dtype), path, full);
-  h5::read_tensor_data(ds.get(), out, path, "tensor " + full);
+  return ds;
+}
+
+}  // namespace
+
+TensorData Group::tensor(const std::string& name) const {
+  TensorData out;
+  h5::Handle ds = open_tensor(*this, state_->handle.get(), name, out);
+  h5::read_tensor_data(ds.get(), out, file_path(), "tensor " + child_path(state_->name, name));
+  return out;
+}
+
+TensorData Group::tensor_shape(const std::string& name) const {
+  TensorData out;
+  h5::Handle ds = open_tensor(*this, state_->handle.get(), name, out);
+  const std::vector<hsize_t> dims = h5::dataset_dims(ds.get(), file_path(), "tensor " + child_path(state_->name, name));
+  out.shape.assign(dims.begin(), dims.end());
   return out;
 }
 
@@ -225,6 +243,18 @@ void Group::put_blob(const std::string& name, const void* data, size_t size) con
   if (size > 0)
     h5::check(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
               "cannot write blob (disk full?)");
+}
+
+int64_t Group::blob_size(const std::string& name) const {
+  const std::string& path = state_->file->path;
+  const std::string full = child_path(state_->name, name);
+  if (!has(name)) throw FormatError(path, full + " missing");
+  h5::Handle ds =
+      h5::dataset_handle(H5Dopen2(state_->handle.get(), name.c_str(), H5P_DEFAULT), path, "cannot open blob " + full);
+  h5::require_stored_type(ds.get(), H5T_STD_U8LE, path, "blob " + full);
+  const std::vector<hsize_t> dims = h5::dataset_dims(ds.get(), path, "blob " + full);
+  if (dims.size() != 1) throw FormatError(path, "blob " + full + " is not one row of bytes");
+  return int64_t(dims[0]);
 }
 
 std::string Group::blob(const std::string& name) const {

@@ -48,12 +48,17 @@ inline hid_t memory_type(DType dtype) {
 // A dataset's whole contents into `out` as out.dtype: its shape, then its
 // bytes, sized from the shape and checked against what the file can hold
 // before anything is allocated. Throws FormatError naming `what`.
-inline void read_tensor_data(hid_t dataset, TensorData& out, const std::string& path, const std::string& what) {
+inline std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path, const std::string& what) {
   Handle space = space_handle(H5Dget_space(dataset), path, "H5Dget_space");
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) throw FormatError(path, what + " has no simple shape");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+inline void read_tensor_data(hid_t dataset, TensorData& out, const std::string& path, const std::string& what) {
+  const std::vector<hsize_t> dims = dataset_dims(dataset, path, what);
   out.shape.assign(dims.begin(), dims.end());
   out.bytes.resize(checked_bytes(dataset, dims, dtype_size(out.dtype), path, what));
   if (!out.bytes.empty())

@@ -10,6 +10,19 @@
 
 namespace nanscope::format {
 
+namespace {
+
+// The Python side writes a batch's structure as JSON in which an object that
+// is not a tensor or a JSON value is {"p": "<base64 pickle>"}; a string that
+// holds the same characters has its quotes escaped, so this counts pickles only.
+int64_t pickled_objects(const std::string& structure) {
+  int64_t n = 0;
+  for (size_t at = structure.find("{\"p\": "); at != std::string::npos; at = structure.find("{\"p\": ", at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
 void write_replay_record(const Group& root, const ReplayRecord& r) {
   root.remove("replay");
   Group g = root.group("replay");
@@ -89,7 +102,11 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   s.lr = root.attr_double("lr");
   s.clip = root.has_attr("clip") ? root.attr_double("clip") : 0.0;
   if (root.has_attr("origin")) s.origin = root.word<Origin>("origin");
-  if (root.has("model")) s.model_name = root.group("model").attr_string("name");
+  if (root.has("model")) {
+    Group model = root.group("model");
+    s.model_name = model.attr_string("name");
+    if (model.has("torchscript")) s.program_bytes = model.blob_size("torchscript");
+  }
   if (root.has("config")) {
     Group config = root.group("config");
     for (const auto& key : config.attr_names()) s.config[key] = config.attr_string(key);
@@ -110,6 +127,7 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   }
   if (root.has("batch")) {
     Group batch = root.group("batch");
+    if (batch.has_attr("structure")) s.pickled_batch_objects = pickled_objects(batch.attr_string("structure"));
     if (batch.has("rows")) s.batch_rows = int_values(batch.tensor("rows"), path, "/batch/rows");
     if (batch.has("inputs")) {
       TensorData inputs = batch.tensor("inputs");

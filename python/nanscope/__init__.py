@@ -44,12 +44,12 @@ from ._nanscope import StepResult
 from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
-from ._report import Birth, ReplayReport
+from ._report import Birth, ReplayReport, SnapshotInspection
 from ._options import GuardConfig
 from ._trainer import TrainerGuard, guard_trainer
 
-__all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "Birth", "find_dooming_step",
-           "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run"]
+__all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "inspect_snapshot",
+           "SnapshotInspection", "Birth", "find_dooming_step", "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run"]
 
 _logging.install()  # every line through the logging module (logger "nanscope")
 
@@ -536,7 +536,12 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
     critic in the generator's loss), by the name the snapshot gives them (its
     class: others={"Discriminator": netD}); their weights at the failed step
     are in the snapshot and are loaded into them first. A snapshot whose loss
-    ran another model must be given it (ValueError otherwise)."""
+    ran another model must be given it (ValueError otherwise).
+
+    A batch's objects that are neither tensors nor JSON values were pickled
+    into the snapshot and are unpickled here, which runs code the file chose:
+    replay only snapshots from a source you trust (inspect_snapshot shows
+    what one holds without loading it)."""
     import torch
     for keyword in gone:
         if keyword in ("print_report", "json"):
@@ -561,3 +566,13 @@ def replay(snapshot, model, loss, *, others=None, write=True, repeats=3, bisect=
     finally:
         _scopes.close_lingering()
     return ReplayReport(json_text, text)
+
+
+def inspect_snapshot(snapshot):
+    """What `snapshot` holds and what replaying it would run, without running
+    or loading any of it: a SnapshotInspection (print() gives nanscope-replay
+    --inspect's text, to_dict() its JSON). A snapshot is code when its batch
+    holds pickled Python objects (replay unpickles them) or its model is a
+    TorchScript program: replay only snapshots from a source you trust. A
+    missing, corrupt or foreign file raises ValueError."""
+    return SnapshotInspection(*_nanscope.inspect_snapshot(str(snapshot)))

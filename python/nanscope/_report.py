@@ -44,7 +44,25 @@ def _birth(fields):
     return Birth(fields) if fields else None
 
 
-class ReplayReport:
+class _PrintedJson:
+    """A result nanscope's C++ side gives as its JSON and its printed text."""
+
+    def __init__(self, json_text, text):
+        self._dict = json.loads(json_text)
+        self._text = text
+
+    def to_dict(self):
+        """The object as the command's --json prints it (a fresh copy)."""
+        return json.loads(json.dumps(self._dict))
+
+    def to_json(self):
+        return json.dumps(self._dict, indent=2)
+
+    def __str__(self):
+        return self._text
+
+
+class ReplayReport(_PrintedJson):
     """The replay of a snapshot: step, reproduced (non-finite again at its own
     precision) with reproduced_count of repeats, fp32_finite (with
     widened_weights: the 16-bit type of a model's own weights, widened to
@@ -64,8 +82,7 @@ class ReplayReport:
     the category is 'nonfinite_weights')."""
 
     def __init__(self, json_text, text):
-        self._dict = json.loads(json_text)
-        self._text = text
+        super().__init__(json_text, text)
         capture, replay = self._dict["capture"], self._dict["replay"]
         self.step = self._dict["step"]
         self.verdict = self._dict["verdict"]
@@ -94,15 +111,36 @@ class ReplayReport:
         self.dataset_rows = list(rows["dataset_rows"]) if rows else None
         self.no_row_found = rows.get("no_row_found") if rows else None
 
-    def to_dict(self):
-        """The report as nanscope-replay --json prints it (a fresh copy)."""
-        return json.loads(json.dumps(self._dict))
-
-    def to_json(self):
-        return json.dumps(self._dict, indent=2)
-
-    def __str__(self):
-        return self._text
-
     def __repr__(self):
         return f"ReplayReport(step={self.step}, verdict={self.verdict!r}, category={self.category!r})"
+
+
+class SnapshotInspection(_PrintedJson):
+    """What a snapshot holds and what replaying it would run, read without
+    running or loading any of it (nanscope-replay --inspect): step, origin
+    ('python', 'nanscope-train', 'cpp'), model_name, carries_code (True when
+    replaying runs code stored in the file: a TorchScript program, or the
+    batch's pickled Python objects, which replay unpickles), replay_runs (that
+    in one sentence), program_bytes and program_files (a TorchScript model's
+    source files), parameters, buffers, optimizer_state and batch
+    (each a list of {'name', 'dtype', 'shape'}) and pickled_objects."""
+
+    def __init__(self, json_text, text):
+        super().__init__(json_text, text)
+        model = self._dict["model"]
+        self.step = self._dict["step"]
+        self.origin = self._dict["origin"]
+        self.carries_code = self._dict["carries_code"]
+        self.replay_runs = self._dict["replay_runs"]
+        self.model_name = model["name"]
+        self.program_bytes = model["program_bytes"]
+        self.program_files = list(model["program_files"])
+        self.parameters = list(self._dict["parameters"])
+        self.buffers = list(self._dict["buffers"])
+        self.optimizer_state = list(self._dict["optimizer"]["state"])
+        self.batch = list(self._dict["batch"]["tensors"])
+        self.pickled_objects = self._dict["batch"]["pickled_objects"]
+
+    def __repr__(self):
+        return (f"SnapshotInspection(step={self.step}, model_name={self.model_name!r}, "
+                f"carries_code={self.carries_code})")

@@ -22,6 +22,7 @@
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/snapshot.hpp"
+#include "nanscope/replay/inspect.hpp"
 #include "nanscope/replay/model_registry.hpp"
 #include "nanscope/replay/replay.hpp"
 #include "nanscope/replay/replay_report.hpp"
@@ -455,6 +456,15 @@ PYBIND11_MODULE(_nanscope, m) {
   nanscope::python::bind_doom_search(m);
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"), py::arg("others"));
+  // nanscope.inspect_snapshot: nanscope-replay --inspect's (json, text), a bad snapshot ValueError.
+  m.def("inspect_snapshot", [](const std::string& snapshot) {
+    try {
+      const replay::SnapshotInspection inspection = replay::inspect_snapshot(snapshot);
+      return std::make_pair(replay::to_json(inspection), replay::to_text(inspection));
+    } catch (const format::FormatError& e) {
+      throw py::value_error(std::string("nanscope.inspect_snapshot: bad snapshot ") + e.what());
+    }
+  });
   m.def("scopes_active", [] { return probe::module_scopes_active(); });
   m.def("push_scope_path", [](const std::string& path) { return probe::open_module_scope_by_path(path); });
   m.def("pop_scope", [] { probe::close_module_scope(); });

@@ -7,6 +7,7 @@
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/data_file.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/snapshot_inventory.hpp"
 #include "nanscope/format/version.hpp"
 
 using namespace nanscope::format;
@@ -91,6 +92,13 @@ TEST(Archive, RoundTripsNestedGroupsTensorsAttributesAndBlobs) {
   EXPECT_EQ(e.shape, (std::vector<int64_t>{0, 4}));
   EXPECT_TRUE(e.bytes.empty());
   EXPECT_EQ(root.group("model").blob("torchscript"), blob);
+  // Their shapes and sizes, read without their bytes (nanscope-replay --inspect).
+  const TensorData shape_only = root.group("model").group("weights").tensor_shape("blocks.0.attn.qkv.weight");
+  EXPECT_EQ(shape_only.dtype, DType::float32);
+  EXPECT_EQ(shape_only.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(shape_only.bytes.empty());
+  EXPECT_EQ(root.group("model").blob_size("torchscript"), int64_t(blob.size()));
+  EXPECT_THROW(root.group("model").blob_size("weights"), FormatError);  // a group, not a blob
 }
 
 TEST(Archive, AppendsToAnExistingFile) {
@@ -230,4 +238,31 @@ TEST(Archive, AShapeClaimingMoreThanTheFileStoresIsRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+// What the viewer's snapshot tab and nanscope-replay --inspect say of where a
+// replay's code comes from: a warning exactly when the file carries code.
+TEST(SnapshotInventory, ReplayingIsCalledCodeOnlyWhenTheFileCarriesAProgramOrAPickle) {
+  SnapshotSummary built_in;
+  built_in.origin = Origin::nanscope_train;
+  built_in.model_name = "gpt";
+  EXPECT_FALSE(carries_code(built_in));
+  EXPECT_NE(replay_runs_text(built_in).find("built-in 'gpt'"), std::string::npos) << replay_runs_text(built_in);
+  EXPECT_EQ(replay_runs_text(built_in).find("trust"), std::string::npos) << replay_runs_text(built_in);
+
+  SnapshotSummary scripted = built_in;
+  scripted.model_name = "torchscript";
+  scripted.program_bytes = 12406;
+  EXPECT_TRUE(carries_code(scripted));
+  EXPECT_NE(replay_runs_text(scripted).find("TorchScript program of 12406 bytes"), std::string::npos);
+  EXPECT_NE(replay_runs_text(scripted).find("nanscope-replay --inspect"), std::string::npos);
+
+  SnapshotSummary pickled;
+  pickled.origin = Origin::python;
+  pickled.model_name = "Net";
+  EXPECT_FALSE(carries_code(pickled));
+  pickled.pickled_batch_objects = 2;
+  EXPECT_TRUE(carries_code(pickled));
+  EXPECT_NE(replay_runs_text(pickled).find("2 pickled Python object(s)"), std::string::npos);
+  EXPECT_NE(replay_runs_text(pickled).find("python3 -m nanscope inspect"), std::string::npos);
 }

@@ -217,6 +217,51 @@ TEST(Replay, SnapshotCopiedAwayReplaysWithoutTheModelOrDataFiles) {
   EXPECT_TRUE(has(replay.output, "draws_random_numbers", "false")) << replay.output;
 }
 
+TEST(Replay, InspectShowsWhatATorchScriptSnapshotWouldRunWithoutRunningIt) {
+  test::TempDir dir;
+  const std::string snapshot = scripted_snapshot(dir, "regressor.pt", 8, 5, "--fault nonfinite_input@5:9");
+  auto text = test::run_command(kReplay + " --inspect " + snapshot);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("TorchScript program of"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("source you trust"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("encoder.0.weight  float32 [32, 6]"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("inputs  float32 [16, 6]"), std::string::npos) << text.output;
+  auto json = test::run_command(kReplay + " --inspect --json " + snapshot);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "carries_code", "true")) << json.output;
+  EXPECT_TRUE(has(json.output, "program_error", "null")) << json.output;
+  EXPECT_NE(json.output.find("\"program_files\": [\"code/__torch__"), std::string::npos) << json.output;
+  // The program is listed from its archive, not loaded: a program that no
+  // TorchScript loader accepts is still inspected (its files' listing fails,
+  // said so), while replaying it fails.
+  {
+    auto archive = format::Archive::open(snapshot, format::kSnapshotFileKind, true);
+    const std::string junk = "PK this is no TorchScript program";
+    archive.root().group("model").remove("torchscript");
+    archive.root().group("model").put_blob("torchscript", junk.data(), junk.size());
+    archive.close();
+  }
+  auto junk = test::run_command(kReplay + " --inspect --json " + snapshot);
+  ASSERT_EQ(junk.exit_code, 0) << junk.output;
+  EXPECT_TRUE(has(junk.output, "program_bytes", "33")) << junk.output;
+  EXPECT_FALSE(has(junk.output, "program_error", "null")) << junk.output;
+  EXPECT_NE(test::run_command(kReplay + " --no-write " + snapshot).exit_code, 0);
+}
+
+TEST(Replay, InspectSaysABuiltInModelsSnapshotCarriesNoCode) {
+  test::TempDir dir;
+  const std::string snapshot = snapshot_of("p08-log-nonpositive", dir.file("run"));
+  auto json = test::run_command(kReplay + " --inspect --json " + snapshot);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(has(json.output, "carries_code", "false")) << json.output;
+  EXPECT_TRUE(has(json.output, "program_bytes", "0")) << json.output;
+  EXPECT_NE(json.output.find("replaying runs no code from the file"), std::string::npos) << json.output;
+  const format::SnapshotSummary summary = format::read_snapshot_summary(snapshot);
+  EXPECT_FALSE(summary.replay) << "inspecting wrote into the snapshot";
+  auto help = test::run_command(kReplay + " --help");
+  EXPECT_NE(help.output.find("replay only snapshots from a source you trust"), std::string::npos) << help.output;
+}
+
 TEST(Replay, BatchBisectionOfAModelThatSamplesReplacesRowsInsteadOfRemovingThem) {
   // randn_like draws one number per sample: without a sample every later draw
   // shifts, and each removal would "fix" the step by luck. Each row is
@@ -402,12 +447,15 @@ TEST(Replay, TheBirthsRowsAreReportedWithTheirDataSetRowsOrUnknown) {
 
 namespace {
 
+// Replaying and inspecting alike: exit 2, the file and what is wrong named.
 void expect_bad_input(const std::string& path, const std::string& what) {
-  auto r = test::run_command(kReplay + " " + path);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(what), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("HDF5-DIAG"), std::string::npos) << "HDF5's own error stack leaked:\n" << r.output;
+  for (const char* flags : {"", "--inspect "}) {
+    auto r = test::run_command(kReplay + " " + flags + path);
+    EXPECT_EQ(r.exit_code, 2) << flags << r.output;
+    EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(what), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("HDF5-DIAG"), std::string::npos) << "HDF5's own error stack leaked:\n" << r.output;
+  }
 }
 
 }  // namespace

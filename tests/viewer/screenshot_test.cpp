@@ -276,6 +276,37 @@ TEST_F(ViewerScreenshot, SnapshotShowsLayerNormsWithTheNaNLayer) {
   EXPECT_GT(colormap_share(shot, {bars.x, bars.y + 7 * row + 1, 20, row - 2}, nullptr), 0.9);
 }
 
+// A snapshot that carries a TorchScript program says, in the tab where a
+// user decides to replay it, that replaying runs that program; one that
+// carries no code says nothing of the kind.
+TEST_F(ViewerScreenshot, ASnapshotCarryingAProgramWarnsThatReplayingRunsIt) {
+  test::TempDir dir;
+  const std::string plain = dir.file("step-0000150.h5"), scripted = dir.file("step-0000151.h5");
+  test::write_synthetic_snapshot(plain, 150, 8, /*replayed=*/false);
+  test::write_synthetic_snapshot(scripted, 151, 8, /*replayed=*/false);
+  {
+    auto archive = format::Archive::open(scripted, format::kSnapshotFileKind, true);
+    const std::string program(4096, 'x');
+    archive.root().group("model").put_blob("torchscript", program.data(), program.size());
+    archive.close();
+  }
+  const Rgb warning{255, 150, 60};
+  auto r = view(scripted, dir.file("scripted.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("scripted.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("snapshot.code_warning")) << r.output;
+  const Region line = shot.region("snapshot.code_warning");
+  EXPECT_GT(shot.count(line, warning, 60), 50) << "the warning is drawn in its colour";
+
+  r = view(plain, dir.file("plain.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot quiet(dir.file("plain.png"), r.output);
+  ASSERT_TRUE(quiet.loaded());
+  EXPECT_FALSE(quiet.has("snapshot.code_warning")) << r.output;
+  EXPECT_EQ(quiet.count(line, warning, 60), 0) << "nothing in the warning's colour where it would be";
+}
+
 TEST_F(ViewerScreenshot, BadFileIsReportedAndTheGoodRunStillShown) {
   test::TempDir dir;
   std::filesystem::create_directories(dir.path() / "run");

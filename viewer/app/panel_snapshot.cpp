@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "nanscope/format/snapshot_inventory.hpp"
 #include "nanscope/viewer/colormap.hpp"
 #include "nanscope/viewer/snapshot_text.hpp"
 #include "panels.hpp"
@@ -13,6 +14,7 @@ namespace nanscope::viewer {
 namespace {
 
 constexpr uint32_t kHeading = rgba(240, 200, 120);
+constexpr uint32_t kCodeWarning = rgba(255, 150, 60);
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -129,13 +131,22 @@ void offending_sample(const format::SnapshotSummary& s) {
   }
 }
 
-void replay_box(const format::SnapshotSummary& s) {
+void replay_box(const format::SnapshotSummary& s, UiState& ui) {
   ImGui::TextColored(ImColor(kHeading), "Replay");
   if (!s.replay) {
     ImGui::SameLine();
     ImGui::TextDisabled("not replayed yet: nanscope-replay %s", s.path.c_str());
-    return;
   }
+  // A TorchScript program or a pickled batch object is code the file chose:
+  // said where a user decides to replay (snapshot_inventory.hpp).
+  if (format::carries_code(s)) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImColor(kCodeWarning).Value);
+    ImGui::TextWrapped("%s", format::replay_runs_text(s).c_str());
+    ImGui::PopStyleColor();
+    const ImVec2 min = ImGui::GetItemRectMin(), max = ImGui::GetItemRectMax();
+    ui.regions["snapshot.code_warning"] = {min.x, min.y, max.x - min.x, max.y - min.y};
+  }
+  if (!s.replay) return;
   const format::ReplayRecord& r = *s.replay;
   ImGui::SameLine();
   ImGui::Text("verdict: %s   category: %s", format::to_string(r.verdict), format::to_string(r.category));
@@ -203,7 +214,7 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
     ImGui::TextColored(ImColor(kInfColor),
                        "The forensic re-run stayed finite: the fault did not reproduce (transient?).");
   ImGui::Spacing();
-  replay_box(s);
+  replay_box(s, ui);
   ImGui::Spacing();
   ImGui::TextColored(ImColor(kHeading), "Births");
   births_table(s.capture);

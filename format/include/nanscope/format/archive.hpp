@@ -45,9 +45,12 @@ class Group {
 
   void put_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data) const;
   TensorData tensor(const std::string& name) const;
+  // A stored tensor's dtype and shape, its bytes left unread (out.bytes empty).
+  TensorData tensor_shape(const std::string& name) const;
 
   void put_blob(const std::string& name, const void* data, size_t size) const;
   std::string blob(const std::string& name) const;
+  int64_t blob_size(const std::string& name) const;
 
   void set_attr(const std::string& name, const AttrValue& value) const;
   bool has_attr(const std::string& name) const;

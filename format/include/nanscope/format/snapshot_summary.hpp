@@ -66,6 +66,10 @@ struct SnapshotSummary : SnapshotHeader {
   std::vector<int64_t> input_shape;
   std::string input_dtype;
   std::optional<ReplayRecord> replay;
+  // Code the file carries (snapshot_inventory.hpp): the TorchScript program's
+  // size in bytes, and how many of the batch's objects are Python pickles.
+  int64_t program_bytes = 0;
+  int64_t pickled_batch_objects = 0;
 };
 
 // Throws FormatError naming the file for a missing, foreign or malformed snapshot.
