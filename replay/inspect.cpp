@@ -139,8 +139,8 @@ std::string to_json(const SnapshotInspection& in) {
     << "  \"buffers\": " << tensors_json(inv.buffers) << ",\n"
     << "  \"optimizer\": { \"name\": " << json_quoted(inv.optimizer)
     << ", \"state\": " << tensors_json(inv.optimizer_state) << " },\n"
-    << "  \"batch\": { \"tensors\": " << tensors_json(inv.batch)
-    << ", \"pickled_objects\": " << s.pickled_batch_objects << " } }\n";
+    << "  \"batch\": { \"tensors\": " << tensors_json(inv.batch) << ", \"pickled_objects\": " << s.pickled_batch_objects
+    << " } }\n";
   return o.str();
 }
 

@@ -142,7 +142,7 @@ class FollowSession {
   bool open(FollowedFile& f) {
     if (f.follower) return true;
     try {
-      f.follower = std::make_unique<format::RunFollower>(f.file.path);
+      f.follower = std::make_unique<format::RunFollower>(f.file.path, format::LayerTables::skip);
     } catch (const format::FormatError&) {
       if (seconds_since(f.first_try) < kOpenGraceSeconds) return false;
       throw;

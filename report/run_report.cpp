@@ -32,7 +32,9 @@ RunReport read_report(const std::string& input, const RunLocation& location) {
   for (const format::RankFile& file : location.files) {
     try {
       format::clear_mark_if_writer_gone(file.path);  // a killed writer's file opens in plain h5py then
-      report.ranks.push_back(rank_report(location.run_dir, file, format::read_run(file.path)));
+      // The report names no layer: the per-layer tables, most of a long run's bytes, stay unread.
+      report.ranks.push_back(
+          rank_report(location.run_dir, file, format::read_run(file.path, format::LayerTables::skip)));
     } catch (const format::FormatError& e) {
       RankReport unreadable;
       unreadable.file = file;

@@ -8,55 +8,12 @@
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
 #include "rehearsal.hpp"
+#include "run_columns.hpp"
 #include "run_schema.hpp"
 
 namespace nanscope::format {
 
 namespace {
-
-// Dimensions of a dataset, refreshed first so a live SWMR writer's appends show.
-std::vector<hsize_t> refreshed_dims(hid_t ds, const std::string& path, const std::string& name) {
-  H5Drefresh(ds);  // fails harmlessly on a file not opened for SWMR reading
-  h5::Handle space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space " + name);
-  int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 0) throw FormatError(path, "dataset " + name + " has no simple shape");
-  std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  return dims;
-}
-
-h5::Handle open_dataset(hid_t loc, const std::string& group, const std::string& name, const std::string& path) {
-  std::string full = group + "/" + name;
-  if (!h5::link_exists(loc, full)) throw FormatError(path, full + " missing");
-  return h5::dataset_handle(H5Dopen2(loc, full.c_str(), H5P_DEFAULT), path, "cannot open " + full);
-}
-
-// Reads rows [from, to) (x `columns`; 0: a 1-D dataset) of a dataset into
-// `out`, which already holds the first `from` rows and grows to `to`.
-template <typename T>
-void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type, hsize_t from, hsize_t to,
-               hsize_t columns, std::vector<T>& out, const std::string& path) {
-  h5::Handle ds = open_dataset(loc, group, name, path);
-  auto dims = refreshed_dims(ds.get(), path, name);
-  const std::string full = group + "/" + name;
-  if (dims.empty() || dims[0] < to)
-    throw FormatError(path, full + " has fewer rows than /steps/step (truncated file?)");
-  if ((columns == 0 && dims.size() != 1) || (columns > 0 && (dims.size() != 2 || dims[1] != columns)))
-    throw FormatError(path, full + " has an unexpected shape");
-  const hsize_t width = std::max<hsize_t>(1, columns);
-  h5::checked_bytes(ds.get(), {to, width}, sizeof(T), path, full);
-  resize_bulk(out, to * width);
-  if (to <= from) return;
-  h5::Handle file_space = h5::space_handle(H5Dget_space(ds.get()), path, "H5Dget_space");
-  hsize_t start[2] = {from, 0};
-  hsize_t count[2] = {to - from, columns};
-  const int rank = columns == 0 ? 1 : 2;
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
-            "H5Sselect_hyperslab");
-  h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
-  h5::check(H5Dread(ds.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out.data() + from * width),
-            path, "cannot read " + full + " (corrupt file?)");
-}
 
 // Reads a 1-D fixed-length string dataset's first `rows` entries.
 std::vector<std::string> read_strings(hid_t loc, const std::string& full, hsize_t rows, const std::string& path) {
@@ -174,8 +131,8 @@ struct RunFollower::Impl {
   }
 };
 
-RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  h5::rehearse_in_child(path, [&] { RunFollower rehearsal(path); });
+RunFollower::RunFollower(const std::string& path, LayerTables layer_tables) : impl_(std::make_unique<Impl>()) {
+  h5::rehearse_in_child(path, [&] { RunFollower rehearsal(path, layer_tables); });
   impl_->file = h5::open_file_readonly(path);
   hid_t f = impl_->file.get();
   h5::check_identity(f, kRunFileKind, path);
@@ -198,7 +155,7 @@ RunFollower::RunFollower(const std::string& path) : impl_(std::make_unique<Impl>
 
   const std::string steps = run_schema::kStepsGroup;
   if (!h5::link_exists(f, steps)) throw FormatError(path, steps + " missing");
-  const bool layers = !run.layer_names.empty();
+  const bool layers = !run.layer_names.empty() && layer_tables == LayerTables::read;
   impl_->has_layer_grad_norm = layers && h5::link_exists(f, steps + "/layer_grad_norm");
   impl_->has_layer_act_absmax = layers && h5::link_exists(f, steps + "/layer_act_absmax");
   refresh();
@@ -219,6 +176,6 @@ const RunData& RunFollower::data() const { return impl_->run; }
 
 RunData RunFollower::take() && { return std::move(impl_->run); }
 
-RunData read_run(const std::string& path) { return RunFollower(path).take(); }
+RunData read_run(const std::string& path, LayerTables layers) { return RunFollower(path, layers).take(); }
 
 }  // namespace nanscope::format

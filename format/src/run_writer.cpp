@@ -4,86 +4,21 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "h5.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/version.hpp"
+#include "overview_columns.hpp"
 #include "rehearsal.hpp"
+#include "run_columns.hpp"
 #include "run_schema.hpp"
 
 namespace nanscope::format {
 
 namespace {
-
-// An extendible chunked dataset of `columns` values per row (0: 1-D).
-struct Column {
-  h5::Handle dataset;
-  hid_t mem_type = -1;
-  hsize_t columns = 0;
-};
-
-Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_type, hsize_t columns,
-                     const std::string& path) {
-  const int rank = columns == 0 ? 1 : 2;
-  hsize_t dims[2] = {0, columns};
-  hsize_t max_dims[2] = {H5S_UNLIMITED, columns};
-  // ~8 KiB chunks: a short run stays small on disk, a 100k-step column is
-  // still only ~100 chunks.
-  hsize_t row_bytes = std::max<hsize_t>(1, columns) * H5Tget_size(file_type);
-  hsize_t chunk_rows = std::clamp<hsize_t>(8192 / row_bytes, 16, 1024);
-  hsize_t chunk[2] = {chunk_rows, std::max<hsize_t>(1, columns)};
-  h5::Handle space = h5::space_handle(H5Screate_simple(rank, dims, max_dims), path, "H5Screate");
-  h5::Handle plist = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), path, "H5Pcreate");
-  h5::check(H5Pset_chunk(plist.get(), rank, chunk), path, "H5Pset_chunk");
-  Column column;
-  column.dataset =
-      h5::dataset_handle(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), path,
-                         std::string("cannot create dataset ") + name);
-  column.mem_type = mem_type;
-  column.columns = columns;
-  return column;
-}
-
-// Appends `rows` rows held contiguously at `data`.
-void append_rows(Column& column, const void* data, hsize_t rows, const std::string& path) {
-  if (rows == 0) return;
-  const int rank = column.columns == 0 ? 1 : 2;
-  hid_t ds = column.dataset.get();
-  h5::Handle file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
-  hsize_t old_dims[2] = {0, 0};
-  H5Sget_simple_extent_dims(file_space.get(), old_dims, nullptr);
-  hsize_t new_dims[2] = {old_dims[0] + rows, column.columns};
-  h5::check(H5Dset_extent(ds, new_dims), path, "cannot extend dataset");
-  file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
-  hsize_t start[2] = {old_dims[0], 0};
-  hsize_t count[2] = {rows, column.columns};
-  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), path,
-            "H5Sselect_hyperslab");
-  h5::Handle mem_space = h5::space_handle(H5Screate_simple(rank, count, nullptr), path, "H5Screate");
-  if (H5Dwrite(ds, column.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
-    throw WriteError(path, "cannot write rows (disk full?)");
-}
-
-Column open_column(hid_t group, const char* name, hid_t mem_type, const std::string& path) {
-  Column column;
-  column.dataset =
-      h5::dataset_handle(H5Dopen2(group, name, H5P_DEFAULT), path, std::string("cannot open dataset ") + name);
-  column.mem_type = mem_type;
-  h5::Handle space = h5::space_handle(H5Dget_space(column.dataset.get()), path, "H5Dget_space");
-  hsize_t dims[2] = {0, 0};
-  const int rank = H5Sget_simple_extent_dims(space.get(), dims, nullptr);
-  column.columns = rank == 2 ? dims[1] : 0;
-  return column;
-}
-
-hsize_t row_count(const Column& column, const std::string& path) {
-  h5::Handle space = h5::space_handle(H5Dget_space(column.dataset.get()), path, "H5Dget_space");
-  hsize_t dims[2] = {0, 0};
-  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
-  return dims[0];
-}
 
 // How many leading entries of an ascending int64 column are <= `step`.
 hsize_t rows_through(const Column& column, int64_t step, const std::string& path) {
@@ -92,12 +27,6 @@ hsize_t rows_through(const Column& column, int64_t step, const std::string& path
     h5::check(H5Dread(column.dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()), path,
               "cannot read steps");
   return hsize_t(std::upper_bound(steps.begin(), steps.end(), step) - steps.begin());
-}
-
-void truncate(Column& column, hsize_t rows, const std::string& path) {
-  if (!column.dataset.valid()) return;
-  hsize_t dims[2] = {rows, column.columns};
-  h5::check(H5Dset_extent(column.dataset.get(), dims), path, "cannot drop rows");
 }
 
 // HDF5's own switch for `h5clear -s`: open a file whose superblock says a
@@ -142,6 +71,11 @@ struct RunWriter::Impl {
   std::vector<StepRow> pending;
   std::vector<RunEvent> pending_events;
   std::chrono::steady_clock::time_point oldest_pending;  // when the oldest unwritten row came
+  // The overview (run_overview.hpp): absent when resuming a file written
+  // before it existed (no new dataset can be added to an existing file's
+  // SWMR layout; its readers build one from the rows).
+  std::optional<OverviewColumns> overview;
+  std::optional<OverviewBuilder> overview_builder;
 
   void write_pending();
 };
@@ -205,6 +139,9 @@ RunWriter::RunWriter(const std::string& path, const RunHeader& header, size_t fl
   if (m.act_absmax)
     m.layer_act_absmax = create_column(g, "layer_act_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, m.layers, path);
 
+  m.overview = OverviewColumns::create(file, m.layers, m.act_absmax, path);
+  m.overview_builder.emplace(m.layers, m.act_absmax);
+
   h5::Handle events = h5::group_handle(
       H5Gcreate2(file, run_schema::kEventsGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path, "create /events");
   m.kind_type = h5::fixed_string_type(run_schema::kEventKindWidth, path);
@@ -266,6 +203,11 @@ std::unique_ptr<RunWriter> RunWriter::resume(const std::string& path, int64_t ke
     truncate(*c, rows, path);
   const hsize_t kept_events = rows_through(m->event_step, keep_through_step, path);
   for (Column* c : {&m->event_step, &m->event_kind, &m->event_text}) truncate(*c, kept_events, path);
+  m->overview = OverviewColumns::open(file, path);
+  if (m->overview) {
+    m->overview_builder.emplace(m->layers, m->act_absmax);
+    m->overview->keep_rows(rows, *m->overview_builder, file, path);
+  }
   h5::check(H5Fstart_swmr_write(file), path, "cannot start SWMR writing");
   return std::unique_ptr<RunWriter>(new RunWriter(std::move(m)));
 }
@@ -368,6 +310,22 @@ void RunWriter::Impl::write_pending() {
     if (layers > 0) append_rows(layer_grad_norm, layer_norms.data(), n, path);
     if (act_absmax) append_rows(layer_act_absmax, act.data(), n, path);
     append_rows(step, steps.data(), n, path);
+    if (overview) {
+      RowsView view;
+      view.n = n;
+      view.layers = layers;
+      view.step = steps.data();
+      view.loss = losses.data();
+      view.lr = lrs.data();
+      view.loss_scale = scales.data();
+      view.grad_norm = norms.data();
+      view.step_time = times.data();
+      view.skipped = skips.data();
+      view.layer_grad_norm = layers > 0 ? layer_norms.data() : nullptr;
+      view.layer_act_absmax = act_absmax ? act.data() : nullptr;
+      overview_builder->add(view);
+      overview->append(overview_builder->take_completed(), path);
+    }
     pending.clear();
   }
   const hsize_t e = pending_events.size();

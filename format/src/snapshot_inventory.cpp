@@ -39,8 +39,7 @@ std::vector<StoredTensor> batch_shapes(const Group& batch) {
   };
   if (batch.has("leaves")) {
     const Group leaves = batch.group("leaves");
-    for (size_t i = 0; add(leaves, std::to_string(i), "leaf " + std::to_string(i)); ++i) {
-    }
+    for (size_t i = 0; add(leaves, std::to_string(i), "leaf " + std::to_string(i)); ++i) {}
   }
   add(batch, "inputs", "inputs");
   add(batch, "targets", "targets");
@@ -60,7 +59,7 @@ SnapshotInventory read_tensors(const std::string& path) {
         const AttrValue value = hparams.attr(key);
         inventory.model_hparams[key] = std::holds_alternative<int64_t>(value) ? std::to_string(std::get<int64_t>(value))
                                        : std::holds_alternative<double>(value) ? std::to_string(std::get<double>(value))
-                                                                                : std::get<std::string>(value);
+                                                                               : std::get<std::string>(value);
       }
     }
     if (model.has("parameters")) inventory.parameters = named_shapes(model.group("parameters"));
@@ -107,8 +106,7 @@ std::string replay_runs_text(const SnapshotSummary& s) {
   if (s.pickled_batch_objects > 0)
     batch = "; the batch holds " + std::to_string(s.pickled_batch_objects) +
             " pickled Python object(s), which the Python replay unpickles (unpickling runs code)";
-  const char* inspect =
-      s.origin == Origin::python ? "python3 -m nanscope inspect" : "nanscope-replay --inspect";
+  const char* inspect = s.origin == Origin::python ? "python3 -m nanscope inspect" : "nanscope-replay --inspect";
   const std::string trust = carries_code(s) ? ". Replay it only if it comes from a source you trust (as PyTorch says "
                                               "of TorchScript and pickle files); " +
                                                   std::string(inspect) + " shows what it holds without running it"

@@ -102,11 +102,7 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   s.lr = root.attr_double("lr");
   s.clip = root.has_attr("clip") ? root.attr_double("clip") : 0.0;
   if (root.has_attr("origin")) s.origin = root.word<Origin>("origin");
-  if (root.has("model")) {
-    Group model = root.group("model");
-    s.model_name = model.attr_string("name");
-    if (model.has("torchscript")) s.program_bytes = model.blob_size("torchscript");
-  }
+  if (root.has("model")) s.model_name = root.group("model").attr_string("name");
   if (root.has("config")) {
     Group config = root.group("config");
     for (const auto& key : config.attr_names()) s.config[key] = config.attr_string(key);
@@ -127,7 +123,6 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
   }
   if (root.has("batch")) {
     Group batch = root.group("batch");
-    if (batch.has_attr("structure")) s.pickled_batch_objects = pickled_objects(batch.attr_string("structure"));
     if (batch.has("rows")) s.batch_rows = int_values(batch.tensor("rows"), path, "/batch/rows");
     if (batch.has("inputs")) {
       TensorData inputs = batch.tensor("inputs");
@@ -136,6 +131,11 @@ SnapshotSummary read_snapshot_summary(const std::string& path) {
     }
   }
   s.replay = read_replay_record(root);
+  // The code the file carries, read last.
+  if (root.has("model") && root.group("model").has("torchscript"))
+    s.program_bytes = root.group("model").blob_size("torchscript");
+  if (root.has("batch") && root.group("batch").has_attr("structure"))
+    s.pickled_batch_objects = pickled_objects(root.group("batch").attr_string("structure"));
   return s;
 }
 

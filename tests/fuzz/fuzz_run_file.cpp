@@ -1,9 +1,11 @@
 // run.h5 from outside: read whole (read_run, the rolled-back rows), followed
-// live (RunFollower), and opened by the viewer's model.
+// live (RunFollower), its overview read (or built from its rows), and opened
+// by the viewer's model.
 #include "fuzz_input.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_overview.hpp"
 #include "nanscope/viewer/view_model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -16,6 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     nanscope::format::RunFollower follower(path);
     follower.refresh();
+  } catch (const nanscope::format::FormatError&) {}
+  try {
+    nanscope::format::read_run_overview(path);
   } catch (const nanscope::format::FormatError&) {}
   nanscope::viewer::ViewModel model;  // never throws: a bad file is an entry in errors()
   model.open({path});

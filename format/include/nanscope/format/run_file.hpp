@@ -124,16 +124,22 @@ struct RunData {
   size_t rows() const { return step.size(); }
 };
 
+// Whether a reader reads the per-layer tables (steps x layers: most of a long
+// run's bytes) or only the scalar columns and events (nanscope-report, which
+// reports no layer, opens a million-step run in a fraction of the time).
+enum class LayerTables : uint8_t { read, skip };
+
 // Reads a run file; throws FormatError naming the file on any problem. Works on
 // a file that is still being written or whose writer was killed.
-RunData read_run(const std::string& path);
+RunData read_run(const std::string& path, LayerTables layers = LayerTables::read);
 
 // Follows a run file that may still be written: keeps it open for SWMR reading
 // and, on refresh(), reads only the rows and events committed since the last
 // call (the viewer's live view). Throws FormatError like read_run.
 class RunFollower {
  public:
-  explicit RunFollower(const std::string& path);  // reads every row committed so far
+  // Reads every row committed so far (without the layer tables: skip).
+  explicit RunFollower(const std::string& path, LayerTables layers = LayerTables::read);
   ~RunFollower();
   RunFollower(const RunFollower&) = delete;
   RunFollower& operator=(const RunFollower&) = delete;

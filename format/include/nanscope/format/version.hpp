@@ -28,8 +28,10 @@ namespace nanscope::format {
 //        every later op discarded, and batch leaves the step never read)
 //   1.11 run files: event `empty_loss` (micro-batches whose non-finite loss
 //        had exactly zero gradients, left out of an update that went on)
+//   1.12 run files: /overview (per block of 64, 4,096 and 262,144 rows, each
+//        series' min, max, last value and NaN/Inf counts: run_overview.hpp)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 11;
+inline constexpr int kFormatMinor = 12;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {
