@@ -20,7 +20,7 @@ struct Column {
 };
 
 inline Column create_column(hid_t group, const char* name, hid_t file_type, hid_t mem_type, hsize_t columns,
-                     const std::string& path) {
+                            const std::string& path) {
   const int rank = columns == 0 ? 1 : 2;
   hsize_t dims[2] = {0, columns};
   hsize_t max_dims[2] = {H5S_UNLIMITED, columns};

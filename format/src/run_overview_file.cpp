@@ -16,10 +16,12 @@ namespace nanscope::format {
 namespace {
 
 constexpr const char* kOverviewGroup = "/overview";
-constexpr hsize_t kBlockFields = 4;  // first step, last step, rows, skipped
+constexpr hsize_t kBlockFields = 4;   // first step, last step, rows, skipped
 constexpr hsize_t kScalarFields = 5;  // min, max, last, NaNs, Infs
 
-std::string level_group(size_t level) { return std::string(kOverviewGroup) + "/" + std::to_string(kOverviewBlockRows[level]); }
+std::string level_group(size_t level) {
+  return std::string(kOverviewGroup) + "/" + std::to_string(kOverviewBlockRows[level]);
+}
 
 // A level's blocks [from, to) as the datasets' rows.
 struct PackedBlocks {
@@ -32,8 +34,10 @@ struct PackedBlocks {
 template <typename T>
 void pack_stats(const BlockStats<T>& s, size_t b, std::vector<T>& values, std::vector<uint32_t>& counts) {
   const size_t w = s.width, at = b * w;
-  for (const std::vector<T>* v : {&s.min, &s.max, &s.last}) values.insert(values.end(), v->begin() + at, v->begin() + at + w);
-  for (const std::vector<uint32_t>* v : {&s.nan, &s.inf}) counts.insert(counts.end(), v->begin() + at, v->begin() + at + w);
+  for (const std::vector<T>* v : {&s.min, &s.max, &s.last})
+    values.insert(values.end(), v->begin() + at, v->begin() + at + w);
+  for (const std::vector<uint32_t>* v : {&s.nan, &s.inf})
+    counts.insert(counts.end(), v->begin() + at, v->begin() + at + w);
 }
 
 template <typename T>
@@ -82,8 +86,8 @@ OverviewColumns OverviewColumns::create(hid_t file, size_t layers, bool act_absm
                                     path, "create " + level_group(k));
     Level level;
     level.blocks = create_column(g.get(), "blocks", H5T_STD_I64LE, H5T_NATIVE_INT64, kBlockFields, path);
-    level.scalars = create_column(g.get(), "scalars", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                                  kOverviewScalars * kScalarFields, path);
+    level.scalars =
+        create_column(g.get(), "scalars", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, kOverviewScalars * kScalarFields, path);
     if (layers > 0) {
       level.grad = create_column(g.get(), "layer_grad_norm", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3 * layers, path);
       level.grad_counts =
@@ -212,8 +216,7 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
     const int64_t* f = &blocks[b * kBlockFields];
     const std::string what = group + " block " + std::to_string(from + b);
     // A complete block: its rows are the level's, its steps ascending.
-    if (f[2] != block_rows || f[3] < 0 || f[3] > block_rows || f[1] < f[0] ||
-        (b > 0 && f[0] <= out.last_step.back()))
+    if (f[2] != block_rows || f[3] < 0 || f[3] > block_rows || f[1] < f[0] || (b > 0 && f[0] <= out.last_step.back()))
       throw FormatError(path, what + " is not a block of " + std::to_string(block_rows) + " rows (corrupt file?)");
     out.first_step.push_back(f[0]);
     out.last_step.push_back(f[1]);
@@ -263,8 +266,8 @@ void seed_open_blocks(OverviewBuilder& builder, hid_t file, const StoredOverview
                       const std::string& path) {
   for (size_t k = 0; k + 1 < stored.blocks.size(); ++k) {
     const hsize_t per_next = hsize_t(kOverviewBlockRows[k + 1] / kOverviewBlockRows[k]);
-    const OverviewLevel seeds = read_overview_blocks(file, stored, k, stored.blocks[k + 1] * per_next,
-                                                     stored.blocks[k], path);
+    const OverviewLevel seeds =
+        read_overview_blocks(file, stored, k, stored.blocks[k + 1] * per_next, stored.blocks[k], path);
     for (size_t b = 0; b < seeds.blocks(); ++b) builder.add_stored_block(k, seeds, b);
   }
   const hsize_t from = stored.blocks[0] * hsize_t(kOverviewBlockRows[0]);

@@ -206,8 +206,7 @@ TEST(RunOverview, ACorruptOverviewIsRefusedNamingTheFile) {
     write_rows(writer, 0, 1000);
   }
   // A block that claims 63 rows, a NaN count over its rows: each refused.
-  for (const char* edit : {"f['overview/64/blocks'][3, 2] = 63",
-                           "f['overview/64/scalars'][2, 3] = 1e9",
+  for (const char* edit : {"f['overview/64/blocks'][3, 2] = 63", "f['overview/64/scalars'][2, 3] = 1e9",
                            "f['overview/64/layer_grad_norm_counts'][1, 0] = 4000000000"}) {
     const std::string copy = dir.file("corrupt.h5");
     std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);

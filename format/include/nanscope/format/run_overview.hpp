@@ -50,7 +50,7 @@ struct OverviewLevel {
   // Per block: the steps of its first and last row, its rows (block_rows, but
   // fewer in a run's last, partial block) and how many of them were skipped.
   std::vector<int64_t> first_step, last_step, rows, skipped;
-  BlockStats<double> scalars;        // width kOverviewScalars
+  BlockStats<double> scalars;         // width kOverviewScalars
   BlockStats<float> layer_grad_norm;  // width: the layers (0 when not recorded)
   BlockStats<float> layer_act_absmax;
   size_t blocks() const { return rows.size(); }
@@ -116,7 +116,6 @@ RunOverview build_overview(const RunData& run);
 // complete finest block), or, for a file that has none, reads its rows and
 // builds it, calling `progress(rows done, rows)` as it goes. Throws
 // FormatError naming the file for a corrupt, truncated or inconsistent one.
-RunOverview read_run_overview(const std::string& path,
-                              const std::function<void(int64_t, int64_t)>& progress = nullptr);
+RunOverview read_run_overview(const std::string& path, const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
 }  // namespace nanscope::format
