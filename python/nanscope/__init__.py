@@ -119,6 +119,25 @@ def _module_of_tensors(model, optimizer):
     return torch.nn.Module()
 
 
+class _IntegrationView:
+    """What the integrations read of a StepGuard (StepGuard._integration)."""
+    __slots__ = ("_of",)
+
+    def __init__(self, guard):
+        self._of = guard
+
+    # The model as the loop gave it (a DDP or compiled wrapper included); None once closed.
+    model = property(lambda self: self._of._model)
+    # unscale_() came in the step in progress: the gradients are unscaled already.
+    unscaled = property(lambda self: self._of._unscaled)
+    # close() was called: the guard steps no more.
+    closed = property(lambda self: self._of._guard is None)
+    # The StepResult of the latest step (None before the first).
+    last_result = property(lambda self: self._of._last_result)
+    # The Accelerate installation (its micro-batch naming), or None.
+    accelerated = property(lambda self: self._of._accelerated)
+
+
 class StepGuard:
     """The guarded step around a loop of yours.
 
@@ -462,6 +481,12 @@ class StepGuard:
         if self._guard is None:
             raise ValueError("nanscope.StepGuard: the guard is closed")
         return self._guard
+
+    def _integration(self):
+        """The one door through which nanscope's loop-library integrations
+        (the Trainer, Accelerate, Ignite) read the guard's state: a view, read
+        when asked, so the guard's own fields can change behind it."""
+        return _IntegrationView(self)
 
     run_file = property(lambda self: self._guard.run_file, doc="RUN_DIR/run.h5")
     amp = property(lambda self: self._guard.amp, doc="the precision steps run in now")

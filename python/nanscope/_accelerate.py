@@ -107,14 +107,15 @@ class Installed:
         loop's, and the norm is not taken twice (a tenth of a millisecond, a
         percent of a small Trainer step)."""
         guard = self._guard
+        view = guard._integration()
         unscales_itself = accelerator.native_amp and accelerator.mixed_precision == "fp16"
         reuses_norm = accelerator.distributed_type.name == "NO" and hasattr(torch.nn.utils, "clip_grads_with_norm_")
-        steered = [p for _, p in _sharded.named_parameters(_watch.inner(guard._model), trainable=True)] \
+        steered = [p for _, p in _sharded.named_parameters(_watch.inner(view.model), trainable=True)] \
             if reuses_norm else []
 
         def unscaled_first(clip):
             def run(*args, **kwargs):
-                if not unscales_itself and not guard._unscaled and guard._guard is not None:
+                if not unscales_itself and not view.unscaled and not view.closed:
                     guard.unscale_()
                 return clip(*args, **kwargs)
             run.__wrapped__ = clip
@@ -124,7 +125,7 @@ class Installed:
             def run(parameters, max_norm, norm_type=2):
                 # Only where the guard unscales now: gradients changed after an
                 # earlier unscale_() would have another norm.
-                if reuses_norm and guard._guard is not None and not guard._unscaled and float(norm_type) == 2.0:
+                if reuses_norm and not view.closed and not view.unscaled and float(norm_type) == 2.0:
                     parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
                     if _same_gradients(parameters, steered):
                         norm = guard.unscale_()

@@ -72,12 +72,13 @@ class _GuardedUpdate:
         guard = self._guard()
         if guard is None:
             raise ValueError("nanscope: the guard attached to this engine was collected; keep a reference to it")
-        before = guard._last_result
+        view = guard._integration()
+        before = view.last_result
         self.skipped = False
         engine.state.step_result = None
         with guard.autocast():
             output = self._update(engine, batch)
-        result = guard._last_result
+        result = view.last_result
         if result is not before:  # this iteration ended a step: accumulation ends it on some only
             engine.state.step_result = result
             self.skipped = bool(result.skipped)

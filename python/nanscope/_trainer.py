@@ -129,8 +129,9 @@ class TrainerGuard:
         """The Trainer's compute_loss, naming its inputs as the micro-batch of the
         backward that follows: the whole batch (labels too), where the model's
         own call may see part of it (a subclass that computes the loss itself)."""
-        if self.guard is not None and self.guard._accelerated is not None and model.training:
-            self.guard._accelerated.batch = inputs
+        accelerated = self.guard._integration().accelerated if self.guard is not None else None
+        if accelerated is not None and model.training:
+            accelerated.batch = inputs
         return self._compute_loss(model, inputs, *args, **kwargs)
 
     # --- The Trainer's logs.

@@ -638,3 +638,23 @@ def test_a_snapshot_of_a_wrapped_model_replays_into_the_plain_models_factory(tmp
 
     report = nanscope.replay(guard.snapshots[0], model=Net, loss=loss, write=False)
     assert report.verdict == "data" and report.first_birth.sample == 4
+
+
+def test_the_loop_library_integrations_read_the_guard_through_one_door():
+    """_trainer, _accelerate and _ignite read a StepGuard only through
+    guard._integration(), never its private fields: the guard's fields can
+    change without breaking them."""
+    import ast
+    import pathlib
+    package = pathlib.Path(nanscope.__file__).parent
+    reached = []
+    for name in ("_trainer.py", "_accelerate.py", "_ignite.py"):
+        tree = ast.parse((package / name).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and node.attr != "_integration"):
+                continue
+            owner = node.value
+            owner_name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if owner_name == "guard":
+                reached.append(f"{name}:{node.lineno} guard.{node.attr}")
+    assert reached == [], reached

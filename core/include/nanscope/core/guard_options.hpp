@@ -18,12 +18,6 @@
 
 namespace nanscope {
 
-// Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
-// and the rest keep their defaults without -Wmissing-field-initializers. The
-// defaults add nothing the loop did not do (no clipping unless asked), act on
-// what a failed step's diagnosis found (a data fault is skipped, not punished
-// with fp32 and a halved LR for the rest of the run) and speak on stderr;
-// nanscope-train sets its own documented defaults (the stock loop's).
 // The search for the earlier step whose update doomed a failing one
 // (doom_search.hpp, docs/recovery.md): off unless asked for. On, each step
 // keeps a reference to its batch (no copy) and its RNG state back to the
@@ -33,6 +27,12 @@ struct DoomSearchOptions {
   double memory_mb = 512;  // the batches kept for it; beyond this the oldest go (and the search reaches less far)
 };
 
+// Every member has an initializer, so `{run_dir, Amp::bf16}` sets the first two
+// and the rest keep their defaults without -Wmissing-field-initializers. The
+// defaults add nothing the loop did not do (no clipping unless asked), act on
+// what a failed step's diagnosis found (a data fault is skipped, not punished
+// with fp32 and a halved LR for the rest of the run) and speak on stderr;
+// nanscope-train sets its own documented defaults (the stock loop's).
 struct GuardOptions {
   std::string run_dir = "nanscope-run";             // run.h5 and snapshots/ go here (created)
   Amp amp = Amp::fp32;                              // the precision to start in
