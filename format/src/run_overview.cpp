@@ -148,9 +148,20 @@ void OverviewBuilder::add_stored_block(size_t level, const OverviewLevel& stored
 }
 
 std::vector<OverviewLevel> OverviewBuilder::take_completed() {
-  std::vector<OverviewLevel> out = completed_;
-  for (OverviewLevel& level : completed_) clear_blocks(level);
+  // Moved out, not copied: the writer asks at every flush.
+  std::vector<OverviewLevel> out = std::move(completed_);
+  completed_.clear();
+  for (size_t k = 0; k < out.size(); ++k)
+    completed_.push_back(empty_overview_level(k, out[k].layer_grad_norm.width, out[k].layer_act_absmax.width > 0));
   return out;
+}
+
+void OverviewBuilder::finish_into(std::vector<OverviewLevel>& levels) {
+  const std::vector<OverviewLevel> completed = take_completed(), open = open_blocks();
+  for (size_t k = 0; k < levels.size(); ++k) {
+    append_blocks(levels[k], completed[k]);
+    append_blocks(levels[k], open[k]);
+  }
 }
 
 std::vector<OverviewLevel> OverviewBuilder::open_blocks() const {
@@ -199,9 +210,9 @@ RunOverview build_overview(const RunData& run) {
   OverviewBuilder builder(layers, !run.layer_act_absmax.empty());
   builder.add(rows_view(run, 0, run.rows()));
   RunOverview out;
-  out.levels = builder.take_completed();
-  const std::vector<OverviewLevel> open = builder.open_blocks();
-  for (size_t k = 0; k < out.levels.size(); ++k) append_blocks(out.levels[k], open[k]);
+  for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
+    out.levels.push_back(empty_overview_level(k, layers, !run.layer_act_absmax.empty()));
+  builder.finish_into(out.levels);
   out.rows = int64_t(run.rows());
   out.built_from_rows = true;
   return out;

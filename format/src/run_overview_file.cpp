@@ -330,20 +330,16 @@ RunOverview read_run_overview(const std::string& path, const std::function<void(
       builder.add(rows_view(slice, 0, slice.rows()));
       if (progress) progress(int64_t(to), int64_t(rows));
     }
-    out.levels = builder.take_completed();
-    const std::vector<OverviewLevel> open = builder.open_blocks();
-    for (size_t k = 0; k < out.levels.size(); ++k) append_blocks(out.levels[k], open[k]);
+    for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
+      out.levels.push_back(empty_overview_level(k, stored->layers, act));
+    builder.finish_into(out.levels);
     return out;
   }
   OverviewBuilder builder(stored->layers, act);
   for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
     out.levels.push_back(read_overview_blocks(file, *stored, k, 0, stored->blocks[k], path));
   seed_open_blocks(builder, file, *stored, rows, path);
-  const std::vector<OverviewLevel> completed = builder.take_completed(), open = builder.open_blocks();
-  for (size_t k = 0; k < out.levels.size(); ++k) {
-    append_blocks(out.levels[k], completed[k]);
-    append_blocks(out.levels[k], open[k]);
-  }
+  builder.finish_into(out.levels);
   return out;
 }
 

@@ -94,6 +94,9 @@ class OverviewBuilder {
   // what a reader appends after the complete blocks. Empty levels for a run
   // whose rows all fell in complete blocks.
   std::vector<OverviewLevel> open_blocks() const;
+  // Appends every block it holds, completed and open, after `levels`' own
+  // (one per kOverviewBlockRows): a reader's last step.
+  void finish_into(std::vector<OverviewLevel>& levels);
   // Drops the open blocks (a resumed writer seeds them again).
   void reset();
 
