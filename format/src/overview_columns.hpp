@@ -60,6 +60,9 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
 // next level's last complete one, then the rows past the last complete block.
 void seed_open_blocks(OverviewBuilder& builder, hid_t file, const StoredOverview& stored, hsize_t rows,
                       const std::string& path);
+// The rows every step column holds (a SWMR writer extends them one by one):
+// the scalar columns and the per-layer tables asked for.
+hsize_t committed_rows(hid_t file, bool grad, bool act, const std::string& path);
 // Rows [from, to) of /steps, as a RunData of those rows alone.
 RunData read_step_rows(hid_t file, hsize_t from, hsize_t to, size_t layers, bool grad, bool act,
                        const std::string& path);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -41,6 +42,9 @@ constexpr double kWallAllowanceSeconds = 60;
 // The child's exit status when an allocation failed (std::bad_alloc): the
 // read needs more memory than the machine has.
 constexpr int kOutOfMemoryStatus = 86;
+// The child's exit status when the read threw (an error the caller's own
+// read reports in words).
+constexpr int kThrewStatus = 87;
 
 constexpr hsize_t kLargestAttributeRead = hsize_t(64) << 20;  // larger ones: type and shape only
 
@@ -192,80 +196,155 @@ void walk_metadata(const std::string& path) {
   walk(file.get(), 0);
 }
 
-void rehearse_in_child(const std::string& path, const std::function<void()>& read) {
-  if (in_rehearsal || !rehearsal_enabled) return;
+namespace {
+
+// Children that said they were done and are still tearing down: reaped
+// later, without waiting (a child's exit frees what it read, which takes
+// as long as a fair part of the read on a big file).
+std::vector<pid_t>& exiting_children() {
+  static std::vector<pid_t> children;
+  return children;
+}
+
+void reap_exited_children() {
+  std::vector<pid_t>& children = exiting_children();
+  children.erase(std::remove_if(children.begin(), children.end(),
+                                [](pid_t child) { return waitpid(child, nullptr, WNOHANG) != 0; }),
+                 children.end());
+}
+
+}  // namespace
+
+ChildRead::ChildRead(const std::string& path, const std::function<void()>& read) : path_(path) {
   silence_errors();
+  reap_exited_children();
+  if (pipe2(done_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) done_pipe_[0] = done_pipe_[1] = -1;
   struct stat st {};
-  const uint64_t file_bytes = ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
-  const ReadBound bound = read_bound(file_bytes);
+  file_bytes_ = ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+  bound_ = read_bound(file_bytes_);
   // The child's resident memory starts as ours (fork resets its peak to it).
-  const uint64_t resident_at_fork = status_bytes("/proc/self/status", "VmRSS");
-  const pid_t child = fork();
-  if (child < 0) return;  // no process to spare: the reader goes on without the defence
-  if (child == 0) {
+  resident_at_fork_ = status_bytes("/proc/self/status", "VmRSS");
+  child_ = fork();
+  if (child_ < 0) return;  // no process to spare: the reader goes on without the defence
+  if (child_ == 0) {
     in_rehearsal = true;
     default_crash_handlers();
     quiet_stderr();
-    limit_child(bound);
+    limit_child(bound_);
+    int status = 0;
     try {
       read();
     } catch (const std::bad_alloc&) {
       _exit(kOutOfMemoryStatus);  // more than the machine has: the parent would meet it too
-    } catch (...) {}
-    _exit(0);  // no exit handlers, no destructors of the parent's objects
+    } catch (...) {
+      status = kThrewStatus;
+    }
+    // The read ended without a crash: said at once, before the exit's teardown.
+    if (done_pipe_[1] >= 0) (void)!::write(done_pipe_[1], "d", 1);
+    _exit(status);  // no exit handlers, no destructors of the parent's objects
   }
-  char child_status[64];
-  std::snprintf(child_status, sizeof child_status, "/proc/%d/status", int(child));
-  const auto started = std::chrono::steady_clock::now();
-  const auto deadline = started + std::chrono::duration<double>(bound.wall_seconds);
+  if (done_pipe_[1] >= 0) ::close(done_pipe_[1]);
+  done_pipe_[1] = -1;
+  started_ = std::chrono::steady_clock::now();
+}
+
+ChildRead::~ChildRead() {
+  for (int fd : done_pipe_)
+    if (fd >= 0) ::close(fd);
+  if (child_ <= 0) return;
+  kill(child_, SIGKILL);
+  int status = 0;
+  waitpid(child_, &status, 0);
+}
+
+bool ChildRead::poll() {
+  if (child_ <= 0) return true;
+  const pid_t child = child_;
+  char said = 0;
+  if (done_pipe_[0] >= 0 && ::read(done_pipe_[0], &said, 1) == 1) {
+    // Done reading, within its bounds: its exit is left to finish on its own.
+    if (waitpid(child, nullptr, WNOHANG) == 0) exiting_children().push_back(child);
+    child_ = -1;
+    return true;
+  }
   int status = 0;
   rusage usage{};
-  auto pause = std::chrono::microseconds(100);
-  for (;;) {
-    const pid_t done = wait4(child, &status, WNOHANG, &usage);
-    if (done == child) break;
-    if (done < 0) return;
-    // Its resident peak since the fork, less what it shared with us then:
-    // polled every 10 ms at most, which a read that touches gigabytes
-    // passes by tens of megabytes before it is stopped.
-    const uint64_t peak = status_bytes(child_status, "VmHWM");
-    const bool too_big = peak > resident_at_fork && peak - resident_at_fork > bound.memory_bytes;
-    const bool too_long = std::chrono::steady_clock::now() > deadline;
-    if (too_big || too_long) {
-      kill(child, SIGKILL);
-      waitpid(child, &status, 0);
-      if (too_big) throw FormatError(path, out_of_memory(bound, file_bytes));
-      throw FormatError(path, "is corrupt: reading it did not finish in " + seconds_text(bound.wall_seconds) +
-                                  " (nothing was read from it)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  const pid_t done = wait4(child, &status, WNOHANG, &usage);
+  if (done < 0) {
+    child_ = -1;
+    return true;
   }
-  // The child leaves with 0 whatever the read threw; anything else is a
-  // crash (a signal, or a sanitizer's report of one: it exits with 1) or a
-  // bound it met.
+  if (done != child) {
+    // Its resident peak since the fork, less what it shared with us then:
+    // polled every 1 ms at most, which a read that touches gigabytes
+    // passes by a few megabytes before it is stopped.
+    char child_status[64];
+    std::snprintf(child_status, sizeof child_status, "/proc/%d/status", int(child));
+    const uint64_t peak = status_bytes(child_status, "VmHWM");
+    const bool too_big = peak > resident_at_fork_ && peak - resident_at_fork_ > bound_.memory_bytes;
+    const bool too_long =
+        std::chrono::steady_clock::now() > started_ + std::chrono::duration<double>(bound_.wall_seconds);
+    if (!too_big && !too_long) return false;
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    child_ = -1;
+    if (too_big) throw FormatError(path_, out_of_memory(bound_, file_bytes_));
+    throw FormatError(path_, "is corrupt: reading it did not finish in " + seconds_text(bound_.wall_seconds) +
+                                 " (nothing was read from it)");
+  }
+  child_ = -1;
+  // The child leaves with 0 or kThrewStatus whatever the read did; anything
+  // else is a crash (a signal, or a sanitizer's report of one: it exits
+  // with 1) or a bound it met.
   const double cpu_used = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                           1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-  if (WIFSIGNALED(status) && (WTERMSIG(status) == SIGXCPU || cpu_used >= std::floor(bound.cpu_seconds)))
-    throw FormatError(path, "is corrupt: reading it took more than " + seconds_text(bound.cpu_seconds) +
-                                " of CPU time, more than a file of " + std::to_string(file_bytes) +
-                                " bytes can justify (nothing was read from it)");
+  if (WIFSIGNALED(status) && (WTERMSIG(status) == SIGXCPU || cpu_used >= std::floor(bound_.cpu_seconds)))
+    throw FormatError(path_, "is corrupt: reading it took more than " + seconds_text(bound_.cpu_seconds) +
+                                 " of CPU time, more than a file of " + std::to_string(file_bytes_) +
+                                 " bytes can justify (nothing was read from it)");
   if (WIFSIGNALED(status))
-    throw FormatError(path, std::string("is corrupt: reading it crashed the HDF5 library (") +
-                                strsignal(WTERMSIG(status)) + ", in a child process; nothing was read from it)");
+    throw FormatError(path_, std::string("is corrupt: reading it crashed the HDF5 library (") +
+                                 strsignal(WTERMSIG(status)) + ", in a child process; nothing was read from it)");
   if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryStatus)
-    throw FormatError(path, out_of_memory(bound, file_bytes));
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-    throw FormatError(path, "is corrupt: reading it crashed the HDF5 library (exit status " +
-                                std::to_string(WEXITSTATUS(status)) +
-                                ", in a child process; nothing was read from it)");
+    throw FormatError(path_, out_of_memory(bound_, file_bytes_));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kThrewStatus)
+    throw FormatError(path_, "is corrupt: reading it crashed the HDF5 library (exit status " +
+                                 std::to_string(WEXITSTATUS(status)) +
+                                 ", in a child process; nothing was read from it)");
+  return true;
 }
+
+void rehearse_in_child(const std::string& path, const std::function<void()>& read) {
+  if (in_rehearsal || !rehearsal_enabled) return;
+  ChildRead child(path, read);
+  auto pause = std::chrono::microseconds(100);
+  while (!child.poll()) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+bool rehearsal_needed() { return rehearsal_enabled && !in_rehearsal; }
 
 }  // namespace nanscope::format::h5
 
 namespace nanscope::format {
 
 void set_rehearsal(bool on) { h5::rehearsal_enabled = on; }
+
+void read_under_one_rehearsal(const std::string& path, const std::function<void()>& reads) {
+  h5::rehearse_in_child(path, reads);
+  // Here the reads run as they did in the child: theirs are not rehearsed again.
+  const bool was = h5::in_rehearsal;
+  h5::in_rehearsal = true;
+  try {
+    reads();
+  } catch (...) {
+    h5::in_rehearsal = was;
+    throw;
+  }
+  h5::in_rehearsal = was;
+}
 bool rehearsal_on() { return h5::rehearsal_enabled; }
 
 }  // namespace nanscope::format

@@ -10,6 +10,9 @@
 // more memory than the file can justify, or runs out of CPU time turns into
 // a FormatError "corrupt" for the parent, which never touched the bad bytes.
 // Only format/src uses this.
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +35,35 @@ ReadBound read_bound(uint64_t file_bytes);
 // exception, HDF5 error) returns: the caller then reads for real, the same
 // read the child made, and reports its own errors.
 void rehearse_in_child(const std::string& path, const std::function<void()>& read);
+
+// The same child, polled instead of waited for: a read that runs while the
+// caller goes on (the viewer's rows fetched behind its frames). The child
+// runs `read` under read_bound(the file's size) and ends; what it read must
+// reach the caller through memory shared before the fork.
+class ChildRead {
+ public:
+  ChildRead(const std::string& path, const std::function<void()>& read);
+  ~ChildRead();  // stops a child still running
+  ChildRead(const ChildRead&) = delete;
+  ChildRead& operator=(const ChildRead&) = delete;
+  // Never blocks: false while the child runs, true once it has ended (its
+  // read done, or thrown: the caller's own read reports that). Throws FormatError like
+  // rehearse_in_child for a crash or a bound met. With no process to spare,
+  // nothing ran: true at once, and started() is false.
+  bool poll();
+  bool started() const { return started_ != std::chrono::steady_clock::time_point{}; }
+
+ private:
+  std::string path_;
+  uint64_t file_bytes_ = 0, resident_at_fork_ = 0;
+  ReadBound bound_;
+  pid_t child_ = -1;
+  int done_pipe_[2] = {-1, -1};  // the child writes a byte once its read is over
+  std::chrono::steady_clock::time_point started_{};
+};
+
+// A read here is to be rehearsed first: rehearsal on, and not in a child.
+bool rehearsal_needed();
 
 // An archive's reads come later, one call at a time; its rehearsal is a walk
 // of everything the readers touch: every group and attribute listed by name

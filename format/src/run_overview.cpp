@@ -53,12 +53,16 @@ void BlockStats<T>::fold(size_t block, const BlockStats& other, size_t from) {
 }
 
 template <typename T>
-void BlockStats<T>::clear() {
-  min.clear();
-  max.clear();
-  last.clear();
-  nan.clear();
-  inf.clear();
+void BlockStats<T>::reserve_blocks(size_t blocks) {
+  for (std::vector<T>* v : {&min, &max, &last}) v->reserve(blocks * width);
+  for (std::vector<uint32_t>* v : {&nan, &inf}) v->reserve(blocks * width);
+}
+
+template <typename T>
+void BlockStats<T>::keep_blocks(size_t blocks) {
+  const size_t n = std::min(min.size(), blocks * width);
+  for (std::vector<T>* v : {&min, &max, &last}) v->resize(n);
+  for (std::vector<uint32_t>* v : {&nan, &inf}) v->resize(n);
 }
 
 template struct BlockStats<double>;
@@ -92,14 +96,17 @@ void append_block(OverviewLevel& dst, const OverviewLevel& src, size_t from) {
   fold_block(dst, dst.blocks() - 1, src, from);
 }
 
-void clear_blocks(OverviewLevel& level) {
-  for (auto* v : {&level.first_step, &level.last_step, &level.rows, &level.skipped}) v->clear();
-  level.scalars.clear();
-  level.layer_grad_norm.clear();
-  level.layer_act_absmax.clear();
-}
+void clear_blocks(OverviewLevel& level) { keep_blocks(level, 0); }
 
 }  // namespace
+
+void keep_blocks(OverviewLevel& level, size_t blocks) {
+  if (blocks >= level.blocks()) return;
+  for (auto* v : {&level.first_step, &level.last_step, &level.rows, &level.skipped}) v->resize(blocks);
+  level.scalars.keep_blocks(blocks);
+  level.layer_grad_norm.keep_blocks(blocks);
+  level.layer_act_absmax.keep_blocks(blocks);
+}
 
 OverviewLevel empty_overview_level(size_t level, size_t layers, bool act_absmax) {
   OverviewLevel out;
@@ -156,11 +163,14 @@ std::vector<OverviewLevel> OverviewBuilder::take_completed() {
   return out;
 }
 
-void OverviewBuilder::finish_into(std::vector<OverviewLevel>& levels) {
+void OverviewBuilder::publish_into(std::vector<OverviewLevel>& levels) {
   const std::vector<OverviewLevel> completed = take_completed(), open = open_blocks();
+  published_open_.resize(levels.size(), 0);
   for (size_t k = 0; k < levels.size(); ++k) {
+    keep_blocks(levels[k], levels[k].blocks() - std::min(levels[k].blocks(), published_open_[k]));
     append_blocks(levels[k], completed[k]);
     append_blocks(levels[k], open[k]);
+    published_open_[k] = open[k].blocks();
   }
 }
 
@@ -183,6 +193,7 @@ std::vector<OverviewLevel> OverviewBuilder::open_blocks() const {
 void OverviewBuilder::reset() {
   for (OverviewLevel& level : open_) clear_blocks(level);
   for (OverviewLevel& level : completed_) clear_blocks(level);
+  published_open_.clear();
 }
 
 RowsView rows_view(const RunData& run, size_t begin, size_t end) {
@@ -212,7 +223,7 @@ RunOverview build_overview(const RunData& run) {
   RunOverview out;
   for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
     out.levels.push_back(empty_overview_level(k, layers, !run.layer_act_absmax.empty()));
-  builder.finish_into(out.levels);
+  builder.publish_into(out.levels);
   out.rows = int64_t(run.rows());
   out.built_from_rows = true;
   return out;

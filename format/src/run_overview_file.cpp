@@ -40,13 +40,6 @@ void pack_stats(const BlockStats<T>& s, size_t b, std::vector<T>& values, std::v
     counts.insert(counts.end(), v->begin() + at, v->begin() + at + w);
 }
 
-template <typename T>
-void unpack_stats(BlockStats<T>& s, const T* values, const uint32_t* counts) {
-  const size_t w = s.width;
-  for (std::vector<T>* v : {&s.min, &s.max, &s.last}) v->insert(v->end(), values, values + w), values += w;
-  for (std::vector<uint32_t>* v : {&s.nan, &s.inf}) v->insert(v->end(), counts, counts + w), counts += w;
-}
-
 PackedBlocks pack(const OverviewLevel& level) {
   PackedBlocks p;
   for (size_t b = 0; b < level.blocks(); ++b) {
@@ -185,12 +178,56 @@ std::optional<StoredOverview> stored_overview(hid_t file, hsize_t rows, const st
   return out;
 }
 
+namespace {
+
+// Columns [first, first + count) of rows [from, to) of a [rows x columns]
+// dataset, straight into `out` ([rows x count]): a field of every layer read
+// into its own array, with no copy in between.
+void read_columns(hid_t ds, hid_t mem_type, hsize_t from, hsize_t to, hsize_t first, hsize_t count, void* out,
+                  const std::string& path, const std::string& full) {
+  h5::Handle file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
+  hsize_t start[2] = {from, first};
+  hsize_t extent[2] = {to - from, count};
+  h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, extent, nullptr), path,
+            "H5Sselect_hyperslab");
+  h5::Handle mem_space = h5::space_handle(H5Screate_simple(2, extent, nullptr), path, "H5Screate");
+  h5::check(H5Dread(ds, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out), path,
+            "cannot read " + full + " (corrupt file?)");
+}
+
+// One per-layer table's blocks [from, to): min, max and last of each layer
+// from `values` ([n x 3L]), NaN and Inf counts from `counts` ([n x 2L]).
+void read_layer_stats(hid_t file, const std::string& group, const std::string& name, hsize_t from, hsize_t to,
+                      int64_t block_rows, BlockStats<float>& stats, const std::string& path) {
+  const hsize_t n = to - from, layers = stats.width;
+  const std::string counts_name = name + "_counts";
+  h5::Handle values = dataset_of_rows(file, group, name.c_str(), to, 3 * layers, sizeof(float), path);
+  h5::Handle counts = dataset_of_rows(file, group, counts_name.c_str(), to, 2 * layers, sizeof(uint32_t), path);
+  std::vector<float>* fields[] = {&stats.min, &stats.max, &stats.last};
+  for (hsize_t f = 0; f < 3; ++f) {
+    resize_bulk(*fields[f], n * layers);
+    read_columns(values.get(), H5T_NATIVE_FLOAT, from, to, f * layers, layers, fields[f]->data(), path,
+                 group + "/" + name);
+  }
+  std::vector<uint32_t>* count_fields[] = {&stats.nan, &stats.inf};
+  for (hsize_t f = 0; f < 2; ++f) {
+    resize_bulk(*count_fields[f], n * layers);
+    read_columns(counts.get(), H5T_NATIVE_UINT32, from, to, f * layers, layers, count_fields[f]->data(), path,
+                 group + "/" + counts_name);
+  }
+  for (size_t i = 0; i < n * layers; ++i)
+    if (int64_t(stats.nan[i]) + int64_t(stats.inf[i]) > block_rows)
+      throw FormatError(path, group + " counts more non-finite values than a block has rows (corrupt file?)");
+}
+
+}  // namespace
+
 OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, size_t level, hsize_t from, hsize_t to,
                                    const std::string& path) {
   OverviewLevel out = empty_overview_level(level, stored.layers, stored.act_absmax);
   if (to <= from) return out;
   const std::string group = level_group(level);
-  const hsize_t n = to - from, layers = stored.layers;
+  const hsize_t n = to - from;
   // Each dataset is checked against what the file can hold before its rows are allocated.
   auto read = [&](const char* name, hid_t type, hsize_t columns, auto& into) {
     h5::Handle ds = dataset_of_rows(file, group, name, to, columns, sizeof(into[0]), path);
@@ -199,19 +236,11 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
   };
   std::vector<int64_t> blocks;
   std::vector<double> scalars;
-  std::vector<float> grad, act;
-  std::vector<uint32_t> grad_counts, act_counts;
   read("blocks", H5T_NATIVE_INT64, kBlockFields, blocks);
   read("scalars", H5T_NATIVE_DOUBLE, kOverviewScalars * kScalarFields, scalars);
-  if (layers > 0) {
-    read("layer_grad_norm", H5T_NATIVE_FLOAT, 3 * layers, grad);
-    read("layer_grad_norm_counts", H5T_NATIVE_UINT32, 2 * layers, grad_counts);
-  }
-  if (stored.act_absmax) {
-    read("layer_act_absmax", H5T_NATIVE_FLOAT, 3 * layers, act);
-    read("layer_act_absmax_counts", H5T_NATIVE_UINT32, 2 * layers, act_counts);
-  }
   const int64_t block_rows = kOverviewBlockRows[level];
+  for (auto* v : {&out.first_step, &out.last_step, &out.rows, &out.skipped}) v->reserve(n);
+  out.scalars.reserve_blocks(n);
   for (hsize_t b = 0; b < n; ++b) {
     const int64_t* f = &blocks[b * kBlockFields];
     const std::string what = group + " block " + std::to_string(from + b);
@@ -230,13 +259,11 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
       out.scalars.nan.push_back(checked_count(s[3], block_rows, path, what));
       out.scalars.inf.push_back(checked_count(s[4], block_rows, path, what));
     }
-    if (layers > 0) unpack_stats(out.layer_grad_norm, &grad[b * 3 * layers], &grad_counts[b * 2 * layers]);
-    if (stored.act_absmax) unpack_stats(out.layer_act_absmax, &act[b * 3 * layers], &act_counts[b * 2 * layers]);
   }
-  for (const BlockStats<float>* s : {&out.layer_grad_norm, &out.layer_act_absmax})
-    for (size_t i = 0; i < s->nan.size(); ++i)
-      if (int64_t(s->nan[i]) + int64_t(s->inf[i]) > block_rows)
-        throw FormatError(path, group + " counts more non-finite values than a block has rows (corrupt file?)");
+  if (stored.layers > 0)
+    read_layer_stats(file, group, "layer_grad_norm", from, to, block_rows, out.layer_grad_norm, path);
+  if (stored.act_absmax)
+    read_layer_stats(file, group, "layer_act_absmax", from, to, block_rows, out.layer_act_absmax, path);
   return out;
 }
 
@@ -275,8 +302,6 @@ void seed_open_blocks(OverviewBuilder& builder, hid_t file, const StoredOverview
   builder.add(rows_view(tail, 0, tail.rows()));
 }
 
-namespace {
-
 // The rows every step column holds (a SWMR writer extends them one by one).
 hsize_t committed_rows(hid_t file, bool grad, bool act, const std::string& path) {
   hsize_t rows = hsize_t(-1);
@@ -289,58 +314,6 @@ hsize_t committed_rows(hid_t file, bool grad, bool act, const std::string& path)
     rows = std::min<hsize_t>(rows, dims.empty() ? 0 : dims[0]);
   }
   return rows;
-}
-
-// The rows a file without an overview is read in at a time: a million-step
-// run of 256 layers is never in memory at once.
-constexpr hsize_t kRowsPerRead = 16384;
-
-}  // namespace
-
-RunOverview read_run_overview(const std::string& path, const std::function<void(int64_t, int64_t)>& progress) {
-  h5::rehearse_in_child(path, [&] { read_run_overview(path); });
-  const h5::Handle handle = h5::open_file_readonly(path);
-  const hid_t file = handle.get();
-  h5::check_identity(file, kRunFileKind, path);
-  const std::string names = std::string(run_schema::kLayersGroup) + "/names";
-  if (!h5::link_exists(file, names)) throw FormatError(path, names + " missing");
-  if (!h5::link_exists(file, run_schema::kStepsGroup)) throw FormatError(path, "/steps missing");
-  h5::Handle names_ds = open_dataset(file, run_schema::kLayersGroup, "names", path);
-  const std::vector<hsize_t> name_dims = refreshed_dims(names_ds.get(), path, names);
-  const size_t layers = name_dims.size() == 1 ? size_t(name_dims[0]) : 0;
-  const std::string steps = run_schema::kStepsGroup;
-  const bool grad = layers > 0 && h5::link_exists(file, steps + "/layer_grad_norm");
-  const bool act = layers > 0 && h5::link_exists(file, steps + "/layer_act_absmax");
-  const hsize_t rows = committed_rows(file, grad, act, path);
-
-  RunOverview out;
-  out.rows = int64_t(rows);
-  std::optional<StoredOverview> stored = stored_overview(file, rows, path);
-  if (stored && ((stored->layers > 0) != grad || stored->act_absmax != act || (grad && stored->layers != layers)))
-    throw FormatError(path, "/overview's layers do not match /steps' (corrupt file?)");
-  if (!stored) {
-    // Written before the run kept an overview: made here from the rows, a
-    // slice at a time.
-    out.built_from_rows = true;
-    stored = StoredOverview{grad ? layers : 0, act, std::vector<hsize_t>(kOverviewBlockRows.size(), 0)};
-    OverviewBuilder builder(stored->layers, act);
-    for (hsize_t from = 0; from < rows; from += kRowsPerRead) {
-      const hsize_t to = std::min(rows, from + kRowsPerRead);
-      const RunData slice = read_step_rows(file, from, to, layers, grad, act, path);
-      builder.add(rows_view(slice, 0, slice.rows()));
-      if (progress) progress(int64_t(to), int64_t(rows));
-    }
-    for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
-      out.levels.push_back(empty_overview_level(k, stored->layers, act));
-    builder.finish_into(out.levels);
-    return out;
-  }
-  OverviewBuilder builder(stored->layers, act);
-  for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
-    out.levels.push_back(read_overview_blocks(file, *stored, k, 0, stored->blocks[k], path));
-  seed_open_blocks(builder, file, *stored, rows, path);
-  builder.finish_into(out.levels);
-  return out;
 }
 
 }  // namespace nanscope::format

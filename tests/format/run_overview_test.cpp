@@ -2,15 +2,25 @@
 // the rows say (checked against the rows themselves, block by block); a NaN
 // or an Inf in one row shows in its block at every level; a resumed run's
 // overview is the uninterrupted run's; a file without one gets one built from
-// its rows; a corrupt one is refused.
+// its rows; a corrupt one is refused; a follower keeps it as the run is
+// written; rows fetched for a view are the file's.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "../support/test_support.hpp"
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/layer_rows_fetch.hpp"
+#include "nanscope/format/overview_follower.hpp"
+#include "nanscope/format/rehearsal.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_overview.hpp"
 #include "nanscope/format/version.hpp"
@@ -84,6 +94,13 @@ void expect_same(const RunOverview& a, const RunOverview& b) {
     expect_same_stats(x.layer_grad_norm, y.layer_grad_norm, what + " layer_grad_norm");
     expect_same_stats(x.layer_act_absmax, y.layer_act_absmax, what + " layer_act_absmax");
   }
+}
+
+// Waits for a fetch to be read (or a minute: a hang); take() then throws if it failed.
+void wait_until_ready(LayerRowsFetch& fetch) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!fetch.ready() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 // The block of `level` that holds row `row`.
@@ -222,4 +239,91 @@ TEST(RunOverview, ACorruptOverviewIsRefusedNamingTheFile) {
       EXPECT_NE(std::string(e.what()).find("/overview/64"), std::string::npos) << e.what();
     }
   }
+}
+
+// The viewer's follower: opened on a run still being written (a child
+// process writes it), refreshed as rows come in batches that straddle the
+// blocks, it ends where an overview of the whole file's rows does.
+TEST(RunOverview, AFollowerExtendsItAsTheRunIsWritten) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const int64_t batches[] = {3000, 3100, 7777, kRows};
+  const pid_t child = fork();
+  if (child == 0) {
+    RunWriter writer(path, header(), 37);
+    int64_t written = 0;
+    char c = 'x';
+    for (int64_t to : batches) {
+      write_rows(writer, written, to);
+      writer.flush();
+      written = to;
+      (void)!write(to_parent[1], &c, 1);
+      (void)!read(to_child[0], &c, 1);
+    }
+    _exit(0);
+  }
+  char c = 'x';
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  OverviewFollower follower(path);
+  EXPECT_EQ(follower.overview().rows, batches[0]);
+  for (size_t i = 1; i < std::size(batches); ++i) {
+    ASSERT_EQ(write(to_child[1], &c, 1), 1);
+    ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+    EXPECT_EQ(follower.refresh(), size_t(batches[i] - batches[i - 1]));
+    EXPECT_EQ(follower.overview().rows, batches[i]);
+  }
+  EXPECT_EQ(follower.refresh(), 0u);
+  ASSERT_EQ(write(to_child[1], &c, 1), 1);
+  waitpid(child, nullptr, 0);
+  expect_same(follower.overview(), build_overview(read_run(path)));
+}
+
+// Rows fetched behind a view's back (a child reads them into shared memory)
+// are the file's rows; rows the file does not hold, or a file that is not a
+// run, are a FormatError naming it, with the rehearsal on or off.
+TEST(RunOverview, FetchedRowsAreTheFilesRowsAndBadOnesAnError) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  {
+    RunWriter writer(path, header());
+    write_rows(writer, 0, kRows);
+  }
+  const RunData run = read_run(path);
+  for (bool rehearse : {true, false}) {
+    set_rehearsal(rehearse);
+    LayerRowsFetch fetch(path, 7700, 7800, kLayers, true, true);
+    wait_until_ready(fetch);
+    const LayerRows rows = fetch.take();
+    ASSERT_EQ(rows.rows(), 100u);
+    EXPECT_EQ(rows.from, 7700u);
+    for (size_t i = 0; i < 100; ++i) {
+      ASSERT_EQ(rows.step[i], run.step[7700 + i]);
+      for (size_t l = 0; l < kLayers; ++l) {
+        const size_t at = (7700 + i) * kLayers + l;
+        ASSERT_TRUE(same(std::vector<float>{rows.grad_norm[i * kLayers + l]}, {run.layer_grad_norm[at]}));
+        ASSERT_TRUE(same(std::vector<float>{rows.act_absmax[i * kLayers + l]}, {run.layer_act_absmax[at]}));
+      }
+    }
+    EXPECT_TRUE(std::isinf(rows.grad_norm[(kInfLayerStep - 7700) * kLayers + 1])) << "step 7777's Inf";
+
+    auto expect_refused = [&](const std::string& file, size_t from, size_t to, const char* words) {
+      try {
+        LayerRowsFetch bad(file, from, to, kLayers, true, true);
+        wait_until_ready(bad);
+        bad.take();
+        ADD_FAILURE() << "no error for " << file << " rows " << from << ".." << to;
+      } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+    };
+    expect_refused(path, kRows - 10, kRows + 10, "holds 10000 rows");
+    const std::string not_run = dir.file("not-a-run.h5");
+    { std::ofstream(not_run) << "not HDF5 at all"; }
+    expect_refused(not_run, 0, 10, not_run.c_str());
+  }
+  set_rehearsal(true);
 }

@@ -172,7 +172,7 @@ TEST(Heatmap, EachPixelShowsItsLayersLargestValueAndNonFiniteColours) {
   const auto steps = steps_from(0, rows);
   HeatmapImage image;
   const LogScale scale{1, 8};
-  render_heatmap(pyramid, steps.data(), 0, 8, 4, scale, image);  // 2 steps per pixel
+  render_heatmap(rows_grid(pyramid, steps.data()), 0, 8, 4, scale, image);  // 2 steps per pixel
   ASSERT_EQ(image.columns, 4u);
   ASSERT_EQ(image.rows, 2u);
   EXPECT_FLOAT_EQ(image.at(0, 0), 2);
@@ -182,7 +182,7 @@ TEST(Heatmap, EachPixelShowsItsLayersLargestValueAndNonFiniteColours) {
   EXPECT_EQ(image.rgba[1 * 4 + 2], kNaNColor);  // steps 4-5
   EXPECT_EQ(image.rgba[1 * 4 + 0], colormap(0.0f));
   // Zoomed in past one step per pixel: every pixel is filled, none left empty.
-  render_heatmap(pyramid, steps.data(), 2, 4, 40, scale, image);
+  render_heatmap(rows_grid(pyramid, steps.data()), 2, 4, 40, scale, image);
   for (size_t c = 0; c < 40; ++c) EXPECT_NE(image.rgba[c], kMissingColor) << c;
 }
 

@@ -173,6 +173,39 @@ TEST_F(ViewerScreenshot, SampleRunShowsLossCurveNaNMarkerAndHeatmap) {
   EXPECT_TRUE(shot.has("note.loss_scale")) << r.output;
 }
 
+// A million steps, one of them NaN: at the whole-run zoom the heatmap shows
+// it in its layer's row (and nowhere else) and the loss curve marks it, read
+// through the run's overview (a 64-step block can fill a pixel column, never
+// be sampled away).
+TEST_F(ViewerScreenshot, ASingleNaNStepInAMillionStepRunShowsAtTheWholeRunZoom) {
+  test::TempDir dir;
+  const std::string run = dir.file("run.h5");
+  constexpr int64_t kSteps = 1000000, kNaNStep = 654321;
+  constexpr int kLayers = 8, kNaNLayer = 2;  // synthetic_row's NaN layer
+  test::write_long_synthetic_run(run, kSteps, kLayers, kNaNStep);
+  auto r = view(run, dir.file("run.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("run.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("plot.loss") && shot.has("heatmap")) << r.output;
+  const double at = (double(kNaNStep) + 0.5) / double(kSteps);
+
+  const Region loss = shot.region("plot.loss");
+  const int nan_x = loss.x + int(at * loss.w);
+  EXPECT_GT(shot.count({nan_x - 6, loss.y, 12, 8}, kNaN, 10), 5) << "the marker at step 654321";
+  EXPECT_EQ(shot.count({loss.x, loss.y, nan_x - 8 - loss.x, loss.h}, kNaN, 10), 0) << "no marker before it";
+  EXPECT_EQ(shot.count({nan_x + 8, loss.y, loss.x + loss.w - nan_x - 8, loss.h}, kNaN, 10), 0) << "nor after";
+
+  // The heatmap: the colour map, and the NaN cell in layer 2's band only.
+  const Region heat = shot.region("heatmap");
+  EXPECT_GT(colormap_share(shot, heat, nullptr), 0.85);
+  const double row_height = double(heat.h) / kLayers;
+  const int column = heat.x + int(at * heat.w), top = heat.y + int(kNaNLayer * row_height);
+  const Region inside{column - 2, top + 2, 5, int(row_height) - 4}, around{column - 2, top - 1, 5, int(row_height) + 3};
+  EXPECT_GE(shot.count(inside, kNaN, 10), inside.h) << "a column of NaN pixels in layer 2's row";
+  EXPECT_EQ(shot.count(heat, kNaN, 10), shot.count(around, kNaN, 10)) << "and no NaN pixel anywhere else";
+}
+
 // Only fp16 has a loss scaler (playbook P5, P6). Overlaid with a bf16 run, the
 // loss-scale plot draws the fp16 run alone; a bf16 run by itself gets a note
 // ("no scaler") where a flat line at 1 would read like a scaler stuck at 1.

@@ -58,6 +58,14 @@ inline void write_synthetic_run(const std::string& path, int64_t steps, size_t l
   }
 }
 
+// A long run (the viewer reads it through its overview): synthetic_row's
+// values, one NaN step (loss, grad norm and layer 2's norm), written in
+// large batches so a million rows take seconds.
+inline void write_long_synthetic_run(const std::string& path, int64_t steps, size_t layers, int64_t nan_step) {
+  format::RunWriter writer(path, synthetic_header(layers), 8192);
+  for (int64_t s = 0; s < steps; ++s) writer.append(synthetic_row(s, layers, nan_step));
+}
+
 // A run that warned and rolled back: a warning naming blocks.1.fc at step 40,
 // steps 41-60 with a loss of 1e6 (a burst that wrecked the weights), and a
 // rollback at step 60 back to the state after step 40; then the curve goes on.

@@ -45,8 +45,20 @@ std::string glfw_error;
 void on_glfw_error(int, const char* description) { glfw_error = description; }
 
 int run_viewer(const ViewerOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  auto ms_since_start = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  };
   ViewModel model;
+  model.on_overview_build = [](const std::string& path, int64_t done, int64_t rows) {
+    // A progress line on one terminal line, ended when done.
+    std::fprintf(
+        stderr,
+        "\rnanscope-view: '%s' has no overview (written before format 1.12): built from its rows, %lld of %lld%s",
+        path.c_str(), static_cast<long long>(done), static_cast<long long>(rows), done == rows ? "\n" : "");
+  };
   model.open(options.paths);  // what fails is listed in the window and below
+  const double open_ms = ms_since_start();
   for (const std::string& e : model.errors()) std::fprintf(stderr, "nanscope-view: %s\n", e.c_str());
   size_t errors_reported = model.errors().size();
 
@@ -83,6 +95,7 @@ int run_viewer(const ViewerOptions& options) {
     const bool only_snapshots = model.runs.empty() && !model.snapshots.empty();
     ui.tab = options.show == "snapshot" || (options.show == "auto" && only_snapshots) ? Tab::snapshot : Tab::training;
     std::vector<double> build_ms;
+    double first_frame_ms = 0;
     build_ms.reserve(size_t(std::max(0, options.frames)));
     auto last_poll = std::chrono::steady_clock::now();
     for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
@@ -107,6 +120,7 @@ int run_viewer(const ViewerOptions& options) {
       if (!options.screenshot.empty()) ImGui::GetIO().MousePos = {-FLT_MAX, -FLT_MAX};
       ImGui::NewFrame();
       draw_frame(model, ui);
+      model.focus(ui.steps.x, ui.heatmap_columns);  // a long run's zoomed-in rows, fetched behind the frames
       ImGui::Render();
       build_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - build_start).count());
@@ -117,6 +131,10 @@ int run_viewer(const ViewerOptions& options) {
       glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (frame == 0) {
+        glFinish();
+        first_frame_ms = ms_since_start();
+      }
 
       if (last_frame) {
         glFinish();
@@ -127,6 +145,7 @@ int run_viewer(const ViewerOptions& options) {
         } else {
           std::printf("screenshot %s (%dx%d) after %d frames; frame build median %.2f ms\n", options.screenshot.c_str(),
                       fb_width, fb_height, frame + 1, median(build_ms));
+          std::printf("opened in %.0f ms; first frame drawn %.0f ms after start\n", open_ms, first_frame_ms);
           // Where each plot was drawn, for tests that check the pixels.
           for (const auto& [name, r] : ui.regions)
             std::printf("region %s %.0f %.0f %.0f %.0f\n", name.c_str(), r.x, r.y, r.w, r.h);

@@ -44,14 +44,15 @@ void draw_legend(ImDrawList* dl, ImVec2 lo, float height, const LogScale& scale)
 // rows, the width, the visible steps or the shared scale changed).
 void draw_run_heatmap(ImDrawList* dl, const RunSource& run, HeatmapState& h, ImVec2 lo, ImVec2 hi,
                       const StepView& steps, const LogScale& scale) {
-  const LayerPyramid& pyramid = run.grad_norms();
   const size_t columns = size_t(std::max(1.0f, hi.x - lo.x));
-  if (h.source != &run || h.rows != pyramid.rows() || h.columns != columns || h.x.lo != steps.x.lo ||
-      h.x.hi != steps.x.hi || h.scale.lo != scale.lo || h.scale.hi != scale.hi) {
-    render_heatmap(pyramid, run.data().step.data(), steps.x.lo, steps.x.hi, columns, scale, h.image);
+  const LayerGrid grid = run.grad_norm_grid(steps.x, columns);
+  if (h.source != &run || h.pyramid != grid.pyramid || h.revision != run.revision() || h.columns != columns ||
+      h.x.lo != steps.x.lo || h.x.hi != steps.x.hi || h.scale.lo != scale.lo || h.scale.hi != scale.hi) {
+    render_heatmap(grid, steps.x.lo, steps.x.hi, columns, scale, h.image);
     h.texture.upload(h.image.rgba.data(), h.image.columns, h.image.rows);
     h.source = &run;
-    h.rows = pyramid.rows();
+    h.pyramid = grid.pyramid;
+    h.revision = run.revision();
     h.columns = columns;
     h.x = steps.x;
     h.scale = scale;
@@ -94,8 +95,8 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
   shown.clear();
   if (group) {
     for (size_t run : group->runs)
-      if (model.runs[run].grad_norms().layers() > 0) shown.push_back(run);
-  } else if (active.grad_norms().layers() > 0) {
+      if (model.runs[run].has_layer_table(OverviewTable::layer_grad_norm)) shown.push_back(run);
+  } else if (active.has_layer_table(OverviewTable::layer_grad_norm)) {
     shown.push_back(size_t(ui.active_run));
   }
   if (shown.empty()) {
@@ -105,14 +106,14 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
   }
   // The ranks run one model: the layer names are the same on every rank.
   const format::RunData& names = model.runs[shown.front()].data();
-  const size_t layers = model.runs[shown.front()].grad_norms().layers();
+  const size_t layers = names.layer_names.size();
   double finite_min = 0, finite_max = 0;
   bool any_finite = false;
   for (size_t run : shown) {
-    const LayerPyramid& pyramid = model.runs[run].grad_norms();
-    if (!(pyramid.finite_max() > 0)) continue;  // no rows, or none finite yet
-    finite_min = any_finite ? std::min(finite_min, pyramid.finite_min()) : pyramid.finite_min();
-    finite_max = any_finite ? std::max(finite_max, pyramid.finite_max()) : pyramid.finite_max();
+    const double run_min = model.runs[run].grad_norm_min(), run_max = model.runs[run].grad_norm_max();
+    if (!(run_max > 0)) continue;  // no rows, or none finite yet
+    finite_min = any_finite ? std::min(finite_min, run_min) : run_min;
+    finite_max = any_finite ? std::max(finite_max, run_max) : run_max;
     any_finite = true;
   }
   const LogScale scale = LogScale::spanning(finite_min, finite_max);
@@ -128,6 +129,7 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
   const float pane_width = std::max(1.0f, (area_hi - area_lo - gap * float(shown.size() - 1)) / float(shown.size()));
   const float top = origin.y + title_height, bottom = top + height;
   auto pane_lo = [&](size_t k) { return ImVec2{area_lo + float(k) * (pane_width + gap), top}; };
+  ui.heatmap_columns = size_t(pane_width);
 
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float row_height = height / float(layers);

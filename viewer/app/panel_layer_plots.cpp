@@ -35,9 +35,10 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
   spec.clear();
   title = "grad norm of " + name;
   spec.title = title.c_str();
-  if (!data.layer_grad_norm.empty()) {
-    spec.lines.push_back({name.c_str(), data.step.data(), layer_series(data.layer_grad_norm, layers, layer),
-                          run_color(size_t(ui.active_run)), false, run.off_curve().data()});
+  if (run.has_layer_table(OverviewTable::layer_grad_norm)) {
+    spec.lines.push_back({name.c_str(), run.layer_row_steps(), run.layer_rows(OverviewTable::layer_grad_norm, layer),
+                          run_color(size_t(ui.active_run)), false, run.layer_rows_off_curve(),
+                          run.layer_blocks(OverviewTable::layer_grad_norm, layer)});
     spec.markers.push_back(&data.events);
   }
   ui.regions["plot.layer_norm"] = draw_plot(spec, half, kPlotHeight, ui.steps, model.step_extent(), ui.layer_norm);
@@ -47,15 +48,16 @@ void draw_layer_plots_panel(const ViewModel& model, UiState& ui) {
   title = "activation abs-max of " + name;
   spec.title = title.c_str();
   ImGui::BeginGroup();
-  if (data.layer_act_absmax.empty()) {
+  if (!run.has_layer_table(OverviewTable::layer_act_absmax)) {
     ImGui::TextUnformatted(spec.title);
     // Worded for whoever ran the loop: a flag, a GuardOptions field, a keyword argument.
     static std::string hint;
     hint = "not recorded: " + format::how_to_set(data.origin, format::advice_words(data.origin).act_absmax_every);
     ImGui::TextDisabled("%s", hint.c_str());
   } else {
-    spec.lines.push_back({name.c_str(), data.step.data(), layer_series(data.layer_act_absmax, layers, layer),
-                          run_color(size_t(ui.active_run)), /*nan_is_missing=*/true, run.off_curve().data()});
+    spec.lines.push_back({name.c_str(), run.layer_row_steps(), run.layer_rows(OverviewTable::layer_act_absmax, layer),
+                          run_color(size_t(ui.active_run)), /*nan_is_missing=*/true, run.layer_rows_off_curve(),
+                          run.layer_blocks(OverviewTable::layer_act_absmax, layer)});
     spec.markers.push_back(&data.events);
     // Headroom: how far the layer's activations sit below each format's largest value.
     spec.references.push_back({kFp16Max, rgba(255, 120, 40), "fp16 max"});

@@ -56,7 +56,11 @@ void draw_layer_table_panel(const ViewModel& model, UiState& ui) {
 
   bool resort = false;
   if (ui.layer_rows_built_for != data.rows()) {  // new rows, another run, another K
-    layer_rows(data, ui.layer_window, ui.layer_rows);
+    const RunSource& run = model.runs[ui.active_run];
+    if (run.overview())
+      layer_rows(data, *run.overview(), ui.layer_window, ui.layer_rows);
+    else
+      layer_rows(data, ui.layer_window, ui.layer_rows);
     ui.layer_rows_built_for = data.rows();
     resort = true;
   }

@@ -17,8 +17,8 @@ using Column_ = const std::vector<double> format::RunData::*;
 using RunFilter = bool (*)(const RunSource&);
 
 // One plot of a per-step column, a line per visible run, events as markers.
-void scalar_plot(const char* title, Column_ column, const ViewModel& model, UiState& ui, PlotState& state, float width,
-                 const char* region, RunFilter shows = nullptr) {
+void scalar_plot(const char* title, Column_ column, format::OverviewScalar scalar, const ViewModel& model, UiState& ui,
+                 PlotState& state, float width, const char* region, RunFilter shows = nullptr) {
   static PlotSpec spec;  // rebuilt every frame, capacity kept
   spec.clear();
   spec.title = title;
@@ -26,7 +26,7 @@ void scalar_plot(const char* title, Column_ column, const ViewModel& model, UiSt
     if (!run_visible(ui, i) || (shows && !shows(model.runs[i]))) continue;
     const format::RunData& run = model.runs[i].data();
     spec.lines.push_back({model.runs[i].label().c_str(), run.step.data(), series(run.*column), run_color(i), false,
-                          model.runs[i].off_curve().data()});
+                          model.runs[i].off_curve().data(), model.runs[i].scalar_blocks(scalar)});
     spec.markers.push_back(&run.events);
   }
   ui.regions[region] = draw_plot(spec, width, kPlotHeight, ui.steps, model.step_extent(), state);
@@ -46,7 +46,8 @@ void loss_scale_plot(const ViewModel& model, UiState& ui, float width) {
   }
   if (with_scaler > 0) {
     scalar_plot(with_scaler == visible ? "loss scale" : "loss scale (fp16 runs; bf16/fp32 runs have no scaler)",
-                &format::RunData::loss_scale, model, ui, ui.loss_scale, width, "plot.loss_scale", has_loss_scaler);
+                &format::RunData::loss_scale, format::OverviewScalar::loss_scale, model, ui, ui.loss_scale, width,
+                "plot.loss_scale", has_loss_scaler);
     return;
   }
   const ImVec2 at = ImGui::GetCursorScreenPos();
@@ -65,14 +66,14 @@ void draw_scalar_plots_panel(const ViewModel& model, UiState& ui) {
   const float spacing = ImGui::GetStyle().ItemSpacing.x;
   const float half = (ImGui::GetContentRegionAvail().x - spacing) * 0.5f;
   ImGui::BeginGroup();
-  scalar_plot("loss", &format::RunData::loss, model, ui, ui.loss, half, "plot.loss");
-  scalar_plot("learning rate", &format::RunData::lr, model, ui, ui.lr, half, "plot.lr");
+  scalar_plot("loss", &format::RunData::loss, format::OverviewScalar::loss, model, ui, ui.loss, half, "plot.loss");
+  scalar_plot("learning rate", &format::RunData::lr, format::OverviewScalar::lr, model, ui, ui.lr, half, "plot.lr");
   ImGui::EndGroup();
   ImGui::SameLine();
   ImGui::BeginGroup();
   loss_scale_plot(model, ui, half);
-  scalar_plot("grad norm (global, unscaled)", &format::RunData::grad_norm, model, ui, ui.grad_norm, half,
-              "plot.grad_norm");
+  scalar_plot("grad norm (global, unscaled)", &format::RunData::grad_norm, format::OverviewScalar::grad_norm, model, ui,
+              ui.grad_norm, half, "plot.grad_norm");
   ImGui::EndGroup();
 }
 

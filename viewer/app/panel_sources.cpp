@@ -69,6 +69,16 @@ void draw_run_row(const ViewModel& model, UiState& ui, size_t i, const std::stri
   const format::RunData& data = run.data();
   ImGui::Indent(26);
   ImGui::TextDisabled("%zu steps, %zu layers", data.rows(), data.layer_names.size());
+  if (run.overview()) {
+    // A long run is drawn from its overview: say so, and when it had to be built.
+    ImGui::SameLine();
+    ImGui::TextDisabled(run.overview()->built_from_rows ? "(overview built from rows: an older file)"
+                                                        : "(drawn from its overview)");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "per block of 64 steps and up: each series' min, max and NaN/Inf count;\n"
+          "zoomed in, the steps' own rows are read");
+  }
   if (run.rows_since_open() > 0) {
     ImGui::SameLine();
     ImGui::TextColored(ImColor(rgba(120, 220, 120)), "live: +%zu since opened", run.rows_since_open());

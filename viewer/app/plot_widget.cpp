@@ -134,7 +134,8 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     DecimateOptions options = base;
     options.nan_is_missing = line.nan_is_missing;
     options.left_out = line.left_out;
-    decimate(line.steps, line.values, steps.x.lo, steps.x.hi, size_t(inner_width), state.columns[i], options);
+    decimate_series(line.steps, line.values, line.blocks, steps.x.lo, steps.x.hi, size_t(inner_width), state.columns[i],
+                    options);
   }
   if (state.auto_y) {
     AxisRange fit{0, 0};

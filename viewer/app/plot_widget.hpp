@@ -19,6 +19,7 @@ struct PlotLine {
   uint32_t color = 0;
   bool nan_is_missing = false;
   const uint8_t* left_out = nullptr;  // per row, 1: a rolled-back step, drawn as no part of the curve
+  BlockSeries blocks;                 // a long run's overview of the same series (decimate_series)
 };
 
 struct ReferenceLine {

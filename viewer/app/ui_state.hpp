@@ -35,7 +35,8 @@ struct HeatmapState {
   // What the image was built from; rebuilt when any of it changes (the scale
   // too: ranks side by side share one, widened by any rank's new rows).
   const void* source = nullptr;
-  size_t rows = 0, columns = 0;
+  const LayerPyramid* pyramid = nullptr;  // rows, a window or blocks: which the view picked
+  size_t revision = 0, columns = 0;
   AxisRange x{0, 0};
   LogScale scale;
 };
@@ -54,6 +55,7 @@ struct UiState {
   // Per run index: the active run's heatmap, or each rank's of its group.
   // A map, not a vector: a GlTexture cannot move.
   std::map<size_t, HeatmapState> grad_heatmaps;
+  size_t heatmap_columns = 1000;  // a heatmap pane's width: what a long run's rows are fetched for
   std::vector<bool> run_visible;
   int active_run = 0;       // the run whose layers the heatmap and table show
   int selected_layer = -1;  // plotted below the heatmap

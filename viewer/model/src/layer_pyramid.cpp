@@ -14,30 +14,31 @@ float LayerPyramid::combine(float a, float b) const {
   return std::max(a, b);
 }
 
+void LayerPyramid::note_finite(double v) {
+  if (!std::isfinite(v) || v <= 0) return;
+  if (finite_max_ == 0) {
+    finite_min_ = finite_max_ = v;
+  } else {
+    finite_min_ = std::min(finite_min_, v);
+    finite_max_ = std::max(finite_max_, v);
+  }
+}
+
 size_t LayerPyramid::rows_at(size_t k) const { return (rows_ + (size_t(1) << k) - 1) >> k; }
 
-void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t layers) {
+void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t layers, size_t first_changed_row) {
   if (layers != layers_ || rows < rows_) {  // a different table: start over
     coarse_.clear();
     rows_ = 0;
     finite_min_ = finite_max_ = 0;
   }
-  const size_t old_rows = rows_;
+  const size_t old_rows = std::min(rows_, first_changed_row);
   base_ = table.data();
   layers_ = layers;
   rows_ = layers == 0 ? 0 : std::min(rows, table.size() / layers);
   if (rows_ == 0) return;
 
-  for (size_t i = old_rows * layers_; i < rows_ * layers_; ++i) {
-    const double v = base_[i];
-    if (!std::isfinite(v) || v <= 0) continue;
-    if (finite_max_ == 0) {
-      finite_min_ = finite_max_ = v;
-    } else {
-      finite_min_ = std::min(finite_min_, v);
-      finite_max_ = std::max(finite_max_, v);
-    }
-  }
+  for (size_t i = old_rows * layers_; i < rows_ * layers_; ++i) note_finite(base_[i]);
 
   // Level k row i combines level k-1 rows 2i and 2i+1; only rows from the
   // block holding the first new row onwards change.

@@ -1,10 +1,13 @@
 #include "nanscope/viewer/run_source.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/event_text.hpp"
+#include "nanscope/format/rehearsal.hpp"
 
 namespace nanscope::viewer {
 
@@ -20,9 +23,20 @@ std::string label_for(const std::string& path, int rank) {
 }
 }  // namespace
 
-RunSource::RunSource(const std::string& path, int rank) : path_(path), label_(label_for(path, rank)), rank_(rank) {
+RunSource::RunSource(const std::string& path, int rank, const OverviewProgress& progress)
+    : path_(path), label_(label_for(path, rank)), rank_(rank) {
   try {
-    follower_ = std::make_unique<format::RunFollower>(path);
+    std::unique_ptr<format::OverviewFollower> overview;
+    format::read_under_one_rehearsal(path, [&] {
+      // The scalar rows first: they say whether the run is long.
+      follower_ = std::make_unique<format::RunFollower>(path, format::LayerTables::skip);
+      if (long_enough())
+        overview = std::make_unique<format::OverviewFollower>(path, progress);
+      else if (!follower_->data().layer_names.empty())
+        follower_ = std::make_unique<format::RunFollower>(path);
+    });
+    if (overview)
+      long_ = std::make_unique<OverviewLayers>(path, follower_->data().layer_names.size(), std::move(overview));
     following_ = true;
     rows_at_open_ = follower_->data().rows();
     absorb_new_rows(0);
@@ -43,18 +57,55 @@ const format::RunData& RunSource::data() const {
   return follower_ ? follower_->data() : empty;
 }
 
+bool RunSource::long_enough() const {
+  const format::RunData& run = follower_->data();
+  const size_t tables = size_t(!run.layer_names.empty()) * 2;
+  return run.rows() > kLongRunRows || run.rows() * run.layer_names.size() * tables > kLongRunLayerValues;
+}
+
+void RunSource::become_long() {
+  std::unique_ptr<format::RunFollower> scalars;
+  std::unique_ptr<format::OverviewFollower> overview;
+  format::read_under_one_rehearsal(path_, [&] {
+    scalars = std::make_unique<format::RunFollower>(path_, format::LayerTables::skip);
+    overview = std::make_unique<format::OverviewFollower>(path_);
+  });
+  long_ = std::make_unique<OverviewLayers>(path_, scalars->data().layer_names.size(), std::move(overview));
+  follower_ = std::move(scalars);
+  grad_norms_ = LayerPyramid(false);
+  act_absmax_ = LayerPyramid(true);
+}
+
 size_t RunSource::poll() {
-  if (!following_) return 0;
+  size_t window_arrived = 0;
+  if (long_) {
+    try {
+      window_arrived = long_->take_fetched();
+    } catch (const format::FormatError& e) {
+      window_error_ = std::string("zoomed-in rows not shown: ") + e.what();
+    }
+  }
+  if (!following_) {
+    revision_ += window_arrived;
+    return window_arrived;
+  }
   const size_t before = data().rows();
   try {
-    const size_t added = follower_->refresh();
+    size_t added = follower_->refresh();
+    if (added > 0 && !long_ && long_enough()) {
+      become_long();  // reads the rows again, without their per-layer tables
+      added = data().rows() - before;
+    }
+    if (long_) long_->refresh();
     if (added > 0) absorb_new_rows(before);
     if (added > 0 || data().events.size() != events_seen_) absorb_events();
-    return added;
+    revision_ += added + window_arrived > 0;
+    return added + window_arrived;
   } catch (const std::exception& e) {
     following_ = false;
     error_ = std::string("stopped following: ") + e.what();
-    return 0;
+    revision_ += window_arrived;
+    return window_arrived;
   }
 }
 
@@ -84,6 +135,79 @@ void RunSource::absorb_events() {
   for (size_t i = 0; i < run.rows(); ++i)
     off_curve_[i] = run.skipped[i] || (i < rolled_back_.size() && rolled_back_[i]);
 }
+
+LayerGrid RunSource::grad_norm_grid(AxisRange view, size_t columns) const {
+  if (!long_) return rows_grid(grad_norms_, data().step.data());
+  const LayerGrid window = long_->grad_norm_window();
+  const double steps_per_pixel = view.span() / double(std::max<size_t>(1, columns));
+  const bool window_spans_view =
+      !window.empty() && rows_span_view(window.first_step, window.pyramid->rows(), view.lo, view.hi,
+                                        double(data().step.front()), double(data().step.back()));
+  if (window_spans_view && steps_per_pixel < double(format::kOverviewBlockRows[0])) return window;
+  return long_->grad_norm_blocks();
+}
+
+SeriesView RunSource::layer_rows(OverviewTable table, size_t layer) const {
+  if (long_) return long_->window_series(table, layer);
+  const format::RunData& run = data();
+  const std::vector<float>& values =
+      table == OverviewTable::layer_act_absmax ? run.layer_act_absmax : run.layer_grad_norm;
+  return layer_series(values, run.layer_names.size(), layer);
+}
+
+const int64_t* RunSource::layer_row_steps() const {
+  return long_ ? long_->window_rows().step.data() : data().step.data();
+}
+
+const uint8_t* RunSource::layer_rows_off_curve() const {
+  const size_t from = long_ ? long_->window_rows().from : 0;
+  return from < off_curve_.size() ? off_curve_.data() + from : nullptr;
+}
+
+BlockSeries RunSource::layer_blocks(OverviewTable table, size_t layer) const { return {overview(), table, layer}; }
+
+BlockSeries RunSource::scalar_blocks(format::OverviewScalar scalar) const {
+  return {overview(), OverviewTable::scalars, size_t(scalar)};
+}
+
+double RunSource::grad_norm_min() const {
+  return long_ ? long_->grad_norm_blocks().pyramid->finite_min() : grad_norms_.finite_min();
+}
+
+double RunSource::grad_norm_max() const {
+  return long_ ? long_->grad_norm_blocks().pyramid->finite_max() : grad_norms_.finite_max();
+}
+
+bool RunSource::has_layer_table(OverviewTable table) const {
+  if (long_) {
+    const format::OverviewLevel& finest = long_->overview().levels[0];
+    return (table == OverviewTable::layer_act_absmax ? finest.layer_act_absmax : finest.layer_grad_norm).width > 0;
+  }
+  const format::RunData& run = data();
+  return !run.layer_names.empty() &&
+         !(table == OverviewTable::layer_act_absmax ? run.layer_act_absmax : run.layer_grad_norm).empty();
+}
+
+void RunSource::focus(AxisRange view, size_t columns) {
+  if (!long_ || data().rows() == 0) return;
+  const double steps_per_pixel = view.span() / double(std::max<size_t>(1, columns));
+  if (steps_per_pixel >= double(format::kOverviewBlockRows[0])) return;  // the blocks are as fine as a pixel
+  const format::RunData& run = data();
+  // The view's rows and as many again around it, so a pan stays inside.
+  const size_t first = first_at_or_after(run.step.data(), run.rows(), view.lo);
+  const size_t last = first_at_or_after(run.step.data(), run.rows(), view.hi);
+  const size_t margin = std::max<size_t>(64, (last - first) / 2);
+  size_t from = first > margin ? first - margin : 0;
+  size_t to = std::min(run.rows(), last + margin);
+  if (to - from > kWindowRows) {  // a view this wide: its own rows only, centred
+    const size_t centre = (first + last) / 2;
+    from = centre > kWindowRows / 2 ? centre - kWindowRows / 2 : 0;
+    to = std::min(run.rows(), from + kWindowRows);
+  }
+  long_->want_rows(from, to);
+}
+
+std::string RunSource::take_window_error() { return std::exchange(window_error_, std::string()); }
 
 AxisRange RunSource::step_extent() const {
   const format::RunData& run = data();

@@ -122,7 +122,9 @@ bool ViewModel::add_run(const std::string& path, int rank, const std::string& sn
   } catch (const format::FormatError&) {
     // RunSource says what is wrong with the file
   }
-  RunSource run(path, rank);
+  RunSource::OverviewProgress progress;
+  if (on_overview_build) progress = [&](int64_t done, int64_t rows) { on_overview_build(path, done, rows); };
+  RunSource run(path, rank, progress);
   if (!run.error().empty()) {
     if (!quiet) errors_.push_back(run.error());
     return false;
@@ -181,11 +183,19 @@ bool ViewModel::poll() {
       errors_.push_back(runs[i].error());
       changed = true;
     }
+    if (std::string error = runs[i].take_window_error(); !error.empty()) {
+      errors_.push_back(std::move(error));
+      changed = true;
+    }
     // Snapshots are renamed into place whole, so a listed .h5 is complete.
     changed |= scan_snapshot_dir(i);
   }
   for (RankGroup& group : groups) changed |= refresh_group(group);
   return changed;
+}
+
+void ViewModel::focus(AxisRange steps, size_t columns) {
+  for (RunSource& run : runs) run.focus(steps, columns);
 }
 
 AxisRange ViewModel::step_extent() const {

@@ -42,7 +42,9 @@ struct BlockStats {
   void add_row(size_t block, const T* values);
   // Block `from` of `other` (the same width), which comes after what `block` holds.
   void fold(size_t block, const BlockStats& other, size_t from);
-  void clear();
+  // Drops the blocks past the first `blocks`.
+  void keep_blocks(size_t blocks);
+  void reserve_blocks(size_t blocks);
 };
 
 struct OverviewLevel {
@@ -94,21 +96,26 @@ class OverviewBuilder {
   // what a reader appends after the complete blocks. Empty levels for a run
   // whose rows all fell in complete blocks.
   std::vector<OverviewLevel> open_blocks() const;
-  // Appends every block it holds, completed and open, after `levels`' own
-  // (one per kOverviewBlockRows): a reader's last step.
-  void finish_into(std::vector<OverviewLevel>& levels);
+  // Brings a reader's `levels` (one per kOverviewBlockRows) up to date: the
+  // open blocks this call appended last time are replaced by the blocks
+  // completed since and the open blocks now. A reader that follows a run
+  // calls it after every batch of rows it adds.
+  void publish_into(std::vector<OverviewLevel>& levels);
   // Drops the open blocks (a resumed writer seeds them again).
   void reset();
 
  private:
   void complete(size_t level);
   std::vector<OverviewLevel> open_, completed_;  // each level's open block (0 or 1 block), and completed ones
+  std::vector<size_t> published_open_;           // per level: the open blocks publish_into appended last
 };
 
 // An empty level of the right widths.
 OverviewLevel empty_overview_level(size_t level, size_t layers, bool act_absmax);
 // Appends `src`'s blocks after `dst`'s.
 void append_blocks(OverviewLevel& dst, const OverviewLevel& src);
+// Drops `level`'s blocks past the first `blocks`.
+void keep_blocks(OverviewLevel& level, size_t blocks);
 // Rows [begin, end) of rows already read.
 RowsView rows_view(const RunData& run, size_t begin, size_t end);
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "nanscope/format/run_overview.hpp"
+
 namespace nanscope::viewer {
 
 enum NonFinite : uint8_t { kNaN = 1, kPosInf = 2, kNegInf = 4 };
@@ -47,6 +49,33 @@ struct DecimateOptions {
 // capacity is kept, so a frame that reuses it allocates nothing.
 void decimate(const int64_t* steps, SeriesView values, double x0, double x1, size_t columns, std::vector<Column>& out,
               DecimateOptions options = {});
+
+// One series of a run's overview (format/run_overview.hpp): a scalar, or one
+// layer of a per-layer table.
+enum class OverviewTable : uint8_t { scalars, layer_grad_norm, layer_act_absmax };
+struct BlockSeries {
+  const format::RunOverview* overview = nullptr;  // null: the series has rows only
+  OverviewTable table = OverviewTable::scalars;
+  size_t column = 0;  // the scalar (format::OverviewScalar) or the layer
+};
+
+// Bins the blocks of `level` that reach into [x0, x1) into `columns` equal
+// columns, like decimate: a block counts in every column it reaches, with
+// its min and max, its last value, and its NaNs and Infs as marks (a block
+// keeps no sign of its Infs: they are marked +Inf). A block's rows are all
+// in it, skipped and rolled-back ones too: a spike anywhere shows.
+void decimate_blocks(const format::OverviewLevel& level, const BlockSeries& series, double x0, double x1,
+                     size_t columns, std::vector<Column>& out, DecimateOptions options = {});
+
+// Rows stepped by `steps` (`count` of them, ascending) hold every step of
+// [x0, x1) that the run holds (its steps are [run_first, run_last]).
+bool rows_span_view(const int64_t* steps, size_t count, double x0, double x1, double run_first, double run_last);
+
+// A series at any zoom: from the coarsest overview level whose blocks fit in
+// a pixel column; else from `rows` (stepped by `steps`) where they span the
+// view; else from the finest blocks (a window of rows not fetched yet).
+void decimate_series(const int64_t* steps, SeriesView rows, const BlockSeries& blocks, double x0, double x1,
+                     size_t columns, std::vector<Column>& out, DecimateOptions options = {});
 
 // The first index whose step is >= x (binary search over ascending steps).
 size_t first_at_or_after(const int64_t* steps, size_t count, double x);

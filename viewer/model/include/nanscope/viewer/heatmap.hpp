@@ -19,10 +19,11 @@ struct HeatmapImage {
   float at(size_t row, size_t column) const { return value[row * columns + column]; }
 };
 
-// Fills `image` for steps in [x0, x1) over `columns` pixel columns. `steps` is
-// the run's ascending step column (one per pyramid row). Buffers are reused:
-// a frame that redraws at the same size allocates nothing.
-void render_heatmap(const LayerPyramid& pyramid, const int64_t* steps, double x0, double x1, size_t columns,
-                    const LogScale& scale, HeatmapImage& image);
+// Fills `image` for steps in [x0, x1) over `columns` pixel columns from
+// `grid` (a run's rows, or a long run's overview blocks: a block that
+// reaches into a column counts in it whole). Buffers are reused: a frame that
+// redraws at the same size allocates nothing.
+void render_heatmap(const LayerGrid& grid, double x0, double x1, size_t columns, const LogScale& scale,
+                    HeatmapImage& image);
 
 }  // namespace nanscope::viewer

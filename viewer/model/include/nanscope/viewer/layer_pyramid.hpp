@@ -4,6 +4,7 @@
 // whatever the zoom: level k holds one row per 2^k steps, each cell the largest
 // value of its block. A NaN or Inf in a block survives into every level above.
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace nanscope::viewer {
@@ -15,9 +16,10 @@ class LayerPyramid {
   explicit LayerPyramid(bool nan_is_missing = false) : nan_is_missing_(nan_is_missing) {}
 
   // Takes the table after rows were appended (or first read): recomputes only
-  // the blocks the new rows touch. `table` must stay alive and unmoved until
-  // the next update (it is the level-0 data).
-  void update(const std::vector<float>& table, size_t rows, size_t layers);
+  // the blocks the new rows touch, and those from `first_changed_row` on (a
+  // row that was rewritten: an overview's open block). `table` must stay
+  // alive and unmoved until the next update (it is the level-0 data).
+  void update(const std::vector<float>& table, size_t rows, size_t layers, size_t first_changed_row = SIZE_MAX);
 
   size_t layers() const { return layers_; }
   size_t rows() const { return rows_; }
@@ -35,6 +37,9 @@ class LayerPyramid {
   // The smallest and largest finite positive values seen (the colour scale).
   double finite_min() const { return finite_min_; }
   double finite_max() const { return finite_max_; }
+  // Widens that range by `v` (finite and positive; others are ignored): a
+  // pyramid over blocks' maxima learns the blocks' minima so.
+  void note_finite(double v);
   bool nan_is_missing() const { return nan_is_missing_; }
 
   float combine(float a, float b) const;
@@ -56,4 +61,17 @@ class LayerPyramid {
   double finite_min_ = 0, finite_max_ = 0;
 };
 
+// A pyramid placed on the step axis: row i spans steps [first_step[i],
+// last_step[i]]. A run's rows (each one step), a window of them, or a long
+// run's overview blocks (each 64 steps): the heatmap draws any of them alike.
+struct LayerGrid {
+  const LayerPyramid* pyramid = nullptr;
+  const int64_t* first_step = nullptr;  // ascending, one per pyramid row
+  const int64_t* last_step = nullptr;   // the same pointer for rows
+  double steps_per_row = 1;             // 64 for the finest overview blocks
+  bool empty() const { return !pyramid || pyramid->rows() == 0; }
+};
+
+// A pyramid over rows, one step each (`steps`: one per row).
+inline LayerGrid rows_grid(const LayerPyramid& pyramid, const int64_t* steps) { return {&pyramid, steps, steps, 1}; }
 }  // namespace nanscope::viewer

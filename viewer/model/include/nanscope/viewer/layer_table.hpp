@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nanscope/format/run_file.hpp"
+#include "nanscope/format/run_overview.hpp"
 
 namespace nanscope::viewer {
 
@@ -27,6 +28,13 @@ enum class LayerSort { name, norm, growth, act_absmax };
 
 // One row per layer over the last `window` steps of `run`. Reuses `out`.
 void layer_rows(const format::RunData& run, size_t window, std::vector<LayerRow>& out);
+// The same for a long run, whose per-layer rows are not in memory: from its
+// overview's finest blocks (64 steps each). The window is rounded out to
+// whole blocks, and growth is the window's last finite norm over the last
+// value before it; the latest norm, the NaN/Inf mark and the abs-max are
+// exact.
+void layer_rows(const format::RunData& run, const format::RunOverview& overview, size_t window,
+                std::vector<LayerRow>& out);
 // Orders rows; non-finite norms and growths count as the largest values, so a
 // layer that went NaN heads a descending table.
 void sort_layer_rows(std::vector<LayerRow>& rows, const format::RunData& run, LayerSort key, bool descending);

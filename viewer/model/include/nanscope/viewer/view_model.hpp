@@ -2,6 +2,7 @@
 // Everything the viewer has open: runs (followed live), snapshots, and the
 // inputs that could not be opened. No GL and no ImGui: the panels draw from
 // this, and the tests drive it without a window.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ class ViewModel {
   // started late), and each group's first non-finite ranks. Returns true when
   // anything changed.
   bool poll();
+  // The steps on screen, `columns` pixels wide: long runs start fetching the
+  // rows of a view narrow enough to show them (poll() takes them in).
+  void focus(AxisRange steps, size_t columns);
+
+  // Told of a long run whose overview is built from its rows as it opens
+  // (written before format 1.12): the file, rows done, rows.
+  std::function<void(const std::string&, int64_t, int64_t)> on_overview_build;
 
   std::vector<RunSource> runs;
   std::vector<SnapshotEntry> snapshots;
