@@ -116,6 +116,7 @@ class FollowSession {
   RunReport report(const std::string& input) const {
     RunReport r;
     r.input = input;
+    r.left_out = read_left_out(location_.run_dir);
     for (const FollowedFile& f : files_) {
       if (f.follower) {
         r.ranks.push_back(rank_report(location_.run_dir, f.file, f.follower->data()));

@@ -195,6 +195,21 @@ void write_json(const RunReport& report, std::ostream& out) {
   json.key("runs").begin_array();
   for (const RankReport& r : report.ranks) write_rank(json, r);
   json.end_array();
+  json.key("left_out").begin_object();
+  json.key("path").value(report.left_out.path);
+  json.key("error").value(report.left_out.error.empty() ? std::optional<std::string>() : report.left_out.error);
+  json.key("samples").begin_array();
+  for (const format::PoisonedSample& s : report.left_out.samples) {
+    json.begin_object();
+    json.key("row").value(s.row);
+    json.key("step").value(s.step);
+    json.key("rank").value(s.rank);
+    json.key("birth").value(s.birth);
+    json.key("why").value(s.why);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
   json.end_object();
   json.finish();
 }

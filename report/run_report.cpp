@@ -26,9 +26,21 @@ RankReport rank_report(const std::string& run_dir, const format::RankFile& file,
   return r;
 }
 
+LeftOut read_left_out(const std::string& run_dir) {
+  LeftOut out;
+  out.path = format::poison_list_path(run_dir);
+  try {
+    out.samples = format::read_poison_list(out.path);
+  } catch (const format::FormatError& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
 RunReport read_report(const std::string& input, const RunLocation& location) {
   RunReport report;
   report.input = input;
+  report.left_out = read_left_out(location.run_dir);
   for (const format::RankFile& file : location.files) {
     try {
       format::clear_mark_if_writer_gone(file.path);  // a killed writer's file opens in plain h5py then

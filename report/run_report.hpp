@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "run_location.hpp"
@@ -23,10 +24,21 @@ struct RankReport {
   std::vector<SnapshotEntry> snapshots;
 };
 
+// The samples the run leaves out (format/poison_list.hpp): every rank's,
+// from the one list in the run directory.
+struct LeftOut {
+  std::string path;
+  std::vector<format::PoisonedSample> samples;
+  std::string error;  // the list could not be read (a line edited wrong): why
+};
+
 struct RunReport {
   std::string input;
   std::vector<RankReport> ranks;
+  LeftOut left_out;
 };
+
+LeftOut read_left_out(const std::string& run_dir);
 
 // Reads every run file of `location` and its snapshots. A run file that
 // cannot be read is kept with its error; snapshots that cannot be are listed

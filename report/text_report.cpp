@@ -1,10 +1,12 @@
 #include "text_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "event_sections.hpp"
+#include "nanscope/common/list_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
@@ -153,6 +155,26 @@ std::string event_line(const format::RunEvent& event) {
   return "step " + std::to_string(event.step) + "  " + format::to_string(event.kind) + "  " + event.text;
 }
 
+// "left out: 3 samples since step 40: data set rows 5, 9 and 12 (PATH) ...".
+void write_left_out(const LeftOut& left_out, std::ostream& out) {
+  if (!left_out.error.empty()) {
+    out << "\nleft out: the run's poison list is unreadable: " << left_out.error << "\n";
+    return;
+  }
+  if (left_out.samples.empty()) return;
+  int64_t since = left_out.samples.front().step;
+  std::vector<std::string> rows;
+  for (const format::PoisonedSample& s : left_out.samples) {
+    since = std::min(since, s.step);
+    rows.push_back(std::to_string(s.row));
+  }
+  const size_t n = left_out.samples.size();
+  out << "\nleft out: " << n << (n == 1 ? " sample" : " samples")
+      << (since == format::kListedBeforeTheRun ? " listed before the run" : " since step " + std::to_string(since))
+      << ": data set " << (n == 1 ? "row " : "rows ") << first_few_text(rows, 10) << "\n";
+  out << "  each epoch from then on leaves them out (" << left_out.path << "; delete a line to restore its sample)\n";
+}
+
 void write_text(const RunReport& report, size_t limit, std::ostream& out) {
   const bool ranks = report.ranks.size() > 1 || (!report.ranks.empty() && report.ranks.front().file.rank >= 0);
   for (size_t i = 0; i < report.ranks.size(); ++i) {
@@ -167,6 +189,7 @@ void write_text(const RunReport& report, size_t limit, std::ostream& out) {
     write_events(r, limit, out);
     write_snapshots(r, limit, out);
   }
+  write_left_out(report.left_out, out);
 }
 
 }  // namespace nanscope::report

@@ -61,27 +61,64 @@ BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, bool shuffl
   if (size_ < 1) throw std::invalid_argument("dataset is empty");
 }
 
+void BatchSampler::leave_out(std::vector<format::PoisonedSample> list) {
+  left_out_ = std::move(list);
+  epoch_ = Epoch{};
+}
+
+std::vector<int64_t> BatchSampler::left_out_of(int64_t epoch_first_position) const {
+  // The step that reads an epoch's first row is when it starts.
+  std::vector<int64_t> rows = format::rows_left_out_at(left_out_, epoch_first_position / (world_size_ * batch_size_));
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](int64_t row) { return row >= size_; }), rows.end());
+  return rows;  // a list from another data set may name rows past this one's
+}
+
+std::vector<int64_t> BatchSampler::left_out_at(int64_t step) const {
+  return left_out_of(epoch_of((step * world_size_ + rank_) * batch_size_).first_position);
+}
+
+const BatchSampler::Epoch& BatchSampler::epoch_of(int64_t position) const {
+  if (epoch_.index >= 0 && position >= epoch_.first_position &&
+      position < epoch_.first_position + int64_t(epoch_.rows.size()))
+    return epoch_;
+  // Each epoch is the data set less the rows left out of it: walk the
+  // epochs' lengths from the start (no list: every epoch is the data set).
+  int64_t index = 0, first = 0, length = size_;
+  if (left_out_.empty()) {
+    index = position / size_;
+    first = index * size_;
+  } else {
+    for (;; ++index, first += length) {
+      length = size_ - int64_t(left_out_of(first).size());
+      if (length <= 0)
+        throw std::runtime_error("every row of the data set is in the run's poison list (" +
+                                 std::string(format::kPoisonListFile) + "): no epoch is left to read");
+      if (position < first + length) break;
+    }
+  }
+  std::vector<int64_t> rows(size_t(size_), 0);
+  std::iota(rows.begin(), rows.end(), 0);
+  if (shuffle_) {
+    std::mt19937_64 rng(seed_ * 1000003ULL + uint64_t(index));
+    std::shuffle(rows.begin(), rows.end(), rng);
+  }
+  if (!left_out_.empty()) {
+    const std::vector<int64_t> out = left_out_of(first);
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [&](int64_t row) { return std::binary_search(out.begin(), out.end(), row); }),
+               rows.end());
+  }
+  epoch_ = Epoch{index, first, std::move(rows)};
+  return epoch_;
+}
+
 at::Tensor BatchSampler::rows(int64_t step) const {
   at::Tensor out = at::empty({batch_size_}, at::kLong);
   auto* r = out.data_ptr<int64_t>();
-  std::vector<int64_t> permutation;
-  int64_t permutation_epoch = -1;
   for (int64_t j = 0; j < batch_size_; ++j) {
     const int64_t position = (step * world_size_ + rank_) * batch_size_ + j;
-    const int64_t within = position % size_;
-    if (!shuffle_) {
-      r[j] = within;
-      continue;
-    }
-    const int64_t epoch = position / size_;
-    if (epoch != permutation_epoch) {
-      permutation.resize(size_);
-      std::iota(permutation.begin(), permutation.end(), 0);
-      std::mt19937_64 rng(seed_ * 1000003ULL + uint64_t(epoch));
-      std::shuffle(permutation.begin(), permutation.end(), rng);
-      permutation_epoch = epoch;
-    }
-    r[j] = permutation[within];
+    const Epoch& epoch = epoch_of(position);
+    r[j] = epoch.rows[size_t(position - epoch.first_position)];
   }
   return out;
 }

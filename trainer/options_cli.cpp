@@ -283,7 +283,9 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
           "log_nonpositive, sqrt_grad_zero, zero_variance_norm, exp_overflow, lr_spike "
           "(ARG: factor, default 1000, from STEP on), lr_pulse (the same at STEP alone), and the slow-onset lr_ramp "
           "and input_ramp (the LR or the float inputs times (1+ARG)^(steps since STEP); defaults 0.2, 0.3), and "
-          "sample_burst (float inputs and targets times ARG, default 1e4, for 8 steps); /rankR plants it on rank R "
+          "sample_burst (float inputs and targets times ARG, default 1e4, for 8 steps), buffer_nan (NaN written into "
+          "the model's first buffer after STEP), corrupt_sample (data set row ARG reads as NaN from STEP on, every "
+          "epoch); /rankR plants it on rank R "
           "only. Repeatable. See samples/faults/")
       ->type_name("KIND@STEP[:ARG][/rankR]");
   const std::string sizes = "Built-in model sizes";

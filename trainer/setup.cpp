@@ -141,9 +141,13 @@ void check_compatibility(const TrainOptions& o, TrainableModel& model, const Dat
     throw std::invalid_argument(std::string("--amp ") + amp_name(o.amp) + " is not available on " + device.str() +
                                 " with LibTorch " + TORCH_VERSION + " (LibTorch 1.13 autocasts to bf16 only on CPU)");
   for (const auto& f : o.faults) {
-    if (f.kind == FaultKind::nonfinite_input && !at::isFloatingType(data.inputs.scalar_type()))
-      throw std::invalid_argument("--fault nonfinite_input needs float inputs; " + data.source + " holds " +
-                                  c10::toString(data.inputs.scalar_type()) +
+    if (f.kind == FaultKind::corrupt_sample && (f.arg < 0 || f.arg >= double(data.size())))
+      throw std::invalid_argument("--fault corrupt_sample row must be a row of the data set (0.." +
+                                  std::to_string(data.size() - 1) + ")");
+    if ((f.kind == FaultKind::nonfinite_input || f.kind == FaultKind::corrupt_sample) &&
+        !at::isFloatingType(data.inputs.scalar_type()))
+      throw std::invalid_argument(std::string("--fault ") + fault_name(f.kind) + " needs float inputs; " + data.source +
+                                  " holds " + c10::toString(data.inputs.scalar_type()) +
                                   " (use the mlp or a model with float inputs)");
     if (f.kind == FaultKind::nonfinite_input && (f.arg < 0 || f.arg >= o.batch_size))
       throw std::invalid_argument("--fault nonfinite_input row must be within the batch (0.." +
@@ -183,6 +187,10 @@ std::pair<at::Tensor, at::Tensor> planted_batch(const Dataset& data, const std::
                                                 const at::Tensor& rows, at::Device device) {
   at::Tensor inputs = data.inputs.index_select(0, rows);
   if (auto row = poisoned_row_at(faults, step)) inputs[*row].fill_(std::nan(""));
+  for (int64_t corrupt : corrupt_rows_at(faults, step)) {
+    const at::Tensor at_rows = (rows == corrupt).nonzero().flatten();
+    if (at_rows.numel() > 0) inputs.index_fill_(0, at_rows, std::nan(""));
+  }
   if (const double scale = input_scale_at(faults, step); scale != 1.0 && inputs.is_floating_point())
     inputs = inputs * scale;
   at::Tensor targets = data.targets.index_select(0, rows);

@@ -15,6 +15,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
+#include "nanscope/common/list_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/checkpoint.hpp"
@@ -22,6 +23,7 @@
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/models/fault_host.hpp"
 #include "nanscope/models/make_optimizer.hpp"
@@ -163,7 +165,27 @@ struct Session {
   std::unique_ptr<StepGuard> guard;
   std::optional<BatchSampler> sampler;
   int64_t first_step = 0;
+  std::string poison_list;          // RUN_DIR/poisoned_samples.jsonl
+  uintmax_t poison_list_bytes = 0;  // its size when last read: it is read again when it grows or shrinks
 };
+
+// "data set row 363", "data set rows 3, 9 and 40".
+std::string listed_rows_text(const std::vector<int64_t>& rows) {
+  std::vector<std::string> words;
+  for (int64_t row : rows) words.push_back(std::to_string(row));
+  return std::string(rows.size() == 1 ? "data set row " : "data set rows ") + first_few_text(words, 8);
+}
+
+// The sampler leaves out what the poison list holds: read again whenever the
+// file's size changed (this rank's guard, another rank's, or a person edited it).
+void follow_poison_list(Session& s) {
+  std::error_code ec;
+  const uintmax_t bytes =
+      std::filesystem::exists(s.poison_list, ec) ? std::filesystem::file_size(s.poison_list, ec) : 0;
+  if (bytes == s.poison_list_bytes) return;
+  s.sampler->leave_out(format::read_poison_list(s.poison_list));
+  s.poison_list_bytes = bytes;
+}
 
 // Device, data, model, ranks, resume, optimizer and guard, and the run's first line.
 void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
@@ -175,6 +197,14 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   s.who = dist.enabled() ? "[rank " + std::to_string(dist.rank) + "] " : "";
   s.data = make_dataset(o);
   s.model = prepared_model(o, s.data, s.device, log);
+  s.poison_list = format::poison_list_path(o.run_dir);
+  // A new run keeps a list it finds, its samples left out from the first step (rank 0 rewrites it before the
+  // ranks meet; each reads it after).
+  if (!o.resume.empty() || dist.rank != 0) {
+  } else if (const size_t kept = format::start_poison_list_anew(s.poison_list); kept > 0) {
+    log << s.who << "poison list: " << kept << " sample(s) listed before this run are left out (" << s.poison_list
+        << ")\n";
+  }
   connect_ranks(s.ranks, dist, s.device);
   s.resumed = resumption(o, *s.model, s.ranks.group.get(), s.device);
   s.parameters = trainable_tensors(*s.model);
@@ -200,6 +230,7 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   }
   // Each rank reads its own shard: rows [rank*B, (rank+1)*B) of every global batch.
   s.sampler.emplace(s.data.size(), o.batch_size, o.shuffle, o.seed, dist.rank, dist.world_size);
+  follow_poison_list(s);
 
   log << s.who << "nanscope-train: " << o.model << " (" << s.model->parameter_count() << " parameters) on "
       << s.data.source << " (" << s.data.size() << " samples), " << o.steps << " steps, amp " << amp_name(o.amp)
@@ -219,6 +250,7 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   // The schedule's LR; the guard applies its own cuts (fallback, rollback) to the update.
   context.lr = scheduled_lr(o.schedule, o.lr, o.warmup, o.steps, schedule_position) * lr_multiplier_at(s.faults, step);
   set_lr(*s.optimizer, context.lr);
+  follow_poison_list(s);
   context.batch_rows = s.sampler->rows(step);
   const auto [inputs, targets] = planted_batch(s.data, s.faults, step, context.batch_rows, s.device);
   if (s.ranks.buckets) {
@@ -308,6 +340,9 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   for (int64_t step = s.first_step; step < o.steps && !stop; ++step) {
     const GuardedStep result = run_step(s, o, step, interrupt.raised());
     const StepOutcome& outcome = result.outcome;
+    if (!result.listed_samples.empty())
+      log << s.who << "step " << step << ": " << listed_rows_text(result.listed_samples)
+          << " left out from the next epoch on (" << s.poison_list << ")\n";
     stop = s.ranks.buckets ? outcome.stop_requested : interrupt.raised();
     tally.add(result, step, bool(s.ranks.buckets));
     const TrainSummary& sum = tally.summary;

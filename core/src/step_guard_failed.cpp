@@ -13,6 +13,7 @@
 #include "nanscope/core/generator_states.hpp"
 #include "nanscope/core/snapshot_policy.hpp"
 #include "nanscope/format/event_text.hpp"
+#include "poisoned_samples.hpp"
 #include "step_guard_impl.hpp"
 
 namespace nanscope {
@@ -108,6 +109,9 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   result.remedy = done.remedy;
   result.fell_back = done.fell_back;
   result.rolled_back_to = done.rolled_back_to;
+  result.listed_samples =
+      list_poisoned_samples(options_.run_dir, run.step, run.context.averager ? run.context.averager->rank() : -1, plan,
+                            facts.diagnosis, words, found.first_birth);
 }
 
 // fp16's routine, as torch.amp.GradScaler has it: gradients that overflow

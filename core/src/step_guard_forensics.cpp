@@ -515,15 +515,23 @@ RemedyChoice StepGuard::Impl::diagnose_in_lockstep(RunningStep& run, const std::
 namespace {
 
 // The samples that trigger the cause, as fingerprints: the rows the cause
-// names, or the row of the batch's own NaN/Inf.
-RemedyChoice with_trigger_samples(RemedyChoice choice, const Batch& batch) {
+// names, or the row of the batch's own NaN/Inf; and their data set rows where
+// `dataset_rows` (the step's, undefined when unknown) gives each of the
+// batch's rows one.
+RemedyChoice with_trigger_samples(RemedyChoice choice, const Batch& batch, const at::Tensor& dataset_rows) {
   if (!choice.cause) return choice;
   std::vector<int64_t> rows = choice.cause->rows;
   if (choice.cause->rule == CauseRule::nonfinite_batch) {
     const int64_t row = batch.first_nonfinite_row();
     if (row >= 0) rows.push_back(row);
   }
-  for (int64_t row : rows) choice.trigger_samples.push_back(batch.row_fingerprint(row));
+  const bool rows_known = dataset_rows.defined() && dataset_rows.numel() == batch.rows();
+  const at::Tensor known = rows_known ? dataset_rows.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
+  for (int64_t row : rows) {
+    choice.trigger_samples.push_back(batch.row_fingerprint(row));
+    if (rows_known && row >= 0 && row < known.numel() && known.data_ptr<int64_t>()[row] >= 0)
+      choice.trigger_dataset_rows.push_back(known.data_ptr<int64_t>()[row]);
+  }
   return choice;
 }
 
@@ -545,7 +553,9 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   LiveStepReruns reruns(steered_.model, parameters_, run.loss_scale_for_reruns(), run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
-  if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch);
+  // The step's data set rows are the diagnosed micro-batch's when it is the step's only one.
+  const at::Tensor dataset_rows = run.micro_batches.size() == 1 ? run.context.batch_rows : at::Tensor();
+  if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch, dataset_rows);
   if (lockstep->rank() != leader) {
     follow_lockstep_reruns(*lockstep, leader, reruns);
     RemedyChoice none;
@@ -561,7 +571,7 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
     throw;
   }
   leading.finish();
-  return with_trigger_samples(choice, micro.batch);
+  return with_trigger_samples(choice, micro.batch, dataset_rows);
 }
 
 }  // namespace nanscope

@@ -46,10 +46,12 @@ from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
 from ._report import Birth, ReplayReport, SnapshotInspection
 from ._options import GuardConfig
+from ._poisoned import LeaveOut, poisoned_samples
 from ._trainer import TrainerGuard, guard_trainer
 
 __all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "inspect_snapshot",
-           "SnapshotInspection", "Birth", "find_dooming_step", "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run"]
+           "SnapshotInspection", "Birth", "find_dooming_step", "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run",
+           "LeaveOut", "poisoned_samples"]
 
 _logging.install()  # every line through the logging module (logger "nanscope")
 
@@ -276,26 +278,31 @@ class StepGuard:
         self._open().refuse_if_stopped()
         return self._watch.autocast()
 
-    def scale(self, loss, batch=None):
+    def scale(self, loss, batch=None, *, rows=None):
         """loss x the fp16 loss scale (loss itself otherwise), for your own
         .backward(), as GradScaler.scale(). Registers the micro-batch: `batch` as
         given, or else the arguments of the model's latest call (a tuple of its
-        positional arguments, or the dict of its keyword arguments)."""
+        positional arguments, or the dict of its keyword arguments). `rows`:
+        the micro-batch's rows in the data set (the indices its sampler drew),
+        so a step whose verdict is `data` names its samples' data set rows and
+        lists them in the run's poison list (nanscope.LeaveOut)."""
         self._open()
         if self._accelerated is not None:
             named, self._accelerated.batch = self._accelerated.batch, None  # named for this micro-batch only
+            named_rows, self._accelerated.rows = self._accelerated.rows, None
             batch = named if batch is None else batch
+            rows = named_rows if rows is None else rows
             self._accelerated.micro_batch_began()
-        return self._watch.scale(loss, batch)
+        return self._watch.scale(loss, batch, _rows_tensor(rows))
 
-    def backward(self, loss, batch=None):
-        """guard.scale(loss, batch).backward(); with accelerator=,
+    def backward(self, loss, batch=None, *, rows=None):
+        """guard.scale(loss, batch, rows=rows).backward(); with accelerator=,
         accelerator.backward(loss) with the micro-batch named."""
         if self._accelerated is not None:
             self._open()
-            self._accelerated.backward(loss, batch)
+            self._accelerated.backward(loss, batch, rows)
         else:
-            self.scale(loss, batch).backward()
+            self.scale(loss, batch, rows=rows).backward()
 
     def unscale_(self, optimizer=None):
         """Divides the gradients by the loss scale now, before your own clipping,
@@ -329,12 +336,13 @@ class StepGuard:
 
     # --- The closure form: a helper over the guarded step.
 
-    def closure_step(self, closure, batch, step=None):
+    def closure_step(self, closure, batch, step=None, *, rows=None):
         """Runs one whole guarded step: closure() returns the loss of `batch` (a
         tensor, (inputs, targets), or a dict, tuple or list of tensors); the
         guard runs its backward and the update, checks it, and on a non-finite
         step skips it and snapshots and replays `batch`. Steps are numbered
-        from 0 unless given. Returns a StepResult."""
+        from 0 unless given. `rows`: the batch's rows in the data set, as in
+        scale(). Returns a StepResult."""
         guard = self._open()
         if not callable(closure) or _is_optimizer(closure):
             raise TypeError(f"nanscope: closure must be a function returning the loss, got {closure!r}")
@@ -353,7 +361,7 @@ class StepGuard:
             closure_call = _distributed.refusing_a_wrapper_of(self._model, closure_call)
         try:
             with self._watch.busy():
-                result = guard.closure_step(closure_call, batch, step)
+                result = guard.closure_step(closure_call, batch, step, _rows_tensor(rows))
         finally:
             _scopes.close_lingering()
         self._watch.keep_others(result)
@@ -523,6 +531,20 @@ def _other_models(others):
                    if torch.is_tensor(t) and id(t) not in named]
         out.append((str(label), [(n, p) for n, p in parameters], buffers))
     return out
+
+
+def _rows_tensor(rows):
+    """A micro-batch's data set rows as the guard takes them: a 1-D int64 CPU tensor (None: not given)."""
+    if rows is None:
+        return None
+    import torch
+    try:
+        tensor = torch.as_tensor(rows).detach().to("cpu").reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"nanscope: rows= takes the batch's data set rows (a tensor or a list of ints), got {rows!r}") from e
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise TypeError(f"nanscope: rows= takes integer data set rows, got a {tensor.dtype} tensor")
+    return tensor.to(torch.int64)
 
 
 def _check_step_arguments(optimizer, args, kwargs):

@@ -78,6 +78,7 @@ class Installed:
         # The micro-batch the next scale() call is for: named by guard.backward(loss,
         # batch), or by a Trainer's compute_loss (_trainer.py); taken by that call.
         self.batch = None
+        self.rows = None  # its data set rows, as guard.backward(loss, batch, rows=) named them
         self._wrapper = optimizer
         # What AcceleratedOptimizer.__init__ sets up when it is given a scaler:
         # its step() then calls scaler.step(optimizer) and tells a skip by
@@ -137,13 +138,13 @@ class Installed:
         accelerator.clip_grad_norm_ = norm_from_the_guard(unscaled_first(accelerator.clip_grad_norm_))
         accelerator.clip_grad_value_ = unscaled_first(accelerator.clip_grad_value_)
 
-    def backward(self, loss, batch):
-        """accelerator.backward(loss), with the micro-batch named."""
-        self.batch = batch
+    def backward(self, loss, batch, rows=None):
+        """accelerator.backward(loss), with the micro-batch (and its data set rows) named."""
+        self.batch, self.rows = batch, rows
         try:
             self._accelerator.backward(loss)
         finally:
-            self.batch = None
+            self.batch, self.rows = None, None
 
     def micro_batch_began(self):
         """A new micro-batch: the last boundary's skip is no longer the news."""

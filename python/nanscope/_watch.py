@@ -180,7 +180,7 @@ class Watch:
             self._autocast = _Autocast(self)
         return self._autocast
 
-    def scale(self, loss, batch):
+    def scale(self, loss, batch, rows=None):
         if not torch.is_tensor(loss):
             raise TypeError(f"nanscope: scale() takes the loss as a tensor, got {loss!r}")
         self._watch_calls()
@@ -202,7 +202,7 @@ class Watch:
         # skipped as a transaction, not re-run.
         self._started = False
         self._stop_listening()
-        return self._open().scale(loss, batch, earlier, changed)
+        return self._open().scale(loss, batch, earlier, changed, rows)
 
     def _open(self):
         if self._core is None:

@@ -19,6 +19,7 @@
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -132,7 +133,8 @@ class Guard {
                         : std::make_unique<StepGuard>(std::move(body), o);
   }
 
-  StepResult closure_step(const py::function& closure, const py::object& batch, std::optional<int64_t> step) {
+  StepResult closure_step(const py::function& closure, const py::object& batch, std::optional<int64_t> step,
+                          std::optional<at::Tensor> rows) {
     if (!optimizer_)
       throw py::type_error(
           "nanscope.StepGuard: the closure form runs the optimizer's step; this guard has no "
@@ -145,6 +147,7 @@ class Guard {
     };
     return run([&](StepContext context) {
       if (step) context.step = *step;
+      if (rows) context.batch_rows = *rows;
       return guard().closure_step(loss, b, context);
     });
   }
@@ -168,7 +171,9 @@ class Guard {
     return std::move(versions);
   }
   at::Tensor scale(const at::Tensor& loss, const py::object& batch, const py::list& earlier_calls,
-                   bool changed_since_call) {
+                   bool changed_since_call, std::optional<at::Tensor> rows) {
+    // Each micro-batch's data set rows, in order: the step's rows (StepContext::batch_rows).
+    if (rows) step_rows_.push_back(*rows);
     std::vector<Batch> earlier;
     for (const py::handle call : earlier_calls)
       earlier.push_back(batch_of(py::reinterpret_borrow<py::object>(call), row_dims_));
@@ -180,7 +185,12 @@ class Guard {
     return guard().unscale();
   }
   StepResult step() {
-    return run([&](const StepContext& context) { return guard().step(context); });
+    std::vector<at::Tensor> rows = std::move(step_rows_);
+    step_rows_.clear();
+    return run([&](StepContext context) {
+      if (!rows.empty()) context.batch_rows = at::cat(rows);
+      return guard().step(context);
+    });
   }
 
   StepGuard& guard() {
@@ -227,6 +237,7 @@ class Guard {
   std::unique_ptr<PythonAverager> averager_;
   std::unique_ptr<StepGuard> guard_;
   RowDims row_dims_;
+  std::vector<at::Tensor> step_rows_;  // the watched step's micro-batches' data set rows so far
 };
 
 // nanscope.replay: nanscope-replay's engine on a snapshot written from Python,
@@ -355,6 +366,10 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly(
           "doom_rows", [](const StepResult& r) { return r.step.doom_rows; },
           "its batch rows without which the run survives ([]: its whole update)")
+      .def_property_readonly(
+          "listed_samples", [](const StepResult& r) { return r.step.listed_samples; },
+          "the data set rows this step's `data` verdict added to the run's poison list "
+          "(RUN_DIR/poisoned_samples.jsonl), which LeaveOut leaves out from the next epoch on")
       .def("__repr__", [](const StepResult& r) {
         return "<nanscope.StepResult counted=" + std::string(r.step.counted() ? "True" : "False") +
                " loss=" + std::to_string(r.step.outcome.loss) +
@@ -364,7 +379,8 @@ PYBIND11_MODULE(_nanscope, m) {
 
   py::class_<Guard>(m, "_StepGuard")
       .def(py::init<py::object, py::object, py::dict, py::dict, py::object, int, int, py::object>())
-      .def("closure_step", &Guard::closure_step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none())
+      .def("closure_step", &Guard::closure_step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none(),
+           py::arg("rows") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_model_call", &Guard::begin_model_call)
       .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
@@ -431,6 +447,28 @@ PYBIND11_MODULE(_nanscope, m) {
     }
   });
   m.def("guard_keyword_list", &guard_keyword_list);
+  m.def(
+      "poisoned_samples",
+      [](const std::string& run_dir) {
+        std::vector<format::PoisonedSample> list;
+        try {
+          list = format::read_poison_list(format::poison_list_path(run_dir));
+        } catch (const format::FormatError& e) {
+          throw py::value_error(std::string("nanscope: ") + e.what());
+        }
+        py::list out;
+        for (const format::PoisonedSample& s : list) {
+          py::dict d;
+          d["row"] = s.row;
+          d["step"] = s.step;
+          d["rank"] = s.rank;
+          d["birth"] = s.birth;
+          d["why"] = s.why;
+          out.append(d);
+        }
+        return out;
+      },
+      "the samples a run leaves out: its RUN_DIR/poisoned_samples.jsonl as dicts (row, step, rank, birth, why)");
   m.def("tensor_versions", &tensor_versions, "the version counters of a call's tensors (positional, then keyword)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {

@@ -22,6 +22,7 @@
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/format/event_text.hpp"
+#include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/format/snapshot_summary.hpp"
@@ -396,6 +397,34 @@ TEST_P(DataParallelAutoSkip, ADataFaultOnOneRankEndsAsTheSkipAloneOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Gloo, DataParallelAutoSkip, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+// A corrupt sample that one rank meets is listed once, and every rank leaves
+// it out of every later epoch: each rank's file has the one skip, at the same
+// step, over four epochs (the global batch of 2 x 16 reads 4096 samples in
+// 128 steps).
+TEST(DataParallel, EveryRankLeavesOutTheSampleOneRankMet) {
+  TempDir dir;
+  Job job(dir, 2,
+          "--model mlp --steps 512 --threads 1 --quiet --amp bf16 --fallback auto --fault corrupt_sample@0:5 "
+          "--run-dir " +
+              dir.file("run"));
+  ASSERT_TRUE(job.wait_all(180s));
+  std::vector<int64_t> skipped_at;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(job[r].exit_code, 0) << job[r].log;
+    const format::RunData run = rank_run(dir.file("run"), r, 2);
+    std::vector<int64_t> skipped;
+    for (size_t i = 0; i < run.rows(); ++i)
+      if (run.skipped[i]) skipped.push_back(run.step[i]);
+    ASSERT_EQ(skipped.size(), 1u) << "rank " << r << ": " << job[r].log;
+    skipped_at.push_back(skipped[0]);
+  }
+  EXPECT_EQ(skipped_at[0], skipped_at[1]);
+  const std::vector<format::PoisonedSample> list = format::read_poison_list(dir.file("run/poisoned_samples.jsonl"));
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].row, 5);
+  EXPECT_EQ(list[0].step, skipped_at[0]);
+}
 
 // The live search for the dooming step on several ranks of nanscope-train: a
 // one-step LR pulse (finite, applied on every rank) wrecks the weights and

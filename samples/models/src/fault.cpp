@@ -22,7 +22,8 @@ constexpr FaultKind kKinds[] = {FaultKind::nonfinite_input,
                                 FaultKind::input_ramp,
                                 FaultKind::sample_burst,
                                 FaultKind::lr_pulse,
-                                FaultKind::buffer_nan};
+                                FaultKind::buffer_nan,
+                                FaultKind::corrupt_sample};
 
 double default_arg(FaultKind kind) {
   switch (kind) {
@@ -58,6 +59,7 @@ const char* fault_name(FaultKind kind) {
     case FaultKind::sample_burst: return "sample_burst";
     case FaultKind::lr_pulse: return "lr_pulse";
     case FaultKind::buffer_nan: return "buffer_nan";
+    case FaultKind::corrupt_sample: return "corrupt_sample";
   }
   return "?";
 }
@@ -121,7 +123,7 @@ std::vector<Fault> faults_on_rank(const std::vector<Fault>& faults, int rank) {
 bool is_loop_fault(FaultKind kind) {
   return kind == FaultKind::lr_spike || kind == FaultKind::lr_pulse || kind == FaultKind::nonfinite_input ||
          kind == FaultKind::lr_ramp || kind == FaultKind::input_ramp || kind == FaultKind::sample_burst ||
-         kind == FaultKind::buffer_nan;
+         kind == FaultKind::buffer_nan || kind == FaultKind::corrupt_sample;
 }
 
 Fault model_fault_at(const std::vector<Fault>& faults, int64_t step) {
@@ -161,6 +163,13 @@ bool buffer_poisoned_after(const std::vector<Fault>& faults, int64_t step) {
   for (const auto& f : faults)
     if (f.kind == FaultKind::buffer_nan && f.step == step) return true;
   return false;
+}
+
+std::vector<int64_t> corrupt_rows_at(const std::vector<Fault>& faults, int64_t step) {
+  std::vector<int64_t> rows;
+  for (const auto& f : faults)
+    if (f.kind == FaultKind::corrupt_sample && step >= f.step) rows.push_back(static_cast<int64_t>(f.arg));
+  return rows;
 }
 
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step) {

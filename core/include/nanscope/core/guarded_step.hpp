@@ -51,6 +51,10 @@ struct GuardedStep {
   std::string doomed_by;
   int64_t doomed_by_step = -1;     // the dooming step (-1: none named)
   std::vector<int64_t> doom_rows;  // its batch rows without which the run survives (empty: its whole update)
+  // A `data` verdict on samples whose data set rows the loop gave: the rows
+  // this step added to the run's poison list (RUN_DIR/poisoned_samples.jsonl,
+  // format/poison_list.hpp), which later epochs leave out.
+  std::vector<int64_t> listed_samples;
 };
 
 }  // namespace nanscope

@@ -55,6 +55,10 @@ struct RemedyChoice {
   // as Batch::row_fingerprint has them: the same fault met again is the
   // same birth with one of these samples.
   std::vector<uint64_t> trigger_samples{};
+  // The same samples' rows in the data set, where the loop gave the step's
+  // data set rows (StepContext::batch_rows) for a step of one micro-batch;
+  // empty otherwise. A `data` remedy lists them in the run's poison list.
+  std::vector<int64_t> trigger_dataset_rows{};
 };
 
 // Re-runs of the failed step: same weights, buffers, RNG state, batch, setup

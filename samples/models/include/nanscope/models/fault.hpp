@@ -29,6 +29,8 @@ enum class FaultKind {
                            // doom a later step (a schedule bug, a resumed run's LR)
   buffer_nan,              // after STEP's update, NaN is written into the model's first floating buffer: a
                            // state that went sick outside any step (a bug in the loop, a bad load)
+  corrupt_sample,          // from STEP on, data set row ARG reads as NaN wherever a batch holds it: a corrupt
+                           // record, met again every epoch
 };
 
 // How many steps a sample_burst lasts.
@@ -64,5 +66,7 @@ double target_scale_at(const std::vector<Fault>& faults, int64_t step);
 bool buffer_poisoned_after(const std::vector<Fault>& faults, int64_t step);
 // The batch row to poison at `step`, if nonfinite_input is planted there.
 std::optional<int64_t> poisoned_row_at(const std::vector<Fault>& faults, int64_t step);
+// corrupt_sample: the data set rows that read as NaN at `step`.
+std::vector<int64_t> corrupt_rows_at(const std::vector<Fault>& faults, int64_t step);
 
 }  // namespace nanscope

@@ -1,0 +1,126 @@
+"""Poison samples remembered in Python: a loop that names its batches' data
+set rows (guard.backward(loss, batch, rows=...), closure_step(..., rows=...))
+gets a `data` verdict's samples listed in RUN_DIR/poisoned_samples.jsonl, and
+nanscope.LeaveOut leaves them out of every later epoch; the list is the one
+nanscope-train reads, and a line edited wrong is a ValueError."""
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
+
+import nanscope
+
+CORRUPT_ROW = 5
+
+
+class Rows(Dataset):
+    """A data set whose items carry their row: (x, y, row)."""
+
+    def __init__(self, n=64):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 4, generator=g)
+        self.y = torch.randint(0, 3, (n,), generator=g)
+        self.x[CORRUPT_ROW] = float("nan")  # a corrupt record, met every epoch
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i], i
+
+
+def train(run_dir, sampler_of, epochs=3, form="watched"):
+    """The loop over `epochs`; the steps it skipped, per epoch."""
+    torch.manual_seed(0)
+    data = Rows()
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(run_dir), amp="bf16",
+                               loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
+    sampler = sampler_of(data, run_dir)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    skipped = []
+    for epoch in range(epochs):
+        skipped.append(0)
+        for x, y, rows in loader:
+            if form == "watched":
+                with guard.autocast():
+                    loss = F.cross_entropy(model(x), y)
+                guard.backward(loss, (x, y), rows=rows)
+                result = guard.step()
+                optimizer.zero_grad()
+            else:
+                result = guard.closure_step(lambda: F.cross_entropy(model(x), y), (x, y), rows=rows)
+            skipped[-1] += not result.counted
+            if result.listed_samples:
+                assert result.listed_samples == [CORRUPT_ROW]
+    guard.close()
+    return skipped
+
+
+@pytest.mark.parametrize("form", ["watched", "closure"])
+def test_a_corrupt_sample_is_skipped_once_and_left_out_of_later_epochs(tmp_path, form):
+    plain = train(tmp_path / "plain", lambda data, run_dir: RandomSampler(data), form=form)
+    assert plain == [1, 1, 1], "without LeaveOut the sample comes back every epoch"
+    left_out = train(tmp_path / "left-out", lambda data, run_dir: nanscope.LeaveOut(RandomSampler(data), run_dir),
+                     form=form)
+    assert left_out == [1, 0, 0]
+    listed = nanscope.poisoned_samples(tmp_path / "left-out")
+    assert [s["row"] for s in listed] == [CORRUPT_ROW]
+    assert "the batch holds a non-finite value" in listed[0]["why"]
+    # One JSON object per line: what json (and nanscope-train) reads.
+    lines = (tmp_path / "left-out" / "poisoned_samples.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["row"] == CORRUPT_ROW
+
+
+def test_a_loop_that_names_no_rows_lists_nothing(tmp_path):
+    def unnamed(data, run_dir):
+        return nanscope.LeaveOut(RandomSampler(data), run_dir)
+    torch.manual_seed(0)
+    data = Rows()
+    model = nn.Sequential(nn.Linear(4, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="bf16",
+                               loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
+    for x, y, _ in DataLoader(data, batch_size=8, sampler=unnamed(data, tmp_path)):
+        guard.backward(F.cross_entropy(model(x), y), (x, y))
+        assert guard.step().listed_samples == []
+        optimizer.zero_grad()
+    guard.close()
+    assert nanscope.poisoned_samples(tmp_path) == []
+
+
+def test_ranks_keep_their_lengths_and_never_draw_a_listed_row(tmp_path):
+    (tmp_path / "poisoned_samples.jsonl").write_text('{"row": 3, "step": 1}\n{"row": 10, "step": 2, "note": "mine"}\n')
+    data = Rows(32)
+    drawn = []
+    for rank in range(2):
+        sampler = nanscope.LeaveOut(DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=1),
+                                    tmp_path)
+        sampler.set_epoch(4)
+        rows = list(sampler)
+        assert len(rows) == len(sampler) == 16, "an epoch keeps its length on every rank"
+        assert not {3, 10} & set(rows)
+        drawn += rows
+    assert len(set(drawn)) == 30, "every other row is drawn (one rank draws a kept row twice per listed row)"
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    (tmp_path / "poisoned_samples.jsonl").write_text('{"row": "five", "step": 1}\n')
+    with pytest.raises(ValueError, match="line 1"):
+        nanscope.poisoned_samples(tmp_path)
+    with pytest.raises(ValueError, match="poisoned_samples.jsonl"):
+        list(nanscope.LeaveOut(range(4), tmp_path))
+    model = nn.Linear(4, 3)
+    guard = nanscope.StepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=str(tmp_path / "g"),
+                               log=False)
+    x = torch.randn(2, 4)
+    with pytest.raises(TypeError, match="rows="):
+        guard.closure_step(lambda: model(x).sum(), x, rows=[0.5, 1.5])
+    guard.close()
+    (tmp_path / "poisoned_samples.jsonl").write_text('{"row": 0, "step": 1}\n{"row": 1, "step": 1}\n')
+    with pytest.raises(ValueError, match="none is left"):
+        list(nanscope.LeaveOut(range(2), tmp_path))
