@@ -78,12 +78,14 @@ void write_run(const std::string& path, int64_t steps, size_t layers) {
   }
 }
 
-// A run written at 1,000 steps per second (after 70,000 steps written at
-// once: a long run), followed as nanscope-view follows it: a poll every half
-// second (its default --poll). Prints what a poll costs the frame it falls
-// in, and how far the view is behind the rows the writer has published.
-void follow_live_run(const std::string& path, size_t layers) {
-  constexpr int64_t kHead = 70000, kPerSecond = 1000, kSeconds = 6;
+// A run written at 1,000 steps per second after `head` steps written at
+// once (the bench's length: a long run), followed as nanscope-view follows
+// it: a poll every half second (its default --poll). Prints what a poll
+// costs the frame it falls in, and how far the view is behind the rows the
+// writer has published.
+void follow_live_run(const std::string& path, size_t layers, int64_t head) {
+  const int64_t kHead = std::max<int64_t>(head, int64_t(viewer::kLongRunRows) + 1);
+  constexpr int64_t kPerSecond = 1000, kSeconds = 6;
   // The writer's published rows, shared with this process.
   auto* published = static_cast<std::atomic<int64_t>*>(
       mmap(nullptr, sizeof(std::atomic<int64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
@@ -141,12 +143,13 @@ void follow_live_run(const std::string& path, size_t layers) {
   }
   waitpid(writer_pid, nullptr, 0);
   std::printf(
-      "live: a run writing %lld steps/s x %zu layers, polled every 0.5 s for %lld s: a poll costs median "
+      "live: a run of %lld steps writing %lld more per second x %zu layers, polled every 0.5 s for %lld s: a poll "
+      "costs median "
       "%.1f ms, max %.1f ms (budget 16: one frame); rows behind the writer after a poll: max %.0f (budget 64: one "
       "batch the writer publishes)%s\n",
-      static_cast<long long>(kPerSecond), layers, static_cast<long long>(kSeconds), median(poll_ms),
-      *std::max_element(poll_ms.begin(), poll_ms.end()), *std::max_element(behind.begin(), behind.end()),
-      model.runs[0].is_long() ? "" : " (not read as a long run!)");
+      static_cast<long long>(kHead), static_cast<long long>(kPerSecond), layers, static_cast<long long>(kSeconds),
+      median(poll_ms), *std::max_element(poll_ms.begin(), poll_ms.end()),
+      *std::max_element(behind.begin(), behind.end()), model.runs[0].is_long() ? "" : " (not read as a long run!)");
   std::filesystem::remove(path);
 }
 
@@ -237,6 +240,6 @@ int main(int argc, char** argv) {
       "(budget 8), p95 %.2f ms (budget 16)\n",
       kHeatmapColumns, layers, frame_ms.size(), median(frame_ms), percentile(frame_ms, 0.95));
   std::printf("memory at the end: %.0f MiB resident, peak %.0f MiB (budget 512 MiB)\n", resident_mib(), peak_mib());
-  follow_live_run(path + ".live.h5", layers);
+  follow_live_run(path + ".live.h5", layers, steps);
   return 0;
 }

@@ -98,7 +98,10 @@ size_t RunSource::poll() {
     }
     if (long_) long_->refresh();
     if (added > 0) absorb_new_rows(before);
-    if (added > 0 || data().events.size() != events_seen_) absorb_events();
+    if (data().events.size() != events_seen_)
+      absorb_events();
+    else if (added > 0)
+      absorb_rows_without_events(before);
     revision_ += added + window_arrived > 0;
     return added + window_arrived;
   } catch (const std::exception& e) {
@@ -118,6 +121,16 @@ void RunSource::absorb_new_rows(size_t from) {
     if (!std::isfinite(run.loss[i]) || !std::isfinite(run.grad_norm[i])) first_nonfinite_step_ = run.step[i];
   for (size_t i = from; i < run.rows() && !has_loss_scaler_; ++i)
     has_loss_scaler_ = run.amp[i] == static_cast<uint8_t>(format::Precision::fp16);
+}
+
+// New rows and no new event: no rollback reaches them (an event names steps
+// up to its own, all read before), so the masks only grow, at the cost of
+// the new rows, not of the run.
+void RunSource::absorb_rows_without_events(size_t from) {
+  const format::RunData& run = data();
+  rolled_back_.resize(run.rows(), 0);
+  off_curve_.resize(run.rows(), 0);
+  for (size_t i = from; i < run.rows(); ++i) off_curve_[i] = run.skipped[i];
 }
 
 // Events and the per-row masks that follow from them (and from new rows).

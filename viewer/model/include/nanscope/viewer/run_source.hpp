@@ -109,6 +109,7 @@ class RunSource {
  private:
   void absorb_new_rows(size_t from);
   void absorb_events();
+  void absorb_rows_without_events(size_t from);
   // Reopens the rows without their per-layer tables and reads those through
   // the overview: at open for a long run, or when a followed run grows long.
   void become_long();
