@@ -43,6 +43,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The data set rows of micro-batch `micro`: its stretch of the step's rows
+// (StepContext::batch_rows, each micro-batch's in order), when they number
+// the micro-batches' rows; undefined when the loop gave none.
+at::Tensor micro_batch_rows(const RunningStep& run, size_t micro) {
+  const at::Tensor& rows = run.context.batch_rows;
+  if (!rows.defined()) return {};
+  int64_t total = 0, offset = 0;
+  for (size_t m = 0; m < run.micro_batches.size(); ++m) {
+    if (m == micro) offset = total;
+    total += run.micro_batches[m].batch.rows();
+  }
+  if (rows.numel() != total) return {};
+  return rows.reshape(-1).narrow(0, offset, run.micro_batches.at(micro).batch.rows());
+}
+
 }  // namespace
 
 AtFailedEvaluation::AtFailedEvaluation(const std::vector<at::Tensor>& parameters, const ClosureEvaluations& evaluations)
@@ -464,7 +479,9 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   // it was, with its RNG state and loss weight: what replay and the row
   // search re-run (never a regrouping of the step's rows).
   s.batch = kept.batch;
-  s.batch_rows = probe_.batch_rows().defined() && kept.batch.rows() == probe_.batch_rows().numel()
+  const at::Tensor kept_rows = micro_batch_rows(run, micro);
+  s.batch_rows = kept_rows.defined() ? kept_rows
+                 : probe_.batch_rows().defined() && kept.batch.rows() == probe_.batch_rows().numel()
                      ? probe_.batch_rows()
                      : at::full({kept.batch.rows()}, -1, at::kLong);
   s.cpu_rng_state = (kept.cpu_rng_state.known() ? kept.cpu_rng_state : probe_.cpu_rng_state()).bytes();
@@ -547,14 +564,14 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   failed.capture = capture;
   // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
   // are searched within it, never across micro-batches).
-  const MicroBatch& micro = run.micro_batches.at(diagnosed_micro_batch(run, capture));
+  const size_t diagnosed = diagnosed_micro_batch(run, capture);
+  const MicroBatch& micro = run.micro_batches.at(diagnosed);
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules();
   LiveStepReruns reruns(steered_.model, parameters_, run.loss_scale_for_reruns(), run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
-  // The step's data set rows are the diagnosed micro-batch's when it is the step's only one.
-  const at::Tensor dataset_rows = run.micro_batches.size() == 1 ? run.context.batch_rows : at::Tensor();
+  const at::Tensor dataset_rows = micro_batch_rows(run, diagnosed);
   if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch, dataset_rows);
   if (lockstep->rank() != leader) {
     follow_lockstep_reruns(*lockstep, leader, reruns);

@@ -124,3 +124,27 @@ def test_bad_input_is_a_clear_error(tmp_path):
     (tmp_path / "poisoned_samples.jsonl").write_text('{"row": 0, "step": 1}\n{"row": 1, "step": 1}\n')
     with pytest.raises(ValueError, match="none is left"):
         list(nanscope.LeaveOut(range(2), tmp_path))
+
+
+def test_a_step_of_micro_batches_lists_the_row_of_the_one_it_diagnosed(tmp_path):
+    torch.manual_seed(0)
+    data = Rows()
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="bf16",
+                               loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
+    first, second = [0, 1, 2, 3], [4, CORRUPT_ROW, 6, 7]  # the corrupt row is in the second micro-batch
+    for rows in (first, second):
+        x, y = data.x[rows], data.y[rows]
+        with guard.autocast():
+            loss = F.cross_entropy(model(x), y) / 2
+        guard.backward(loss, (x, y), rows=rows)
+    result = guard.step()
+    guard.close()
+    assert not result.counted
+    assert result.listed_samples == [CORRUPT_ROW], "the second micro-batch's batch row 1 is data set row 5"
+    assert [s["row"] for s in nanscope.poisoned_samples(tmp_path)] == [CORRUPT_ROW]
+    # Its snapshot keeps that micro-batch with its own data set rows.
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(result.snapshot, "r") as f:
+        assert list(f["batch/rows"][:]) == second
