@@ -52,9 +52,11 @@ struct StoredOverview {
 // support (a SWMR reader may see one dataset's appends before another's).
 // nullopt for a file without /overview.
 std::optional<StoredOverview> stored_overview(hid_t file, hsize_t rows, const std::string& path);
-// Blocks [from, to) of `level`.
+// Blocks [from, to) of `level`, in arrays with room for `capacity` blocks
+// (a follower's: its run goes on growing, and an array that moves when it
+// grows is copied whole).
 OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, size_t level, hsize_t from, hsize_t to,
-                                   const std::string& path);
+                                   const std::string& path, hsize_t capacity = 0);
 // Seeds `builder` with the open blocks of a file whose complete blocks are
 // `stored` and whose rows number `rows`: each level's stored blocks past the
 // next level's last complete one, then the rows past the last complete block.

@@ -70,8 +70,12 @@ void OverviewFollower::Impl::open(const std::function<void(int64_t, int64_t)>& p
     add_rows(committed, progress);
     return;
   }
+  // Room for the run to double while followed: the blocks appended then
+  // never move the arrays (at a million steps x 256 layers, moving the finest
+  // level's copied 160 MB at the first poll). Room never written costs no memory.
   for (size_t k = 0; k < kOverviewBlockRows.size(); ++k)
-    overview.levels.push_back(read_overview_blocks(f, *stored, k, 0, stored->blocks[k], path));
+    overview.levels.push_back(
+        read_overview_blocks(f, *stored, k, 0, stored->blocks[k], path, 2 * stored->blocks[k] + 64));
   seed_open_blocks(*builder, f, *stored, committed, path);
   rows = committed;
   builder->publish_into(overview.levels);

@@ -135,12 +135,15 @@ inline void read_row_range(hid_t ds, hid_t mem_type, hsize_t from, hsize_t to, h
 }
 
 // Reads rows [from, to) (x `columns`; 0: a 1-D dataset) of a dataset into
-// `out`, which already holds the first `from` rows and grows to `to`.
+// `out`, which already holds the first `from` rows and grows to `to`, with
+// room for `capacity_rows` (a follower's: rows appended later then never
+// move the whole column).
 template <typename T>
 void read_rows(hid_t loc, const std::string& group, const std::string& name, hid_t mem_type, hsize_t from, hsize_t to,
-               hsize_t columns, std::vector<T>& out, const std::string& path) {
+               hsize_t columns, std::vector<T>& out, const std::string& path, hsize_t capacity_rows = 0) {
   h5::Handle ds = dataset_of_rows(loc, group, name, to, columns, sizeof(T), path);
   const hsize_t width = std::max<hsize_t>(1, columns);
+  reserve_bulk(out, std::max(capacity_rows, to) * width);
   resize_bulk(out, to * width);
   read_row_range(ds.get(), mem_type, from, to, columns, out.data() + from * width, path, group + "/" + name);
 }

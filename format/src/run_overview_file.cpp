@@ -198,19 +198,21 @@ void read_columns(hid_t ds, hid_t mem_type, hsize_t from, hsize_t to, hsize_t fi
 // One per-layer table's blocks [from, to): min, max and last of each layer
 // from `values` ([n x 3L]), NaN and Inf counts from `counts` ([n x 2L]).
 void read_layer_stats(hid_t file, const std::string& group, const std::string& name, hsize_t from, hsize_t to,
-                      int64_t block_rows, BlockStats<float>& stats, const std::string& path) {
+                      hsize_t capacity, int64_t block_rows, BlockStats<float>& stats, const std::string& path) {
   const hsize_t n = to - from, layers = stats.width;
   const std::string counts_name = name + "_counts";
   h5::Handle values = dataset_of_rows(file, group, name.c_str(), to, 3 * layers, sizeof(float), path);
   h5::Handle counts = dataset_of_rows(file, group, counts_name.c_str(), to, 2 * layers, sizeof(uint32_t), path);
   std::vector<float>* fields[] = {&stats.min, &stats.max, &stats.last};
   for (hsize_t f = 0; f < 3; ++f) {
+    reserve_bulk(*fields[f], capacity * layers);
     resize_bulk(*fields[f], n * layers);
     read_columns(values.get(), H5T_NATIVE_FLOAT, from, to, f * layers, layers, fields[f]->data(), path,
                  group + "/" + name);
   }
   std::vector<uint32_t>* count_fields[] = {&stats.nan, &stats.inf};
   for (hsize_t f = 0; f < 2; ++f) {
+    reserve_bulk(*count_fields[f], capacity * layers);
     resize_bulk(*count_fields[f], n * layers);
     read_columns(counts.get(), H5T_NATIVE_UINT32, from, to, f * layers, layers, count_fields[f]->data(), path,
                  group + "/" + counts_name);
@@ -223,11 +225,12 @@ void read_layer_stats(hid_t file, const std::string& group, const std::string& n
 }  // namespace
 
 OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, size_t level, hsize_t from, hsize_t to,
-                                   const std::string& path) {
+                                   const std::string& path, hsize_t capacity) {
   OverviewLevel out = empty_overview_level(level, stored.layers, stored.act_absmax);
   if (to <= from) return out;
   const std::string group = level_group(level);
   const hsize_t n = to - from;
+  capacity = std::max(capacity, n);
   // Each dataset is checked against what the file can hold before its rows are allocated.
   auto read = [&](const char* name, hid_t type, hsize_t columns, auto& into) {
     h5::Handle ds = dataset_of_rows(file, group, name, to, columns, sizeof(into[0]), path);
@@ -239,8 +242,8 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
   read("blocks", H5T_NATIVE_INT64, kBlockFields, blocks);
   read("scalars", H5T_NATIVE_DOUBLE, kOverviewScalars * kScalarFields, scalars);
   const int64_t block_rows = kOverviewBlockRows[level];
-  for (auto* v : {&out.first_step, &out.last_step, &out.rows, &out.skipped}) v->reserve(n);
-  out.scalars.reserve_blocks(n);
+  for (auto* v : {&out.first_step, &out.last_step, &out.rows, &out.skipped}) v->reserve(capacity);
+  out.scalars.reserve_blocks(capacity);
   for (hsize_t b = 0; b < n; ++b) {
     const int64_t* f = &blocks[b * kBlockFields];
     const std::string what = group + " block " + std::to_string(from + b);
@@ -261,9 +264,9 @@ OverviewLevel read_overview_blocks(hid_t file, const StoredOverview& stored, siz
     }
   }
   if (stored.layers > 0)
-    read_layer_stats(file, group, "layer_grad_norm", from, to, block_rows, out.layer_grad_norm, path);
+    read_layer_stats(file, group, "layer_grad_norm", from, to, capacity, block_rows, out.layer_grad_norm, path);
   if (stored.act_absmax)
-    read_layer_stats(file, group, "layer_act_absmax", from, to, block_rows, out.layer_act_absmax, path);
+    read_layer_stats(file, group, "layer_act_absmax", from, to, capacity, block_rows, out.layer_act_absmax, path);
   return out;
 }
 

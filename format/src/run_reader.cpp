@@ -81,18 +81,21 @@ struct RunFollower::Impl {
     const std::string& path = run.path;
     const std::string steps = run_schema::kStepsGroup;
     const hsize_t layers = run.layer_names.size();
-    read_rows(f, steps, "step", H5T_NATIVE_INT64, from, to, 0, run.step, path);
-    read_rows(f, steps, "loss", H5T_NATIVE_DOUBLE, from, to, 0, run.loss, path);
-    read_rows(f, steps, "lr", H5T_NATIVE_DOUBLE, from, to, 0, run.lr, path);
-    read_rows(f, steps, "loss_scale", H5T_NATIVE_DOUBLE, from, to, 0, run.loss_scale, path);
-    read_rows(f, steps, "grad_norm", H5T_NATIVE_DOUBLE, from, to, 0, run.grad_norm, path);
-    read_rows(f, steps, "skipped", H5T_NATIVE_UINT8, from, to, 0, run.skipped, path);
-    read_rows(f, steps, "amp", H5T_NATIVE_UINT8, from, to, 0, run.amp, path);
-    read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, from, to, 0, run.step_time, path);
+    // The first read leaves room for the run to double: a followed run's
+    // next rows then never move its columns (room never written costs no memory).
+    const hsize_t room = from == 0 ? 2 * to + 64 : 0;
+    read_rows(f, steps, "step", H5T_NATIVE_INT64, from, to, 0, run.step, path, room);
+    read_rows(f, steps, "loss", H5T_NATIVE_DOUBLE, from, to, 0, run.loss, path, room);
+    read_rows(f, steps, "lr", H5T_NATIVE_DOUBLE, from, to, 0, run.lr, path, room);
+    read_rows(f, steps, "loss_scale", H5T_NATIVE_DOUBLE, from, to, 0, run.loss_scale, path, room);
+    read_rows(f, steps, "grad_norm", H5T_NATIVE_DOUBLE, from, to, 0, run.grad_norm, path, room);
+    read_rows(f, steps, "skipped", H5T_NATIVE_UINT8, from, to, 0, run.skipped, path, room);
+    read_rows(f, steps, "amp", H5T_NATIVE_UINT8, from, to, 0, run.amp, path, room);
+    read_rows(f, steps, "step_time", H5T_NATIVE_DOUBLE, from, to, 0, run.step_time, path, room);
     if (has_layer_grad_norm)
-      read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, from, to, layers, run.layer_grad_norm, path);
+      read_rows(f, steps, "layer_grad_norm", H5T_NATIVE_FLOAT, from, to, layers, run.layer_grad_norm, path, room);
     if (has_layer_act_absmax)
-      read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers, run.layer_act_absmax, path);
+      read_rows(f, steps, "layer_act_absmax", H5T_NATIVE_FLOAT, from, to, layers, run.layer_act_absmax, path, room);
   }
 
   // The rows every step column holds. The writer extends /steps/step last,

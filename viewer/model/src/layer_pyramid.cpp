@@ -49,6 +49,8 @@ void LayerPyramid::update(const std::vector<float>& table, size_t rows, size_t l
     const size_t below_rows = rows_at(k - 1);
     const size_t n = rows_at(k);
     const size_t first = (old_rows >> k);
+    // Room for a followed run to double: its new rows never move a level.
+    if (out.capacity() < n * layers_) format::reserve_bulk(out, 2 * n * layers_);
     format::resize_bulk(out, n * layers_);
     const float* below = level(k - 1);
     for (size_t i = first; i < n; ++i) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nanscope/format/bulk_buffer.hpp"
 #include "nanscope/format/error.hpp"
 
 namespace nanscope::viewer {
@@ -15,6 +16,8 @@ namespace {
 void block_cells(const format::BlockStats<float>& stats, size_t from_block, std::vector<float>& cells,
                  LayerPyramid& pyramid) {
   const size_t width = stats.width, blocks = stats.blocks();
+  // Room for a followed run to double: its new blocks never move the cells.
+  if (cells.capacity() < blocks * width) format::reserve_bulk(cells, 2 * blocks * width);
   cells.resize(blocks * width);
   for (size_t i = from_block * width; i < blocks * width; ++i) {
     cells[i] = stats.nan[i] > 0   ? std::numeric_limits<float>::quiet_NaN()

@@ -29,17 +29,28 @@ inline void advise_huge_pages([[maybe_unused]] void* data, [[maybe_unused]] size
 }
 }  // namespace detail
 
-// v.resize(n), except that a large new buffer is advised into huge pages
-// before anything touches it. Grows geometrically, as resize does.
+// v.reserve(n), except that a large new buffer is advised into huge pages
+// before anything touches it. Room reserved and never written costs address
+// space, not memory.
+template <typename T>
+void reserve_bulk(std::vector<T>& v, size_t n) {
+  if (n <= v.capacity()) return;
+  if (n * sizeof(T) < detail::kBulkBytes) {
+    v.reserve(n);
+    return;
+  }
+  std::vector<T> grown;
+  grown.reserve(n);
+  detail::advise_huge_pages(grown.data(), grown.capacity() * sizeof(T));
+  grown.insert(grown.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+  v.swap(grown);
+}
+
+// v.resize(n), with a large new buffer advised into huge pages as
+// reserve_bulk does. Grows geometrically, as resize does.
 template <typename T>
 void resize_bulk(std::vector<T>& v, size_t n) {
-  if (n > v.capacity() && n * sizeof(T) >= detail::kBulkBytes) {
-    std::vector<T> grown;
-    grown.reserve(std::max(n, 2 * v.capacity()));
-    detail::advise_huge_pages(grown.data(), grown.capacity() * sizeof(T));
-    grown.insert(grown.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
-    v.swap(grown);
-  }
+  if (n > v.capacity() && n * sizeof(T) >= detail::kBulkBytes) reserve_bulk(v, std::max(n, 2 * v.capacity()));
   v.resize(n);
 }
 
