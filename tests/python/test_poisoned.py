@@ -32,14 +32,20 @@ class Rows(Dataset):
         return self.x[i], self.y[i], i
 
 
-def train(run_dir, sampler_of, epochs=3, form="watched"):
-    """The loop over `epochs`; the steps it skipped, per epoch."""
+def guarded_model(run_dir):
+    """A seeded classifier, its SGD and a bf16 guard whose loss_fn re-runs (x, y) micro-batches."""
     torch.manual_seed(0)
-    data = Rows()
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     guard = nanscope.StepGuard(model, optimizer, run_dir=str(run_dir), amp="bf16",
                                loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
+    return model, optimizer, guard
+
+
+def train(run_dir, sampler_of, epochs=3, form="watched"):
+    """The loop over `epochs`; the steps it skipped, per epoch."""
+    model, optimizer, guard = guarded_model(run_dir)
+    data = Rows()
     sampler = sampler_of(data, run_dir)
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     skipped = []
@@ -79,12 +85,8 @@ def test_a_corrupt_sample_is_skipped_once_and_left_out_of_later_epochs(tmp_path,
 def test_a_loop_that_names_no_rows_lists_nothing(tmp_path):
     def unnamed(data, run_dir):
         return nanscope.LeaveOut(RandomSampler(data), run_dir)
-    torch.manual_seed(0)
+    model, optimizer, guard = guarded_model(tmp_path)
     data = Rows()
-    model = nn.Sequential(nn.Linear(4, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="bf16",
-                               loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
     for x, y, _ in DataLoader(data, batch_size=8, sampler=unnamed(data, tmp_path)):
         guard.backward(F.cross_entropy(model(x), y), (x, y))
         assert guard.step().listed_samples == []
@@ -127,12 +129,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
 
 
 def test_a_step_of_micro_batches_lists_the_row_of_the_one_it_diagnosed(tmp_path):
-    torch.manual_seed(0)
+    model, optimizer, guard = guarded_model(tmp_path)
     data = Rows()
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp="bf16",
-                               loss_fn=lambda m, batch: F.cross_entropy(m(batch[0]), batch[1]), log=False)
     first, second = [0, 1, 2, 3], [4, CORRUPT_ROW, 6, 7]  # the corrupt row is in the second micro-batch
     for rows in (first, second):
         x, y = data.x[rows], data.y[rows]

@@ -75,8 +75,6 @@ void OverviewLayers::want_rows(size_t from, size_t to) {
   const format::OverviewLevel& finest = overview().levels[0];
   fetch_ = std::make_unique<format::LayerRowsFetch>(path_, from, to, layers_, finest.layer_grad_norm.width > 0,
                                                     finest.layer_act_absmax.width > 0);
-  fetch_from_ = from;
-  fetch_to_ = to;
 }
 
 bool OverviewLayers::take_fetched() {

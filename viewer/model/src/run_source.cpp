@@ -73,7 +73,6 @@ void RunSource::become_long() {
   long_ = std::make_unique<OverviewLayers>(path_, scalars->data().layer_names.size(), std::move(overview));
   follower_ = std::move(scalars);
   grad_norms_ = LayerPyramid(false);
-  act_absmax_ = LayerPyramid(true);
 }
 
 size_t RunSource::poll() {
@@ -116,7 +115,6 @@ void RunSource::absorb_new_rows(size_t from) {
   const format::RunData& run = data();
   const size_t layers = run.layer_names.size();
   grad_norms_.update(run.layer_grad_norm, run.rows(), run.layer_grad_norm.empty() ? 0 : layers);
-  act_absmax_.update(run.layer_act_absmax, run.rows(), run.layer_act_absmax.empty() ? 0 : layers);
   for (size_t i = from; i < run.rows() && first_nonfinite_step_ < 0; ++i)
     if (!std::isfinite(run.loss[i]) || !std::isfinite(run.grad_norm[i])) first_nonfinite_step_ = run.step[i];
   for (size_t i = from; i < run.rows() && !has_loss_scaler_; ++i)

@@ -44,7 +44,6 @@ class OverviewLayers {
   // A fetch that finished: its rows become the window (true). Throws
   // FormatError for one that failed.
   bool take_fetched();
-  bool fetching() const { return fetch_ != nullptr; }
 
  private:
   void rebuild_blocks(size_t first_changed_block);
@@ -59,7 +58,6 @@ class OverviewLayers {
   format::LayerRows window_;
   LayerPyramid grad_window_{false};
   std::unique_ptr<format::LayerRowsFetch> fetch_;
-  size_t fetch_from_ = 0, fetch_to_ = 0;
   bool fetch_failed_ = false;
 };
 

@@ -60,9 +60,8 @@ class RunSource {
   // Rows that arrived after the file was opened: the run is live.
   size_t rows_since_open() const { return data().rows() - rows_at_open_; }
 
-  // A short run's per-layer tables over its rows (empty for a long run).
+  // A short run's grad norms over its rows, the heatmap's (empty for a long run).
   const LayerPyramid& grad_norms() const { return grad_norms_; }
-  const LayerPyramid& act_absmax() const { return act_absmax_; }
   // A long run's overview (null for a short one).
   const format::RunOverview* overview() const { return long_ ? &long_->overview() : nullptr; }
   bool is_long() const { return long_ != nullptr; }
@@ -124,7 +123,6 @@ class RunSource {
   bool following_ = false;
   size_t rows_at_open_ = 0;
   LayerPyramid grad_norms_{false};
-  LayerPyramid act_absmax_{true};
   int64_t first_nonfinite_step_ = -1;
   bool has_loss_scaler_ = false;
   std::vector<uint8_t> rolled_back_, off_curve_;
