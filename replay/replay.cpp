@@ -26,6 +26,7 @@
 #include "nanscope/probe/probe.hpp"
 #include "nanscope/probe/tensor_io.hpp"
 #include "rebuild.hpp"
+#include "trace_precision.hpp"
 
 namespace nanscope::replay {
 
@@ -305,6 +306,9 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   // none of this one's eager re-run): the eager birth is the evidence then.
   if (!s.capture.first_birth && eager_capture && eager_capture->first_birth) report.capture = *eager_capture;
   conclude(report, options.snapshot);
+  // 4. Where precision was lost, for a step that is finite in fp32 only.
+  if (report.verdict.verdict == format::Verdict::precision && !setup.model->compiled())
+    report.precision_trail = trace_precision(setup);
   return report;
 }
 

@@ -1,5 +1,6 @@
 #include "nanscope/replay/replay_report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -50,6 +51,44 @@ std::string birth_json(const std::optional<format::Birth>& b, const std::vector<
 
 std::string birth_text(const std::optional<format::Birth>& b) { return b ? format::birth_text(*b) : "none"; }
 
+std::string op_error_json(const format::OpError& e) {
+  return "{ \"index\": " + std::to_string(e.op.index) + ", \"op\": " + json_quoted(e.op.op) +
+         ", \"phase\": " + json_quoted(format::to_string(e.op.phase)) + ", \"module\": " + json_quoted(e.op.module) +
+         ", \"backward_node\": " + or_null(e.op.backward_node) + ", \"max_abs\": " + json_number(e.max_abs) +
+         ", \"max_rel\": " + json_number(e.max_rel) + ", \"ulps\": " + json_number(e.ulps) +
+         ", \"nonfinite\": " + std::to_string(e.nonfinite) + " }";
+}
+
+// All of the trail: every op compared, and the first past the margin.
+std::string precision_trail_json(const std::optional<format::PrecisionTrail>& t) {
+  if (!t) return "null";
+  const bool found = t->first_lost >= 0;
+  return "{ \"type\": " + json_quoted(t->type) + ", \"margin_ulps\": " + json_number(t->margin_ulps) +
+         ",\n                       \"first_lost\": " +
+         (found ? op_error_json(t->ops[size_t(t->first_lost)]) : std::string("null")) +
+         ",\n                       \"first_lost_at\": " + (found ? std::to_string(t->first_lost) : "null") +
+         ", \"unmatched\": " + std::to_string(t->unmatched) + ", \"cut_short\": " + or_null(t->cut_short) +
+         ",\n                       \"text\": " + json_quoted(format::precision_lost_text(*t)) +
+         ",\n                       \"ops\": " +
+         list_json(t->ops, [](const format::OpError& e) { return "\n        " + op_error_json(e); }) + " }";
+}
+
+// The top of the trail: the first op past the margin, a few before it, and
+// on to the birth.
+std::string precision_trail_text(const format::PrecisionTrail& t) {
+  std::ostringstream o;
+  o << "  precision lost:   " << format::precision_lost_text(t) << "\n";
+  const std::vector<size_t> shown = format::trail_rows_to_show(t);
+  size_t next = 0;
+  for (size_t i : shown) {
+    if (i > next) o << "      ... " << i - next << " op(s)\n";
+    o << "    " << (int64_t(i) == t.first_lost ? "> " : "  ") << format::op_error_text(t.ops[i]) << "\n";
+    next = i + 1;
+  }
+  if (!t.cut_short.empty()) o << "    (" << t.cut_short << ")\n";
+  return o.str();
+}
+
 // The report's last lines: the run's doom search on this step, and the verdict.
 std::string verdict_text(const ReplayReport& r) {
   std::ostringstream o;
@@ -90,7 +129,7 @@ std::string to_json(const ReplayReport& r) {
                                ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) +
                                ", \"no_row_found\": " + or_null(r.no_row_found) + " }"
                          : "null")
-    << " },\n"
+    << ",\n               \"precision_trail\": " << precision_trail_json(r.precision_trail) << " },\n"
     << "  \"doomed_by\": " << or_null(r.doomed_by) << ",\n"
     << "  \"verdict\": " << json_quoted(format::to_string(r.verdict.verdict)) << ",\n"
     << "  \"category\": " << json_quoted(format::to_string(r.verdict.category)) << ",\n"
@@ -162,6 +201,7 @@ std::string to_text(const ReplayReport& r) {
         << format::dataset_row_text(r.evidence.batch_rows, r.evidence.samples[i]) << ")";
     o << "\n";
   }
+  if (r.precision_trail) o << precision_trail_text(*r.precision_trail);
   return o.str() + verdict_text(r);
 }
 
@@ -179,6 +219,7 @@ void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   record.widened_weights = r.evidence.own_16bit;
   for (int64_t s : r.evidence.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
   record.fp32_capture = r.fp32_capture;
+  record.precision_trail = r.precision_trail;
   format::write_replay_record(archive.root(), record);
   archive.close();
 }

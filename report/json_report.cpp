@@ -5,6 +5,7 @@
 #include "json_writer.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/precision_trail.hpp"
 
 namespace nanscope::report {
 
@@ -154,6 +155,34 @@ void write_snapshot(JsonWriter& json, const SnapshotEntry& entry) {
       json.null();
     else
       json.value(s.replay->widened_weights);
+    // Where precision was lost: the first op of the trail past its margin (the
+    // whole trail is nanscope-replay --json's).
+    json.key("precision_lost");
+    const std::optional<format::PrecisionTrail>& trail = s.replay->precision_trail;
+    if (trail) {
+      json.begin_object();
+      json.key("text").value(format::precision_lost_text(*trail));
+      json.key("type").value(trail->type);
+      json.key("ops_compared").value(trail->ops.size());
+      json.key("op");
+      if (trail->first_lost >= 0) {
+        const format::OpError& e = trail->ops[size_t(trail->first_lost)];
+        json.begin_object();
+        json.key("index").value(e.op.index);
+        json.key("op").value(e.op.op);
+        json.key("phase").value(format::to_string(e.op.phase));
+        json.key("module").value(e.op.module);
+        json.key("ulps").value(e.ulps);
+        json.key("max_abs").value(e.max_abs);
+        json.key("max_rel").value(e.max_rel);
+        json.end_object();
+      } else {
+        json.null();
+      }
+      json.end_object();
+    } else {
+      json.null();
+    }
     json.end_object();
   } else {
     json.null();

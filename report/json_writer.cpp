@@ -1,10 +1,6 @@
 #include "json_writer.hpp"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <stdexcept>
-#include <string_view>
 
 namespace nanscope::report {
 
@@ -66,15 +62,7 @@ void JsonWriter::value(int64_t number) {
 
 void JsonWriter::value(double number) {
   before_value();
-  if (std::isnan(number)) {
-    out_ << "\"nan\"";
-  } else if (std::isinf(number)) {
-    out_ << (number > 0 ? "\"inf\"" : "\"-inf\"");
-  } else {
-    char text[32];
-    const auto end = std::to_chars(text, text + sizeof text, number).ptr;  // the shortest text that reads back
-    out_ << std::string_view(text, size_t(end - text));
-  }
+  out_ << json_number(number);
 }
 
 void JsonWriter::value(bool flag) {

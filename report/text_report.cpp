@@ -10,6 +10,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/format/advice_words.hpp"
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/precision_trail.hpp"
 
 namespace nanscope::report {
 
@@ -123,11 +124,14 @@ std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
     for (const BirthRow& row : rows) text += (text.empty() ? "" : ", ") + birth_row_text(row);
     lines.push_back("  non-finite: " + text);
   }
-  if (s.replay)
-    lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
-                    format::to_string(s.replay->category) + "; " + s.replay->suggestion);
-  else
+  if (!s.replay) {
     lines.push_back("  replay: not replayed yet (" + format::replay_command(s, entry.path) + ")");
+    return lines;
+  }
+  lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
+                  format::to_string(s.replay->category) + "; " + s.replay->suggestion);
+  if (s.replay->precision_trail)
+    lines.push_back("  precision lost: " + format::precision_lost_text(*s.replay->precision_trail));
   return lines;
 }
 

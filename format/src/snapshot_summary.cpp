@@ -37,6 +37,7 @@ void write_replay_record(const Group& root, const ReplayRecord& r) {
   g.set_attr("samples", r.samples);
   g.set_attr("widened_weights", r.widened_weights);
   write_capture(g.group("fp32_capture"), r.fp32_capture);
+  if (r.precision_trail) write_precision_trail(g.group("precision_trail"), *r.precision_trail);
 }
 
 std::optional<ReplayRecord> read_replay_record(const Group& root) {
@@ -54,6 +55,7 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   r.samples = g.attr_string("samples");
   if (g.has_attr("widened_weights")) r.widened_weights = g.attr_string("widened_weights");
   if (g.has("fp32_capture")) r.fp32_capture = read_capture(g.group("fp32_capture"));
+  if (g.has("precision_trail")) r.precision_trail = read_precision_trail(g.group("precision_trail"));  // from 1.13
   return r;
 }
 

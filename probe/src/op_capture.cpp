@@ -124,6 +124,7 @@ struct Evaluation {
 struct CaptureState {
   std::mutex mutex;
   CaptureOptions options;
+  OpOutputSink on_op_output;
   int64_t next_start = 0;
   int64_t next_end = 0;
   bool any_nonfinite = false;
@@ -217,6 +218,9 @@ thread_local std::vector<BackwardFrame> t_backward;
 // Forward ops started and not ended on this thread, innermost last: a node no
 // op claimed (a skipped view's, a custom Function's) is named by the op around it.
 thread_local std::vector<std::string> t_open_forward_ops;
+// Ops (not nodes) started and not ended on this thread: an op that starts at
+// none is outermost, what the model's code or the engine called.
+thread_local int64_t t_open_ops = 0;
 // The sequence number up to which this thread's nodes have an origin.
 struct ClaimedNodes {
   uint64_t capture = 0;
@@ -258,6 +262,7 @@ void on_scope_change() {
 
 struct OpContext : at::ObserverContext {
   bool is_node = false;  // an evaluation's or node's record: only its frame to pop
+  bool outermost = false;
   bool forward = false;  // ran as a forward op (a recomputation's included): on t_open_forward_ops
   format::OpSite site = format::OpSite::op;
   int64_t evaluation = -1;  // a backward op's
@@ -461,6 +466,7 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   ReentryGuard guard;
   at::NoGradGuard no_grad;  // no graph nodes: they would shift every later seqNr
   auto ctx = std::make_unique<OpContext>();
+  ctx->outermost = t_open_ops++ == 0;
   // A module scope opened inside a backward node is a module's forward run
   // again (activation checkpointing): a forward op, named by its scope.
   const bool in_backward = !t_backward.empty();
@@ -513,6 +519,7 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       t_backward.back().node_done = true;
     return;
   }
+  --t_open_ops;
   ReentryGuard guard;
   at::NoGradGuard no_grad;
   bool output_nan = false, output_inf = false;
@@ -634,18 +641,26 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   for (const at::Tensor& t : nonfinite_outputs) set_lineage(st, t, carried);
   if (written.defined()) set_lineage(st, written, carried);
   for (const at::Tensor& t : finite_outputs) clear_lineage(st, t);
+  if (ctx->outermost && first_output.defined() && st.on_op_output) {
+    format::OpRecord named = record;
+    const int64_t from = ctx->evaluation >= 0 ? st.name_backward_op(named, ctx->evaluation) : forward_index;
+    if (from >= 0) named.module = st.module_of(from, named.module);
+    st.on_op_output(named, first_output);
+  }
 }
 
 }  // namespace
 
-OpCapture::OpCapture(CaptureOptions options) {
+OpCapture::OpCapture(CaptureOptions options, OpOutputSink on_op_output) {
   if (g_installed) throw std::logic_error("only one OpCapture may be active at a time");
   g_state = new CaptureState();
   g_state->options = options;
+  g_state->on_op_output = std::move(on_op_output);
   ++g_capture_count;
   g_capture_thread = std::this_thread::get_id();
   t_backward.clear();
   t_open_forward_ops.clear();
+  t_open_ops = 0;
   t_claimed = {g_capture_count, int64_t(at::sequence_number::peek())};
   detail::g_scope_listener = on_scope_change;
   g_scopes_were_enabled = detail::g_scopes_enabled;

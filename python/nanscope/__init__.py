@@ -44,14 +44,14 @@ from ._nanscope import StepResult
 from ._nanscope import _StepGuard
 from ._nanscope import replay_report as _replay_report
 from ._doom import DoomReport, find_dooming_step
-from ._report import Birth, ReplayReport, SnapshotInspection
+from ._report import Birth, OpError, PrecisionTrail, ReplayReport, SnapshotInspection
 from ._options import GuardConfig
 from ._poisoned import LeaveOut, poisoned_samples
 from ._trainer import TrainerGuard, guard_trainer
 
 __all__ = ["StepGuard", "GuardConfig", "StepResult", "DeadRunError", "replay", "ReplayReport", "inspect_snapshot",
            "SnapshotInspection", "Birth", "find_dooming_step", "DoomReport", "GuardEvents", "guard_trainer", "TrainerGuard", "open_run",
-           "LeaveOut", "poisoned_samples"]
+           "LeaveOut", "poisoned_samples", "PrecisionTrail", "OpError"]
 
 _logging.install()  # every line through the logging module (logger "nanscope")
 

@@ -44,6 +44,66 @@ def _birth(fields):
     return Birth(fields) if fields else None
 
 
+def _number(value):
+    """A JSON number, or the "inf"/"nan" string nanscope writes a non-finite one as."""
+    return float(value)
+
+
+class OpError:
+    """One op of a precision trail: the op, its phase, module and autograd node
+    (backward_node, None in the forward), its index in the low-precision run,
+    and how far its output was from the same op's in fp32: max_abs, max_rel,
+    ulps (max_abs in units in the last place of the low type at the op's
+    largest fp32 value; inf where it made a NaN/Inf fp32 did not) and
+    nonfinite (how many such positions)."""
+
+    def __init__(self, fields):
+        self._fields = fields
+        self.index = fields["index"]
+        self.op = fields["op"]
+        self.phase = fields["phase"]
+        self.module = fields["module"]
+        self.backward_node = fields.get("backward_node")
+        self.max_abs = _number(fields["max_abs"])
+        self.max_rel = _number(fields["max_rel"])
+        self.ulps = _number(fields["ulps"])
+        self.nonfinite = fields["nonfinite"]
+
+    def to_dict(self):
+        return dict(self._fields)
+
+    def __repr__(self):
+        return f"OpError({self.op} in {self.module!r} ({self.phase}): {self.ulps:.3g} ulps)"
+
+
+class PrecisionTrail:
+    """A precision verdict's step run at its precision and in fp32, op by op
+    up to its first birth (docs/replay.md, "The precision trail"): ops (each
+    an OpError, in execution order, the birth's op last), type (the 16-bit
+    type errors are counted in), margin_ulps, first_lost (the first op past the
+    margin: where precision was lost; None when none was), unmatched (ops of
+    the low-precision run with no fp32 counterpart: casts) and cut_short (why
+    the trail stops before the birth, or None). str() is its one line."""
+
+    def __init__(self, fields):
+        self._fields = fields
+        self.type = fields["type"]
+        self.margin_ulps = _number(fields["margin_ulps"])
+        self.ops = [OpError(op) for op in fields["ops"]]
+        self.first_lost = OpError(fields["first_lost"]) if fields["first_lost"] else None
+        self.unmatched = fields["unmatched"]
+        self.cut_short = fields.get("cut_short")
+
+    def to_dict(self):
+        return dict(self._fields)
+
+    def __str__(self):
+        return self._fields["text"]
+
+    def __repr__(self):
+        return f"PrecisionTrail({self})"
+
+
 class _PrintedJson:
     """A result nanscope's C++ side gives as its JSON and its printed text."""
 
@@ -79,7 +139,9 @@ class ReplayReport(_PrintedJson):
     their dataset_rows, no_row_found (why a bisection found no row),
     draws_random_numbers, anomaly and rerun_error; nonfinite_weights (the
     parameters that held a NaN/Inf as the step began: nothing was re-run, and
-    the category is 'nonfinite_weights')."""
+    the category is 'nonfinite_weights'); for a 'precision' verdict
+    precision_trail (a PrecisionTrail: where, op by op, the step left fp32;
+    None otherwise)."""
 
     def __init__(self, json_text, text):
         super().__init__(json_text, text)
@@ -110,6 +172,8 @@ class ReplayReport(_PrintedJson):
         self.rows = list(rows["samples"]) if rows else None
         self.dataset_rows = list(rows["dataset_rows"]) if rows else None
         self.no_row_found = rows.get("no_row_found") if rows else None
+        trail = replay.get("precision_trail")
+        self.precision_trail = PrecisionTrail(trail) if trail else None
 
     def __repr__(self):
         return f"ReplayReport(step={self.step}, verdict={self.verdict!r}, category={self.category!r})"

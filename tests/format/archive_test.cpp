@@ -7,6 +7,7 @@
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/data_file.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/precision_trail.hpp"
 #include "nanscope/format/snapshot_inventory.hpp"
 #include "nanscope/format/version.hpp"
 
@@ -265,4 +266,59 @@ TEST(SnapshotInventory, ReplayingIsCalledCodeOnlyWhenTheFileCarriesAProgramOrAPi
   EXPECT_TRUE(carries_code(pickled));
   EXPECT_NE(replay_runs_text(pickled).find("2 pickled Python object(s)"), std::string::npos);
   EXPECT_NE(replay_runs_text(pickled).find("python3 -m nanscope inspect"), std::string::npos);
+}
+
+// A replayed snapshot's precision trail reads back as written, columns and
+// all, and one whose columns disagree about how many ops it holds is refused
+// naming the file, never read past.
+TEST(PrecisionTrailFile, IsReadBackAsWrittenAndAMalformedOneIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("step.h5");
+  PrecisionTrail trail;
+  trail.type = "bfloat16";
+  trail.unmatched = 2;
+  for (int i = 0; i < 3; ++i) {
+    OpError e;
+    e.op.index = 10 + i;
+    e.op.op = i == 1 ? "aten::sub" : "aten::mul";
+    e.op.phase = i == 2 ? Phase::backward : Phase::forward;
+    e.op.module = i == 0 ? "" : "blocks.0.ln1";  // the root's empty name is a row too
+    e.op.backward_node = i == 2 ? "MulBackward0" : "";
+    e.max_abs = 0.25 * i;
+    e.max_rel = 0.5 * i;
+    e.ulps = i == 1 ? 132 : 0.5;
+    e.nonfinite = i == 2 ? 7 : 0;
+    trail.ops.push_back(e);
+  }
+  trail.first_lost = first_precision_loss(trail.ops, trail.margin_ulps);
+  ASSERT_EQ(trail.first_lost, 1);
+  {
+    Archive archive = Archive::create(path, kSnapshotFileKind);
+    write_precision_trail(archive.root().group("replay").group("precision_trail"), trail);
+    archive.close();
+  }
+  Archive archive = Archive::open(path, kSnapshotFileKind, /*writable=*/true);
+  const Group g = archive.root().group("replay").group("precision_trail");
+  const PrecisionTrail back = read_precision_trail(g);
+  EXPECT_EQ(back.type, "bfloat16");
+  EXPECT_EQ(back.first_lost, 1);
+  EXPECT_EQ(back.unmatched, 2);
+  ASSERT_EQ(back.ops.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.ops[i].op.index, trail.ops[i].op.index);
+    EXPECT_EQ(back.ops[i].op.op, trail.ops[i].op.op);
+    EXPECT_EQ(back.ops[i].op.phase, trail.ops[i].op.phase);
+    EXPECT_EQ(back.ops[i].op.module, trail.ops[i].op.module);
+    EXPECT_EQ(back.ops[i].op.backward_node, trail.ops[i].op.backward_node);
+    EXPECT_EQ(back.ops[i].ulps, trail.ops[i].ulps);
+    EXPECT_EQ(back.ops[i].max_abs, trail.ops[i].max_abs);
+    EXPECT_EQ(back.ops[i].nonfinite, trail.ops[i].nonfinite);
+  }
+  const std::vector<int64_t> two = {1, 2};
+  g.remove("index");
+  g.put_tensor("index", DType::int64, {2}, two.data());
+  EXPECT_NE(refusal([&] { read_precision_trail(g); }).find("one value per op"), std::string::npos);
+  g.set_attr("count", int64_t(3));
+  g.set_attr("first_lost", int64_t(5));
+  EXPECT_NE(refusal([&] { read_precision_trail(g); }).find("do not fit together"), std::string::npos);
 }

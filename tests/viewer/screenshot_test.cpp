@@ -14,6 +14,8 @@
 
 #include "../support/test_support.hpp"
 
+#include "nanscope/format/precision_trail.hpp"
+#include "nanscope/format/snapshot_summary.hpp"
 #include "nanscope/viewer/colormap.hpp"
 #include "synthetic_files.hpp"
 
@@ -307,6 +309,50 @@ TEST_F(ViewerScreenshot, SnapshotShowsLayerNormsWithTheNaNLayer) {
   EXPECT_GT(shot.count({bars.x, bars.y + row, bars.w, row}, kNaN, 10), bars.w / 2);
   EXPECT_EQ(shot.count({bars.x, bars.y + 3 * row, bars.w, row}, kNaN, 10), 0);
   EXPECT_GT(colormap_share(shot, {bars.x, bars.y + 7 * row + 1, 20, row - 2}, nullptr), 0.9);
+}
+
+// A replayed precision verdict's trail in the Snapshot tab: each op's error
+// as a bar, the ops within rounding in one colour, the first op past the
+// margin (where precision was lost) in another, and marked.
+TEST_F(ViewerScreenshot, APrecisionTrailMarksTheOpWherePrecisionWasLost) {
+  test::TempDir dir;
+  const std::string snapshot = dir.file("step-0000150.h5");
+  test::write_synthetic_snapshot(snapshot, 150, 8, /*replayed=*/true);
+  {
+    auto archive = format::Archive::open(snapshot, format::kSnapshotFileKind, true);
+    format::ReplayRecord record = *format::read_replay_record(archive.root());
+    record.verdict = format::Verdict::precision;
+    format::PrecisionTrail trail;
+    trail.type = "bfloat16";
+    const std::vector<std::pair<const char*, double>> ops = {
+        {"aten::mul", 0.5}, {"aten::mean", 1}, {"aten::sub", 300}, {"aten::sqrt", 120}, {"aten::div", INFINITY}};
+    for (size_t i = 0; i < ops.size(); ++i) {
+      format::OpError e;
+      e.op.index = int64_t(40 + i);
+      e.op.op = ops[i].first;
+      e.op.module = "blocks.0.ln1";
+      e.ulps = ops[i].second;
+      e.nonfinite = std::isinf(e.ulps) ? 16 : 0;
+      trail.ops.push_back(e);
+    }
+    trail.first_lost = format::first_precision_loss(trail.ops, trail.margin_ulps);
+    record.precision_trail = trail;
+    format::write_replay_record(archive.root(), record);
+    archive.close();
+  }
+  auto r = view(snapshot, dir.file("trail.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Screenshot shot(dir.file("trail.png"), r.output);
+  ASSERT_TRUE(shot.loaded());
+  ASSERT_TRUE(shot.has("snapshot.precision_lost")) << r.output;
+  ASSERT_TRUE(shot.has("snapshot.precision_trail")) << r.output;
+  const Rgb lost{255, 220, 40}, within{110, 150, 200};
+  const Region bar = shot.region("snapshot.precision_lost");
+  EXPECT_GT(shot.count(bar, lost, 30), bar.w * bar.h / 2) << "the sub's bar in the colour of precision lost";
+  const Region first = shot.region("snapshot.precision_trail");
+  EXPECT_GT(shot.count(first, within, 30), 0) << "the first op's bar within rounding";
+  EXPECT_EQ(shot.count(first, lost, 30), 0);
+  EXPECT_LT(first.y, bar.y) << "execution order: the first op above the lost one";
 }
 
 // A snapshot that carries a TorchScript program says, in the tab where a

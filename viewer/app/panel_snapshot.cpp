@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "nanscope/format/precision_trail.hpp"
 #include "nanscope/format/snapshot_inventory.hpp"
 #include "nanscope/viewer/colormap.hpp"
 #include "nanscope/viewer/snapshot_text.hpp"
@@ -15,6 +16,9 @@ namespace {
 
 constexpr uint32_t kHeading = rgba(240, 200, 120);
 constexpr uint32_t kCodeWarning = rgba(255, 150, 60);
+// The precision trail's ulps bars: within the type's rounding, and past it.
+constexpr uint32_t kWithinRounding = rgba(110, 150, 200);
+constexpr uint32_t kPrecisionLost = rgba(255, 220, 40);
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -156,6 +160,75 @@ void replay_box(const format::SnapshotSummary& s, UiState& ui) {
   if (!r.anomaly.empty()) ImGui::TextWrapped("anomaly mode: %s", r.anomaly.c_str());
 }
 
+// A precision verdict's ops against fp32 (format/precision_trail.hpp): each
+// op's error in ulps of the low type as a bar on a log scale, past the margin
+// in its own colour, the first such op (where precision was lost) marked.
+void precision_trail_box(const format::SnapshotSummary& s, UiState& ui) {
+  if (!s.replay || !s.replay->precision_trail) return;
+  const format::PrecisionTrail& t = *s.replay->precision_trail;
+  ImGui::TextColored(ImColor(kHeading), "Precision trail: %zu ops against fp32, errors in ulps of %s (past %g: lost)",
+                     t.ops.size(), t.type.c_str(), t.margin_ulps);
+  ImGui::TextWrapped("precision lost: %s", format::precision_lost_text(t).c_str());
+  if (t.ops.empty() || !ImGui::BeginTable("precision_trail", 8,
+                                          ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                              ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollY,
+                                          {0, 200}))
+    return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  for (const char* h : {"#", "op", "phase", "module", "ulps", "", "max abs", "max rel"}) ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  double top = 1;
+  for (const format::OpError& e : t.ops)
+    if (std::isfinite(e.ulps)) top = std::max(top, e.ulps);
+  const float bar_width = 120;
+  char v[32];
+  // Opened on the op where precision was lost, with a few ops before it.
+  if (ui.trail_scrolled_for != s.path) {
+    ui.trail_scrolled_for = s.path;
+    const float row = ImGui::GetTextLineHeight() + 2 * ImGui::GetStyle().CellPadding.y;
+    ImGui::SetScrollY(row * float(std::max<int64_t>(0, t.first_lost - 3)));
+  }
+  ImGuiListClipper clipper;
+  clipper.Begin(int(t.ops.size()));
+  while (clipper.Step()) {
+    for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+      const format::OpError& e = t.ops[size_t(i)];
+      const bool lost = e.nonfinite > 0 || !(e.ulps <= t.margin_ulps);
+      ImGui::TableNextRow();
+      if (i == t.first_lost)
+        ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, (kPrecisionLost & 0x00FFFFFF) | (60u << 24));
+      ImGui::TableNextColumn();
+      ImGui::Text("%lld", static_cast<long long>(e.op.index));
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(e.op.op.c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format::to_string(e.op.phase));
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(e.op.module.empty() ? "(root)" : e.op.module.c_str());
+      ImGui::TableNextColumn();
+      format_value(e.ulps, v, sizeof v);
+      ImGui::TextUnformatted(v);
+      ImGui::TableNextColumn();
+      // log10(1 + ulps) against the largest finite one; a non-finite op fills the cell.
+      const double share = std::isfinite(e.ulps) ? std::log10(1 + e.ulps) / std::log10(1 + top) : 1.0;
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      const float h = ImGui::GetTextLineHeight();
+      const float length = std::max(2.0f, float(share) * bar_width);
+      ImGui::GetWindowDrawList()->AddRectFilled({at.x, at.y + 2}, {at.x + length, at.y + h - 2},
+                                                lost ? kPrecisionLost : kWithinRounding);
+      ImGui::Dummy({bar_width, h});
+      if (i == t.first_lost) ui.regions["snapshot.precision_lost"] = {at.x, at.y + 2, length, h - 4};
+      if (i == 0) ui.regions["snapshot.precision_trail"] = {at.x, at.y, bar_width, h};
+      for (double x : {e.max_abs, e.max_rel}) {
+        ImGui::TableNextColumn();
+        format_value(x, v, sizeof v);
+        ImGui::TextUnformatted(v);
+      }
+    }
+  }
+  ImGui::EndTable();
+}
+
 // Horizontal bars of each layer's grad norm at the failing step (log scale).
 void layer_bars(const format::SnapshotSummary& s, UiState& ui) {
   if (s.layer_grad_norm.empty()) return;
@@ -215,6 +288,8 @@ void draw_snapshot_panel(const ViewModel& model, UiState& ui) {
                        "The forensic re-run stayed finite: the fault did not reproduce (transient?).");
   ImGui::Spacing();
   replay_box(s, ui);
+  ImGui::Spacing();
+  precision_trail_box(s, ui);
   ImGui::Spacing();
   ImGui::TextColored(ImColor(kHeading), "Births");
   births_table(s.capture);

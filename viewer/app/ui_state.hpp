@@ -60,6 +60,9 @@ struct UiState {
   int active_run = 0;       // the run whose layers the heatmap and table show
   int selected_layer = -1;  // plotted below the heatmap
   int selected_snapshot = -1;
+  // The snapshot whose precision trail was scrolled to its lost op (once, so
+  // the user's own scrolling stays): its path.
+  std::string trail_scrolled_for;
   Tab tab = Tab::training;
   bool select_tab = true;    // apply `tab` to the tab bar on the next frame
   size_t layer_window = 50;  // K of "growth over the last K steps"

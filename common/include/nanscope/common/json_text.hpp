@@ -2,6 +2,8 @@
 // The pieces of every JSON nanscope prints (nanscope-replay --json,
 // nanscope-report --json, the doom search's finding): one escaping rule for
 // strings and one shape for lists.
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +30,16 @@ inline std::string json_quoted(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+// A number as JSON: the shortest text that reads back, and a non-finite one
+// (which JSON has no word for) as the string "nan", "inf" or "-inf".
+inline std::string json_number(double number) {
+  if (std::isnan(number)) return "\"nan\"";
+  if (std::isinf(number)) return number > 0 ? "\"inf\"" : "\"-inf\"";
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, number).ptr;
+  return std::string(text, end);
 }
 
 // [a, b, c]: each item as render(item) makes it.

@@ -11,6 +11,7 @@
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/precision_trail.hpp"
 
 namespace nanscope::format {
 
@@ -29,6 +30,8 @@ struct ReplayRecord {
   // "" for wider weights (and in files written before it was recorded).
   std::string widened_weights;
   Capture fp32_capture;
+  // A precision verdict's op-by-op comparison with fp32 (from format 1.13).
+  std::optional<PrecisionTrail> precision_trail;
 };
 
 // Replaces /replay in an archive opened for writing.

@@ -39,6 +39,7 @@
 // for births at once, and for the trail when result() is called (a trail
 // op's output changed in place later shows its later values).
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@
 #include "nanscope/format/capture.hpp"
 
 namespace nanscope::probe {
+
+// Sees each outermost op (no other op of the step runs around it) as it ends:
+// its record (its module as far as known by then; no output stats) and its
+// first floating output. What the precision trail compares (precision_trail.hpp).
+using OpOutputSink = std::function<void(const format::OpRecord&, const at::Tensor&)>;
 
 struct CaptureOptions {
   size_t trail_length = 32;  // ops kept before (and including) the first birth
@@ -61,7 +67,8 @@ struct CaptureOptions {
 
 class OpCapture {
  public:
-  explicit OpCapture(CaptureOptions options = {});
+  // `on_op_output`, when set, is handed each outermost op's output.
+  explicit OpCapture(CaptureOptions options = {}, OpOutputSink on_op_output = {});
   ~OpCapture();  // removes the callback
   OpCapture(const OpCapture&) = delete;
   OpCapture& operator=(const OpCapture&) = delete;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/precision_trail.hpp"
 #include "nanscope/replay/verdict.hpp"
 
 namespace nanscope::replay {
@@ -42,6 +43,10 @@ struct ReplayReport {
   // (run.h5's `doom` event beside the snapshot), or "".
   std::string doomed_by;
   Verdict verdict;
+  // A precision verdict's step compared op by op with fp32 up to its birth:
+  // where precision was lost (not for a compiled model, whose ops the
+  // capture cannot see one by one).
+  std::optional<format::PrecisionTrail> precision_trail;
 };
 
 ReplayReport replay_snapshot(const ReplayOptions& options);
