@@ -199,7 +199,7 @@ class StepGuard:
     (docs/python.md, "Sharded models").
     """
 
-    def __init__(self, model, optimizer=None, *, run_dir="nanscope-run", amp=None, config=None, loss_fn=None,
+    def __init__(self, model, optimizer=None, *, run_dir=_options.DEFAULT_RUN_DIR, amp=None, config=None, loss_fn=None,
                  row_dim=0, model_name="", log=True, process_group=None, accelerator=None, **misplaced):
         _options.refuse_misplaced(misplaced, own=_options.keywords_of(StepGuard.__init__))
         model = _module_of_tensors(model, optimizer)

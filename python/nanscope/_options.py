@@ -10,6 +10,7 @@ from ._nanscope import check_guard_keywords
 from ._nanscope import guard_keyword_list
 
 LOOP_OPTIONS = ("run_dir", "amp")
+DEFAULT_RUN_DIR = "nanscope-run"  # where a guard given no run_dir writes
 
 # GradScaler's keywords, each with what the guard takes instead.
 _GRADSCALER_WORDS = {

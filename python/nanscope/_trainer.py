@@ -19,7 +19,15 @@ optimizer's step() and the Trainer's clipping run through the guard. Besides:
   subclass's loss is re-run as the loop computed it;
 - every log of the Trainer's (log_history, and each tracker it reports to)
   carries nanscope/skipped_steps and nanscope/fallbacks, and after a skip
-  nanscope/first_birth: what the first birth of the last skipped step was."""
+  nanscope/first_birth: what the first birth of the last skipped step was;
+- a train_dataset of dict samples names each sample's data set row, through
+  the collator to compute_loss, which takes it out before the model sees the
+  batch: a `data` verdict lists its samples in the run's poison list, and a
+  listed sample is replaced by the row before it from then on, this run and
+  every run resumed in the same run_dir (_poisoned.RowsNamed)."""
+
+from . import _poisoned
+from ._options import DEFAULT_RUN_DIR
 
 _LOG_SKIPPED = "nanscope/skipped_steps"
 _LOG_FALLBACKS = "nanscope/fallbacks"
@@ -62,6 +70,7 @@ class TrainerGuard:
         self.guard = None
         self._original_log = trainer.log
         self._compute_loss = trainer.compute_loss  # the loop's own (a subclass's too)
+        self._name_rows(trainer, options.get("run_dir", DEFAULT_RUN_DIR))
         trainer.accelerator.scaler = self
         trainer.add_callback(_build_on_train_begin(self))
         trainer.log = self._log
@@ -89,6 +98,19 @@ class TrainerGuard:
             self.guard.load_state_dict(self._state)
             self._state = None
         return self.guard
+
+    @staticmethod
+    def _name_rows(trainer, run_dir):
+        """The train_dataset's samples carry their rows (and leave listed rows
+        out); the collator carries them to compute_loss; the Trainer's column
+        filter (remove_unused_columns) lets them through."""
+        dataset = trainer.train_dataset
+        if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            return  # an iterable data set has no rows to name
+        trainer.train_dataset = _poisoned.RowsNamed(dataset, run_dir)
+        trainer.data_collator = _poisoned.RowsCollated(trainer.data_collator)
+        trainer._set_signature_columns_if_needed()
+        trainer._signature_columns.append(_poisoned.ROW_KEY)
 
     # --- GradScaler's calls, from Accelerate and the Trainer.
 
@@ -129,9 +151,11 @@ class TrainerGuard:
         """The Trainer's compute_loss, naming its inputs as the micro-batch of the
         backward that follows: the whole batch (labels too), where the model's
         own call may see part of it (a subclass that computes the loss itself)."""
+        rows = _poisoned.take_rows(inputs)
         accelerated = self.guard._integration().accelerated if self.guard is not None else None
         if accelerated is not None and model.training:
             accelerated.batch = inputs
+            accelerated.rows = rows
         return self._compute_loss(model, inputs, *args, **kwargs)
 
     # --- The Trainer's logs.

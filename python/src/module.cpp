@@ -469,6 +469,7 @@ PYBIND11_MODULE(_nanscope, m) {
         return out;
       },
       "the samples a run leaves out: its RUN_DIR/poisoned_samples.jsonl as dicts (row, step, rank, birth, why)");
+  m.def("poison_list_path", &format::poison_list_path, "where a run directory keeps its poison list");
   m.def("tensor_versions", &tensor_versions, "the version counters of a call's tensors (positional, then keyword)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {

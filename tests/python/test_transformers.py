@@ -484,6 +484,31 @@ def test_resumed_from_a_trainer_checkpoint_the_guard_goes_on_and_appends_to_its_
     assert not (tmp_path / "guarded" / "run" / "run.1.h5").exists()
 
 
+def test_a_sample_met_as_data_is_left_out_of_the_resumed_trainer_run(tmp_path):
+    """The Trainer's own data set names each sample's row: the skip of the
+    NaN pixel's step lists that row in the run's poison list. The run is
+    stopped after the first step of its second epoch and resumed from the
+    checkpoint at the first epoch's end; in the same order, every epoch would
+    meet the sample again at the same step, and the resumed run never does:
+    its row is replaced by the one before it, one skip in all, the list holds
+    the row once. The rows never reach the model (its forward takes no such
+    argument)."""
+    items = plant(image_samples(16), 4, 1, "nan_pixel")
+    row = FAULT_STEP * 4 + FAULT_ROW
+    where = tmp_path / "guarded"
+    _, first = train(where, vit, items, guarded=True, steps=12, save_steps=4, stop_after=5,
+                     config=nanscope.GuardConfig(fallback="auto"))
+    assert first.guard.skipped_steps == 1
+    assert [s["row"] for s in nanscope.poisoned_samples(where / "run")] == [row]
+    second, resumed = train(where, vit, items, guarded=True, steps=12, save_steps=4,
+                            resume=str(where / "out" / "checkpoint-4"), config=nanscope.GuardConfig(fallback="auto"))
+    assert second.state.global_step == 12
+    assert resumed.guard.skipped_steps == 1, "the skip before the checkpoint, and none in the two epochs after it"
+    assert [s["row"] for s in nanscope.poisoned_samples(where / "run")] == [row]
+    rows = run_rows(where / "run" / "run.h5")
+    assert [step for step, skipped in zip(rows["step"], rows["skipped"]) if skipped] == [FAULT_STEP], rows
+
+
 def train_seq2seq(where, make_model, items, *, guarded, batch_size, drop=None, faults=()):
     """Seq2SeqTrainer over ITEMS in order, bf16, guarded in one line or plain
     (the update of step DROP dropped by hand); `faults(model)` gives callbacks."""
