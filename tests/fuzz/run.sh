@@ -27,9 +27,14 @@ if [[ ! -f $seeds/.made && -x $main/trainer/nanscope-train ]]; then
   "$main/trainer/nanscope-train" --model mlp --hidden 8 --steps 12 --batch-size 4 --amp bf16 \
     --fault nonfinite_input@5:1 --act-absmax-every 3 --checkpoint-every 6 --quiet --threads 1 \
     --run-dir "$tmp/run" >/dev/null 2>&1 || true
+  # A replayed precision verdict: its snapshot holds /replay and its precision trail.
+  "$main/trainer/nanscope-train" --model mlp --hidden 8 --steps 8 --batch-size 4 --amp bf16 \
+    --fault variance_cancellation@5 --quiet --threads 1 --run-dir "$tmp/precision" >/dev/null 2>&1 || true
+  "$main/replay/nanscope-replay" --repeats 1 --no-bisect "$tmp"/precision/snapshots/*.h5 >/dev/null 2>&1 || true
   mkdir -p "$seeds"/{run_file,snapshot,checkpoint,data_file,config}
   cp "$tmp/run/run.h5" "$seeds/run_file/"
   cp "$tmp"/run/snapshots/*.h5 "$seeds/snapshot/" 2>/dev/null || true
+  cp "$tmp"/precision/snapshots/step-0000005.h5 "$seeds/snapshot/replayed-precision.h5" 2>/dev/null || true
   cp "$tmp/run/checkpoint.h5" "$seeds/checkpoint/" 2>/dev/null || true
   cp "$tmp/run/options.toml" "$seeds/config/"
   cp "$repo"/samples/configs/*.toml "$repo"/samples/faults/*.toml "$seeds/config/"
