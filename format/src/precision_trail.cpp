@@ -58,8 +58,9 @@ int64_t first_precision_loss(const std::vector<OpError>& ops, double margin_ulps
 std::string op_error_text(const OpError& e) {
   std::string where = e.op.module.empty() ? "(root)" : e.op.module;
   if (!e.op.backward_node.empty()) where += " " + e.op.backward_node;
-  std::string text = e.op.op + "  " + where + "  " + to_string(e.op.phase) + "  " + short_number(e.ulps) +
-                     " ulps  max abs " + short_number(e.max_abs) + "  max rel " + short_number(e.max_rel);
+  std::string text = e.op.op + "  " + where + "  " + to_string(e.op.phase) + "  " + short_number(e.ulps) + " ulps";
+  if (e.nonfinite == 0 || e.max_abs > 0)  // an op whose every value went non-finite has no finite difference
+    text += "  max abs " + short_number(e.max_abs) + "  max rel " + short_number(e.max_rel);
   if (e.nonfinite > 0) text += "  " + std::to_string(e.nonfinite) + " non-finite where fp32 is finite";
   return text;
 }
@@ -74,7 +75,7 @@ std::string precision_lost_text(const PrecisionTrail& trail) {
                      (e.op.backward_node.empty() ? "" : ", " + e.op.backward_node) + "): ";
   text += e.nonfinite > 0 ? std::to_string(e.nonfinite) + " value(s) non-finite where fp32's are finite"
                           : short_number(e.ulps) + " ulps of " + trail.type + " from fp32";
-  if (e.nonfinite == 0 || e.max_abs > 0)  // an op whose every value went non-finite has no finite difference
+  if (e.nonfinite == 0 || e.max_abs > 0)
     text += " (max abs " + short_number(e.max_abs) + ", max rel " + short_number(e.max_rel) + ")";
   if (trail.first_lost > 0) text += "; the " + std::to_string(trail.first_lost) + " ops before it stay" + within;
   return text;
