@@ -11,8 +11,6 @@ install(TARGETS nanscope_torch nanscope_common nanscope_common_torch nanscope_fo
         EXPORT nanscopeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY common/include/ format/include/ probe/include/ samples/models/include/ replay/include/
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # Of core's headers, those a loop of yours includes: the guard and its
 # options, state and results; the models it trains; an averager, an optimizer
 # or a model interface of your own; the doom search after a run. The rest
@@ -37,8 +35,46 @@ foreach(header IN LISTS NANSCOPE_PUBLIC_CORE_HEADERS ITEMS ../nanscope.hpp)
   endforeach()
 endforeach()
 list(TRANSFORM NANSCOPE_PUBLIC_CORE_HEADERS PREPEND core/include/nanscope/core/)
-install(FILES ${NANSCOPE_PUBLIC_CORE_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/nanscope/core)
-install(FILES core/include/nanscope/nanscope.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/nanscope)
+
+# The other libraries' headers that are installed: those the public ones
+# include, directly or through others (a loop of yours includes nanscope.hpp,
+# the replay's and the sample models' headers; it catches format::FormatError),
+# and no more: the probe's capture, the file readers' insides, torch_compat.hpp
+# and the command-line helpers stay in the source tree.
+set(_nanscope_include_roots common common/include format format/include probe probe/include replay replay/include
+    models samples/models/include core core/include)
+file(GLOB _nanscope_replay_headers RELATIVE ${PROJECT_SOURCE_DIR} replay/include/nanscope/replay/*.hpp)
+file(GLOB _nanscope_model_headers RELATIVE ${PROJECT_SOURCE_DIR} samples/models/include/nanscope/models/*.hpp)
+set(_nanscope_to_visit ${NANSCOPE_PUBLIC_CORE_HEADERS} core/include/nanscope/nanscope.hpp ${_nanscope_replay_headers}
+    ${_nanscope_model_headers} format/include/nanscope/format/error.hpp)
+set(_nanscope_installed_headers "")
+while(_nanscope_to_visit)
+  list(POP_FRONT _nanscope_to_visit header)
+  if(header IN_LIST _nanscope_installed_headers)
+    continue()
+  endif()
+  list(APPEND _nanscope_installed_headers ${header})
+  file(STRINGS ${PROJECT_SOURCE_DIR}/${header} includes REGEX "^#include \"nanscope/")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^#include \"(nanscope/[^\"]+)\".*" "\\1" included "${line}")
+    if(included STREQUAL "nanscope/nanscope.hpp")
+      list(APPEND _nanscope_to_visit core/include/nanscope/nanscope.hpp)
+      continue()
+    endif()
+    string(REGEX REPLACE "^nanscope/([^/]+)/.*" "\\1" library "${included}")
+    list(FIND _nanscope_include_roots ${library} at)
+    if(at LESS 0)
+      message(FATAL_ERROR "${header} includes ${included}, whose library has no include root here")
+    endif()
+    math(EXPR at "${at} + 1")
+    list(GET _nanscope_include_roots ${at} root)
+    list(APPEND _nanscope_to_visit ${root}/${included})
+  endforeach()
+endwhile()
+foreach(header IN LISTS _nanscope_installed_headers)
+  string(REGEX REPLACE ".*/include/(nanscope.*)/[^/]+$" "\\1" folder "${header}")
+  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder})
+endforeach()
 install(EXPORT nanscopeTargets NAMESPACE nanscope:: DESTINATION ${NANSCOPE_CMAKE_DIR})
 
 configure_package_config_file(cmake/nanscopeConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/nanscopeConfig.cmake
