@@ -501,6 +501,7 @@ class StepGuard:
     snapshots = property(lambda self: self._guard.snapshots, doc="the snapshots written so far")
     fp32_modules = property(lambda self: self._guard.fp32_modules)
     applied_steps = property(lambda self: self._guard.applied_steps, doc="updates that reached the weights")
+    next_step = property(lambda self: self._guard.next_step, doc="the number the next step gets (from 0)")
 
     def health(self):
         """The tensors of the training state that are sick: a NaN anywhere, or

@@ -30,15 +30,24 @@ class LeaveOut:
     batches and none waits for another at the epoch's end. A sample the loop
     met in this epoch is listed during it and left out from the next.
 
-        sampler = nanscope.LeaveOut(DistributedSampler(data), run_dir)
+    guard: the StepGuard of several ranks' loop. The epoch then leaves out
+    the rows listed two steps or more before it starts (nanscope-train's
+    rule): by then every rank's line is on disk, so every rank leaves out the
+    same rows, however quick it is to begin the epoch, and a resumed run the
+    same as the run it resumes. Without it, every row listed so far.
+
+        sampler = nanscope.LeaveOut(DistributedSampler(data), run_dir, guard=guard)
         loader = DataLoader(IndexedDataset(data), sampler=sampler, ...)
         for x, y, rows in loader:
             guard.backward(loss_fn(model(x), y), (x, y), rows=rows)
     """
 
-    def __init__(self, sampler, run_dir):
+    def __init__(self, sampler, run_dir, *, guard=None):
+        if guard is not None and not hasattr(guard, "next_step"):
+            raise TypeError(f"nanscope.LeaveOut: guard= takes the loop's nanscope.StepGuard, got {guard!r}")
         self.sampler = sampler
         self.run_dir = str(run_dir)
+        self.guard = guard
         self.left_out = frozenset()  # the rows this epoch leaves out (read at iter())
 
     def __len__(self):
@@ -50,7 +59,10 @@ class LeaveOut:
             self.sampler.set_epoch(epoch)
 
     def __iter__(self):
-        self.left_out = frozenset(s["row"] for s in poisoned_samples(self.run_dir))
+        if self.guard is not None:
+            self.left_out = frozenset(_nanscope.rows_left_out_at(self.run_dir, self.guard.next_step))
+        else:
+            self.left_out = frozenset(s["row"] for s in poisoned_samples(self.run_dir))
         if not self.left_out:
             yield from self.sampler
             return

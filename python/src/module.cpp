@@ -470,6 +470,16 @@ PYBIND11_MODULE(_nanscope, m) {
       },
       "the samples a run leaves out: its RUN_DIR/poisoned_samples.jsonl as dicts (row, step, rank, birth, why)");
   m.def("poison_list_path", &format::poison_list_path, "where a run directory keeps its poison list");
+  m.def(
+      "rows_left_out_at",
+      [](const std::string& run_dir, int64_t step) {
+        try {
+          return format::rows_left_out_at(format::read_poison_list(format::poison_list_path(run_dir)), step);
+        } catch (const format::FormatError& e) {
+          throw py::value_error(std::string("nanscope: ") + e.what());
+        }
+      },
+      "the rows an epoch that starts at `step` leaves out: those listed at step - 2 or before");
   m.def("tensor_versions", &tensor_versions, "the version counters of a call's tensors (positional, then keyword)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {

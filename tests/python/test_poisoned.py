@@ -110,6 +110,33 @@ def test_ranks_keep_their_lengths_and_never_draw_a_listed_row(tmp_path):
     assert len(set(drawn)) == 30, "every other row is drawn (one rank draws a kept row twice per listed row)"
 
 
+def test_given_the_guard_an_epoch_leaves_out_what_was_listed_two_steps_before_it_as_every_rank_does(tmp_path):
+    """Several ranks: a row listed at the step just before an epoch begins may
+    not be on disk yet when a quick rank begins it; with guard= every rank
+    leaves out what was listed two steps or more before the epoch, as
+    nanscope-train's epochs do, so all of them agree whatever their timing."""
+    (tmp_path / "poisoned_samples.jsonl").write_text('{"row": 3, "step": 1}\n{"row": 10, "step": 4}\n')
+    model, optimizer, guard = guarded_model(tmp_path / "g")
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    left_out = []
+    for _ in range(7):
+        sampler = nanscope.LeaveOut(range(16), tmp_path, guard=guard)
+        rows = list(sampler)
+        left_out.append(sorted(sampler.left_out))
+        assert len(rows) == 16 and not sampler.left_out & set(rows)
+        guard.backward(F.cross_entropy(model(x), y), (x, y))
+        guard.step()
+        optimizer.zero_grad()
+    guard.close()
+    # Epochs beginning at steps 0 to 6: row 3 (step 1) from step 3, row 10 (step 4) from step 6.
+    assert left_out == [[], [], [], [3], [3], [3], [3, 10]], left_out
+    unguarded = nanscope.LeaveOut(range(16), tmp_path)
+    list(unguarded)
+    assert sorted(unguarded.left_out) == [3, 10], "without the guard: every row listed so far"
+    with pytest.raises(TypeError, match="guard="):
+        nanscope.LeaveOut(range(16), tmp_path, guard=object())
+
+
 def test_bad_input_is_a_clear_error(tmp_path):
     (tmp_path / "poisoned_samples.jsonl").write_text('{"row": "five", "step": 1}\n')
     with pytest.raises(ValueError, match="line 1"):
