@@ -30,8 +30,10 @@ namespace nanscope::format {
 //        had exactly zero gradients, left out of an update that went on)
 //   1.12 run files: /overview (per block of 64, 4,096 and 262,144 rows, each
 //        series' min, max, last value and NaN/Inf counts: run_overview.hpp)
+//   1.13 snapshots: /replay/precision_trail (a precision verdict's ops
+//        compared with fp32 up to the birth: precision_trail.hpp)
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 12;
+inline constexpr int kFormatMinor = 13;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {
