@@ -89,3 +89,38 @@ def auto_fallback_run(rank, run_dir, kind, fallback):
     guard.close()
     return out
 
+
+
+def leave_out_run(rank, run_dir, epochs):
+    """Both ranks over one data set of 16 rows, DistributedSampler (no
+    shuffle: rank r draws rows r, r+2, ...) under nanscope.LeaveOut(guard=),
+    4 rows a step, 2 steps an epoch. Row 15, corrupt, is rank 1's in the last
+    step of every epoch. Returns, per epoch, the rows LeaveOut left out and
+    the steps skipped."""
+    import nanscope
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=run_dir, amp="bf16", log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+    x[15, 1] = float("nan")
+    sampler = nanscope.LeaveOut(DistributedSampler(range(16), shuffle=False), run_dir, guard=guard)
+    loader = DataLoader(TensorDataset(x, y, torch.arange(16)), batch_size=4, sampler=sampler)
+    left_out, skipped = [], []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for xb, yb, rows in loader:
+            number = guard.next_step
+            with guard.autocast():
+                loss = F.cross_entropy(model(xb), yb)
+            guard.backward(loss, (xb, yb), rows=rows)
+            result = guard.step()
+            optimizer.zero_grad(set_to_none=True)
+            if result.skipped:
+                skipped.append(number)
+        left_out.append(sorted(sampler.left_out))
+    guard.close()
+    return {"left_out": left_out, "skipped": skipped}

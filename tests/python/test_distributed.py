@@ -54,6 +54,18 @@ def test_auto_fallback_on_one_ranks_data_fault_is_a_skip_on_every_rank_as_in_one
         assert out["weights"] == skip_only[rank]["weights"], rank
 
 
+def test_two_ranks_leave_out_the_same_samples_whatever_their_timing(tmp_path, rank_pools):
+    """Rank 1 meets a corrupt row at the last step of each epoch (a data
+    fault: both ranks skip it, and its row is listed). LeaveOut(guard=) leaves
+    it out from the epoch that begins two steps or more after it was listed,
+    on both ranks alike: the next epoch, which begins one step after, still
+    meets it (on a quick rank the line might not be on disk yet); the one
+    after that does not."""
+    outs = rank_pools.run("ddp_leave_out", 2, 300, run_dir=str(tmp_path / "run"), epochs=3)
+    assert outs[0]["left_out"] == outs[1]["left_out"] == [[], [], [15]], outs
+    assert outs[0]["skipped"] == outs[1]["skipped"] == [1, 3], outs
+
+
 def test_a_guard_given_model_module_while_the_loop_calls_the_wrapper_is_refused(tmp_path):
     """Given the model inside a DistributedDataParallel while the closure calls the
     wrapper, the ranks would hang in mismatched collectives: a TypeError on the first
