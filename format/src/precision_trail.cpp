@@ -66,10 +66,10 @@ std::string op_error_text(const OpError& e) {
 }
 
 std::string precision_lost_text(const PrecisionTrail& trail) {
-  const std::string within = " within " + short_number(trail.margin_ulps) + " ulps of " + trail.type;
+  const std::string margin = short_number(trail.margin_ulps) + " ulps of " + trail.type;
   if (trail.first_lost < 0 || size_t(trail.first_lost) >= trail.ops.size())
-    return "no op of the " + std::to_string(trail.ops.size()) + " compared leaves fp32 by more than" +
-           within.substr(7) + (trail.cut_short.empty() ? "" : " (" + trail.cut_short + ")");
+    return "no op of the " + std::to_string(trail.ops.size()) + " compared leaves fp32 by more than" + " " + margin +
+           (trail.cut_short.empty() ? "" : " (" + trail.cut_short + ")");
   const OpError& e = trail.ops[size_t(trail.first_lost)];
   std::string text = e.op.op + " in module '" + e.op.module + "' (" + to_string(e.op.phase) +
                      (e.op.backward_node.empty() ? "" : ", " + e.op.backward_node) + "): ";
@@ -77,7 +77,8 @@ std::string precision_lost_text(const PrecisionTrail& trail) {
                           : short_number(e.ulps) + " ulps of " + trail.type + " from fp32";
   if (e.nonfinite == 0 || e.max_abs > 0)
     text += " (max abs " + short_number(e.max_abs) + ", max rel " + short_number(e.max_rel) + ")";
-  if (trail.first_lost > 0) text += "; the " + std::to_string(trail.first_lost) + " ops before it stay" + within;
+  if (trail.first_lost > 0)
+    text += "; the " + std::to_string(trail.first_lost) + " ops before it stay within " + margin;
   return text;
 }
 

@@ -7,9 +7,17 @@ Face Trainer a data set that names each sample's row and leaves listed rows
 out, with the collator that carries the rows to the loss."""
 
 import os
+import sys
 from collections.abc import Mapping, MutableMapping
 
 from . import _nanscope
+
+
+def _listed_rows(run_dir, epoch_start=None):
+    """The rows the run's poison list leaves out: every row listed so far, or
+    those an epoch beginning at step `epoch_start` leaves out (nanscope-train's
+    rule: listed two steps or more before it)."""
+    return frozenset(_nanscope.rows_left_out_at(str(run_dir), sys.maxsize if epoch_start is None else epoch_start))
 
 
 def poisoned_samples(run_dir):
@@ -59,10 +67,7 @@ class LeaveOut:
             self.sampler.set_epoch(epoch)
 
     def __iter__(self):
-        if self.guard is not None:
-            self.left_out = frozenset(_nanscope.rows_left_out_at(self.run_dir, self.guard.next_step))
-        else:
-            self.left_out = frozenset(s["row"] for s in poisoned_samples(self.run_dir))
+        self.left_out = _listed_rows(self.run_dir, self.guard.next_step if self.guard is not None else None)
         if not self.left_out:
             yield from self.sampler
             return
@@ -101,7 +106,7 @@ class _PoisonList:
             seen = None
         if seen != self._seen:
             self._seen = seen
-            self.rows = frozenset(s["row"] for s in poisoned_samples(self.run_dir)) if seen else frozenset()
+            self.rows = _listed_rows(self.run_dir) if seen else frozenset()
         return self.rows
 
 

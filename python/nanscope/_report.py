@@ -44,11 +44,6 @@ def _birth(fields):
     return Birth(fields) if fields else None
 
 
-def _number(value):
-    """A JSON number, or the "inf"/"nan" string nanscope writes a non-finite one as."""
-    return float(value)
-
-
 class OpError:
     """One op of a precision trail: the op, its phase, module and autograd node
     (backward_node, None in the forward), its index in the low-precision run,
@@ -64,9 +59,10 @@ class OpError:
         self.phase = fields["phase"]
         self.module = fields["module"]
         self.backward_node = fields.get("backward_node")
-        self.max_abs = _number(fields["max_abs"])
-        self.max_rel = _number(fields["max_rel"])
-        self.ulps = _number(fields["ulps"])
+        # float(): JSON has no word for a non-finite number, and nanscope writes one as "inf"
+        self.max_abs = float(fields["max_abs"])
+        self.max_rel = float(fields["max_rel"])
+        self.ulps = float(fields["ulps"])
         self.nonfinite = fields["nonfinite"]
 
     def to_dict(self):
@@ -88,7 +84,7 @@ class PrecisionTrail:
     def __init__(self, fields):
         self._fields = fields
         self.type = fields["type"]
-        self.margin_ulps = _number(fields["margin_ulps"])
+        self.margin_ulps = float(fields["margin_ulps"])
         self.ops = [OpError(op) for op in fields["ops"]]
         self.first_lost = OpError(fields["first_lost"]) if fields["first_lost"] else None
         self.unmatched = fields["unmatched"]
