@@ -60,7 +60,7 @@ class Gpt(torch.nn.Module):
         self.head = torch.nn.Linear(n_embd, vocab)
 
     def forward(self, idx, targets):
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))

@@ -21,8 +21,10 @@ int replay_main(int argc, const char* const* argv) {
   CLI::App app{
       "Re-runs the step a nanscope snapshot holds, with no other file: at its own precision and\n"
       "loss scale (N times), in fp32 with op-level capture and anomaly detection; bisects which\n"
-      "modules need fp32 and which samples the step cannot survive; and says whether it is\n"
-      "precision, the model or the data, or transient, with a fix from the playbook. For a\n"
+      "modules need fp32 and which samples the step cannot survive; re-runs it with the other\n"
+      "kernels the born op has here (attention's backends, oneDNN on the CPU); and says whether\n"
+      "it is precision, the model or the data, a kernel, or transient, with a fix from the\n"
+      "playbook. For a\n"
       "precision verdict it compares the step with fp32 op by op up to the birth and names the\n"
       "first op whose error passes 16 ulps of the low type: where precision was lost.\n"
       "A snapshot of a TorchScript model carries its program, and replaying runs it: as with any\n"

@@ -15,6 +15,7 @@
 #include "bisect.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/kernel_switch.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/format/error.hpp"
@@ -228,6 +229,22 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
       const CompiledCheck check =
           check_compiled_program(*setup.model, [&] { return !step_is_finite(setup, setup.amp, s.batch); });
       if (check.region) report.evidence.compiled_region = check.region->module;
+    }
+  }
+
+  // 1c. The born op's other kernels (attention's backends, oneDNN on the
+  // CPU), at the same precision: a step finite with one of them is that
+  // kernel's doing (the verdict `kernel`). A compiled model's step is not
+  // asked: its kernels are the compiler's.
+  if (s.capture.first_birth && report.evidence.reproduced > 0 && !setup.model->compiled()) {
+    const bool cpu = setup.parameters.empty() || setup.parameters.front().device().is_cpu();
+    report.evidence.kernel_choice = switchable_kernels(*s.capture.first_birth, cpu);
+    if (report.evidence.kernel_choice) {
+      const std::string step_error = std::exchange(setup.rerun_error, {});
+      report.evidence.kernels = try_kernels(
+          *report.evidence.kernel_choice, [&] { return step_is_finite(setup, setup.amp, s.batch); },
+          [&] { return setup.last_raised; });
+      setup.rerun_error = step_error;
     }
   }
 

@@ -60,6 +60,17 @@ std::string op_error_json(const format::OpError& e) {
 }
 
 // All of the trail: every op compared, and the first past the margin.
+// {"op": ..., "used": "flash", "tried": {"math": "finite"}}, or null where none were tried.
+std::string kernels_json(const std::optional<format::KernelTrials>& k) {
+  if (!k) return "null";
+  std::string tried;
+  for (const format::KernelTrial& t : k->tried)
+    tried += (tried.empty() ? "" : ", ") + json_quoted(format::to_string(t.kernel)) + ": " +
+             json_quoted(format::to_string(t.outcome));
+  return "{ \"op\": " + json_quoted(k->op) + ", \"used\": " + json_quoted(format::to_string(k->used)) +
+         ", \"tried\": { " + tried + " } }";
+}
+
 std::string precision_trail_json(const std::optional<format::PrecisionTrail>& t) {
   if (!t) return "null";
   const bool found = t->first_lost >= 0;
@@ -129,6 +140,7 @@ std::string to_json(const ReplayReport& r) {
                                ", \"dataset_rows\": " + dataset_rows_json(rows, r.evidence.samples) +
                                ", \"no_row_found\": " + or_null(r.no_row_found) + " }"
                          : "null")
+    << ",\n               \"kernels\": " << kernels_json(r.evidence.kernels)
     << ",\n               \"precision_trail\": " << precision_trail_json(r.precision_trail) << " },\n"
     << "  \"doomed_by\": " << or_null(r.doomed_by) << ",\n"
     << "  \"verdict\": " << json_quoted(format::to_string(r.verdict.verdict)) << ",\n"
@@ -168,6 +180,7 @@ std::string to_text(const ReplayReport& r) {
       << (*r.evidence.eager_finite ? "finite (the compiled program alone goes non-finite)"
                                    : "non-finite (the model's own math)")
       << "\n";
+  if (r.evidence.kernels) o << "  other kernels:    " << format::kernel_trials_text(*r.evidence.kernels) << "\n";
   if (r.evidence.compiled_region)
     o << "  compiled region:  "
       << (r.evidence.compiled_region->empty()
@@ -220,6 +233,7 @@ void append_to_snapshot(const std::string& path, const ReplayReport& r) {
   for (int64_t s : r.evidence.samples) record.samples += (record.samples.empty() ? "" : ",") + std::to_string(s);
   record.fp32_capture = r.fp32_capture;
   record.precision_trail = r.precision_trail;
+  record.kernel_trials = r.evidence.kernels;
   format::write_replay_record(archive.root(), record);
   archive.close();
 }

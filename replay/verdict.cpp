@@ -230,6 +230,8 @@ CauseEvidence cause_evidence(const VerdictInputs& in) {
   e.repeats = in.repeats;
   e.reproduced = in.reproduced;
   e.eager_finite = in.eager_finite;
+  e.kernel_choice = in.kernel_choice;
+  e.kernels = in.kernels;
   e.fp32 = in.fp32_finite ? Fp32Rerun::finite : Fp32Rerun::nonfinite;
   e.rows.state = in.rows_searched || !in.samples.empty() ? RowSearch::State::ran : RowSearch::State::cannot_run;
   e.rows.breaking = in.samples;
@@ -241,6 +243,12 @@ CauseEvidence cause_evidence(const VerdictInputs& in) {
 }
 
 namespace {
+
+std::string comma_list_of_kernels(const std::vector<format::Kernel>& kernels) {
+  std::string out;
+  for (format::Kernel k : kernels) out += (out.empty() ? "" : ", ") + std::string(format::to_string(k));
+  return out;
+}
 
 std::string reruns_text(const VerdictInputs& in) {
   return std::to_string(in.reproduced) + " of " + std::to_string(in.repeats) + " re-runs";
@@ -304,6 +312,18 @@ Verdict decide(const VerdictInputs& in) {
                      "not the model's math. " +
                      compiled_region_advice(in) + "; keep the snapshot for a bug report (it replays the step exactly)";
       return v;
+    case CauseRule::kernel_differs: {
+      // The same precision, weights and batch: only the kernel differs.
+      const format::Kernel good = format::kernel_to_pin(*in.kernels);
+      v.suggestion = "non-finite with " + std::string(format::to_string(in.kernels->used)) + " and finite with " +
+                     comma_list_of_kernels(format::finite_kernels(*in.kernels)) +
+                     " at the same precision, weights and batch (" + in.kernels->op +
+                     "): the kernel is at fault, not the model's math or its data. Pin " + format::to_string(good) +
+                     ": " + format::kernel_pin_code(good, *in.kernels, in.origin) + " (" +
+                     format::how_to_set(in.origin, format::advice_words(in.origin).fallback_auto) +
+                     " does it for the rest of the run); keep the snapshot for a bug report";
+      return v;
+    }
     case CauseRule::nonfinite_weights:
       v.suggestion = "the weights already held NaN/Inf as the step began (" +
                      format::weights_text(in.nonfinite_weights) +

@@ -155,6 +155,22 @@ void write_snapshot(JsonWriter& json, const SnapshotEntry& entry) {
       json.null();
     else
       json.value(s.replay->widened_weights);
+    // The born op's other kernels, as the replay tried them.
+    json.key("kernels");
+    if (const std::optional<format::KernelTrials>& k = s.replay->kernel_trials) {
+      json.begin_object();
+      json.key("op").value(k->op);
+      json.key("used").value(format::to_string(k->used));
+      json.key("text").value(format::kernel_trials_text(*k));
+      json.key("tried");
+      json.begin_object();
+      for (const format::KernelTrial& t : k->tried)
+        json.key(format::to_string(t.kernel)).value(format::to_string(t.outcome));
+      json.end_object();
+      json.end_object();
+    } else {
+      json.null();
+    }
     // Where precision was lost: the first op of the trail past its margin (the
     // whole trail is nanscope-replay --json's).
     json.key("precision_lost");

@@ -130,6 +130,9 @@ std::vector<std::string> snapshot_lines(const SnapshotEntry& entry) {
   }
   lines.push_back("  replay: verdict " + std::string(format::to_string(s.replay->verdict)) + ", category " +
                   format::to_string(s.replay->category) + "; " + s.replay->suggestion);
+  if (s.replay->kernel_trials)
+    lines.push_back("  kernels: " + s.replay->kernel_trials->op + ": " +
+                    format::kernel_trials_text(*s.replay->kernel_trials));
   if (s.replay->precision_trail)
     lines.push_back("  precision lost: " + format::precision_lost_text(*s.replay->precision_trail));
   return lines;

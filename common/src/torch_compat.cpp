@@ -1,5 +1,6 @@
 #include "nanscope/common/torch_compat.hpp"
 
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
@@ -98,5 +99,37 @@ std::optional<at::Tensor> leaf_being_accumulated() {
 #endif
   return std::nullopt;
 }
+
+KernelSwitches kernel_switches() {
+  at::Context& c = at::globalContext();
+  KernelSwitches s;
+#if TORCH_VERSION_MAJOR >= 2
+  s.math = c.userEnabledMathSDP();
+  s.flash = c.userEnabledFlashSDP();
+  s.efficient = c.userEnabledMemEfficientSDP();
+#if NANSCOPE_TORCH_AT_LEAST(2, 2)
+  s.cudnn = c.userEnabledCuDNNSDP();
+#endif
+#endif
+  s.onednn = c.userEnabledMkldnn();
+  return s;
+}
+
+void set_kernel_switches(const KernelSwitches& s) {
+  at::Context& c = at::globalContext();
+#if TORCH_VERSION_MAJOR >= 2
+  c.setSDPUseMath(s.math);
+  c.setSDPUseFlash(s.flash);
+  c.setSDPUseMemEfficient(s.efficient);
+#if NANSCOPE_TORCH_AT_LEAST(2, 2)
+  c.setSDPUseCuDNN(s.cudnn);
+#endif
+#endif
+  c.setUserEnabledMkldnn(s.onednn);
+}
+
+bool attention_switchable() { return TORCH_VERSION_MAJOR >= 2; }
+
+bool onednn_switchable() { return at::hasMKLDNN(); }
 
 }  // namespace nanscope::compat

@@ -41,6 +41,11 @@ std::variant<Cause, EvidenceNeeded> classify_cause(const CauseEvidence& e) {
   // Finite inputs with nothing to average: no precision helps.
   if (c.category == format::Category::all_targets_ignored)
     return decided(CauseRule::no_counted_target, format::Verdict::data);
+  // Another kernel of the born op makes the step finite: the kernel's fault,
+  // whatever precision would do (the same precision, weights and batch).
+  if (e.kernel_choice && !e.kernels) return EvidenceNeeded::kernel_reruns;
+  if (e.kernels && !format::finite_kernels(*e.kernels).empty())
+    return decided(CauseRule::kernel_differs, format::Verdict::kernel);
 
   switch (e.fp32) {
     case Fp32Rerun::not_run: return EvidenceNeeded::fp32_rerun;
@@ -75,9 +80,12 @@ std::variant<Cause, EvidenceNeeded> classify_cause(const CauseEvidence& e) {
 Cause cause_of(const CauseEvidence& evidence) {
   const std::variant<Cause, EvidenceNeeded> c = classify_cause(evidence);
   if (const Cause* cause = std::get_if<Cause>(&c)) return *cause;
-  throw std::logic_error(std::get<EvidenceNeeded>(c) == EvidenceNeeded::fp32_rerun
-                             ? "cause_of: the evidence lacks the fp32 re-run"
-                             : "cause_of: the evidence lacks the row search");
+  switch (std::get<EvidenceNeeded>(c)) {
+    case EvidenceNeeded::kernel_reruns: throw std::logic_error("cause_of: the evidence lacks the kernels' re-runs");
+    case EvidenceNeeded::fp32_rerun: throw std::logic_error("cause_of: the evidence lacks the fp32 re-run");
+    case EvidenceNeeded::row_search: break;
+  }
+  throw std::logic_error("cause_of: the evidence lacks the row search");
 }
 
 }  // namespace nanscope

@@ -64,13 +64,15 @@ RecoveryPlan diagnosed_remedy(const RemedyChoice& choice) {
     case Remedy::skip_undiagnosed: action = RecoveryAction::skip_undiagnosed; break;
     case Remedy::skip_model_or_data: action = RecoveryAction::skip_model_or_data; break;
     case Remedy::fp32_modules: action = RecoveryAction::fp32_modules; break;
+    case Remedy::kernel: action = RecoveryAction::pin_kernel; break;
     case Remedy::none:
     case Remedy::whole_fp32:
     case Remedy::unknown: break;
   }
   RecoveryPlan r = make(action, RecoveryReason::diagnosed,
                         action == RecoveryAction::whole_fallback ? Remedy::whole_fp32 : choice.remedy);
-  if (action == RecoveryAction::fp32_modules) r.modules = choice.modules;
+  if (action == RecoveryAction::fp32_modules || action == RecoveryAction::pin_kernel) r.modules = choice.modules;
+  if (action == RecoveryAction::pin_kernel) r.kernel = choice.kernel;
   r.diagnosis = choice;
   return r;
 }
@@ -88,7 +90,8 @@ std::optional<RecoveryPlan> automatic_remedy(const StepFacts& facts, const Recov
 // the fallback nor a rollback left, after max_nonfinite_run such steps in a
 // row, is a dead run.
 bool run_is_dead(const RecoveryPlan& r, const StepFacts& facts, const RecoveryState& state) {
-  const bool nothing_new = r.action != RecoveryAction::whole_fallback && r.action != RecoveryAction::fp32_modules;
+  const bool nothing_new = r.action != RecoveryAction::whole_fallback && r.action != RecoveryAction::fp32_modules &&
+                           r.action != RecoveryAction::pin_kernel;
   return nothing_new && r.counted && state.max_nonfinite_run > 0 &&
          state.nonfinite_in_a_row + 1 >= state.max_nonfinite_run && !fallback_left(facts, state) &&
          !rollback_possible(state);
@@ -142,11 +145,12 @@ int plan_strength(const RecoveryPlan& plan) {
     case RecoveryAction::skip_undiagnosed: return 4;
     case RecoveryAction::skip_model_or_data: return 5;
     case RecoveryAction::skip_data: return 6;
-    case RecoveryAction::fp32_modules: return 7;
-    case RecoveryAction::whole_fallback: return 8;
-    case RecoveryAction::replay_without: return 9;
-    case RecoveryAction::roll_back: return 10;
-    case RecoveryAction::stop: return 11;
+    case RecoveryAction::pin_kernel: return 7;
+    case RecoveryAction::fp32_modules: return 8;
+    case RecoveryAction::whole_fallback: return 9;
+    case RecoveryAction::replay_without: return 10;
+    case RecoveryAction::roll_back: return 11;
+    case RecoveryAction::stop: return 12;
     case RecoveryAction::unknown: break;
   }
   return 0;

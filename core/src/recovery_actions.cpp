@@ -146,6 +146,10 @@ RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, cons
       memory_.add_fp32_modules(r.modules);
       remedy_record();
       break;
+    case RecoveryAction::pin_kernel:
+      memory_.pin_kernel(r.modules.empty() ? std::string() : r.modules.front(), r.kernel);
+      remedy_record();
+      break;
     case RecoveryAction::whole_fallback:
       // The whole-model fallback's remedy event has no line: fall_back's says it.
       if (r.remedy != Remedy::none) {
@@ -166,6 +170,7 @@ RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, cons
   // --fallback auto: the same fault later needs no new diagnosis. An unsafe
   // op is remembered with the samples that trigger it, never without.
   if (r.diagnosis && (r.diagnosis->remedy == Remedy::skip_data || r.diagnosis->remedy == Remedy::fp32_modules ||
+                      r.diagnosis->remedy == Remedy::kernel ||
                       (r.diagnosis->remedy == Remedy::skip_model_or_data && !r.diagnosis->trigger_samples.empty())))
     forensics_.remember(birth, step, *r.diagnosis);
   const bool went_back = r.action == RecoveryAction::roll_back || r.action == RecoveryAction::replay_without;
@@ -215,9 +220,9 @@ std::pair<RecoveryPlan, RecoveryWords> Recovery::agree(GradientAverager& ranks, 
                                                        const RecoveryState& state) {
   const int world = ranks.world_size(), rank = ranks.rank();
   const std::string text = plan_text(mine, my_words);
-  // Per rank: strength, action, remedy, counted, text length; then how many
-  // ranks have a state to roll back to.
-  constexpr int kPlanFields = 5;
+  // Per rank: strength, action, remedy, counted, text length, the kernel
+  // pinned; then how many ranks have a state to roll back to.
+  constexpr int kPlanFields = 6;
   at::Tensor plans = at::zeros({world * kPlanFields + 1}, at::kDouble);
   auto* p = plans.data_ptr<double>() + rank * kPlanFields;
   p[0] = plan_strength(mine);
@@ -225,6 +230,7 @@ std::pair<RecoveryPlan, RecoveryWords> Recovery::agree(GradientAverager& ranks, 
   p[2] = double(mine.remedy);
   p[3] = mine.counted ? 1 : 0;
   p[4] = double(text.size());
+  p[5] = double(mine.kernel);
   plans.data_ptr<double>()[world * kPlanFields] = memory_.rollback_target() ? 1 : 0;
   ranks.sum(plans);
   const double* all = plans.data_ptr<double>();
@@ -238,6 +244,7 @@ std::pair<RecoveryPlan, RecoveryWords> Recovery::agree(GradientAverager& ranks, 
   agreed.action = RecoveryAction(int(c[1]));
   agreed.remedy = Remedy(int(c[2]));
   agreed.counted = c[3] != 0;
+  agreed.kernel = format::Kernel(int(c[5]));
   if (c[0] == 0) {
     // No rank diagnosed the step (the probe is off, or no rank could re-run it).
     agreed.action = RecoveryAction::whole_fallback;

@@ -5,6 +5,7 @@
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/guard_option_list.hpp"
+#include "nanscope/probe/kernel_pin.hpp"
 
 namespace nanscope {
 
@@ -38,12 +39,22 @@ std::string same_birth_text(const StepFacts& facts) {
   if (earlier == Remedy::skip_model_or_data)
     return again + ": the same first birth and trigger sample" + where +
            " (an unsafe op, non-finite at full precision too); no fallback";
+  if (earlier == Remedy::kernel)
+    return "the same first birth as step " + std::to_string(facts.same_birth_step) + where + ", with " +
+           format::to_string(facts.same_birth_as->kernel) + " pinned";
   const std::vector<std::string> none;
   return "the same first birth as step " + std::to_string(facts.same_birth_step) + where + ", with " +
          fp32_modules_flag_value(facts.same_birth_as ? facts.same_birth_as->modules : none) + " in fp32";
 }
 
-std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts) {
+// Where the `kernel` remedy's pin holds (RecoveryMemory::pin_kernel's rule).
+std::string pinned_where(const RemedyChoice& choice) {
+  const std::string module = choice.modules.empty() ? "" : choice.modules.front();
+  if (probe::attention_kernel(choice.kernel) && !module.empty()) return "in " + module;
+  return "process-wide";
+}
+
+std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts, const RecoveryState& state) {
   const RemedyChoice& choice = *plan.diagnosis;
   switch (plan.action) {
     case RecoveryAction::fp32_modules: {
@@ -54,6 +65,10 @@ std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts) {
       return fp32_modules_flag_value(choice.modules) + " now in fp32 (" + choice.why + "), the rest stays " +
              precision_name(facts.amp) + cost.str();
     }
+    case RecoveryAction::pin_kernel:
+      return std::string(format::to_string(choice.kernel)) + " now pinned " + pinned_where(choice) +
+             " for the rest of the run (" + choice.why + "), no fallback; in your own code: " +
+             (choice.kernel_trials ? format::kernel_pin_code(choice.kernel, *choice.kernel_trials, state.origin) : "");
     case RecoveryAction::whole_fallback: return choice.why;
     default: return choice.why + "; no fallback";
   }
@@ -102,7 +117,7 @@ RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, c
       break;
     case RecoveryReason::same_birth_again: w.why = same_birth_text(facts); break;
     case RecoveryReason::no_loss_fn: w.why = "no loss function to diagnose the step with"; break;
-    case RecoveryReason::diagnosed: w.why = diagnosed_text(plan, facts); break;
+    case RecoveryReason::diagnosed: w.why = diagnosed_text(plan, facts, state); break;
     case RecoveryReason::no_rank_diagnosed: w.why = "no rank diagnosed the step"; break;
     case RecoveryReason::trouble_quiet: w.subject.clear(); break;  // the step's own line is said
     case RecoveryReason::trouble_fallback:

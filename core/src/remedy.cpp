@@ -7,6 +7,7 @@
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/common/stats.hpp"
 #include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/kernel_switch.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/train_step.hpp"
 #include "nanscope/probe/birth_category.hpp"
@@ -182,6 +183,7 @@ CauseEvidence first_evidence(const FailedStep& failed) {
   // computes in them with autocast off too: that re-run is no fp32 one
   // (widening a copy of the weights would double their memory mid-run;
   // nanscope-replay does it).
+  if (e.birth && failed.kernels_tried) e.kernel_choice = switchable_kernels(*e.birth, failed.on_cpu);
   if (!failed.own_16bit.empty())
     e.fp32 = Fp32Rerun::unknown;
   else if (failed.amp == Amp::fp32)
@@ -195,12 +197,19 @@ Cause diagnosed_cause(const FailedStep& failed, StepReruns& reruns, CauseEvidenc
   for (;;) {
     const std::variant<Cause, EvidenceNeeded> c = classify_cause(e);
     if (const Cause* cause = std::get_if<Cause>(&c)) return *cause;
-    if (std::get<EvidenceNeeded>(c) == EvidenceNeeded::fp32_rerun) {
-      const bool finite = reruns.finite(Amp::fp32, {});
-      e.fp32 = reruns.raised() ? Fp32Rerun::raised : finite ? Fp32Rerun::finite : Fp32Rerun::nonfinite;
-      fp32_error = reruns.last_error();
-    } else {
-      e.rows = search_rows(failed, reruns);
+    switch (std::get<EvidenceNeeded>(c)) {
+      case EvidenceNeeded::kernel_reruns:
+        e.kernels = try_kernels(
+            *e.kernel_choice, [&] { return reruns.finite(failed.amp, failed.fp32_modules); },
+            [&] { return reruns.raised(); });
+        break;
+      case EvidenceNeeded::fp32_rerun: {
+        const bool finite = reruns.finite(Amp::fp32, {});
+        e.fp32 = reruns.raised() ? Fp32Rerun::raised : finite ? Fp32Rerun::finite : Fp32Rerun::nonfinite;
+        fp32_error = reruns.last_error();
+        break;
+      }
+      case EvidenceNeeded::row_search: e.rows = search_rows(failed, reruns); break;
     }
   }
 }
@@ -264,6 +273,14 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
     case CauseRule::no_counted_target:
       choice.remedy = Remedy::skip_data;
       choice.why = "the birth is the data's (all_targets_ignored)";
+      break;
+    case CauseRule::kernel_differs:
+      // The same precision, weights and batch: only the kernel differs.
+      choice.remedy = Remedy::kernel;
+      choice.kernel = format::kernel_to_pin(*e.kernels);
+      choice.kernel_trials = e.kernels;
+      choice.modules = {e.birth->op.module};
+      choice.why = e.kernels->op + ": " + format::kernel_trials_text(*e.kernels);
       break;
     case CauseRule::fp32_rerun_raised:
       choice.remedy = Remedy::skip_undiagnosed;

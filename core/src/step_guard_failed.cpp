@@ -48,6 +48,9 @@ std::vector<uint64_t> samples_of(const format::Birth& birth, const Batch& batch)
 
 void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
                                         const std::string& undone) {
+  // The re-runs below run the step as it ran: with the kernels pinned in their modules.
+  std::optional<probe::KernelRegions> kernels;
+  if (!kernel_regions().empty()) kernels.emplace(kernel_regions());
   decide_micro_batches(run);
   // Whether a micro-batch itself holds a NaN/Inf is asked here, once a step
   // failed: a clean step has no use for it. They are read as kept at their

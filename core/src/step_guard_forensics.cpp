@@ -568,6 +568,9 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   const MicroBatch& micro = run.micro_batches.at(diagnosed);
   failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
   failed.fp32_modules = fp32_modules();
+  failed.on_cpu = parameters_.empty() || parameters_.front().device().is_cpu();
+  failed.kernels_tried =
+      lockstep == nullptr && !steered_.model.compiled();  // a compiled model's kernels are its compiler's
   LiveStepReruns reruns(steered_.model, parameters_, run.loss_scale_for_reruns(), run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);

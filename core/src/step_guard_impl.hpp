@@ -171,6 +171,7 @@ struct StepGuard::Impl {
   double lr_multiplier() const { return recovery_.memory().lr_cut(); }
   Amp amp() const { return recovery_.memory().amp(); }
   const std::vector<std::string>& fp32_modules() const { return recovery_.memory().fp32_modules(); }
+  const std::vector<probe::KernelRegion>& kernel_regions() const { return recovery_.memory().kernel_regions(); }
   GuardState state() const;
   void restore(const GuardState& state);
   std::unique_ptr<format::RunWriter> open_run_file();

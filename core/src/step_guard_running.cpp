@@ -170,6 +170,8 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     // Last, so it is undone first: the capture and recorder restore module scopes as they found them.
     std::optional<Fp32ModuleRegions> fp32;
     if (fp32_regions_apply(amp(), fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
+    std::optional<probe::KernelRegions> kernels;  // the `kernel` remedy's pins, inside their modules
+    if (!kernel_regions().empty()) kernels.emplace(kernel_regions());
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !steered_.model.is_torchscript() && !steered_.model.scopes_named_by_hooks())
       scope_names.emplace();

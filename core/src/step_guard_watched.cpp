@@ -79,6 +79,7 @@ WatchedStep& StepGuard::Impl::advance_watched(WatchedCall call) {
     if (options_.probe) probe_.begin_step(watched_->run.step, {});  // the rows come with step(), if at all
     // Planned fp32 modules run in fp32 inside the loop's forward too.
     if (fp32_regions_apply(amp(), fp32_modules())) watched_->fp32.emplace(steered_.model, fp32_modules());
+    if (!kernel_regions().empty()) watched_->kernels.emplace(kernel_regions());
   }
   watched_->phase = next;
   return *watched_;

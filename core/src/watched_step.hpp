@@ -34,8 +34,9 @@ struct WatchedStep {
   std::vector<ModelCall> calls;    // the model's calls since the last micro-batch's loss
   std::optional<UnscaledGradients> unscaled;
   std::optional<Fp32ModuleRegions> fp32;
-  std::vector<LoopTensor> loops_tensors;  // the micro-batches' tensors as the loop has them (KeptBatches)
-  std::vector<at::Tensor> copies;         // the tensors of the micro-batches' copies: the next step's spares
+  std::optional<probe::KernelRegions> kernels;  // the `kernel` remedy's pins, inside their modules
+  std::vector<LoopTensor> loops_tensors;        // the micro-batches' tensors as the loop has them (KeptBatches)
+  std::vector<at::Tensor> copies;               // the tensors of the micro-batches' copies: the next step's spares
 };
 
 }  // namespace nanscope

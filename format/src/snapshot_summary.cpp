@@ -38,6 +38,10 @@ void write_replay_record(const Group& root, const ReplayRecord& r) {
   g.set_attr("widened_weights", r.widened_weights);
   write_capture(g.group("fp32_capture"), r.fp32_capture);
   if (r.precision_trail) write_precision_trail(g.group("precision_trail"), *r.precision_trail);
+  if (r.kernel_trials) {
+    g.set_attr("kernel_op", r.kernel_trials->op);
+    g.set_attr("kernel_trials", kernel_trials_value(*r.kernel_trials));
+  }
 }
 
 std::optional<ReplayRecord> read_replay_record(const Group& root) {
@@ -56,6 +60,9 @@ std::optional<ReplayRecord> read_replay_record(const Group& root) {
   if (g.has_attr("widened_weights")) r.widened_weights = g.attr_string("widened_weights");
   if (g.has("fp32_capture")) r.fp32_capture = read_capture(g.group("fp32_capture"));
   if (g.has("precision_trail")) r.precision_trail = read_precision_trail(g.group("precision_trail"));  // from 1.13
+  if (g.has_attr("kernel_trials"))                                                                     // from 1.14
+    r.kernel_trials =
+        parse_kernel_trials(g.has_attr("kernel_op") ? g.attr_string("kernel_op") : "", g.attr_string("kernel_trials"));
   return r;
 }
 

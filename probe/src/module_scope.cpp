@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nanscope/common/torch_compat.hpp"
+#include "nanscope/probe/kernel_pin.hpp"
 
 namespace nanscope::probe {
 
@@ -22,6 +23,8 @@ using compat::AutocastOff;
 const std::vector<std::string>* g_fp32_modules = nullptr;
 std::vector<char>* g_fp32_entered = nullptr;                            // parallel to *g_fp32_modules
 thread_local std::vector<std::unique_ptr<AutocastOff>> t_fp32_regions;  // parallel to t_scopes
+const std::vector<KernelRegion>* g_kernel_regions = nullptr;
+thread_local std::vector<std::unique_ptr<KernelPin>> t_kernel_pins;  // parallel to t_scopes
 std::mutex g_names_mutex;
 std::vector<std::string>* g_scope_names = nullptr;  // a ScopeNameRecorder's
 }  // namespace
@@ -50,11 +53,17 @@ bool push_scope_path(const std::string& path) {
     }
   }
   t_fp32_regions.push_back(fp32 ? std::make_unique<AutocastOff>() : nullptr);
+  std::unique_ptr<KernelPin> pin;
+  if (g_kernel_regions)
+    for (const KernelRegion& region : *g_kernel_regions)
+      if (region.module == t_scopes.back()) pin = std::make_unique<KernelPin>(region.kernel);
+  t_kernel_pins.push_back(std::move(pin));
   return fp32;
 }
 
 void pop_scope() {
   if (g_scope_listener) g_scope_listener();
+  if (!t_kernel_pins.empty()) t_kernel_pins.pop_back();
   if (!t_fp32_regions.empty()) t_fp32_regions.pop_back();
   if (!t_scopes.empty()) t_scopes.pop_back();
 }
@@ -81,6 +90,19 @@ std::vector<std::string> Fp32Regions::not_entered() const {
   for (size_t i = 0; i < modules_.size(); ++i)
     if (!entered_[i]) out.push_back(modules_[i]);
   return out;
+}
+
+KernelRegions::KernelRegions(std::vector<KernelRegion> regions)
+    : regions_(std::move(regions)),
+      outer_(detail::g_kernel_regions),
+      scopes_were_enabled_(detail::g_scopes_enabled.load()) {
+  detail::g_kernel_regions = &regions_;
+  detail::g_scopes_enabled = true;
+}
+
+KernelRegions::~KernelRegions() {
+  detail::g_kernel_regions = outer_;
+  detail::g_scopes_enabled = scopes_were_enabled_;
 }
 
 ScopeNameRecorder::ScopeNameRecorder() : scopes_were_enabled_(detail::g_scopes_enabled.load()) {

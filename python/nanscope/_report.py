@@ -123,7 +123,7 @@ class ReplayReport(_PrintedJson):
     precision) with reproduced_count of repeats, fp32_finite (with
     widened_weights: the 16-bit type of a model's own weights, widened to
     float32 for that re-run, or None), verdict
-    ('precision', 'model_or_data', 'data', 'transient', 'compiler'), category,
+    ('precision', 'model_or_data', 'data', 'transient', 'compiler', 'kernel'), category,
     suggestion, for a torch.compile'd model eager_finite (the same step run
     eagerly) and compiled_region (the module that, compiled alone, breaks the
     step; '' for the whole model), doomed_by (the training run's doom event
@@ -135,7 +135,10 @@ class ReplayReport(_PrintedJson):
     their dataset_rows, no_row_found (why a bisection found no row),
     draws_random_numbers, anomaly and rerun_error; nonfinite_weights (the
     parameters that held a NaN/Inf as the step began: nothing was re-run, and
-    the category is 'nonfinite_weights'); for a 'precision' verdict
+    the category is 'nonfinite_weights'); kernels (where the born op has
+    other kernels on this machine: {'op', 'used', 'tried': {kernel: outcome}},
+    the step re-run with each; a 'kernel' verdict when one was finite; None
+    otherwise); for a 'precision' verdict
     precision_trail (a PrecisionTrail: where, op by op, the step left fp32;
     None otherwise)."""
 
@@ -168,6 +171,7 @@ class ReplayReport(_PrintedJson):
         self.rows = list(rows["samples"]) if rows else None
         self.dataset_rows = list(rows["dataset_rows"]) if rows else None
         self.no_row_found = rows.get("no_row_found") if rows else None
+        self.kernels = replay.get("kernels")  # the born op's other kernels tried, or None
         trail = replay.get("precision_trail")
         self.precision_trail = PrecisionTrail(trail) if trail else None
 

@@ -121,9 +121,10 @@ class Watch:
         if not self._started:
             self._started = True
             self._stop_listening()
-            if guard.fp32_regions:
-                # Modules in fp32 (planned, or --fallback auto's remedy): the loop's
-                # forward runs them so, through the scopes the core listens for.
+            if guard.module_regions:
+                # Modules in fp32 (planned, or --fallback auto's remedy) or with a
+                # kernel pinned: the loop's forward runs them so, through the
+                # scopes the core listens for.
                 self._listening = contextlib.ExitStack()
                 self._listening.enter_context(_scopes.listening(self._paths))
         self._calls.append((args, kwargs, versions))

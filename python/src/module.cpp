@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -401,8 +402,16 @@ PYBIND11_MODULE(_nanscope, m) {
       .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
       .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
       .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
-      .def_property_readonly("fp32_regions",
-                             [](Guard& g) { return fp32_regions_apply(g.guard().amp(), g.guard().fp32_modules()); })
+      // Modules that run otherwise inside the loop's own forward (the watched
+      // form listens for their scopes): in fp32, or with a kernel pinned.
+      .def_property_readonly("module_regions",
+                             [](Guard& g) {
+                               if (fp32_regions_apply(g.guard().amp(), g.guard().fp32_modules())) return true;
+                               const std::vector<std::string> pins = g.guard().state().pinned_kernels;
+                               return std::any_of(pins.begin(), pins.end(), [](const std::string& pin) {
+                                 return pin.find('=') != std::string::npos;  // "attn=math": inside its module
+                               });
+                             })
       .def("state_dict",
            [](Guard& g) {
              const GuardState s = g.guard().state();

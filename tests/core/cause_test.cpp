@@ -62,6 +62,25 @@ TEST(Cause, EachRuleDecidesFromItsEvidence) {
        Verdict::data, Category::nonfinite_input},
       {"an input birth", with(log, [](auto& e) { e.birth = birth_at("input", format::Phase::input); }),
        CauseRule::nonfinite_batch, Verdict::data, Category::nonfinite_input},
+      {"another kernel finite",
+       with(log,
+            [](auto& e) {
+              e.kernel_choice = format::KernelChoice{"aten::log", format::Kernel::flash, {format::Kernel::math}};
+              e.kernels = format::KernelTrials{
+                  "aten::log", format::Kernel::flash, {{format::Kernel::math, format::KernelOutcome::finite}}};
+              e.fp32 = Fp32Rerun::finite;  // the kernel's rule comes first: the same precision, another kernel
+            }),
+       CauseRule::kernel_differs, Verdict::kernel, Category::log_nonpositive},
+      {"every kernel non-finite",
+       with(log,
+            [](auto& e) {
+              e.kernel_choice = format::KernelChoice{"aten::log", format::Kernel::flash, {format::Kernel::math}};
+              e.kernels = format::KernelTrials{"aten::log",
+                                               format::Kernel::flash,
+                                               {{format::Kernel::math, format::KernelOutcome::nonfinite},
+                                                {format::Kernel::efficient, format::KernelOutcome::unavailable}}};
+            }),
+       CauseRule::every_row, Verdict::model_or_data, Category::log_nonpositive},
       {"fp32 raised", with(log, [](auto& e) { e.fp32 = Fp32Rerun::raised; }), CauseRule::fp32_rerun_raised,
        std::nullopt, Category::log_nonpositive},
       {"finite in fp32", with(log, [](auto& e) { e.fp32 = Fp32Rerun::finite; }), CauseRule::finite_in_fp32,
@@ -164,6 +183,26 @@ TEST(Cause, TheRulesAskForTheFp32ReRunThenTheRowSearch) {
   e.batch_nonfinite = true;  // nor does the batch's own NaN
   EXPECT_TRUE(std::holds_alternative<Cause>(classify_cause(e)));
   EXPECT_THROW(cause_of(CauseEvidence{}), std::logic_error);
+}
+
+// A born op with other kernels here: their re-runs come before the fp32 one.
+TEST(Cause, TheRulesAskForTheKernelsReRunsFirstWhereTheOpHasOthers) {
+  CauseEvidence e;
+  e.birth = birth_at("aten::_scaled_dot_product_flash_attention_for_cpu_backward", format::Phase::backward);
+  e.repeats = e.reproduced = 1;
+  e.kernel_choice = format::kernel_choice_of(*e.birth, /*cpu=*/true);
+  ASSERT_TRUE(e.kernel_choice);
+  auto c = classify_cause(e);
+  ASSERT_TRUE(std::holds_alternative<EvidenceNeeded>(c));
+  EXPECT_EQ(std::get<EvidenceNeeded>(c), EvidenceNeeded::kernel_reruns);
+  e.kernels = format::KernelTrials{
+      e.kernel_choice->op, format::Kernel::flash, {{format::Kernel::math, format::KernelOutcome::unavailable}}};
+  c = classify_cause(e);  // an unavailable kernel says nothing: on to fp32
+  ASSERT_TRUE(std::holds_alternative<EvidenceNeeded>(c));
+  EXPECT_EQ(std::get<EvidenceNeeded>(c), EvidenceNeeded::fp32_rerun);
+  e.batch_nonfinite = true;  // the batch's own NaN needs no kernel
+  e.kernels.reset();
+  EXPECT_TRUE(std::holds_alternative<Cause>(classify_cause(e)));
 }
 
 // A model of its own 16-bit weights has no fp32 re-run in-run: its causes

@@ -188,6 +188,16 @@ const std::vector<Row>& rows() {
              f.same_birth_step = 3;
            }),
        Remedy::unknown, RecoveryAction::whole_fallback, Remedy::whole_fp32, false, "with norm in fp32"},
+      {"auto: another kernel of the born op finite: it is pinned", all(failed_bf16_step, automatic), Remedy::kernel,
+       RecoveryAction::pin_kernel, Remedy::kernel, false, "now pinned process-wide for the rest of the run"},
+      {"auto: the same birth after its kernel was pinned is whole",
+       all(failed_bf16_step, automatic,
+           [](StepFacts& f, RecoveryState&) {
+             f.same_birth_as = RemedyChoice{Remedy::kernel, {}, "flash non-finite (the step's), math finite"};
+             f.same_birth_as->kernel = format::Kernel::math;
+             f.same_birth_step = 3;
+           }),
+       Remedy::unknown, RecoveryAction::whole_fallback, Remedy::whole_fp32, false, "with math pinned"},
       {"auto: fp16 overflow the scaler handles is not diagnosed",
        all(failed_bf16_step, automatic, fp16_overflow_at_a_good_scale), Remedy::unknown, RecoveryAction::skip,
        Remedy::none, false, ""},
@@ -385,13 +395,14 @@ TEST(RecoveryDecision, ARankWithNothingToDiagnoseHasTheWeakestPlan) {
     p.action = action;
     return p;
   };
-  // A skip < data < fp32 modules < whole < rollback < stop.
+  // A skip < data < a pinned kernel < fp32 modules < whole < rollback < stop.
   const std::vector<RecoveryAction> weakest_first = {RecoveryAction::skip,
                                                      RecoveryAction::skip_transient,
                                                      RecoveryAction::skip_compiler,
                                                      RecoveryAction::skip_undiagnosed,
                                                      RecoveryAction::skip_model_or_data,
                                                      RecoveryAction::skip_data,
+                                                     RecoveryAction::pin_kernel,
                                                      RecoveryAction::fp32_modules,
                                                      RecoveryAction::whole_fallback,
                                                      RecoveryAction::replay_without,

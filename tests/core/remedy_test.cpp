@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/remedy.hpp"
 
 using namespace nanscope;
@@ -219,4 +220,67 @@ TEST(Remedy, ReRunsThatRaisedAreNoEvidenceAndEscalateNothing) {
 
   ScriptedReruns ran;  // the same step whose re-runs ran: non-finite at fp32, no row: still no fp32
   EXPECT_EQ(choose_remedy(failed_with_birth("forward", "aten::div", "rnn"), ran).remedy, Remedy::skip_model_or_data);
+}
+
+namespace {
+
+// Re-runs that are finite only with the kernel `finite_with` switched on
+// alone: what a kernel bug looks like to the diagnosis, read off LibTorch's
+// own switches as the re-run's ops would read them.
+class KernelReruns : public ScriptedReruns {
+ public:
+  explicit KernelReruns(format::Kernel finite_with) : finite_with_(finite_with) {}
+  bool finite(Amp amp, const std::vector<std::string>& fp32_modules, int64_t without_row) override {
+    const compat::KernelSwitches s = compat::kernel_switches();
+    ++kernel_runs;
+    if (finite_with_ == format::Kernel::native && !s.onednn) return true;
+    if (finite_with_ == format::Kernel::math && s.math && !s.flash) return true;
+    return ScriptedReruns::finite(amp, fp32_modules, without_row);
+  }
+  int kernel_runs = 0;
+
+ private:
+  format::Kernel finite_with_;
+};
+
+}  // namespace
+
+TEST(Remedy, AStepFiniteWithTheOtherKernelOfItsOpPinsThatKernel) {
+  if (!compat::onednn_switchable()) GTEST_SKIP() << "this LibTorch was built without oneDNN: nothing to switch";
+  KernelReruns reruns(format::Kernel::native);
+  reruns.fp32_finite = true;  // finite in fp32 too: the kernel's rule comes first
+  const compat::KernelSwitches before = compat::kernel_switches();
+  const RemedyChoice choice = choose_remedy(failed_with_birth("forward", "aten::addmm", "head"), reruns);
+  EXPECT_EQ(choice.remedy, Remedy::kernel) << choice.why;
+  EXPECT_EQ(choice.kernel, format::Kernel::native);
+  EXPECT_EQ(choice.why, "aten::addmm: onednn non-finite (the step's), native finite");
+  EXPECT_EQ(compat::kernel_switches().onednn, before.onednn) << "the diagnosis puts the switch back";
+  // On a GPU the matrix product has one kernel: no kernel is tried, and fp32 decides.
+  FailedStep on_gpu = failed_with_birth("forward", "aten::addmm", "head");
+  on_gpu.on_cpu = false;
+  KernelReruns gpu(format::Kernel::native);
+  gpu.fp32_finite = true;
+  gpu.modules_that_fix = {"head"};
+  EXPECT_EQ(choose_remedy(on_gpu, gpu).remedy, Remedy::fp32_modules);
+}
+
+TEST(Remedy, AttentionsKernelsAreTriedWhereThisLibTorchSwitchesThem) {
+  KernelReruns reruns(format::Kernel::math);
+  const RemedyChoice choice = choose_remedy(
+      failed_with_birth("backward", "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attn"), reruns);
+  if (!compat::attention_switchable()) {  // LibTorch 1.13: no such kernels to switch
+    EXPECT_NE(choice.remedy, Remedy::kernel);
+    return;
+  }
+  EXPECT_EQ(choice.remedy, Remedy::kernel) << choice.why;
+  EXPECT_EQ(choice.kernel, format::Kernel::math);
+  ASSERT_TRUE(choice.kernel_trials);
+  EXPECT_EQ(format::kernel_trials_text(*choice.kernel_trials), "flash non-finite (the step's), math finite");
+  // Every kernel non-finite: no kernel's fault, and the rules go on.
+  KernelReruns none(format::Kernel::unknown);
+  EXPECT_NE(
+      choose_remedy(failed_with_birth("backward", "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attn"),
+                    none)
+          .remedy,
+      Remedy::kernel);
 }

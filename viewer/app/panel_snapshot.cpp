@@ -157,6 +157,12 @@ void replay_box(const format::SnapshotSummary& s, UiState& ui) {
   ImGui::TextWrapped("suggestion: %s", r.suggestion.c_str());
   ImGui::TextWrapped("%s", replay_reruns_line(s).c_str());
   if (!r.fp32_modules.empty()) ImGui::Text("fp32 needed in: %s", r.fp32_modules.c_str());
+  if (r.kernel_trials) {
+    ImGui::TextWrapped("other kernels of %s: %s", r.kernel_trials->op.c_str(),
+                       format::kernel_trials_text(*r.kernel_trials).c_str());
+    const ImVec2 min = ImGui::GetItemRectMin(), max = ImGui::GetItemRectMax();
+    ui.regions["snapshot.kernels"] = {min.x, min.y, max.x - min.x, max.y - min.y};
+  }
   if (!r.anomaly.empty()) ImGui::TextWrapped("anomaly mode: %s", r.anomaly.c_str());
 }
 

@@ -79,6 +79,19 @@ class WarningCollector : public c10::WarningHandler {
 // for any other node, and in 1.13, whose engine does not say which node runs.
 std::optional<at::Tensor> leaf_being_accumulated();
 
+// The process-wide switches PyTorch chooses some ops' kernels by, the ones
+// torch.backends' flags set: scaled-dot-product attention's backends (2.x;
+// 1.13 has no such op, and its fields stay true) and oneDNN.
+struct KernelSwitches {
+  bool math = true, flash = true, efficient = true, cudnn = true, onednn = true;
+};
+KernelSwitches kernel_switches();
+void set_kernel_switches(const KernelSwitches& switches);
+// Whether this LibTorch chooses attention's kernel by those switches (2.x).
+bool attention_switchable();
+// Whether this LibTorch was built with oneDNN, so that its switch means something.
+bool onednn_switchable();
+
 namespace detail {
 template <typename StateMap>
 const torch::optim::OptimizerParamState* find_state(const StateMap& states, c10::TensorImpl* impl) {

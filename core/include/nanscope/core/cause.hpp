@@ -12,6 +12,8 @@
 //   not_reproduced      every re-run of the same step was finite         transient
 //   nonfinite_batch     the batch holds a NaN/Inf (the input's birth)    data
 //   no_counted_target   a loss whose mean is over no counted target      data
+//   kernel_differs      the born op has other kernels here, and one of   kernel
+//                       them makes the step finite
 //   fp32_rerun_raised   the re-run with autocast off raised              no verdict
 //   finite_in_fp32      finite with autocast off                         precision
 //   rows_out_of_range   non-finite in fp32 too, finite without rows      data
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/kernel_trials.hpp"
 #include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope {
@@ -62,6 +65,11 @@ struct CauseEvidence {
   // guard's forensic re-run is one of one.
   int repeats = 0, reproduced = 0;
   std::optional<bool> eager_finite;  // a compiled model's step run eagerly; nullopt: not compiled
+  // The born op's kernels that can be switched here (kernel_switch.hpp's
+  // switchable_kernels), and the step re-run with each of the others:
+  // asked for (EvidenceNeeded::kernel_reruns) only where there are some.
+  std::optional<format::KernelChoice> kernel_choice;
+  std::optional<format::KernelTrials> kernels;
   Fp32Rerun fp32 = Fp32Rerun::not_run;
   RowSearch rows;
   bool grad_norm_rose = false;  // the run's grad norm rose for steps before this one (run.h5)
@@ -74,6 +82,7 @@ enum class CauseRule {
   not_reproduced,
   nonfinite_batch,
   no_counted_target,
+  kernel_differs,
   fp32_rerun_raised,
   finite_in_fp32,
   rows_out_of_range,
@@ -95,7 +104,7 @@ struct Cause {
 };
 
 // Evidence the rules need before they can decide, for a caller that gathers lazily.
-enum class EvidenceNeeded { fp32_rerun, row_search };
+enum class EvidenceNeeded { kernel_reruns, fp32_rerun, row_search };
 
 std::variant<Cause, EvidenceNeeded> classify_cause(const CauseEvidence& evidence);
 

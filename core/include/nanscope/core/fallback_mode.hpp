@@ -28,6 +28,7 @@ inline const char* fallback_mode_name(FallbackMode mode) { return to_string(mode
   X(skip_undiagnosed, "undiagnosed")     \
   X(skip_model_or_data, "model_or_data") \
   X(fp32_modules, "fp32-modules")        \
+  X(kernel, "kernel")                    \
   X(whole_fp32, "whole")
 // clang-format on
 NANSCOPE_DECLARE_WORDS_IN(format::Words, Remedy, NANSCOPE_REMEDIES)

@@ -15,17 +15,18 @@
 namespace nanscope {
 
 // X(type, name, initial value), in the order checkpoints and state_dict list them.
-#define NANSCOPE_GUARD_STATE_FIELDS(X)                                                               \
-  X(Amp, amp, Amp::fp32)                                                                             \
-  X(int64_t, fallback_step, -1)                                                                      \
-  X(double, lr_multiplier, 1) /* the LR cut: lr_backoff per fallback and rollback */                 \
-  X(int64_t, rollbacks, 0)                                                                           \
-  X(bool, scaling, false)                                                                            \
-  X(double, loss_scale, 1)                                                                           \
-  X(int64_t, growth_tracker, 0)                                                                      \
-  X(int64_t, last_applied_step, -1)             /* the last step whose update reached the weights */ \
-  X(int64_t, applied_steps, 0)                  /* updates that reached the weights */               \
-  X(std::vector<std::string>, fp32_modules, {}) /* in fp32 (planned, or --fallback auto's remedy) */
+#define NANSCOPE_GUARD_STATE_FIELDS(X)                                                                 \
+  X(Amp, amp, Amp::fp32)                                                                               \
+  X(int64_t, fallback_step, -1)                                                                        \
+  X(double, lr_multiplier, 1) /* the LR cut: lr_backoff per fallback and rollback */                   \
+  X(int64_t, rollbacks, 0)                                                                             \
+  X(bool, scaling, false)                                                                              \
+  X(double, loss_scale, 1)                                                                             \
+  X(int64_t, growth_tracker, 0)                                                                        \
+  X(int64_t, last_applied_step, -1)               /* the last step whose update reached the weights */ \
+  X(int64_t, applied_steps, 0)                    /* updates that reached the weights */               \
+  X(std::vector<std::string>, fp32_modules, {})   /* in fp32 (planned, or --fallback auto's remedy) */ \
+  X(std::vector<std::string>, pinned_kernels, {}) /* --fallback auto's kernel remedies ("attn=math") */
 
 struct GuardState {
 #define NANSCOPE_GUARD_STATE_MEMBER(type, name, initial) type name = initial;

@@ -31,6 +31,8 @@ namespace nanscope {
 // skip_model_or_data ... because the step is non-finite at full precision too
 //              (an unsafe op, its trigger rows named where the search found them)
 // fp32_modules the modules named go to fp32 for the rest of the run
+// pin_kernel   the born op's kernel that kept the step finite is the one its
+//              family uses for the rest of the run (in the born op's module)
 // whole_fallback  the whole model to fp32, LR x lr_backoff (one shot)
 // replay_without  the doom search's replay of the run without the update
 //              that doomed this step stands (it counts as a rollback, no LR cut)
@@ -44,6 +46,7 @@ namespace nanscope {
   X(skip_undiagnosed, "undiagnosed")     \
   X(skip_model_or_data, "model_or_data") \
   X(fp32_modules, "fp32-modules")        \
+  X(pin_kernel, "kernel")                \
   X(whole_fallback, "whole") X(replay_without, "replay-without") X(roll_back, "rollback") X(stop, "stop")
 NANSCOPE_DECLARE_WORDS_IN(format::Words, RecoveryAction, NANSCOPE_RECOVERY_ACTIONS)
 
@@ -123,9 +126,10 @@ struct RecoveryPlan {
   RecoveryTrigger trigger = RecoveryTrigger::nonfinite_step;  // the facts'
   RecoveryAction action = RecoveryAction::skip;
   RecoveryReason reason = RecoveryReason::stock_skip;
-  Remedy remedy = Remedy::none;           // --fallback auto: the remedy event's word (none: no remedy event)
-  std::vector<std::string> modules;       // fp32_modules: the ones to add
-  std::optional<RemedyChoice> diagnosis;  // the diagnosis made for this step, if one was
+  Remedy remedy = Remedy::none;                     // --fallback auto: the remedy event's word (none: no remedy event)
+  std::vector<std::string> modules;                 // fp32_modules: the ones to add; kernel: the born op's module
+  format::Kernel kernel = format::Kernel::unknown;  // pin_kernel: the one pinned
+  std::optional<RemedyChoice> diagnosis;            // the diagnosis made for this step, if one was
   // The step is trouble: it joins the run of non-finite steps that
   // max_nonfinite_run bounds and the rollback policy's count of trouble.
   // Not when its fault is explained without the model: written outside it,

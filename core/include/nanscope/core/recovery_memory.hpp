@@ -15,8 +15,10 @@
 #include "nanscope/core/fallback.hpp"
 #include "nanscope/core/guard_options.hpp"
 #include "nanscope/core/guard_state.hpp"
+#include "nanscope/core/kernel_switch.hpp"
 #include "nanscope/core/rollback.hpp"
 #include "nanscope/core/state_ring.hpp"
+#include "nanscope/probe/module_scope.hpp"
 
 namespace nanscope {
 
@@ -83,6 +85,22 @@ class RecoveryMemory {
   void add_fp32_modules(const std::vector<std::string>& modules) {
     fp32_modules_.insert(fp32_modules_.end(), modules.begin(), modules.end());
   }
+  // --fallback auto's `kernel` remedy: `kernel` is its family's from now on,
+  // in `module` for attention's ("attn=math"); process-wide for oneDNN,
+  // whose backward kernels run outside the module, or a module no scope
+  // opens (the root, ""), spelt as the kernel alone ("native").
+  void pin_kernel(const std::string& module, format::Kernel kernel) {
+    if (probe::attention_kernel(kernel) && !module.empty()) {
+      kernel_regions_.push_back({module, kernel});
+      pinned_kernels_.push_back(module + "=" + format::to_string(kernel));
+    } else {
+      nanscope::pin_kernel(kernel);
+      pinned_kernels_.push_back(format::to_string(kernel));
+    }
+  }
+  const std::vector<std::string>& pinned_kernels() const { return pinned_kernels_; }
+  // The pins held inside their modules (probe::KernelRegions), each step.
+  const std::vector<probe::KernelRegion>& kernel_regions() const { return kernel_regions_; }
   // The newest good state before the trouble began; nullptr if none.
   const TrainingState* rollback_target() const { return ring_.newest_before(rollback_.trouble_began()); }
   // At `step` the run went back to the state after step `to`, with an LR cut.
@@ -116,6 +134,7 @@ class RecoveryMemory {
     s.rollbacks = rollback_.rollbacks();
     s.amp = amp_;
     s.fp32_modules = fp32_modules_;
+    s.pinned_kernels = pinned_kernels_;
     s.last_applied_step = last_applied_step_;
     s.applied_steps = applied_steps_;
   }
@@ -128,6 +147,16 @@ class RecoveryMemory {
     rollback_.restore_rollbacks(s.rollbacks);
     amp_ = s.amp;
     fp32_modules_ = s.fp32_modules;
+    // The pins again, in the order they were made (a later one of the same family wins).
+    pinned_kernels_.clear();
+    kernel_regions_.clear();
+    for (const std::string& pin : s.pinned_kernels) {
+      const size_t eq = pin.rfind('=');
+      const std::string module = eq == std::string::npos ? "" : pin.substr(0, eq);
+      if (const std::optional<format::Kernel> kernel =
+              format::from_string<format::Kernel>(eq == std::string::npos ? pin : pin.substr(eq + 1)))
+        pin_kernel(module, *kernel);
+    }
     last_applied_step_ = s.last_applied_step;
     applied_steps_ = s.applied_steps;
   }
@@ -142,6 +171,8 @@ class RecoveryMemory {
   int64_t nonfinite_since_ = -1;
   Amp amp_;
   std::vector<std::string> fp32_modules_;
+  std::vector<std::string> pinned_kernels_;
+  std::vector<probe::KernelRegion> kernel_regions_;
   int64_t applied_steps_ = 0;
   int64_t last_applied_step_ = -1;
 };

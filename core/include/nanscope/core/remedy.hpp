@@ -14,6 +14,10 @@
 //              skip, nothing else
 //   compiler   a compiled model's step, finite run eagerly and non-finite
 //              compiled again: skip, and name the module to run eagerly
+//   kernel     the born op has other kernels here and one of them makes
+//              the step finite: that kernel is pinned for the rest of the
+//              run, inside the born op's module for attention's
+//              (RecoveryMemory::pin_kernel); no fp32
 //   undiagnosed  the re-run with autocast off raised: no evidence for a
 //              fallback, so skip, nothing else, and say what raised
 //   precision  finite with autocast off: the smallest set of modules that,
@@ -41,7 +45,7 @@ namespace nanscope {
 
 struct RemedyChoice {
   Remedy remedy = Remedy::whole_fp32;
-  std::vector<std::string> modules;  // fp32_modules: the ones to add
+  std::vector<std::string> modules;  // fp32_modules: the ones to add; kernel: the born op's module
   std::string why;                   // one line for the event and the log
   // fp32_modules: median wall time of a re-run of the step without and with them.
   double seconds_before = 0, seconds_after = 0;
@@ -59,6 +63,9 @@ struct RemedyChoice {
   // data set rows (StepContext::batch_rows) for a step of one micro-batch;
   // empty otherwise. A `data` remedy lists them in the run's poison list.
   std::vector<int64_t> trigger_dataset_rows{};
+  // kernel: the one pinned, and the re-runs that chose it.
+  format::Kernel kernel = format::Kernel::unknown;
+  std::optional<format::KernelTrials> kernel_trials{};
 };
 
 // Re-runs of the failed step: same weights, buffers, RNG state, batch, setup
@@ -108,6 +115,11 @@ struct FailedStep {
   // alone (a step that runs other batches besides it).
   int64_t batch_size = 0;
   std::vector<std::string> fp32_modules;  // already in fp32
+  bool on_cpu = true;                     // the model's device: which kernels its ops have
+  // The born op's other kernels may be tried: not under lockstep re-runs (a
+  // sharded model), whose other ranks would run theirs unpinned, nor for a
+  // compiled model, whose kernels are its compiler's (nanscope-replay alike).
+  bool kernels_tried = true;
 };
 
 // Batches up to this many rows are searched for a sample without which the

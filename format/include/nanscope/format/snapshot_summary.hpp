@@ -11,6 +11,7 @@
 
 #include "nanscope/format/archive.hpp"
 #include "nanscope/format/capture.hpp"
+#include "nanscope/format/kernel_trials.hpp"
 #include "nanscope/format/precision_trail.hpp"
 
 namespace nanscope::format {
@@ -32,6 +33,8 @@ struct ReplayRecord {
   Capture fp32_capture;
   // A precision verdict's op-by-op comparison with fp32 (from format 1.13).
   std::optional<PrecisionTrail> precision_trail;
+  // The step re-run with the born op's other kernels (from format 1.14).
+  std::optional<KernelTrials> kernel_trials;
 };
 
 // Replaces /replay in an archive opened for writing.

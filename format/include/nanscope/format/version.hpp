@@ -32,8 +32,10 @@ namespace nanscope::format {
 //        series' min, max, last value and NaN/Inf counts: run_overview.hpp)
 //   1.13 snapshots: /replay/precision_trail (a precision verdict's ops
 //        compared with fp32 up to the birth: precision_trail.hpp)
+//   1.14 snapshots: /replay@kernel_op and @kernel_trials (the step re-run
+//        with the born op's other kernels: kernel_trials.hpp); verdict `kernel`
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 13;
+inline constexpr int kFormatMinor = 14;
 
 // A file's format_version, as its readers branch on it.
 struct FileVersion {

@@ -59,12 +59,13 @@ namespace nanscope::format {
 #define NANSCOPE_PRECISIONS(X) X(fp32, "fp32") X(bf16, "bf16") X(fp16, "fp16")
 
 // nanscope-replay's answer and the arithmetic origin of a birth (docs/playbook.md).
-#define NANSCOPE_VERDICTS(X)        \
-  X(precision, "precision")         \
-  X(model_or_data, "model_or_data") \
-  X(data, "data")                   \
-  X(transient, "transient")         \
-  X(compiler, "compiler") /* non-finite compiled, finite run eagerly: the compiled program's fault */
+#define NANSCOPE_VERDICTS(X)                                                                          \
+  X(precision, "precision")                                                                           \
+  X(model_or_data, "model_or_data")                                                                   \
+  X(data, "data")                                                                                     \
+  X(transient, "transient")                                                                           \
+  X(compiler, "compiler") /* non-finite compiled, finite run eagerly: the compiled program's fault */ \
+  X(kernel, "kernel")     /* non-finite with the kernel the step ran, finite with another (kernel_trials.hpp) */
 #define NANSCOPE_CATEGORIES(X)                                                                                   \
   X(log_nonpositive, "log_nonpositive")                                                                          \
   X(sqrt_grad_zero, "sqrt_grad_zero")                                                                            \

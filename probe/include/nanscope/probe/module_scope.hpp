@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nanscope/format/kernel_trials.hpp"
 #include "nanscope/format/vocabulary.hpp"
 
 namespace nanscope::probe {
@@ -97,6 +98,28 @@ class Fp32Regions {
  private:
   std::vector<std::string> modules_;
   std::vector<char> entered_;  // parallel to modules_
+  bool scopes_were_enabled_;
+};
+
+// While alive, each listed module runs with its kernel pinned (the `kernel`
+// remedy, kernel_pin.hpp): the switches are set as its scope opens and put
+// back as it closes, so other modules keep theirs. The backward of an
+// attention kernel is the forward's choice, so the pin holds there too.
+// Scopes are active meanwhile. Nested, the inner one holds until it ends.
+struct KernelRegion {
+  std::string module;  // a dotted path
+  format::Kernel kernel = format::Kernel::unknown;
+};
+class KernelRegions {
+ public:
+  explicit KernelRegions(std::vector<KernelRegion> regions);
+  ~KernelRegions();
+  KernelRegions(const KernelRegions&) = delete;
+  KernelRegions& operator=(const KernelRegions&) = delete;
+
+ private:
+  std::vector<KernelRegion> regions_;
+  const std::vector<KernelRegion>* outer_;
   bool scopes_were_enabled_;
 };
 

@@ -60,6 +60,11 @@ struct VerdictInputs {
   // The module that, compiled alone, makes the step non-finite ("": only the
   // whole model; core/compiled_region.hpp); nullopt when not searched.
   std::optional<std::string> compiled_region;
+  // The born op's kernels this machine can switch between, and the step
+  // re-run with each of the others (core/kernel_switch.hpp); nullopt where
+  // the op has none here, or the step did not go non-finite again.
+  std::optional<format::KernelChoice> kernel_choice;
+  std::optional<format::KernelTrials> kernels;
   std::string rerun_error;  // an op raised during a re-run (one line), or ""
   // The snapshot's parameters that hold a NaN/Inf: the value was there before
   // the step, and nothing was re-run.
