@@ -575,7 +575,13 @@ RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<for
   std::optional<ClosureModel::Step> with_loss_fn;
   run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
   const at::Tensor dataset_rows = micro_batch_rows(run, diagnosed);
-  if (!lockstep) return with_trigger_samples(choose_remedy(failed, reruns), micro.batch, dataset_rows);
+  if (!lockstep) {
+    RemedyChoice choice = choose_remedy(failed, reruns);
+    // A TorchScript model opens no module scopes: a kernel pinned in its
+    // module would never be entered, so the pin is the whole process's.
+    if (choice.remedy == Remedy::kernel && steered_.model.is_torchscript()) choice.modules.clear();
+    return with_trigger_samples(choice, micro.batch, dataset_rows);
+  }
   if (lockstep->rank() != leader) {
     follow_lockstep_reruns(*lockstep, leader, reruns);
     RemedyChoice none;

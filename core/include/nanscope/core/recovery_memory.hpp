@@ -88,7 +88,8 @@ class RecoveryMemory {
   // --fallback auto's `kernel` remedy: `kernel` is its family's from now on,
   // in `module` for attention's ("attn=math"); process-wide for oneDNN,
   // whose backward kernels run outside the module, or a module no scope
-  // opens (the root, ""), spelt as the kernel alone ("native").
+  // opens (the root, "", or any of a TorchScript model's: the diagnosis
+  // names none there), spelt as the kernel alone ("native").
   void pin_kernel(const std::string& module, format::Kernel kernel) {
     if (probe::attention_kernel(kernel) && !module.empty()) {
       kernel_regions_.push_back({module, kernel});
