@@ -5,7 +5,7 @@
 
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/guard_option_list.hpp"
-#include "nanscope/probe/kernel_pin.hpp"
+#include "nanscope/core/kernel_switch.hpp"
 
 namespace nanscope {
 
@@ -50,8 +50,7 @@ std::string same_birth_text(const StepFacts& facts) {
 // Where the `kernel` remedy's pin holds (RecoveryMemory::pin_kernel's rule).
 std::string pinned_where(const RemedyChoice& choice) {
   const std::string module = choice.modules.empty() ? "" : choice.modules.front();
-  if (probe::attention_kernel(choice.kernel) && !module.empty()) return "in " + module;
-  return "process-wide";
+  return pinned_in_module(choice.kernel, module) ? "in " + module : "process-wide";
 }
 
 std::string diagnosed_text(const RecoveryPlan& plan, const StepFacts& facts, const RecoveryState& state) {

@@ -6,6 +6,7 @@
 // kernel holds inside the born op's module only (probe::KernelRegions).
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "nanscope/format/kernel_trials.hpp"
 #include "nanscope/probe/kernel_pin.hpp"
@@ -17,6 +18,13 @@ namespace nanscope {
 // LibTorch that has no such switches, or oneDNN where it was not built; a
 // oneDNN op runs natively already when the switch is off. nullopt: none.
 std::optional<format::KernelChoice> switchable_kernels(const format::Birth& birth, bool cpu);
+
+// Whether the `kernel` remedy's pin of `kernel` holds inside `module` alone
+// (probe::KernelRegions): an attention kernel in a module that opens a scope.
+// Otherwise it is process-wide (pin_kernel below).
+inline bool pinned_in_module(format::Kernel kernel, const std::string& module) {
+  return probe::attention_kernel(kernel) && !module.empty();
+}
 
 // `kernel` pinned from now on, process-wide, never undone: a oneDNN pin
 // (a convolution's backward runs outside its module), or one whose module

@@ -91,7 +91,7 @@ class RecoveryMemory {
   // opens (the root, "", or any of a TorchScript model's: the diagnosis
   // names none there), spelt as the kernel alone ("native").
   void pin_kernel(const std::string& module, format::Kernel kernel) {
-    if (probe::attention_kernel(kernel) && !module.empty()) {
+    if (pinned_in_module(kernel, module)) {
       kernel_regions_.push_back({module, kernel});
       pinned_kernels_.push_back(module + "=" + format::to_string(kernel));
     } else {
