@@ -84,9 +84,8 @@ void OverviewFollower::Impl::open(const std::function<void(int64_t, int64_t)>& p
 
 OverviewFollower::OverviewFollower(const std::string& path, const std::function<void(int64_t, int64_t)>& progress)
     : impl_(std::make_unique<Impl>()) {
-  h5::rehearse_in_child(path, [&] { OverviewFollower rehearsal(path); });
   impl_->path = path;
-  impl_->open(progress);
+  read_under_one_rehearsal(path, [&] { impl_->open(progress); });
 }
 
 OverviewFollower::~OverviewFollower() = default;

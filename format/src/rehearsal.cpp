@@ -1,6 +1,7 @@
 #include "rehearsal.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -9,12 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <thread>
 #include <vector>
@@ -200,34 +203,71 @@ namespace {
 
 // Children that said they were done and are still tearing down: reaped
 // later, without waiting (a child's exit frees what it read, which takes
-// as long as a fair part of the read on a big file).
-std::vector<pid_t>& exiting_children() {
-  static std::vector<pid_t> children;
+// as long as a fair part of the read on a big file). A fixed table, not the
+// heap: a caller reading behind its child must keep the heap the child had.
+struct ExitingChildren {
+  std::array<pid_t, 32> pids{};
+  size_t count = 0;
+};
+ExitingChildren& exiting_children() {
+  static ExitingChildren children;
   return children;
 }
 
 void reap_exited_children() {
-  std::vector<pid_t>& children = exiting_children();
-  children.erase(std::remove_if(children.begin(), children.end(),
-                                [](pid_t child) { return waitpid(child, nullptr, WNOHANG) != 0; }),
-                 children.end());
+  ExitingChildren& children = exiting_children();
+  size_t kept = 0;
+  for (size_t i = 0; i < children.count; ++i)
+    if (waitpid(children.pids[i], nullptr, WNOHANG) == 0) children.pids[kept++] = children.pids[i];
+  children.count = kept;
 }
+
+void leave_to_exit(pid_t child) {
+  if (waitpid(child, nullptr, WNOHANG) != 0) return;
+  ExitingChildren& children = exiting_children();
+  if (children.count == children.pids.size()) reap_exited_children();
+  if (children.count == children.pids.size()) {
+    waitpid(children.pids[0], nullptr, 0);  // 32 still exiting: wait for the oldest
+    children.pids[0] = children.pids[--children.count];
+  }
+  children.pids[children.count++] = child;
+}
+
+// The child's end of its pipe, where it says each checkpoint it passes (-1
+// outside a child), and the child a caller reads behind, with the
+// checkpoints this process passed (read_under_one_rehearsal).
+int progress_fd = -1;
+ChildRead* leading_child = nullptr;
+size_t checkpoints_here = 0;
+
+constexpr auto kWatchPeriod = std::chrono::milliseconds(1);
 
 }  // namespace
 
-ChildRead::ChildRead(const std::string& path, const std::function<void()>& read) : path_(path) {
+ChildRead::ChildRead(const std::string& path, const std::function<void()>& read, Watched watched) : path_(path) {
   silence_errors();
   reap_exited_children();
   if (pipe2(done_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) done_pipe_[0] = done_pipe_[1] = -1;
   struct stat st {};
   file_bytes_ = ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
   bound_ = read_bound(file_bytes_);
+  // Started before the fork, so the child inherits the heap the thread's
+  // start left (it never runs there: fork copies only this thread).
+  if (watched == Watched::in_background)
+    watcher_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(stop_mutex_);
+      while (!stop_cv_.wait_for(lock, kWatchPeriod, [this] { return stop_watch_; })) stop_if_overrun();
+    });
   // The child's resident memory starts as ours (fork resets its peak to it).
   resident_at_fork_ = status_bytes("/proc/self/status", "VmRSS");
   child_ = fork();
-  if (child_ < 0) return;  // no process to spare: the reader goes on without the defence
+  if (child_ < 0) {  // no process to spare: the reader goes on without the defence
+    stop_watching();
+    return;
+  }
   if (child_ == 0) {
     in_rehearsal = true;
+    progress_fd = done_pipe_[1];
     default_crash_handlers();
     quiet_stderr();
     limit_child(bound_);
@@ -246,9 +286,14 @@ ChildRead::ChildRead(const std::string& path, const std::function<void()>& read)
   if (done_pipe_[1] >= 0) ::close(done_pipe_[1]);
   done_pipe_[1] = -1;
   started_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watched_ = child_;
+  }
 }
 
 ChildRead::~ChildRead() {
+  stop_watching();
   for (int fd : done_pipe_)
     if (fd >= 0) ::close(fd);
   if (child_ <= 0) return;
@@ -257,71 +302,120 @@ ChildRead::~ChildRead() {
   waitpid(child_, &status, 0);
 }
 
-bool ChildRead::poll() {
-  if (child_ <= 0) return true;
-  const pid_t child = child_;
-  char said = 0;
-  if (done_pipe_[0] >= 0 && ::read(done_pipe_[0], &said, 1) == 1) {
-    // Done reading, within its bounds: its exit is left to finish on its own.
-    if (waitpid(child, nullptr, WNOHANG) == 0) exiting_children().push_back(child);
-    child_ = -1;
-    return true;
+void ChildRead::stop_watching() {
+  if (!watcher_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_watch_ = true;
   }
-  int status = 0;
-  rusage usage{};
-  const pid_t done = wait4(child, &status, WNOHANG, &usage);
-  if (done < 0) {
-    child_ = -1;
-    return true;
+  stop_cv_.notify_one();
+  watcher_.join();
+}
+
+bool ChildRead::take_progress() {
+  if (done_pipe_[0] < 0) return false;
+  char said[64];
+  for (;;) {
+    const ssize_t n = ::read(done_pipe_[0], said, sizeof said);
+    if (n <= 0) return false;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (said[i] == 'd') return true;
+      ++passed_;
+    }
   }
-  if (done != child) {
-    // Its resident peak since the fork, less what it shared with us then:
-    // polled every 1 ms at most, which a read that touches gigabytes
-    // passes by a few megabytes before it is stopped.
-    char child_status[64];
-    std::snprintf(child_status, sizeof child_status, "/proc/%d/status", int(child));
-    const uint64_t peak = status_bytes(child_status, "VmHWM");
-    const bool too_big = peak > resident_at_fork_ && peak - resident_at_fork_ > bound_.memory_bytes;
-    const bool too_long =
-        std::chrono::steady_clock::now() > started_ + std::chrono::duration<double>(bound_.wall_seconds);
-    if (!too_big && !too_long) return false;
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    child_ = -1;
-    if (too_big) throw FormatError(path_, out_of_memory(bound_, file_bytes_));
-    throw FormatError(path_, "is corrupt: reading it did not finish in " + seconds_text(bound_.wall_seconds) +
-                                 " (nothing was read from it)");
-  }
-  child_ = -1;
+}
+
+void ChildRead::stop_if_overrun() {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  if (watched_ <= 0 || overrun_.load() != Overrun::none) return;
+  // Its resident peak since the fork, less what it shared with us then:
+  // checked every 1 ms at most, which a read that touches gigabytes
+  // passes by a few megabytes before it is stopped.
+  char child_status[64];
+  std::snprintf(child_status, sizeof child_status, "/proc/%d/status", int(watched_));
+  const uint64_t peak = status_bytes(child_status, "VmHWM");
+  if (peak > resident_at_fork_ && peak - resident_at_fork_ > bound_.memory_bytes)
+    overrun_ = Overrun::memory;
+  else if (std::chrono::steady_clock::now() > started_ + std::chrono::duration<double>(bound_.wall_seconds))
+    overrun_ = Overrun::wall;
+  else
+    return;
+  kill(watched_, SIGKILL);
+}
+
+std::string ChildRead::failure_words(int status, const rusage& usage) const {
+  const Overrun overrun = overrun_.load();
+  if (overrun == Overrun::memory) return out_of_memory(bound_, file_bytes_);
+  if (overrun == Overrun::wall)
+    return "is corrupt: reading it did not finish in " + seconds_text(bound_.wall_seconds) +
+           " (nothing was read from it)";
   // The child leaves with 0 or kThrewStatus whatever the read did; anything
   // else is a crash (a signal, or a sanitizer's report of one: it exits
   // with 1) or a bound it met.
   const double cpu_used = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                           1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
   if (WIFSIGNALED(status) && (WTERMSIG(status) == SIGXCPU || cpu_used >= std::floor(bound_.cpu_seconds)))
-    throw FormatError(path_, "is corrupt: reading it took more than " + seconds_text(bound_.cpu_seconds) +
-                                 " of CPU time, more than a file of " + std::to_string(file_bytes_) +
-                                 " bytes can justify (nothing was read from it)");
+    return "is corrupt: reading it took more than " + seconds_text(bound_.cpu_seconds) +
+           " of CPU time, more than a file of " + std::to_string(file_bytes_) +
+           " bytes can justify (nothing was read from it)";
   if (WIFSIGNALED(status))
-    throw FormatError(path_, std::string("is corrupt: reading it crashed the HDF5 library (") +
-                                 strsignal(WTERMSIG(status)) + ", in a child process; nothing was read from it)");
-  if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryStatus)
-    throw FormatError(path_, out_of_memory(bound_, file_bytes_));
+    return std::string("is corrupt: reading it crashed the HDF5 library (") + strsignal(WTERMSIG(status)) +
+           ", in a child process; nothing was read from it)";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemoryStatus) return out_of_memory(bound_, file_bytes_);
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kThrewStatus)
-    throw FormatError(path_, "is corrupt: reading it crashed the HDF5 library (exit status " +
-                                 std::to_string(WEXITSTATUS(status)) +
-                                 ", in a child process; nothing was read from it)");
-  return true;
+    return "is corrupt: reading it crashed the HDF5 library (exit status " + std::to_string(WEXITSTATUS(status)) +
+           ", in a child process; nothing was read from it)";
+  return "";
+}
+
+void ChildRead::update() {
+  if (child_ <= 0) return;
+  std::unique_lock<std::mutex> lock(watch_mutex_);
+  int status = 0;
+  rusage usage{};
+  const pid_t ended = wait4(child_, &status, WNOHANG, &usage);
+  const bool said_done = take_progress();  // after wait4: all an ended child said is read
+  if (ended == 0 && said_done && overrun_.load() == Overrun::none) {
+    // Done reading, within its bounds: its exit is left to finish on its own.
+    watched_ = -1;
+    leave_to_exit(child_);
+    child_ = -1;
+    return;
+  }
+  if (ended == 0) {
+    lock.unlock();
+    stop_if_overrun();
+    if (overrun_.load() == Overrun::none) return;  // still reading
+    waitpid(child_, &status, 0);                   // stopped, here or by the watch
+    lock.lock();
+  }
+  watched_ = -1;
+  child_ = -1;
+  if (ended >= 0) failure_ = failure_words(status, usage);
+}
+
+bool ChildRead::poll() {
+  update();
+  if (!failure_.empty()) throw FormatError(path_, failure_);
+  return child_ <= 0;
+}
+
+void ChildRead::wait_past(size_t checkpoints) {
+  for (;;) {
+    update();
+    if (passed_ >= checkpoints) return;  // a failure after that part is met at a later one
+    if (child_ <= 0) break;
+    // Woken by the child's next word, or after a period to keep its bounds.
+    pollfd said{done_pipe_[0], POLLIN, 0};
+    ::poll(&said, 1, int(kWatchPeriod.count()));
+  }
+  if (!failure_.empty()) throw FormatError(path_, failure_);
 }
 
 void rehearse_in_child(const std::string& path, const std::function<void()>& read) {
   if (in_rehearsal || !rehearsal_enabled) return;
   ChildRead child(path, read);
-  auto pause = std::chrono::microseconds(100);
-  while (!child.poll()) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
+  child.wait_past(std::numeric_limits<size_t>::max());
 }
 
 bool rehearsal_needed() { return rehearsal_enabled && !in_rehearsal; }
@@ -333,18 +427,38 @@ namespace nanscope::format {
 void set_rehearsal(bool on) { h5::rehearsal_enabled = on; }
 
 void read_under_one_rehearsal(const std::string& path, const std::function<void()>& reads) {
-  h5::rehearse_in_child(path, reads);
-  // Here the reads run as they did in the child: theirs are not rehearsed again.
-  const bool was = h5::in_rehearsal;
-  h5::in_rehearsal = true;
-  try {
+  if (!h5::rehearsal_needed()) {
     reads();
-  } catch (...) {
-    h5::in_rehearsal = was;
-    throw;
+    return;
   }
-  h5::in_rehearsal = was;
+  // The child reads first; this process reads behind it, each part once the
+  // child has read it without harm: the rehearsal costs about the first
+  // part's read, not a whole read, where two cores are free.
+  h5::ChildRead child(path, reads, h5::ChildRead::Watched::in_background);
+  struct Behind {
+    explicit Behind(h5::ChildRead& child) {
+      h5::in_rehearsal = true;  // the reads here are not rehearsed again
+      h5::leading_child = &child;
+      h5::checkpoints_here = 0;
+    }
+    ~Behind() {
+      h5::leading_child = nullptr;
+      h5::in_rehearsal = false;
+    }
+  } behind(child);
+  child.wait_past(1);
+  reads();
+  child.wait_past(std::numeric_limits<size_t>::max());  // its read is over (at the last part, already)
 }
 bool rehearsal_on() { return h5::rehearsal_enabled; }
+
+void rehearsal_checkpoint() {
+  if (h5::progress_fd >= 0) {
+    // A full pipe loses the word: the caller then waits for the read's end.
+    (void)!::write(h5::progress_fd, "c", 1);
+  } else if (h5::leading_child) {
+    h5::leading_child->wait_past(++h5::checkpoints_here + 1);
+  }
+}
 
 }  // namespace nanscope::format

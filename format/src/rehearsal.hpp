@@ -10,12 +10,19 @@
 // more memory than the file can justify, or runs out of CPU time turns into
 // a FormatError "corrupt" for the parent, which never touched the bad bytes.
 // Only format/src uses this.
+#include <sys/resource.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
+
+#include "nanscope/format/rehearsal.hpp"
 
 namespace nanscope::format::h5 {
 
@@ -37,12 +44,18 @@ ReadBound read_bound(uint64_t file_bytes);
 void rehearse_in_child(const std::string& path, const std::function<void()>& read);
 
 // The same child, polled instead of waited for: a read that runs while the
-// caller goes on (the viewer's rows fetched behind its frames). The child
-// runs `read` under read_bound(the file's size) and ends; what it read must
-// reach the caller through memory shared before the fork.
+// caller goes on (the viewer's rows fetched behind its frames, or the
+// caller's own read following the child's, read_under_one_rehearsal). The
+// child runs `read` under read_bound(the file's size) and ends; what it
+// read must reach the caller through memory shared before the fork, or the
+// caller reads it again.
 class ChildRead {
  public:
-  ChildRead(const std::string& path, const std::function<void()>& read);
+  // Watched::in_background: a thread of the caller's keeps the child's
+  // memory and wall-time bounds while the caller is busy (its own read
+  // behind the child's), not only when it polls.
+  enum class Watched : uint8_t { when_polled, in_background };
+  ChildRead(const std::string& path, const std::function<void()>& read, Watched watched = Watched::when_polled);
   ~ChildRead();  // stops a child still running
   ChildRead(const ChildRead&) = delete;
   ChildRead& operator=(const ChildRead&) = delete;
@@ -51,15 +64,39 @@ class ChildRead {
   // rehearse_in_child for a crash or a bound met. With no process to spare,
   // nothing ran: true at once, and started() is false.
   bool poll();
+  // Blocks until the child's read has passed `checkpoints` calls of
+  // rehearsal_checkpoint() or ended; throws as poll() does.
+  void wait_past(size_t checkpoints);
   bool started() const { return started_ != std::chrono::steady_clock::time_point{}; }
 
  private:
+  enum class Overrun : uint8_t { none, memory, wall };
+  // Whether the child ended, and what it said: an end by a crash or a
+  // bound is kept in failure_, thrown once the caller needs a part the
+  // child did not read.
+  void update();
+  bool take_progress();    // reads what the child said: true once it said its read is over
+  void stop_if_overrun();  // kills a child past its memory or wall-time bound (either thread)
+  void stop_watching();    // ends the background thread
+  std::string failure_words(int status, const rusage& usage) const;  // "" for an end that is no failure
+
   std::string path_;
   uint64_t file_bytes_ = 0, resident_at_fork_ = 0;
   ReadBound bound_;
   pid_t child_ = -1;
-  int done_pipe_[2] = {-1, -1};  // the child writes a byte once its read is over
+  int done_pipe_[2] = {-1, -1};  // the child writes 'c' at each checkpoint, 'd' once its read is over
+  size_t passed_ = 0;            // checkpoints the child said it passed
+  std::string failure_;          // why the child failed, in words for a FormatError
   std::chrono::steady_clock::time_point started_{};
+  // Shared with the background thread: the child it may stop (-1 once
+  // reaped or let go, so a reused pid is never signalled), and why it did.
+  std::mutex watch_mutex_;
+  pid_t watched_ = -1;
+  std::atomic<Overrun> overrun_{Overrun::none};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_watch_ = false;  // under stop_mutex_
+  std::thread watcher_;
 };
 
 // A read here is to be rehearsed first: rehearsal on, and not in a child.

@@ -9,6 +9,7 @@
 #include "h5.hpp"
 #include "nanscope/format/bulk_buffer.hpp"
 #include "nanscope/format/error.hpp"
+#include "nanscope/format/rehearsal.hpp"
 
 namespace nanscope::format {
 
@@ -123,6 +124,7 @@ inline h5::Handle dataset_of_rows(hid_t loc, const std::string& group, const std
 inline void read_row_range(hid_t ds, hid_t mem_type, hsize_t from, hsize_t to, hsize_t columns, void* out,
                            const std::string& path, const std::string& full) {
   if (to <= from) return;
+  rehearsal_checkpoint();
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
   hsize_t start[2] = {from, 0};
   hsize_t count[2] = {to - from, columns};

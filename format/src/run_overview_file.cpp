@@ -185,6 +185,7 @@ namespace {
 // into its own array, with no copy in between.
 void read_columns(hid_t ds, hid_t mem_type, hsize_t from, hsize_t to, hsize_t first, hsize_t count, void* out,
                   const std::string& path, const std::string& full) {
+  rehearsal_checkpoint();
   h5::Handle file_space = h5::space_handle(H5Dget_space(ds), path, "H5Dget_space");
   hsize_t start[2] = {from, first};
   hsize_t extent[2] = {to - from, count};

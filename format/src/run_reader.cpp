@@ -135,7 +135,10 @@ struct RunFollower::Impl {
 };
 
 RunFollower::RunFollower(const std::string& path, LayerTables layer_tables) : impl_(std::make_unique<Impl>()) {
-  h5::rehearse_in_child(path, [&] { RunFollower rehearsal(path, layer_tables); });
+  read_under_one_rehearsal(path, [&] { open(path, layer_tables); });
+}
+
+void RunFollower::open(const std::string& path, LayerTables layer_tables) {
   impl_->file = h5::open_file_readonly(path);
   hid_t f = impl_->file.get();
   h5::check_identity(f, kRunFileKind, path);

@@ -151,6 +151,7 @@ class RunFollower {
   RunData take() &&;  // hands the data over; the follower is done
 
  private:
+  void open(const std::string& path, LayerTables layer_tables);  // under the rehearsal
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
