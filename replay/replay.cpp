@@ -142,10 +142,9 @@ void conclude(ReplayReport& report, const std::string& snapshot) {
   report.verdict = decide(report.evidence);
 }
 
-}  // namespace
-
-ReplayReport replay_snapshot(const ReplayOptions& options) {
-  ReplaySetup setup = rebuild(options.snapshot);
+// The report as the snapshot alone gives it: the step, its precision,
+// origin, capture and batch rows, and weights already non-finite.
+ReplayReport begin_report(const ReplaySetup& setup) {
   const probe::SnapshotContents& s = setup.snapshot;
   ReplayReport report;
   report.step = s.step;
@@ -159,7 +158,6 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     // The batch's size, its data set rows unknown.
     report.evidence.batch_rows.assign(size_t(s.batch.rows()), -1);
   }
-
   // Weights that held the NaN/Inf as the step began are not re-run: the value
   // was born before the step (an earlier update, or the weights as loaded),
   // so nothing a re-run from them names is its birth. The guard checked them
@@ -168,26 +166,22 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
   report.evidence.nonfinite_weights =
       s.weights_checked ? s.capture.nonfinite_weights : nonfinite_parameters(*setup.model);
   if (auto it = s.config.find("doom_search"); it != s.config.end()) report.evidence.doom_search_on = it->second == "on";
-  if (!report.evidence.nonfinite_weights.empty()) {
-    conclude(report, options.snapshot);
-    return report;
-  }
+  return report;
+}
 
-  // A re-run that raised proves nothing by itself: it counts as non-finite
-  // only where something seen before the exception was (the batch holding
-  // the NaN/Inf, or a birth under capture), and a replay whose re-runs all
-  // raised with nothing seen has no verdict to give.
-  const bool batch_holds_it = probe::Probe::input_capture({s.batch}).first_birth.has_value();
-  auto born_before_raising = [&](Amp amp) {
-    if (batch_holds_it) return true;
-    probe::OpCapture capture({/*trail_length=*/0, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
-                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/-1});
-    step_is_finite(setup, amp, s.batch);
-    return capture.result().first_birth.has_value();
-  };
+probe::CaptureOptions capture_options(const probe::SnapshotContents& s, size_t trail_length, int64_t micro_batch) {
+  return {trail_length, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1, /*row_dim=*/s.batch.row_dim,
+          micro_batch};
+}
 
-  // 1. At the original precision and loss scale, N times.
-  report.evidence.repeats = std::max(1, options.repeats);
+// 1. At the original precision and loss scale, `repeats` times. A re-run
+// that raised proves nothing by itself: it counts as non-finite only where
+// something seen before the exception was (the batch holding the NaN/Inf,
+// or a birth under capture), and a replay whose re-runs all raised with
+// nothing seen has no verdict to give.
+void rerun_at_its_precision(ReplaySetup& setup, ReplayReport& report, int repeats) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  report.evidence.repeats = std::max(1, repeats);
   int raised = 0;
   for (int i = 0; i < report.evidence.repeats; ++i) {
     const bool finite = step_is_finite(setup, setup.amp, s.batch);
@@ -198,61 +192,73 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     if (i == 0 && s.cpu_rng_state.defined())  // step_is_finite started the generator from this state
       report.draws_random_numbers = !at::equal(at::detail::getDefaultCPUGenerator().get_state(), s.cpu_rng_state);
   }
-  if (raised > 0) {
-    const std::string error = setup.rerun_error;
-    if (!born_before_raising(setup.amp)) {
-      if (report.evidence.reproduced == 0)
-        throw std::runtime_error("no verdict: every re-run of step " + std::to_string(s.step) +
-                                 " raised before any NaN or Inf was born (" + error +
-                                 "); does this program's model and loss take the snapshot's batch?");
-      report.evidence.repeats -= raised;  // the runs that ran are the evidence
-    } else {
-      report.evidence.reproduced += raised;  // non-finite before they raised
-    }
-    setup.rerun_error = error;
+  if (raised == 0) return;
+  const std::string error = setup.rerun_error;
+  bool born_before_raising = probe::Probe::input_capture({s.batch}).first_birth.has_value();
+  if (!born_before_raising) {
+    probe::OpCapture capture(capture_options(s, /*trail_length=*/0, /*micro_batch=*/-1));
+    step_is_finite(setup, setup.amp, s.batch);
+    born_before_raising = capture.result().first_birth.has_value();
   }
+  if (!born_before_raising) {
+    if (report.evidence.reproduced == 0)
+      throw std::runtime_error("no verdict: every re-run of step " + std::to_string(s.step) +
+                               " raised before any NaN or Inf was born (" + error +
+                               "); does this program's model and loss take the snapshot's batch?");
+    report.evidence.repeats -= raised;  // the runs that ran are the evidence
+  } else {
+    report.evidence.reproduced += raised;  // non-finite before they raised
+  }
+  setup.rerun_error = error;
+}
 
-  // 1b. A compiled model: those re-runs ran its compiled program. Once more
-  // eagerly (capture on), at the same precision: a birth the compiled
-  // program hid is named there; finite there is the compiler's doing, and
-  // the module that breaks the step compiled alone is searched for.
+// 1b. A compiled model: the re-runs ran its compiled program. Once more
+// eagerly (capture on), at the same precision: a birth the compiled program
+// hid is named there; finite there is the compiler's doing, and the module
+// that breaks the step compiled alone is searched for. Returns the eager
+// capture (none for an eager model).
+std::optional<format::Capture> rerun_eagerly(ReplaySetup& setup, ReplayReport& report) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  if (!setup.model->compiled() || report.evidence.reproduced == 0) return std::nullopt;
   std::optional<format::Capture> eager_capture;
-  if (setup.model->compiled() && report.evidence.reproduced > 0) {
-    {
-      probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
-                                /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
-      report.evidence.eager_finite = step_is_finite(setup, setup.amp, s.batch);
-      eager_capture = capture.result();
-    }
-    // Capture off again: the search's steps run compiled.
-    if (*report.evidence.eager_finite) {
-      const CompiledCheck check =
-          check_compiled_program(*setup.model, [&] { return !step_is_finite(setup, setup.amp, s.batch); });
-      if (check.region) report.evidence.compiled_region = check.region->module;
-    }
+  {
+    probe::OpCapture capture(capture_options(s, /*trail_length=*/32, micro_batch_of(s.config)));
+    report.evidence.eager_finite = step_is_finite(setup, setup.amp, s.batch);
+    eager_capture = capture.result();
   }
-
-  // 1c. The born op's other kernels (attention's backends, oneDNN on the
-  // CPU), at the same precision: a step finite with one of them is that
-  // kernel's doing (the verdict `kernel`). A compiled model's step is not
-  // asked: its kernels are the compiler's.
-  if (s.capture.first_birth && report.evidence.reproduced > 0 && !setup.model->compiled()) {
-    const bool cpu = setup.parameters.empty() || setup.parameters.front().device().is_cpu();
-    report.evidence.kernel_choice = switchable_kernels(*s.capture.first_birth, cpu);
-    if (report.evidence.kernel_choice) {
-      const std::string step_error = std::exchange(setup.rerun_error, {});
-      report.evidence.kernels = try_kernels(
-          *report.evidence.kernel_choice, [&] { return step_is_finite(setup, setup.amp, s.batch); },
-          [&] { return setup.last_raised; });
-      setup.rerun_error = step_error;
-    }
+  // Capture off again: the search's steps run compiled.
+  if (*report.evidence.eager_finite) {
+    const CompiledCheck check =
+        check_compiled_program(*setup.model, [&] { return !step_is_finite(setup, setup.amp, s.batch); });
+    if (check.region) report.evidence.compiled_region = check.region->module;
   }
+  return eager_capture;
+}
 
-  // 2. In fp32, under op-level capture, then under anomaly detection.
+// 1c. The born op's other kernels (attention's backends, oneDNN on the
+// CPU), at the same precision: a step finite with one of them is that
+// kernel's doing (the verdict `kernel`). A compiled model's step is not
+// asked: its kernels are the compiler's.
+void rerun_with_other_kernels(ReplaySetup& setup, ReplayReport& report) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  if (!s.capture.first_birth || report.evidence.reproduced == 0 || setup.model->compiled()) return;
+  const bool cpu = setup.parameters.empty() || setup.parameters.front().device().is_cpu();
+  report.evidence.kernel_choice = switchable_kernels(*s.capture.first_birth, cpu);
+  if (!report.evidence.kernel_choice) return;
+  const std::string step_error = std::exchange(setup.rerun_error, {});
+  report.evidence.kernels = try_kernels(
+      *report.evidence.kernel_choice, [&] { return step_is_finite(setup, setup.amp, s.batch); },
+      [&] { return setup.last_raised; });
+  setup.rerun_error = step_error;
+}
+
+// 2. In fp32, under op-level capture, then under anomaly detection.
+void rerun_in_fp32(ReplaySetup& setup, ReplayReport& report) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  const bool batch_holds_it = probe::Probe::input_capture({s.batch}).first_birth.has_value();
   std::optional<bool> fp32_read_batch;  // whether what failed came from the batch's NaN/Inf
   {
-    probe::OpCapture capture({/*trail_length=*/32, /*batch_size=*/s.batch.rows() > 0 ? s.batch.rows() : -1,
-                              /*row_dim=*/s.batch.row_dim, /*micro_batch=*/micro_batch_of(s.config)});
+    probe::OpCapture capture(capture_options(s, /*trail_length=*/32, micro_batch_of(s.config)));
     report.evidence.fp32_finite = step_is_finite_in_fp32(setup, s.batch);
     report.fp32_capture = capture.result();
     fp32_read_batch = capture.failure_read_batch();
@@ -285,42 +291,68 @@ ReplayReport replay_snapshot(const ReplayOptions& options) {
     setup.rerun_error = step_error;
   }
   report.rerun_error = setup.rerun_error;
+}
 
-  // 3. Bisections, where they can say something.
-  const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == format::Phase::input;
-  if (options.bisect && report.evidence.reproduced > 0) {
-    // Modules "in fp32" are autocast off inside: a model of its own 16-bit
-    // weights computes in them there too, so it has no such set to find.
-    if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth && report.evidence.own_16bit.empty()) {
-      const Fp32RegionSearch search = smallest_fp32_region(setup);
-      report.evidence.fp32_search = search.outcome;
-      report.evidence.fp32_modules = search.modules;
-    }
-    if (s.batch.rows() > 1) {
-      report.batch_bisected = true;
-      const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
-      report.evidence.rows_replaced = report.draws_random_numbers || s.batch.sample_lists().rows > 0;
-      report.evidence.samples = samples_without_which_finite(setup, report.evidence.rows_replaced);
-      report.evidence.rows_searched = setup.rerun_error.empty();
-      if (report.evidence.samples.empty())
-        report.no_row_found =
-            setup.rerun_error.empty()
-                ? "the step stays non-finite without any one of its " + std::to_string(s.batch.rows()) + " rows"
-                : "the loss function failed on the batch without a row (" + setup.rerun_error +
-                      "): each of its tensors needs the rows along row_dim (a 1-D one is taken as a flattened "
-                      "(rows, m) target, or (m, rows) with row_dim 1)";
-      if (!report.evidence.rows_searched) report.evidence.rows_not_searched = report.no_row_found;
-      report.evidence.rows_out_of_range = s.batch.rows_out_of_range(report.evidence.samples, kRowOutOfRangeFactor);
-      setup.rerun_error = step_error;
-    } else {
-      report.evidence.rows_not_searched = "the row search cannot run on a batch of one row";
-    }
-  } else {
-    report.evidence.rows_not_searched = "the row search was not asked for (--no-bisect)";
+// 3b. The rows without which the step is finite.
+void search_rows(ReplaySetup& setup, ReplayReport& report) {
+  const probe::SnapshotContents& s = setup.snapshot;
+  if (s.batch.rows() <= 1) {
+    report.evidence.rows_not_searched = "the row search cannot run on a batch of one row";
+    return;
   }
+  report.batch_bisected = true;
+  const std::string step_error = std::exchange(setup.rerun_error, {});  // the step's own, quoted as such
+  report.evidence.rows_replaced = report.draws_random_numbers || s.batch.sample_lists().rows > 0;
+  report.evidence.samples = samples_without_which_finite(setup, report.evidence.rows_replaced);
+  report.evidence.rows_searched = setup.rerun_error.empty();
+  if (report.evidence.samples.empty())
+    report.no_row_found =
+        setup.rerun_error.empty()
+            ? "the step stays non-finite without any one of its " + std::to_string(s.batch.rows()) + " rows"
+            : "the loss function failed on the batch without a row (" + setup.rerun_error +
+                  "): each of its tensors needs the rows along row_dim (a 1-D one is taken as a flattened "
+                  "(rows, m) target, or (m, rows) with row_dim 1)";
+  if (!report.evidence.rows_searched) report.evidence.rows_not_searched = report.no_row_found;
+  report.evidence.rows_out_of_range = s.batch.rows_out_of_range(report.evidence.samples, kRowOutOfRangeFactor);
+  setup.rerun_error = step_error;
+}
 
+// 3. Bisections, where they can say something: 3a. the smallest set of
+// modules that makes the step finite in fp32, 3b. the rows.
+void bisect(ReplaySetup& setup, ReplayReport& report, bool asked) {
+  if (!asked || report.evidence.reproduced == 0) {
+    report.evidence.rows_not_searched = "the row search was not asked for (--no-bisect)";
+    return;
+  }
+  const probe::SnapshotContents& s = setup.snapshot;
+  const bool input_birth = s.capture.first_birth && s.capture.first_birth->op.phase == format::Phase::input;
+  // Modules "in fp32" are autocast off inside: a model of its own 16-bit
+  // weights computes in them there too, so it has no such set to find.
+  if (report.evidence.fp32_finite && setup.amp != Amp::fp32 && !input_birth && report.evidence.own_16bit.empty()) {
+    const Fp32RegionSearch search = smallest_fp32_region(setup);
+    report.evidence.fp32_search = search.outcome;
+    report.evidence.fp32_modules = search.modules;
+  }
+  search_rows(setup, report);
+}
+
+}  // namespace
+
+ReplayReport replay_snapshot(const ReplayOptions& options) {
+  ReplaySetup setup = rebuild(options.snapshot);
+  ReplayReport report = begin_report(setup);
+  if (!report.evidence.nonfinite_weights.empty()) {
+    conclude(report, options.snapshot);
+    return report;
+  }
+  rerun_at_its_precision(setup, report, options.repeats);
+  const std::optional<format::Capture> eager_capture = rerun_eagerly(setup, report);
+  rerun_with_other_kernels(setup, report);
+  rerun_in_fp32(setup, report);
+  bisect(setup, report, options.bisect);
   // The training run's re-run of a compiled model may have seen no op (or
   // none of this one's eager re-run): the eager birth is the evidence then.
+  const probe::SnapshotContents& s = setup.snapshot;
   if (!s.capture.first_birth && eager_capture && eager_capture->first_birth) report.capture = *eager_capture;
   conclude(report, options.snapshot);
   // 4. Where precision was lost, for a step that is finite in fp32 only.

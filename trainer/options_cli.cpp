@@ -163,10 +163,8 @@ std::string faults_text(const TrainOptions& o) {
   return text;
 }
 
-// Declares every option on `app`, bound to `o`; with `recorded`, also lists
-// how the run config records each.
-void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* recorded) {
-  Declare declare(app, o, recorded);
+// What the program does, its exit codes, and --config.
+void describe_train(CLI::App& app) {
   app.description(
       "Fine-tunes a model with the stock mixed-precision fallback loop: autocast, dynamic loss\n"
       "scaling, clipping after unscale, skip-the-batch on a non-finite step and a one-shot\n"
@@ -179,7 +177,10 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
       "fallback, 130 interrupted (Ctrl-C).");
   app.set_config("--config", "", "Read options from a TOML or INI file (keys are the long flag names)");
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
+}
 
+// The model, its data and the optimisation (the guard's flags follow these).
+void declare_training(Declare& declare) {
   declare
       .option("--model", &TrainOptions::model,
               "Model: 'mlp', 'gpt' (built-in) or PATH.pt, a TorchScript file whose "
@@ -208,12 +209,18 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
   declare.option("--warmup", &TrainOptions::warmup, "Linear warmup steps (P12)")
       ->capture_default_str()
       ->check(kNonNegative);
-  add_guard_flags(app, o);
+}
+
+// The loss and the data order.
+void declare_loss_and_order(Declare& declare) {
   declare.option("--z-loss", &TrainOptions::z_loss, "z-loss coefficient (P15; 1e-4 is the usual value); 0: off")
       ->capture_default_str()
       ->check(kNonNegative);
   declare.flag("--no-shuffle", &TrainOptions::shuffle, false,
                "Batch i is rows [i*B, (i+1)*B) wrapping around, instead of a seeded shuffle");
+}
+
+void declare_checkpoints(Declare& declare) {
   declare.option("--save", &TrainOptions::save,
                  "Write a checkpoint here at the end (several ranks: rank 0 only, unless PATH holds {rank}); "
                  "default with --checkpoint-every: RUN_DIR/checkpoint.h5 (checkpoint-rank-{rank}.h5)");
@@ -235,6 +242,10 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
               "order, RNG, loss scale and schedule; run.h5 drops the rows after the checkpoint and goes on. "
               "Also clears the mark a killed writer leaves, so plain HDF5 readers open run.h5 again")
       ->type_name("RUN_DIR");
+}
+
+// --search-doom and its options: a run that trains nothing.
+void declare_doom_search(Declare& declare) {
   const std::string after = "After a run: the step that doomed it";
   declare
       .option("--search-doom", &TrainOptions::search_doom,
@@ -261,6 +272,10 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
             "--search-doom: print the finding as one JSON object (outcome, failing_step, step, rows, first, "
             "last, replays, steps_run, text), as Python's DoomReport.to_json(), instead of the sentence")
       ->group(after);
+}
+
+// Seed, threads, device and the planted faults.
+void declare_run(Declare& declare, TrainOptions& o) {
   declare.option("--seed", &TrainOptions::seed, "Seed for initialisation, shuffling and dropout")
       ->capture_default_str();
   declare
@@ -288,12 +303,18 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
           "epoch); /rankR plants it on rank R "
           "only. Repeatable. See samples/faults/")
       ->type_name("KIND@STEP[:ARG][/rankR]");
+}
+
+void declare_model_sizes(Declare& declare) {
   const std::string sizes = "Built-in model sizes";
   declare.option("--n-layer", &TrainOptions::n_layer, "gpt: transformer blocks")->capture_default_str()->group(sizes);
   declare.option("--n-head", &TrainOptions::n_head, "gpt: attention heads")->capture_default_str()->group(sizes);
   declare.option("--n-embd", &TrainOptions::n_embd, "gpt: embedding width")->capture_default_str()->group(sizes);
   declare.option("--seq-len", &TrainOptions::seq_len, "gpt: tokens per sample")->capture_default_str()->group(sizes);
   declare.option("--hidden", &TrainOptions::hidden, "mlp: hidden width")->capture_default_str()->group(sizes);
+}
+
+void declare_data_parallel(CLI::App& app, Declare& declare) {
   // Plain options under a help heading, not an option group: CLI11 2.4 reads
   // an option group's environment variables only when one of its flags is given.
   const std::string dist = "Data parallel (c10d): run N copies, one per rank, as torchrun does";
@@ -340,6 +361,21 @@ void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* reco
       ->capture_default_str()
       ->check(kPositive)
       ->group(dist);
+}
+
+// Declares every option on `app`, bound to `o`, in the order --help lists
+// them; with `recorded`, also lists how the run config records each.
+void declare_train_options(CLI::App& app, TrainOptions& o, RecordedOptions* recorded) {
+  Declare declare(app, o, recorded);
+  describe_train(app);
+  declare_training(declare);
+  add_guard_flags(app, o);
+  declare_loss_and_order(declare);
+  declare_checkpoints(declare);
+  declare_doom_search(declare);
+  declare_run(declare, o);
+  declare_model_sizes(declare);
+  declare_data_parallel(app, declare);
   declare.option("--log-every", &TrainOptions::log_every, "Progress line every N steps (0: about once a second)");
   declare.flag("--quiet", &TrainOptions::quiet, true, "No progress line, only the summary");
 }

@@ -235,21 +235,10 @@ std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const
   }
 }
 
-}  // namespace
-
-RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
+// What each rule of the cause calls for, in words that give its evidence.
+RemedyChoice remedy_for(const Cause& cause, const CauseEvidence& e, const FailedStep& failed, StepReruns& reruns,
+                        const std::string& fp32_error) {
   RemedyChoice choice;
-  if (failed.batch_finite && !failed.capture) {
-    choice.why = "not investigated (probe off)";
-    return choice;
-  }
-  if (failed.batch_finite && failed.capture->ops_seen < 0 && !failed.capture->compiled_only) {
-    choice.why = "not diagnosed: the forensic re-run failed";
-    return choice;
-  }
-  CauseEvidence e = first_evidence(failed);
-  std::string fp32_error;
-  const Cause cause = diagnosed_cause(failed, reruns, e, fp32_error);
   choice.cause = cause;
   switch (cause.rule) {
     case CauseRule::nonfinite_weights:
@@ -321,6 +310,25 @@ RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
       break;
   }
   return choice;
+}
+
+}  // namespace
+
+RemedyChoice choose_remedy(const FailedStep& failed, StepReruns& reruns) {
+  if (failed.batch_finite && !failed.capture) {
+    RemedyChoice choice;
+    choice.why = "not investigated (probe off)";
+    return choice;
+  }
+  if (failed.batch_finite && failed.capture->ops_seen < 0 && !failed.capture->compiled_only) {
+    RemedyChoice choice;
+    choice.why = "not diagnosed: the forensic re-run failed";
+    return choice;
+  }
+  CauseEvidence e = first_evidence(failed);
+  std::string fp32_error;
+  const Cause cause = diagnosed_cause(failed, reruns, e, fp32_error);
+  return remedy_for(cause, e, failed, reruns, fp32_error);
 }
 
 bool rerun_is_finite(TrainableModel& model, const std::vector<at::Tensor>& parameters, Amp amp, double loss_scale,

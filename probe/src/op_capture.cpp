@@ -508,96 +508,147 @@ std::unique_ptr<at::ObserverContext> capture_on_op_start(const at::RecordFunctio
   return ctx;
 }
 
-void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
-  if (!raw || !g_state) return;
-  auto* ctx = static_cast<OpContext*>(raw);
-  if (ctx->is_node) {
-    if (t_backward.empty()) return;
-    const BackwardFrame ended = t_backward.back();
-    t_backward.pop_back();
-    if (ended.inside_node && !t_backward.empty() && t_backward.back().evaluation == ended.evaluation)
-      t_backward.back().node_done = true;
-    return;
-  }
-  --t_open_ops;
-  ReentryGuard guard;
-  at::NoGradGuard no_grad;
-  bool output_nan = false, output_inf = false;
-  format::OpRecord record;
-  record.op = fn.name();
-  record.site = ctx->site;
-  int64_t forward_index = -1;
-  at::Tensor first_output;
+// A backward node's end: its frame leaves the stack.
+void end_backward_node() {
+  if (t_backward.empty()) return;
+  const BackwardFrame ended = t_backward.back();
+  t_backward.pop_back();
+  if (ended.inside_node && !t_backward.empty() && t_backward.back().evaluation == ended.evaluation)
+    t_backward.back().node_done = true;
+}
+
+// What an op left: its floating outputs (finite or not), the autograd nodes
+// it created, and an input it made non-finite in place.
+struct OpOutputs {
+  bool nan = false, inf = false;   // any output, or an input written in place
+  bool outputs_nonfinite = false;  // its outputs alone
+  at::Tensor first;                // its first floating output
   std::vector<int64_t> created_nodes;
-  std::vector<at::Tensor> finite_outputs, nonfinite_outputs;  // for their lineage
-  for (const c10::IValue& out : op_results(fn, ctx->arity)) {
-    if (!out.isTensor() || !is_floating(out.toTensor())) continue;
-    const at::Tensor& t = out.toTensor();
-    FiniteFlags f = finite_flags(t);
-    output_nan |= f.nan;
-    output_inf |= f.inf;
-    (f.nan || f.inf ? nonfinite_outputs : finite_outputs).push_back(t);
-    if (!first_output.defined()) first_output = t.detach();
+  std::vector<at::Tensor> finite, nonfinite;  // for their lineage
+  at::Tensor written;                         // an input the op made non-finite in place, not among its outputs
+  bool only_written() const { return written.defined() && !outputs_nonfinite; }
+};
+
+OpOutputs read_outputs(const at::RecordFunction& fn, const OpContext& ctx) {
+  OpOutputs out;
+  for (const c10::IValue& value : op_results(fn, ctx.arity)) {
+    if (!value.isTensor() || !is_floating(value.toTensor())) continue;
+    const at::Tensor& t = value.toTensor();
+    const FiniteFlags f = finite_flags(t);
+    out.nan |= f.nan;
+    out.inf |= f.inf;
+    (f.nan || f.inf ? out.nonfinite : out.finite).push_back(t);
+    if (!out.first.defined()) out.first = t.detach();
     // Only the node this op created (its seqNr is the one peeked at its start);
     // a view or no-op such as resolve_conj returns a tensor of an older node.
     if (t.requires_grad() && t.grad_fn() && t.grad_fn()->sequence_nr() == uint64_t(fn.seqNr()))
-      created_nodes.push_back(t.grad_fn()->sequence_nr());
+      out.created_nodes.push_back(t.grad_fn()->sequence_nr());
   }
-  const bool outputs_nonfinite = output_nan || output_inf;
-  at::Tensor written;  // an input the op made non-finite in place, not among its outputs
-  for (const at::Tensor& t : ctx->written_in_place) {
+  out.outputs_nonfinite = out.nan || out.inf;
+  for (const at::Tensor& t : ctx.written_in_place) {
     const FiniteFlags f = finite_flags(t);
-    output_nan |= f.nan;
-    output_inf |= f.inf;
-    if ((f.nan || f.inf) && !written.defined()) written = t;
+    out.nan |= f.nan;
+    out.inf |= f.inf;
+    if ((f.nan || f.inf) && !out.written.defined()) out.written = t;
   }
-  const bool only_written = written.defined() && !outputs_nonfinite;
-  std::lock_guard<std::mutex> lock(g_state->mutex);
-  CaptureState& st = *g_state;
-  record.index = st.next_end++;
+  return out;
+}
+
+// The op's phase and module, and what a forward op leaves for the backward
+// (the nodes it created, its module). Returns its forward index (-1: none).
+int64_t place_op(CaptureState& st, format::OpRecord& record, const OpContext& ctx, const at::RecordFunction& fn,
+                 const OpOutputs& out) {
+  int64_t forward_index = -1;
   if (const std::optional<format::Phase> phase = current_phase_override()) {
     record.phase = *phase;
-    record.module = ctx->module;
-  } else if (ctx->forward) {
+    record.module = ctx.module;
+  } else if (ctx.forward) {
     record.phase = format::Phase::forward;
-    record.module = ctx->module;
+    record.module = ctx.module;
     record.seq_nr = fn.seqNr();
     forward_index = record.index;
     if (!record.module.empty() &&
         std::find(st.modules_seen.begin(), st.modules_seen.end(), record.module) == st.modules_seen.end())
       st.modules_seen.push_back(record.module);
-    if (ctx->owner) st.owner_at[record.index] = *ctx->owner;
+    if (ctx.owner) st.owner_at[record.index] = *ctx.owner;
     // Outer ops end after the ops inside them, so the op the model called wins.
-    const bool recomputed = ctx->site == format::OpSite::recomputation;
-    for (int64_t seq : created_nodes) st.node_origins[seq] = {record.op, record.module, record.index, recomputed};
+    const bool recomputed = ctx.site == format::OpSite::recomputation;
+    for (int64_t seq : out.created_nodes) st.node_origins[seq] = {record.op, record.module, record.index, recomputed};
   } else {
     record.phase = format::Phase::backward;
-    record.backward_node = st.evaluations[size_t(ctx->evaluation)].node;
+    record.backward_node = st.evaluations[size_t(ctx.evaluation)].node;
   }
-  if (ctx->forward) {
-    claim_new_nodes(st, ctx->module, ctx->site == format::OpSite::recomputation);
+  if (ctx.forward) {
+    claim_new_nodes(st, ctx.module, ctx.site == format::OpSite::recomputation);
     if (!t_open_forward_ops.empty()) t_open_forward_ops.pop_back();
   }
-  st.any_nonfinite |= output_nan || output_inf;
+  return forward_index;
+}
+
+// A birth of `kind` at this op: its output's (or the input it wrote's)
+// statistics, the batch rows it holds, its inputs.
+format::Birth birth_at(const format::OpRecord& record, const OpOutputs& out, const OpContext& ctx,
+                       const CaptureOptions& options, format::BirthKind kind) {
+  format::Birth b;
+  b.op = record;
+  if (out.only_written()) {
+    b.op.output = tensor_stats(out.written);  // no rows: a buffer has no batch dimension
+  } else if (out.first.defined()) {
+    b.op.output = tensor_stats(out.first);
+    // Forward or backward alike: an output with the batch along its row
+    // dimension names the samples (a derivative's, a hook's gradient).
+    if (record.phase == format::Phase::forward || record.phase == format::Phase::backward) {
+      const at::Tensor born =
+          kind == format::BirthKind::inf ? new_infinities(record.op, out.first, ctx.input_tensors) : at::Tensor();
+      b.rows = nonfinite_batch_rows(born.defined() ? born : out.first, options.batch_size, options.row_dim, kind);
+    }
+  }
+  b.micro_batch = options.micro_batch;
+  b.kind = kind;
+  b.counted_targets = ctx.counted_targets;
+  for (const at::Tensor& t : ctx.input_tensors) b.inputs.push_back(tensor_stats(t));
+  for (const auto& scalar : ctx.scalar_inputs) b.inputs.push_back(scalar);
+  return b;
+}
+
+void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+  if (!raw || !g_state) return;
+  auto* ctx = static_cast<OpContext*>(raw);
+  if (ctx->is_node) {
+    end_backward_node();
+    return;
+  }
+  --t_open_ops;
+  ReentryGuard guard;
+  at::NoGradGuard no_grad;
+  const OpOutputs out = read_outputs(fn, *ctx);
+  format::OpRecord record;
+  record.op = fn.name();
+  record.site = ctx->site;
+  std::lock_guard<std::mutex> lock(g_state->mutex);
+  CaptureState& st = *g_state;
+  record.index = st.next_end++;
+  const int64_t forward_index = place_op(st, record, *ctx, fn, out);
+  st.any_nonfinite |= out.nan || out.inf;
   // A non-finite value that never leaves the op that made it is no birth: an
   // op whose output is all finite drops the births made inside it (SDPA's
   // math path takes the softmax of a fully masked row, which is NaN, and
   // zeroes it in the same op). The first birth after it is the run's. An
   // output that holds either kind keeps them: an Inf made inside (autocast's
   // cast of conv2d's input) may leave as the NaN it became.
-  const bool nan_birth = output_nan && !ctx->input_nan;
-  const bool inf_birth = output_inf && !ctx->input_nan &&
-                         (!ctx->input_inf || (!only_written && !ctx->scalar_inf &&
-                                              holds_new_infinity(record.op, first_output, ctx->input_tensors)));
+  const bool nan_birth = out.nan && !ctx->input_nan;
+  const bool inf_birth = out.inf && !ctx->input_nan &&
+                         (!ctx->input_inf || (!out.only_written() && !ctx->scalar_inf &&
+                                              holds_new_infinity(record.op, out.first, ctx->input_tensors)));
   for (Candidate& enclosed : st.births) {
     if (enclosed.start_index <= ctx->start_index) continue;
-    const bool dropped = first_output.defined() && !output_nan && !output_inf;
+    const bool dropped = out.first.defined() && !out.nan && !out.inf;
     // A later-ending op that started before a birth encloses it: the op the
     // model's code called (the outer one) is reported instead.
     if (dropped || nan_birth) enclosed.nan.reset();
     if (dropped || inf_birth) enclosed.inf.reset();
   }
-  st.trail.push_back({record, first_output, forward_index, ctx->evaluation});
+  st.trail.push_back({record, out.first, forward_index, ctx->evaluation});
   while (st.trail.size() > st.options.trail_length) st.trail.pop_front();
 
   Lineage carried = ctx->input_lineage;  // what its non-finite outputs carry on
@@ -607,45 +658,21 @@ void capture_on_op_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     c.forward_index = forward_index;
     c.evaluation = ctx->evaluation;
     if (st.births.size() < kTrailsKept) c.trail.assign(st.trail.begin(), st.trail.end());
-    auto birth_of = [&](format::BirthKind kind) {
-      format::Birth b;
-      b.op = record;
-      if (only_written) {
-        b.op.output = tensor_stats(written);  // no rows: a buffer has no batch dimension
-      } else if (first_output.defined()) {
-        b.op.output = tensor_stats(first_output);
-        // Forward or backward alike: an output with the batch along its row
-        // dimension names the samples (a derivative's, a hook's gradient).
-        if (record.phase == format::Phase::forward || record.phase == format::Phase::backward) {
-          const at::Tensor born = kind == format::BirthKind::inf
-                                      ? new_infinities(record.op, first_output, ctx->input_tensors)
-                                      : at::Tensor();
-          b.rows = nonfinite_batch_rows(born.defined() ? born : first_output, st.options.batch_size, st.options.row_dim,
-                                        kind);
-        }
-      }
-      b.micro_batch = st.options.micro_batch;
-      b.kind = kind;
-      b.counted_targets = ctx->counted_targets;
-      for (const at::Tensor& t : ctx->input_tensors) b.inputs.push_back(tensor_stats(t));
-      for (const auto& scalar : ctx->scalar_inputs) b.inputs.push_back(scalar);
-      return b;
-    };
-    if (nan_birth) c.nan = birth_of(format::BirthKind::nan);
-    if (inf_birth) c.inf = birth_of(format::BirthKind::inf);
+    if (nan_birth) c.nan = birth_at(record, out, *ctx, st.options, format::BirthKind::nan);
+    if (inf_birth) c.inf = birth_at(record, out, *ctx, st.options, format::BirthKind::inf);
     carried.add_birth(int32_t(st.births.size()));
     st.births.push_back(std::move(c));
   } else if (nan_birth || inf_birth) {
     carried.from_elsewhere = true;  // a birth past the ones kept
   }
-  for (const at::Tensor& t : nonfinite_outputs) set_lineage(st, t, carried);
-  if (written.defined()) set_lineage(st, written, carried);
-  for (const at::Tensor& t : finite_outputs) clear_lineage(st, t);
-  if (ctx->outermost && first_output.defined() && st.on_op_output) {
+  for (const at::Tensor& t : out.nonfinite) set_lineage(st, t, carried);
+  if (out.written.defined()) set_lineage(st, out.written, carried);
+  for (const at::Tensor& t : out.finite) clear_lineage(st, t);
+  if (ctx->outermost && out.first.defined() && st.on_op_output) {
     format::OpRecord named = record;
     const int64_t from = ctx->evaluation >= 0 ? st.name_backward_op(named, ctx->evaluation) : forward_index;
     if (from >= 0) named.module = st.module_of(from, named.module);
-    st.on_op_output(named, first_output);
+    st.on_op_output(named, out.first);
   }
 }
 

@@ -82,31 +82,22 @@ void draw_rank_title(ImDrawList* dl, const RunSource& run, const RankGroup& grou
   dl->PopClipRect();
 }
 
-}  // namespace
-
-void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
-  ImGui::TextUnformatted("grad norm per layer (log colour: largest value in each pixel's steps)");
-  if (ui.active_run < 0 || size_t(ui.active_run) >= model.runs.size()) return;
-  const RunSource& active = model.runs[ui.active_run];
-  // The active run alone, or every rank of its group side by side, all on
-  // the shared step axis and one colour scale.
-  const RankGroup* group = model.group_of(size_t(ui.active_run));
-  static std::vector<size_t> shown;  // reused every frame
+// The runs whose heatmaps are shown: the active run alone, or every rank of
+// its group that has per-layer grad norms (reused every frame).
+const std::vector<size_t>& runs_shown(const ViewModel& model, const UiState& ui, const RankGroup* group) {
+  static std::vector<size_t> shown;
   shown.clear();
   if (group) {
     for (size_t run : group->runs)
       if (model.runs[run].has_layer_table(OverviewTable::layer_grad_norm)) shown.push_back(run);
-  } else if (active.has_layer_table(OverviewTable::layer_grad_norm)) {
+  } else if (model.runs[size_t(ui.active_run)].has_layer_table(OverviewTable::layer_grad_norm)) {
     shown.push_back(size_t(ui.active_run));
   }
-  if (shown.empty()) {
-    ImGui::TextDisabled("%s has no per-layer grad norms (the probe was off: %s?)", active.label().c_str(),
-                        format::advice_words(active.data().origin).probe_off);
-    return;
-  }
-  // The ranks run one model: the layer names are the same on every rank.
-  const format::RunData& names = model.runs[shown.front()].data();
-  const size_t layers = names.layer_names.size();
+  return shown;
+}
+
+// One colour scale over every shown run's finite values.
+LogScale shared_scale(const ViewModel& model, const std::vector<size_t>& shown) {
   double finite_min = 0, finite_max = 0;
   bool any_finite = false;
   for (size_t run : shown) {
@@ -116,63 +107,46 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
     finite_max = any_finite ? std::max(finite_max, run_max) : run_max;
     any_finite = true;
   }
-  const LogScale scale = LogScale::spanning(finite_min, finite_max);
+  return LogScale::spanning(finite_min, finite_max);
+}
 
-  const float width = ImGui::GetContentRegionAvail().x;
-  const float title_height = group ? ImGui::GetTextLineHeight() + 8 : 0;
-  const float height = std::clamp(float(layers) * 14.0f, 140.0f, 300.0f);
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  ImGui::InvisibleButton("heatmap", {width, title_height + height});
-  const bool hovered = ImGui::IsItemHovered();
-  const float area_lo = origin.x + kNameMargin, area_hi = origin.x + width - kLegendWidth;
-  const float gap = shown.size() > 1 ? kRankGap : 0;
-  const float pane_width = std::max(1.0f, (area_hi - area_lo - gap * float(shown.size() - 1)) / float(shown.size()));
-  const float top = origin.y + title_height, bottom = top + height;
-  auto pane_lo = [&](size_t k) { return ImVec2{area_lo + float(k) * (pane_width + gap), top}; };
-  ui.heatmap_columns = size_t(pane_width);
+// Where the panes, the layer names and the legend go.
+struct HeatmapLayout {
+  ImVec2 origin;
+  float area_lo = 0, area_hi = 0;  // the panes, between the names and the legend
+  float pane_width = 1, gap = 0;
+  float top = 0, bottom = 0, row_height = 1;
+  ImVec2 pane_lo(size_t k) const { return {area_lo + float(k) * (pane_width + gap), top}; }
+};
 
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float row_height = height / float(layers);
-  for (size_t k = 0; k < shown.size(); ++k) {
-    const RunSource& run = model.runs[shown[k]];
-    const ImVec2 lo = pane_lo(k), hi{lo.x + pane_width, bottom};
-    draw_run_heatmap(dl, run, ui.grad_heatmaps[shown[k]], lo, hi, ui.steps, scale);
-    const Region region{lo.x, lo.y, hi.x - lo.x, hi.y - lo.y};
-    if (int(shown[k]) == ui.active_run) ui.regions["heatmap"] = region;
-    if (group) {
-      ui.regions["heatmap-rank-" + std::to_string(run.rank())] = region;
-      draw_rank_title(dl, run, *group, int(shown[k]) == ui.active_run, {lo.x, origin.y}, pane_width);
-      if (group->first_nonfinite.has(run.rank()))
-        dl->AddRect({lo.x - 4, lo.y - 4}, {hi.x + 4, hi.y + 4}, kFirstNonfiniteRankColor, 0, 0, 3.0f);
-    }
-    if (ui.selected_layer >= 0 && size_t(ui.selected_layer) < layers)
-      dl->AddRect({lo.x - 1, lo.y + row_height * ui.selected_layer},
-                  {hi.x + 1, lo.y + row_height * (ui.selected_layer + 1)}, rgba(255, 255, 255));
-  }
-
-  // Layer names left of the first heatmap: every one when rows are tall enough, else every n-th.
-  const size_t every = size_t(std::ceil(13.0f / std::max(1.0f, row_height)));
-  dl->PushClipRect({origin.x, top}, {area_lo - 4, bottom}, true);
-  for (size_t l = 0; l < layers; l += every) {
+// Layer names left of the first heatmap: every one when rows are tall enough, else every n-th.
+void draw_layer_names(ImDrawList* dl, const format::RunData& names, int selected_layer, const HeatmapLayout& at) {
+  const size_t every = size_t(std::ceil(13.0f / std::max(1.0f, at.row_height)));
+  dl->PushClipRect({at.origin.x, at.top}, {at.area_lo - 4, at.bottom}, true);
+  for (size_t l = 0; l < names.layer_names.size(); l += every) {
     const char* name = names.layer_names[l].empty() ? "(root)" : names.layer_names[l].c_str();
     const float text_width = ImGui::CalcTextSize(name).x;
-    dl->AddText({area_lo - 6 - text_width, top + row_height * (float(l) + 0.5f) - 7},
-                int(l) == ui.selected_layer ? rgba(255, 255, 255) : rgba(180, 180, 180), name);
+    dl->AddText({at.area_lo - 6 - text_width, at.top + at.row_height * (float(l) + 0.5f) - 7},
+                int(l) == selected_layer ? rgba(255, 255, 255) : rgba(180, 180, 180), name);
   }
   dl->PopClipRect();
-  draw_legend(dl, {area_hi + 10, top}, height, scale);
+}
 
-  // Hover: which rank's heatmap, which layer, which steps.
+// Hover: which rank's heatmap, which layer, which steps; a click plots that
+// layer of that rank, the wheel zooms the step axis.
+void hover_heatmap(const ViewModel& model, UiState& ui, const RankGroup* group, const std::vector<size_t>& shown,
+                   const format::RunData& names, const HeatmapLayout& at) {
   const ImGuiIO& io = ImGui::GetIO();
-  if (!hovered || io.MousePos.y < top || io.MousePos.x < area_lo) return;
-  const size_t k = std::min(shown.size() - 1, size_t((io.MousePos.x - area_lo) / (pane_width + gap)));
-  const float x = io.MousePos.x - pane_lo(k).x;
-  if (x >= pane_width) return;  // in the gap between two ranks
+  if (io.MousePos.y < at.top || io.MousePos.x < at.area_lo) return;
+  const size_t k = std::min(shown.size() - 1, size_t((io.MousePos.x - at.area_lo) / (at.pane_width + at.gap)));
+  const float x = io.MousePos.x - at.pane_lo(k).x;
+  if (x >= at.pane_width) return;  // in the gap between two ranks
   const size_t run_index = shown[k];
   const RunSource& run = model.runs[run_index];
   const HeatmapState& h = ui.grad_heatmaps[run_index];
   if (h.image.columns == 0 || h.image.rows == 0) return;
-  const size_t layer = std::min(std::min(layers, h.image.rows) - 1, size_t((io.MousePos.y - top) / row_height));
+  const size_t layers = names.layer_names.size();
+  const size_t layer = std::min(std::min(layers, h.image.rows) - 1, size_t((io.MousePos.y - at.top) / at.row_height));
   const size_t column = std::min(h.image.columns - 1, size_t(x));
   const double per_column = ui.steps.x.span() / double(h.image.columns);
   const double first = std::ceil(ui.steps.x.lo + per_column * double(column));
@@ -203,6 +177,64 @@ void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
                          {extent.lo - 0.05 * extent.span(), extent.hi + 0.05 * extent.span()}, 4.0);
     ui.steps.follow = false;
   }
+}
+
+}  // namespace
+
+void draw_heatmap_panel(const ViewModel& model, UiState& ui) {
+  ImGui::TextUnformatted("grad norm per layer (log colour: largest value in each pixel's steps)");
+  if (ui.active_run < 0 || size_t(ui.active_run) >= model.runs.size()) return;
+  const RunSource& active = model.runs[ui.active_run];
+  // The active run alone, or every rank of its group side by side, all on
+  // the shared step axis and one colour scale.
+  const RankGroup* group = model.group_of(size_t(ui.active_run));
+  const std::vector<size_t>& shown = runs_shown(model, ui, group);
+  if (shown.empty()) {
+    ImGui::TextDisabled("%s has no per-layer grad norms (the probe was off: %s?)", active.label().c_str(),
+                        format::advice_words(active.data().origin).probe_off);
+    return;
+  }
+  // The ranks run one model: the layer names are the same on every rank.
+  const format::RunData& names = model.runs[shown.front()].data();
+  const size_t layers = names.layer_names.size();
+  const LogScale scale = shared_scale(model, shown);
+
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float title_height = group ? ImGui::GetTextLineHeight() + 8 : 0;
+  const float height = std::clamp(float(layers) * 14.0f, 140.0f, 300.0f);
+  HeatmapLayout at;
+  at.origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("heatmap", {width, title_height + height});
+  const bool hovered = ImGui::IsItemHovered();
+  at.area_lo = at.origin.x + kNameMargin;
+  at.area_hi = at.origin.x + width - kLegendWidth;
+  at.gap = shown.size() > 1 ? kRankGap : 0;
+  at.pane_width = std::max(1.0f, (at.area_hi - at.area_lo - at.gap * float(shown.size() - 1)) / float(shown.size()));
+  at.top = at.origin.y + title_height;
+  at.bottom = at.top + height;
+  at.row_height = height / float(layers);
+  ui.heatmap_columns = size_t(at.pane_width);
+
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const RunSource& run = model.runs[shown[k]];
+    const ImVec2 lo = at.pane_lo(k), hi{lo.x + at.pane_width, at.bottom};
+    draw_run_heatmap(dl, run, ui.grad_heatmaps[shown[k]], lo, hi, ui.steps, scale);
+    const Region region{lo.x, lo.y, hi.x - lo.x, hi.y - lo.y};
+    if (int(shown[k]) == ui.active_run) ui.regions["heatmap"] = region;
+    if (group) {
+      ui.regions["heatmap-rank-" + std::to_string(run.rank())] = region;
+      draw_rank_title(dl, run, *group, int(shown[k]) == ui.active_run, {lo.x, at.origin.y}, at.pane_width);
+      if (group->first_nonfinite.has(run.rank()))
+        dl->AddRect({lo.x - 4, lo.y - 4}, {hi.x + 4, hi.y + 4}, kFirstNonfiniteRankColor, 0, 0, 3.0f);
+    }
+    if (ui.selected_layer >= 0 && size_t(ui.selected_layer) < layers)
+      dl->AddRect({lo.x - 1, lo.y + at.row_height * ui.selected_layer},
+                  {hi.x + 1, lo.y + at.row_height * (ui.selected_layer + 1)}, rgba(255, 255, 255));
+  }
+  draw_layer_names(dl, names, ui.selected_layer, at);
+  draw_legend(dl, {at.area_hi + 10, at.top}, height, scale);
+  if (hovered) hover_heatmap(model, ui, group, shown, names, at);
 }
 
 }  // namespace nanscope::viewer

@@ -108,25 +108,11 @@ uint32_t event_color(format::EventKind kind) {
   return rgba(200, 200, 200);
 }
 
-Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps, AxisRange step_extent,
-                 PlotState& state) {
-  ImGui::PushID(spec.title);
-  ImGui::TextUnformatted(spec.title);
-  if (spec.allow_log) {
-    ImGui::SameLine();
-    ImGui::Checkbox("log", &state.log_y);
-  }
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float canvas_height = std::max(40.0f, height - ImGui::GetFrameHeightWithSpacing());
-  ImGui::InvisibleButton("canvas", {width, canvas_height});
-  const bool hovered = ImGui::IsItemHovered();
-  const bool dragging = ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 1.0f);
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 lo{origin.x + kLeftMargin, origin.y + kTopMargin};
-  const ImVec2 hi{origin.x + width - kRightMargin, origin.y + canvas_height - kBottomMargin};
-  const float inner_width = std::max(1.0f, hi.x - lo.x);
+namespace {
 
-  // Decimate every line to one column per pixel over the visible steps.
+// Every line decimated to one column per pixel over the visible steps, and
+// the y axis fitted to them (and the reference lines) unless set by hand.
+void decimate_and_fit(const PlotSpec& spec, const StepView& steps, float inner_width, PlotState& state) {
   state.columns.resize(spec.lines.size());
   const DecimateOptions base{false, state.log_y};
   for (size_t i = 0; i < spec.lines.size(); ++i) {
@@ -154,9 +140,12 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     }
     state.y = any ? padded(fit, 0.02) : AxisRange{0, 1};
   }
-  const Mapping m{lo, hi, steps.x, state.y, state.log_y};
+}
 
-  // Interaction: zoom and pan the shared step axis (and y on request).
+// Zoom and pan the shared step axis (and y on request) with the mouse.
+void interact(const Mapping& m, AxisRange step_extent, bool hovered, bool dragging, StepView& steps, PlotState& state) {
+  const ImVec2 lo = m.lo, hi = m.hi;
+  const float inner_width = std::max(1.0f, hi.x - lo.x);
   const ImGuiIO& io = ImGui::GetIO();
   const AxisRange zoom_extent{step_extent.lo - 0.05 * step_extent.span(), step_extent.hi + 0.05 * step_extent.span()};
   if (hovered && io.MouseWheel != 0) {
@@ -183,10 +172,11 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     steps.follow = true;
     state.auto_y = true;
   }
+}
 
-  dl->AddRectFilled({origin.x, origin.y}, {origin.x + width, origin.y + canvas_height}, kBackground);
-  draw_axes(dl, m);
-  dl->PushClipRect(lo, hi, true);
+// The reference lines (a limit, a target), or how far above the view they are.
+void draw_references(ImDrawList* dl, const PlotSpec& spec, const PlotState& state, const Mapping& m) {
+  const ImVec2 lo = m.lo, hi = m.hi;
   for (const ReferenceLine& ref : spec.references) {
     const double u = state.log_y ? std::log10(ref.value) : ref.value;
     char text[64];
@@ -201,6 +191,12 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
       dl->AddText({lo.x + 4, lo.y + 2}, ref.color, text);  // left: the right corner labels in-range lines
     }
   }
+}
+
+// The runs' events: a marker at each step, rolled-back steps greyed out, a
+// dooming step linked to the step it doomed.
+void draw_event_markers(ImDrawList* dl, const PlotSpec& spec, const StepView& steps, const Mapping& m) {
+  const ImVec2 lo = m.lo, hi = m.hi;
   for (const auto* events : spec.markers) {
     for (const format::RunEvent& e : *events) {
       // A rollback greys out the steps it took back: they are not the run's curve.
@@ -225,11 +221,14 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
       dl->AddQuadFilled({x, hi.y - 9}, {x + 4, hi.y - 5}, {x, hi.y - 1}, {x - 4, hi.y - 5}, color);
     }
   }
-  for (size_t i = 0; i < spec.lines.size(); ++i) draw_line(dl, m, state.columns[i], spec.lines[i].color, state.points);
-  dl->PopClipRect();
+}
 
-  // Hover read-out: the step under the cursor, each line's value, nearby events.
-  if (hovered && !dragging && io.MousePos.x >= lo.x && io.MousePos.x <= hi.x) {
+// The hover read-out: the step under the cursor, each line's value, nearby events.
+void draw_hover(ImDrawList* dl, const PlotSpec& spec, const StepView& steps, const Mapping& m) {
+  const ImVec2 lo = m.lo, hi = m.hi;
+  const ImGuiIO& io = ImGui::GetIO();
+  const float inner_width = std::max(1.0f, hi.x - lo.x);
+  if (io.MousePos.x >= lo.x && io.MousePos.x <= hi.x) {
     const double step = std::floor(m.step_at(io.MousePos.x));
     dl->AddLine({io.MousePos.x, lo.y}, {io.MousePos.x, hi.y}, kCursor);
     ImGui::BeginTooltip();
@@ -250,6 +249,41 @@ Region draw_plot(const PlotSpec& spec, float width, float height, StepView& step
     }
     ImGui::EndTooltip();
   }
+}
+
+}  // namespace
+
+Region draw_plot(const PlotSpec& spec, float width, float height, StepView& steps, AxisRange step_extent,
+                 PlotState& state) {
+  ImGui::PushID(spec.title);
+  ImGui::TextUnformatted(spec.title);
+  if (spec.allow_log) {
+    ImGui::SameLine();
+    ImGui::Checkbox("log", &state.log_y);
+  }
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const float canvas_height = std::max(40.0f, height - ImGui::GetFrameHeightWithSpacing());
+  ImGui::InvisibleButton("canvas", {width, canvas_height});
+  const bool hovered = ImGui::IsItemHovered();
+  const bool dragging = ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 1.0f);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 lo{origin.x + kLeftMargin, origin.y + kTopMargin};
+  const ImVec2 hi{origin.x + width - kRightMargin, origin.y + canvas_height - kBottomMargin};
+  const float inner_width = std::max(1.0f, hi.x - lo.x);
+
+  decimate_and_fit(spec, steps, inner_width, state);
+  const Mapping m{lo, hi, steps.x, state.y, state.log_y};
+
+  interact(m, step_extent, hovered, dragging, steps, state);
+  dl->AddRectFilled({origin.x, origin.y}, {origin.x + width, origin.y + canvas_height}, kBackground);
+  draw_axes(dl, m);
+  dl->PushClipRect(lo, hi, true);
+  draw_references(dl, spec, state, m);
+  draw_event_markers(dl, spec, steps, m);
+  for (size_t i = 0; i < spec.lines.size(); ++i) draw_line(dl, m, state.columns[i], spec.lines[i].color, state.points);
+  dl->PopClipRect();
+
+  if (hovered && !dragging) draw_hover(dl, spec, steps, m);
   ImGui::PopID();
   return {lo.x, lo.y, hi.x - lo.x, hi.y - lo.y};
 }
