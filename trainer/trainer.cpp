@@ -22,6 +22,7 @@
 #include "nanscope/core/journal.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/step_guard_harness.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -129,7 +130,7 @@ bool write_checkpoint(const std::string& path, TrainableModel& model, torch::opt
                                : "nothing written";
   const std::string text =
       "checkpoint after step " + std::to_string(steps_done - 1) + " not written: " + why + "; " + kept;
-  guard.record_event(steps_done - 1, format::EventKind::save_refused, text);
+  StepGuardHarness(guard).record_event(steps_done - 1, format::EventKind::save_refused, text);
   guard.flush();
   log << who << text << "\n";
   return false;
@@ -219,7 +220,7 @@ void prepare(Session& s, const TrainOptions& o, std::ostream& log) {
   }
   s.guard = std::make_unique<StepGuard>(*s.model, *s.optimizer, options);
   // The model's planted fault of each step, for the step and every re-run of it.
-  s.guard->set_step_setup(
+  StepGuardHarness(*s.guard).set_step_setup(
       [&model = *s.model, faults = s.faults](int64_t step) { return planting(model, model_fault_at(faults, step)); });
   if (s.resumed) {
     restore_optimizer_and_rng(s.resumed->state, *s.model, *s.optimizer);
@@ -261,7 +262,7 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
   try {
     return s.guard->closure_step(inputs, targets, context);
   } catch (const DistributedError& e) {
-    s.guard->record_event(step, format::EventKind::dist_error, e.what());
+    StepGuardHarness(*s.guard).record_event(step, format::EventKind::dist_error, e.what());
     s.guard->flush();
     throw;
   }
@@ -299,7 +300,7 @@ TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interr
   summary.fallback_step = guard.fallback_step();
   summary.rollbacks = guard.rollbacks();
   summary.snapshots = guard.snapshots();
-  summary.first_nonfinite_ranks = guard.first_nonfinite_ranks();
+  summary.first_nonfinite_ranks = StepGuardHarness(*s.guard).first_nonfinite_ranks();
   s.guard->flush();
   if (!o.save.empty()) {
     const std::string path = checkpoint_path_for_rank(o.save, o.dist);

@@ -16,9 +16,9 @@
 
 namespace nanscope {
 
-Recovery::Recovery(const GuardOptions& options, Steered& steered, LossScaler& scaler,
-                   const std::vector<at::Tensor>& parameters, Journal& journal, ForensicsMemory& forensics,
-                   DoomMemory& doom)
+RecoveryActions::RecoveryActions(const GuardOptions& options, Steered& steered, LossScaler& scaler,
+                                 const std::vector<at::Tensor>& parameters, Journal& journal,
+                                 ForensicsMemory& forensics, DoomMemory& doom)
     : options_(options),
       steered_(steered),
       scaler_(scaler),
@@ -28,7 +28,7 @@ Recovery::Recovery(const GuardOptions& options, Steered& steered, LossScaler& sc
       doom_(doom),
       memory_(options) {}
 
-void Recovery::fall_back(const GuardedStep& result, int64_t step, const std::string& what) {
+void RecoveryActions::fall_back(const GuardedStep& result, int64_t step, const std::string& what) {
   const bool in_fp32 = memory_.fall_back(steered_.model, steered_.optimizer, scaler_, device(), step);
   // A run already in fp32, or a model that keeps its own 16-bit weights, has
   // no wider precision to go to: its fallback is the LR cut alone.
@@ -44,18 +44,18 @@ void Recovery::fall_back(const GuardedStep& result, int64_t step, const std::str
                   what + " at " + at + (result.counted() ? " -> fallback " : " -> skipped; fallback "));
 }
 
-void Recovery::stop(int64_t step, const std::string& text) {
+void RecoveryActions::stop(int64_t step, const std::string& text) {
   journal_.record(step, format::EventKind::stop, text);
   journal_.flush();
   stopped_ = "step " + std::to_string(step) + ": " + text;
 }
 
-void Recovery::stop_dead_run(int64_t step, const std::string& text) {
+void RecoveryActions::stop_dead_run(int64_t step, const std::string& text) {
   stop(step, text);
   throw DeadRunError(stopped_);
 }
 
-void Recovery::save_state_if_due(int64_t step, GradientAverager* ranks) {
+void RecoveryActions::save_state_if_due(int64_t step, GradientAverager* ranks) {
   if (!memory_.rollback().wants_state(step)) return;
   // A sharded model's state is kept by every rank or by none (each rank's
   // budget meets its own shards).
@@ -83,7 +83,7 @@ void Recovery::save_state_if_due(int64_t step, GradientAverager* ranks) {
   }
 }
 
-void Recovery::go_back_to(const TrainingState& state, bool with_scaler) {
+void RecoveryActions::go_back_to(const TrainingState& state, bool with_scaler) {
   // The groups' LR is the loop's (a saved optimizer state carries the LR of
   // its step): it stays as the loop set it; the guard's cut is its own (lr_cut).
   const GroupLrScope loop_lrs(steered_.optimizer);
@@ -99,7 +99,7 @@ bool finite_on_every_rank(const StateHealth& local, GradientAverager* ranks) {
   return ranks && ranks->sharded() ? ranks->every_rank(local.finite()) : local.finite();
 }
 
-RecoveryState Recovery::state_at(int64_t step) const {
+RecoveryState RecoveryActions::state_at(int64_t step) const {
   RecoveryState s;
   const RollbackPolicy& rollback = memory_.rollback();
   s.mode = memory_.fallback().mode();
@@ -121,8 +121,8 @@ RecoveryState Recovery::state_at(int64_t step) const {
 
 // The one place a recovery is carried out: only here do the precision, the
 // modules in fp32, the LR cut and the saved states change for a failed step.
-RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, const RecoveryWords& w, DoomSearch* doom,
-                             const std::string& birth) {
+RecoveryDone RecoveryActions::apply(const RunningStep& run, const RecoveryPlan& r, const RecoveryWords& w,
+                                    DoomSearchResult* doom, const std::string& birth) {
   const int64_t step = run.step;
   // The doom search's replay stands only as this action; else the live state is back.
   if (doom) settle_replay(*doom, /*stands=*/r.action == RecoveryAction::replay_without);
@@ -188,7 +188,7 @@ RecoveryDone Recovery::apply(const RunningStep& run, const RecoveryPlan& r, cons
 
 // The run as the doom search's replay left it: every update since the saved
 // state but the dooming one (or its rows). Returns the saved state's step.
-int64_t Recovery::replay_without(int64_t step, DoomSearch& doom, const std::string& what) {
+int64_t RecoveryActions::replay_without(int64_t step, DoomSearchResult& doom, const std::string& what) {
   const DoomFinding& finding = *doom.finding;
   memory_.replayed_without(finding.step, step, /*whole_update=*/finding.rows.empty());
   doom_.forget_from(finding.step);
@@ -215,9 +215,9 @@ std::string plan_text(const RecoveryPlan& plan, const RecoveryWords& words) {
 // strongest plan (plan_strength), worded as the rank that made it worded it.
 // Two sums on a failed step (the plans, then the chosen one's words); nothing
 // on a clean one.
-std::pair<RecoveryPlan, RecoveryWords> Recovery::agree(GradientAverager& ranks, const RecoveryPlan& mine,
-                                                       const RecoveryWords& my_words, const StepFacts& facts,
-                                                       const RecoveryState& state) {
+std::pair<RecoveryPlan, RecoveryWords> RecoveryActions::agree(GradientAverager& ranks, const RecoveryPlan& mine,
+                                                              const RecoveryWords& my_words, const StepFacts& facts,
+                                                              const RecoveryState& state) {
   const int world = ranks.world_size(), rank = ranks.rank();
   const std::string text = plan_text(mine, my_words);
   // Per rank: strength, action, remedy, counted, text length, the kernel
@@ -273,7 +273,7 @@ std::pair<RecoveryPlan, RecoveryWords> Recovery::agree(GradientAverager& ranks, 
   return {agreed, words};
 }
 
-int64_t Recovery::roll_back(int64_t step, const std::string& why) {
+int64_t RecoveryActions::roll_back(int64_t step, const std::string& why) {
   const TrainingState* state = memory_.rollback_target();
   if (!state) throw std::logic_error("StepGuard: a rollback was decided with no good state saved");
   const int64_t to = state->step;
@@ -288,14 +288,14 @@ int64_t Recovery::roll_back(int64_t step, const std::string& why) {
   return to;
 }
 
-void Recovery::settle_replay(DoomSearch& doom, bool stands) {
+void RecoveryActions::settle_replay(DoomSearchResult& doom, bool stands) {
   if (!doom.live) return;
   if (!stands) go_back_to(*doom.live->oldest(), /*with_scaler=*/false);
   doom.live.reset();
 }
 
 // The fallback fires again on the model as it had (fp32 weights, scaler off).
-void Recovery::restore(const GuardState& s) {
+void RecoveryActions::restore(const GuardState& s) {
   memory_.restore(s, steered_.model, steered_.optimizer, scaler_, device());
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Recovery: carries out what decide_recovery decided for a failed step, and
+// RecoveryActions: carries out what decide_recovery decided for a failed step, and
 // alone owns what that changes (RecoveryMemory: the precision, the modules in
 // fp32, the LR cut, the saved states, the applied-step counters) and the stop
 // of the run. The step runner reports each step to it and reads the rest
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "failed_step.hpp"
+#include "failed_step_values.hpp"
 #include "nanscope/core/doom_memory.hpp"
 #include "nanscope/core/forensics_memory.hpp"
 #include "nanscope/core/gradient_averager.hpp"
@@ -29,10 +29,11 @@ namespace nanscope {
 // under a sharded model (its state is every rank's shards).
 bool finite_on_every_rank(const StateHealth& local, GradientAverager* ranks);
 
-class Recovery {
+class RecoveryActions {
  public:
-  Recovery(const GuardOptions& options, Steered& steered, LossScaler& scaler, const std::vector<at::Tensor>& parameters,
-           Journal& journal, ForensicsMemory& forensics, DoomMemory& doom);
+  RecoveryActions(const GuardOptions& options, Steered& steered, LossScaler& scaler,
+                  const std::vector<at::Tensor>& parameters, Journal& journal, ForensicsMemory& forensics,
+                  DoomMemory& doom);
 
   const RecoveryMemory& memory() const { return memory_; }
   // What decide_recovery needs of the guard at `step`.
@@ -51,14 +52,14 @@ class Recovery {
   // --- A failed step's recovery. `doom`: its search, whose replay stands or
   // goes; `birth`: its first birth's key (ForensicsMemory).
   RecoveryDone apply(const RunningStep& run, const RecoveryPlan& plan, const RecoveryWords& words,
-                     DoomSearch* doom = nullptr, const std::string& birth = "");
+                     DoomSearchResult* doom = nullptr, const std::string& birth = "");
   // Several ranks: the plan every rank carries out, and its words, from each
   // rank's own (one or two sums, on every rank).
   std::pair<RecoveryPlan, RecoveryWords> agree(GradientAverager& ranks, const RecoveryPlan& mine,
                                                const RecoveryWords& my_words, const StepFacts& facts,
                                                const RecoveryState& state);
   // The doom search's replay stands (the run goes on from it), or the live state comes back.
-  void settle_replay(DoomSearch& doom, bool stands);
+  void settle_replay(DoomSearchResult& doom, bool stands);
 
   // --- The stop: said, flushed, kept ("step S: why"); stop_dead_run throws DeadRunError.
   void stop(int64_t step, const std::string& text);
@@ -76,7 +77,7 @@ class Recovery {
   void go_back_to(const TrainingState& state, bool with_scaler);
   void fall_back(const GuardedStep& result, int64_t step, const std::string& what);
   int64_t roll_back(int64_t step, const std::string& why);  // the step the run went back to
-  int64_t replay_without(int64_t step, DoomSearch& doom, const std::string& what);
+  int64_t replay_without(int64_t step, DoomSearchResult& doom, const std::string& what);
   at::Device device() const { return parameters_.front().device(); }
 
   const GuardOptions& options_;

@@ -1,5 +1,8 @@
-// StepGuard's front: each public call handed to its Impl (step_guard_impl.hpp).
+// StepGuard's front, and the tools' StepGuardHarness: each call handed to
+// the guard's Impl (step_guard_impl.hpp).
 #include "nanscope/core/step_guard.hpp"
+
+#include "nanscope/core/step_guard_harness.hpp"
 
 #include "step_guard_impl.hpp"
 
@@ -27,7 +30,6 @@ GuardedStep StepGuard::closure_step(const at::Tensor& inputs, const at::Tensor& 
 void StepGuard::set_loss_fn(BatchLoss loss) { impl_->steered_.loss_fn = std::move(loss); }
 ScopedAutocast StepGuard::autocast() { return impl_->autocast(); }
 void StepGuard::begin_micro_batch() { impl_->begin_micro_batch(); }
-void StepGuard::end_model_call() { impl_->end_model_call(); }
 void StepGuard::backward(const at::Tensor& loss, const Batch& micro_batch) {
   impl_->scale(loss, micro_batch, {}, false).backward();
 }
@@ -37,14 +39,9 @@ at::Tensor StepGuard::scale(const at::Tensor& loss, const Batch& micro_batch,
 }
 at::Tensor StepGuard::unscale() { return impl_->unscale(); }
 GuardedStep StepGuard::step(const StepContext& context) { return impl_->step(context); }
-bool StepGuard::step_open() const { return impl_->watched_phase() != WatchedPhase::closed; }
 void StepGuard::undo_loops_update() { impl_->undo_loops_update(); }
 
 bool StepGuard::stopped() const { return !impl_->recovery_.stopped().empty(); }
-void StepGuard::refuse_if_stopped() const { impl_->refuse_if_stopped(); }
-void StepGuard::stop_for_failed_rank(int rank, const std::string& error) { impl_->stop_for_failed_rank(rank, error); }
-int64_t StepGuard::next_step() const { return impl_->next_step_; }
-void StepGuard::number_steps_from(int64_t step) { impl_->next_step_ = step; }
 Amp StepGuard::amp() const { return impl_->amp(); }
 double StepGuard::lr_multiplier() const { return impl_->lr_multiplier(); }
 int64_t StepGuard::applied_steps() const { return impl_->recovery_.memory().applied_steps(); }
@@ -56,17 +53,28 @@ GuardState StepGuard::state() const { return impl_->state(); }
 void StepGuard::restore(const GuardState& state) { impl_->restore(state); }
 double StepGuard::loss_scale() const { return impl_->scaler_.scale(); }
 bool StepGuard::scaling() const { return impl_->scaler_.enabled(); }
-void StepGuard::record_event(int64_t step, format::EventKind kind, const std::string& text) {
-  impl_->journal_.event(step, kind, text);
-}
 void StepGuard::flush() { impl_->journal_.flush(); }
 const std::string& StepGuard::run_file() const { return impl_->journal_.path(); }
 const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
-const std::vector<int>& StepGuard::first_nonfinite_ranks() const { return impl_->forensics_.first_nonfinite_ranks(); }
 void StepGuard::add_other_model(const OtherModel& other) {
   nanscope::add_other_model(impl_->steered_.model, other);
   register_tensor_owners(impl_->steered_.model);
 }
-void StepGuard::set_step_setup(StepSetupHook hook) { impl_->step_setup_hook_ = std::move(hook); }
+
+void StepGuardHarness::end_model_call() { guard_.impl_->end_model_call(); }
+bool StepGuardHarness::step_open() const { return guard_.impl_->watched_phase() != WatchedPhase::closed; }
+void StepGuardHarness::refuse_if_stopped() const { guard_.impl_->refuse_if_stopped(); }
+void StepGuardHarness::stop_for_failed_rank(int rank, const std::string& error) {
+  guard_.impl_->stop_for_failed_rank(rank, error);
+}
+int64_t StepGuardHarness::next_step() const { return guard_.impl_->next_step_; }
+void StepGuardHarness::number_steps_from(int64_t step) { guard_.impl_->next_step_ = step; }
+void StepGuardHarness::record_event(int64_t step, format::EventKind kind, const std::string& text) {
+  guard_.impl_->journal_.event(step, kind, text);
+}
+void StepGuardHarness::set_step_setup(StepSetupHook hook) { guard_.impl_->step_setup_hook_ = std::move(hook); }
+const std::vector<int>& StepGuardHarness::first_nonfinite_ranks() const {
+  return guard_.impl_->forensics_.first_nonfinite_ranks();
+}
 
 }  // namespace nanscope

@@ -80,9 +80,9 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const s
   return "";
 }
 
-DoomSearch StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
+DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
   const int64_t step = run.step;
-  DoomSearch doom;
+  DoomSearchResult doom;
   GradientAverager* const ranks = run.context.averager;
   const TrainingState* from = recovery_.memory().saved_states().oldest();
   const std::vector<const StepRecord*> records =
@@ -119,7 +119,7 @@ DoomSearch StepGuard::Impl::search_dooming_step(RunningStep& run, const std::opt
 // (then it waits in `doom.live` for the recovery's decision); the loop's LRs
 // and random generators come back either way.
 void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState& from,
-                                           const std::vector<const StepRecord*>& records, DoomSearch& doom) {
+                                           const std::vector<const StepRecord*>& records, DoomSearchResult& doom) {
   const int64_t step = run.step;
   const auto start = std::chrono::steady_clock::now();
   std::optional<GroupLrScope> loop_lrs(std::in_place, steered_.optimizer);
@@ -173,7 +173,7 @@ void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState
 
 // The search's sentence, once the recovery is decided: a finding not acted
 // on is remembered (a later failing step it still explains needs no search).
-void StepGuard::Impl::say_doom_search(int64_t step, const DoomSearch& doom, bool replayed) {
+void StepGuard::Impl::say_doom_search(int64_t step, const DoomSearchResult& doom, bool replayed) {
   if (!doom.finding) return;
   const DoomFinding& finding = *doom.finding;
   if (finding.outcome != DoomOutcome::dooming_step) {

@@ -77,7 +77,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // in. A sharded model's ranks re-run in lockstep as ever (each holds shards).
   if (options_.probe && !(run.context.averager && run.context.averager->sharded()))
     run.nonfinite_weights = nonfinite_parameters(steered_.model);
-  Forensics found;
+  ForensicFindings found;
   {
     const AtFailedEvaluation trial_point(parameters_, run.evaluations);
     found = investigate(run, layer_grad_norm);
@@ -86,7 +86,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // The first failing step of a run of them: was it doomed by an earlier
   // update? Several ranks all enter the search (it is collective) and agree
   // there whether it runs.
-  DoomSearch doom;
+  DoomSearchResult doom;
   if ((!run.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
       recovery_.memory().nonfinite_in_a_row() == 0)
     doom = search_dooming_step(run, found.capture);
@@ -200,8 +200,8 @@ void StepGuard::Impl::record_skip(const RunningStep& run, const std::string& wha
                    "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
 }
 
-StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string& what, const Forensics& found,
-                                      const DoomSearch& doom) const {
+StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string& what, const ForensicFindings& found,
+                                      const DoomSearchResult& doom) const {
   StepFacts facts;
   facts.trigger = RecoveryTrigger::nonfinite_step;
   facts.what = what;
@@ -238,9 +238,9 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   return facts;
 }
 
-std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const Forensics& found,
+std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
                                                                  const StepFacts& facts, const RecoveryState& state,
-                                                                 DoomSearch& doom) {
+                                                                 DoomSearchResult& doom) {
   const bool needed = needs_diagnosis(facts, state);
   if (needed) recovery_.settle_replay(doom, /*stands=*/false);  // the diagnosis re-runs the live step
   // A sharded model's diagnosis runs on every rank together, needed here or not.

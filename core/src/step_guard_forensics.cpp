@@ -2,38 +2,21 @@
 // name where its first NaN/Inf was born, the snapshot that lets
 // nanscope-replay run it again, and --fallback auto's remedy from that
 // diagnosis.
-#include "nanscope/core/step_guard.hpp"
-
-#include "lockstep_reruns.hpp"
-#include "step_guard_impl.hpp"
-
-#include "nanscope/core/cpu_kernels.hpp"
-
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <limits>
 #include <sstream>
-#include <stdexcept>
 #include <utility>
 
-#include <torch/optim/sgd.h>
-#include "nanscope/common/error_text.hpp"
+#include "lockstep_reruns.hpp"
 #include "nanscope/common/number_text.hpp"
-#include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/compiled_region.hpp"
 #include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/core/optimizer.hpp"
-#include "nanscope/format/advice_words.hpp"
-#include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
-#include "nanscope/probe/activation_recorder.hpp"
-#include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/snapshot.hpp"
+#include "step_guard_impl.hpp"
 
 namespace nanscope {
 
@@ -103,7 +86,7 @@ std::string StepGuard::Impl::birth_from_rank(GradientAverager& ranks, const std:
 // on a failed step only), and a rank that re-ran nothing logs that birth,
 // with its rank, not only whose it was. (Sharded ranks agree in lockstep,
 // agree_on_births.)
-void StepGuard::Impl::tell_birth_across_ranks(const RunningStep& run, Forensics& found) {
+void StepGuard::Impl::tell_birth_across_ranks(const RunningStep& run, ForensicFindings& found) {
   GradientAverager* const ranks = run.context.averager;
   const std::vector<int>& sick = run.result.outcome.nonfinite_ranks;
   if (!options_.probe || !ranks || ranks->sharded() || sick.empty()) return;
@@ -130,7 +113,7 @@ bool StepGuard::Impl::investigates(const RunningStep& run, bool birth_known) con
                          (outcome.nonfinite_ranks.empty() && options_.rank == 0));
 }
 
-Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float>& layer_grad_norm) {
+ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vector<float>& layer_grad_norm) {
   const int64_t step = run.step;
   const StepOutcome& outcome = run.result.outcome;
   GradientAverager* const ranks = run.context.averager;
@@ -138,7 +121,7 @@ Forensics StepGuard::Impl::investigate(RunningStep& run, const std::vector<float
   // A watched step's micro-batches can be run again only through the loop's loss function.
   std::vector<Batch> batches;
   for (const MicroBatch& micro : run.micro_batches) batches.push_back(micro.batch);
-  Forensics found;
+  ForensicFindings found;
   // Weights that held the NaN/Inf as the step began, or else a micro-batch
   // that holds it, are the birth (the weights first, as nanscope-replay
   // reads them): no re-run needed, so such a skip costs about one step.

@@ -5,7 +5,7 @@
 // object of its own (recovery_actions.hpp). Forensics and the doom search
 // keep their state in their own objects (forensics_memory.hpp,
 // doom_memory.hpp); Impl holds them, and a failed step passes values from one
-// stage to the next (failed_step.hpp). Private to core.
+// stage to the next (failed_step_values.hpp). Private to core.
 #include <exception>
 #include <functional>
 #include <memory>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "failed_step.hpp"
+#include "failed_step_values.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/doom_memory.hpp"
 #include "nanscope/core/forensics_memory.hpp"
@@ -102,16 +102,17 @@ struct StepGuard::Impl {
   std::string failure_text(const RunningStep& run) const;
   void say_scalers_backoff(const RunningStep& run, const std::string& undone);
   void record_skip(const RunningStep& run, const std::string& what, const std::string& undone);
-  StepFacts step_facts(const RunningStep& run, const std::string& what, const Forensics& found,
-                       const DoomSearch& doom) const;
+  StepFacts step_facts(const RunningStep& run, const std::string& what, const ForensicFindings& found,
+                       const DoomSearchResult& doom) const;
   // --fallback auto's diagnosis where the decision needs it (on every rank
   // of a sharded model, together), from the live state (a replay the doom
   // search kept goes first); nullopt where it does not.
-  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const Forensics& found, const StepFacts& facts,
-                                                  const RecoveryState& state, DoomSearch& doom);
+  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
+                                                  const StepFacts& facts, const RecoveryState& state,
+                                                  DoomSearchResult& doom);
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
-  Forensics investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  ForensicFindings investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
   bool investigates(const RunningStep& run, bool birth_known) const;  // re-run, or its input or weights hold the birth
   void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
   format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
@@ -121,7 +122,7 @@ struct StepGuard::Impl {
   // ("none on rank 0: born on ..." where that rank's text is empty).
   std::string born_elsewhere(const std::vector<int>& births, const std::string& birth) const;
   std::string birth_from_rank(GradientAverager& ranks, const std::vector<int>& births, const std::string& mine) const;
-  void tell_birth_across_ranks(const RunningStep& run, Forensics& found);
+  void tell_birth_across_ranks(const RunningStep& run, ForensicFindings& found);
   std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
                              const format::Capture& capture, NamedTensors parameters);
   // A sharded model's forensics in lockstep: the ranks that found a birth,
@@ -182,13 +183,13 @@ struct StepGuard::Impl {
   void record_for_doom_search(const RunningStep& run);
   // Searches back for the update that doomed this failing step, and where the
   // run may go back, replays it without that update to the end (the replay
-  // waits in DoomSearch::live for the decision).
-  DoomSearch search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
+  // waits in DoomSearchResult::live for the decision).
+  DoomSearchResult search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
   std::string doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
                                   const TrainingState* from) const;
   void replay_earlier_steps(RunningStep& run, const TrainingState& from, const std::vector<const StepRecord*>& records,
-                            DoomSearch& doom);
-  void say_doom_search(int64_t step, const DoomSearch& doom, bool replayed);
+                            DoomSearchResult& doom);
+  void say_doom_search(int64_t step, const DoomSearchResult& doom, bool replayed);
 
   Steered steered_;                       // declared first: the members below are built from it
   std::unique_ptr<WatchedStep> watched_;  // the watched step in progress
@@ -202,7 +203,7 @@ struct StepGuard::Impl {
   // out a failed step's action and owns what that changes.
   ForensicsMemory forensics_;
   DoomMemory doom_;
-  Recovery recovery_;
+  RecoveryActions recovery_;
   BufferTransaction transaction_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;

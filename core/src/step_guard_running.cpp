@@ -1,36 +1,22 @@
 // The step runner: a step's begin and end phases, which both forms share, and
 // the closure form (the guard runs forward, loss and backward).
-#include "journal_endings.hpp"
-#include "step_guard_impl.hpp"
-
-#include "nanscope/core/cpu_kernels.hpp"
-#include "nanscope/core/generator_states.hpp"
-
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
-#include <utility>
 
-#include <torch/optim/sgd.h>
+#include "journal_endings.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
-#include "nanscope/common/torch_compat.hpp"
-#include "nanscope/core/compiled_region.hpp"
-#include "nanscope/core/guard_option_list.hpp"
+#include "nanscope/core/generator_states.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/advice_words.hpp"
-#include "nanscope/format/event_text.hpp"
-#include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/activation_recorder.hpp"
 #include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
+#include "step_guard_impl.hpp"
 
 namespace nanscope {
 

@@ -19,6 +19,7 @@
 #include "nanscope/core/loss_scaler.hpp"
 #include "nanscope/core/state_health.hpp"
 #include "nanscope/core/step_guard.hpp"
+#include "nanscope/core/step_guard_harness.hpp"
 #include "nanscope/format/error.hpp"
 #include "nanscope/format/poison_list.hpp"
 #include "nanscope/format/run_file.hpp"
@@ -194,6 +195,7 @@ class Guard {
     });
   }
 
+  StepGuardHarness harness() { return StepGuardHarness(guard()); }
   StepGuard& guard() {
     if (!guard_) throw py::value_error("nanscope.StepGuard: the guard is closed");
     return *guard_;
@@ -212,7 +214,7 @@ class Guard {
   template <class Step>
   StepResult run(const Step& run_step) {
     // The step that stopped the run returned stop; any call after it raises.
-    guard().refuse_if_stopped();
+    harness().refuse_if_stopped();
     StepResult result;
     py::gil_scoped_release release;
     try {
@@ -384,22 +386,22 @@ PYBIND11_MODULE(_nanscope, m) {
            py::arg("rows") = py::none())
       .def("set_loss_fn", &Guard::set_loss_fn)
       .def("begin_model_call", &Guard::begin_model_call)
-      .def("end_model_call", [](Guard& g) { g.guard().end_model_call(); })
-      .def("refuse_if_stopped", [](Guard& g) { g.guard().refuse_if_stopped(); })
+      .def("end_model_call", [](Guard& g) { g.harness().end_model_call(); })
+      .def("refuse_if_stopped", [](Guard& g) { g.harness().refuse_if_stopped(); })
       .def("stop_for_failed_rank",
-           [](Guard& g, int rank, const std::string& error) { g.guard().stop_for_failed_rank(rank, error); })
+           [](Guard& g, int rank, const std::string& error) { g.harness().stop_for_failed_rank(rank, error); })
       .def("scale", &Guard::scale)
       .def("unscale", &Guard::unscale)
       .def("step", &Guard::step)
       .def("undo_loops_update", [](Guard& g) { g.guard().undo_loops_update(); })
-      .def_property_readonly("step_open", [](Guard& g) { return g.guard().step_open(); })
+      .def_property_readonly("step_open", [](Guard& g) { return g.harness().step_open(); })
       .def_property_readonly("loss_scale", [](Guard& g) { return g.guard().loss_scale(); })
       .def_property_readonly("scaling", [](Guard& g) { return g.guard().scaling(); })
       .def_property_readonly("run_file", [](Guard& g) { return g.guard().run_file(); })
       .def_property_readonly("amp", [](Guard& g) { return std::string(format::to_string(g.guard().amp())); })
       .def_property_readonly("lr_multiplier", [](Guard& g) { return g.guard().lr_multiplier(); })
       .def_property_readonly("applied_steps", [](Guard& g) { return g.guard().applied_steps(); })
-      .def_property_readonly("next_step", [](Guard& g) { return g.guard().next_step(); })
+      .def_property_readonly("next_step", [](Guard& g) { return g.harness().next_step(); })
       .def_property_readonly("snapshots", [](Guard& g) { return g.guard().snapshots(); })
       .def_property_readonly("fp32_modules", [](Guard& g) { return g.guard().fp32_modules(); })
       // Modules that run otherwise inside the loop's own forward (the watched
@@ -417,7 +419,7 @@ PYBIND11_MODULE(_nanscope, m) {
              const GuardState s = g.guard().state();
              py::dict d;
              for_each_guard_state_field(s, [&](const char* name, const auto& field) { d[name] = state_value(field); });
-             d["next_step"] = g.guard().next_step();
+             d["next_step"] = g.harness().next_step();
              d["sentinel"] = s.sentinel;
              return d;
            })
@@ -431,7 +433,7 @@ PYBIND11_MODULE(_nanscope, m) {
              });
              if (d.contains("sentinel")) s.sentinel = d["sentinel"].cast<Sentinel::State>();
              g.guard().restore(s);
-             g.guard().number_steps_from(d["next_step"].cast<int64_t>());
+             g.harness().number_steps_from(d["next_step"].cast<int64_t>());
            })
       .def("flush", [](Guard& g) { g.guard().flush(); })
       .def("close", &Guard::close)

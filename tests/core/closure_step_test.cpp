@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "../support/test_support.hpp"
+#include "nanscope/core/step_guard_harness.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/nanscope.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -120,7 +121,7 @@ TEST(ClosureStep, NamesTheModuleFromNamedModulesWithoutScopes) {
       EXPECT_FALSE(r.snapshot.empty());
     }
   }
-  EXPECT_EQ(guard.next_step(), 4);
+  EXPECT_EQ(StepGuardHarness(guard).next_step(), 4);
 }
 
 TEST(ClosureStep, AnOpReadingAModulesParameterBelongsToIt) {

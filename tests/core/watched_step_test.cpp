@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "../support/test_support.hpp"
+#include "nanscope/core/step_guard_harness.hpp"
 #include "nanscope/nanscope.hpp"
 #include "nanscope/probe/snapshot.hpp"
 
@@ -75,9 +76,9 @@ TEST(WatchedStep, AccumulatedMicroBatchesNameTheBirthsMicroBatchAndRowAndSkipAsA
       }
       guard.backward(loss, b);
     }
-    EXPECT_TRUE(guard.step_open());
+    EXPECT_TRUE(StepGuardHarness(guard).step_open());
     const GuardedStep r = guard.step();
-    EXPECT_FALSE(guard.step_open());
+    EXPECT_FALSE(StepGuardHarness(guard).step_open());
     if (step != 2) {
       EXPECT_TRUE(r.counted()) << step;
       EXPECT_FALSE(at::equal(before, net.fc->weight));
@@ -223,9 +224,9 @@ TEST(WatchedStep, CallsOutOfOrderThrowAndTheNextStepInOrderStillRuns) {
     return std::string("(nothing thrown)");
   };
   EXPECT_NE(message_of([&] { guard.unscale(); }).find("no backward"), std::string::npos);
-  EXPECT_FALSE(guard.step_open());
+  EXPECT_FALSE(StepGuardHarness(guard).step_open());
   guard.begin_micro_batch();  // a forward, no loss yet
-  EXPECT_TRUE(guard.step_open());
+  EXPECT_TRUE(StepGuardHarness(guard).step_open());
   EXPECT_NE(message_of([&] { guard.unscale(); }).find("no backward"), std::string::npos);
   EXPECT_NE(message_of([&] { guard.step(); }).find("no backward"), std::string::npos);
   guard.backward(loss(), b);
@@ -235,7 +236,7 @@ TEST(WatchedStep, CallsOutOfOrderThrowAndTheNextStepInOrderStillRuns) {
       << "as GradScaler's unscale_(): a second call would divide twice";
   EXPECT_NE(message_of([&] { guard.backward(loss(), b); }).find("a backward after unscale()"), std::string::npos);
   EXPECT_TRUE(guard.step().counted());
-  EXPECT_FALSE(guard.step_open());
+  EXPECT_FALSE(StepGuardHarness(guard).step_open());
   EXPECT_NE(message_of([&] { guard.step(); }).find("no backward"), std::string::npos);
   guard.backward(loss(), b);  // the next step, in order
   EXPECT_TRUE(guard.step().counted());

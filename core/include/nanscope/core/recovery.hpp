@@ -4,7 +4,7 @@
 // the forensic re-runs' diagnosis) and keeps its recovery state (fallback
 // used, rollbacks left, non-finite steps in a row); decide_recovery turns
 // those values into one action of a closed set, with no model and no words,
-// and StepGuard's Recovery alone carries it out. recovery_words.hpp says it.
+// and StepGuard's RecoveryActions alone carries it out. recovery_words.hpp says it.
 // Every rule has its unit test (tests/core/recovery_decision_test.cpp) and
 // docs/recovery.md its table.
 //

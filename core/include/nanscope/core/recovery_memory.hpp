@@ -1,10 +1,10 @@
 #pragma once
-// What recovery (Recovery, core/src/recovery_actions.hpp) keeps between steps and alone
+// What recovery (RecoveryActions, core/src/recovery_actions.hpp) keeps between steps and alone
 // changes: the precision and the modules in fp32, the fp32 fallback and
 // whether it fired, the rollback policy and the states saved for it, the LR
 // cut in force, the steps whose update reached the weights, and the run of
 // non-finite steps the stop rule counts. The step runner reports each step to
-// it; only Recovery::apply's actions (and a restored checkpoint) change the
+// it; only RecoveryActions::apply's actions (and a restored checkpoint) change the
 // cut, the precision, the modules and the saved states, or take back an
 // applied step.
 #include <algorithm>
@@ -71,7 +71,7 @@ class RecoveryMemory {
   void forget_saved_from(int64_t step) { ring_.forget_from(step); }
   void stop_saving() { ring_ = StateRing(0, 0); }  // one state is over the budget
 
-  // --- Recovery::apply's actions.
+  // --- RecoveryActions::apply's actions.
   // The whole-model fp32 fallback, with its LR cut. Returns whether the
   // model now runs in fp32 (FallbackPolicy::fire).
   bool fall_back(TrainableModel& model, torch::optim::Optimizer& optimizer, LossScaler& scaler, at::Device device,

@@ -37,7 +37,6 @@
 #include "nanscope/core/loss_closure.hpp"
 #include "nanscope/core/other_model.hpp"
 #include "nanscope/core/scoped_autocast.hpp"
-#include "nanscope/core/step_setup.hpp"
 
 namespace nanscope {
 
@@ -73,10 +72,9 @@ class StepGuard {
   // step is skipped and logged, not investigated.
   void set_loss_fn(BatchLoss loss);
   ScopedAutocast autocast();  // one micro-batch's forward and loss; marks where it begins
-  // A call of the model begins (its RNG state is taken) or ends; of several
-  // calls before a loss, the one the loss's graph holds is its forward.
+  // A call of the model begins (its RNG state is taken); of several calls
+  // before a loss, the one the loss's graph holds is its forward.
   void begin_micro_batch();
-  void end_model_call();
   // backward() of one micro-batch's loss (as the loop weighted it), scaled for fp16.
   void backward(const at::Tensor& loss, const Batch& micro_batch);
   // The same without the backward (GradScaler's scale()). `earlier_call_batches`:
@@ -94,7 +92,6 @@ class StepGuard {
   // 0-dim tensor, not read to the host), so a clip need not take it again.
   at::Tensor unscale();
   GuardedStep step(const StepContext& context = {});  // the verdict, then the update or the skip
-  bool step_open() const;
   // Without an optimizer, after a skip: weight decay or momentum in the loop's
   // own rule moved the weights anyway; back to the step's (GradScaler's update()).
   void undo_loops_update();
@@ -102,12 +99,6 @@ class StepGuard {
   // --- The run.
   // Once stopped (a DeadRunError was thrown), every later call throws it again.
   bool stopped() const;
-  void refuse_if_stopped() const;
-  // Several ranks: this rank's step raised, or its collective failed; the run
-  // stops here with one line, and the exception is the caller's to let through.
-  void stop_for_failed_rank(int rank, const std::string& error);
-  int64_t next_step() const;
-  void number_steps_from(int64_t step);  // steps without a number go on from here
   Amp amp() const;
   // 1 until the fallback or a rollback cut it; applied to each update the guard
   // makes (a loop with its own rule multiplies its LR by it).
@@ -121,23 +112,18 @@ class StepGuard {
   bool scaling() const;       // fp16's loss scaler runs
   GuardState state() const;
   void restore(const GuardState& state);  // after the model and optimizer got theirs
-  // What the loop around the guard records in run.h5 (a refused checkpoint),
-  // and its buffered rows written out (before a checkpoint, which a resume
-  // continues from).
-  void record_event(int64_t step, format::EventKind kind, const std::string& text);
+  // The run's buffered rows written out (before a checkpoint of your own,
+  // which a resume continues from).
   void flush();
   const std::string& run_file() const;
   const std::vector<std::string>& snapshots() const;
-  const std::vector<int>& first_nonfinite_ranks() const;  // at the first skip, several ranks
   // Another model the loss runs (a GAN's critic in the generator's loss):
   // re-runs put its buffers back, a birth in it is named '<not in the model>
   // LABEL.path', and snapshots keep its weights (other_model.hpp).
   void add_other_model(const OtherModel& other);
-  // A harness's setup of each step, which every re-run of the step repeats
-  // (nanscope-train plants its --fault faults so; step_setup.hpp).
-  void set_step_setup(StepSetupHook hook);
 
  private:
+  friend class StepGuardHarness;  // the tools' calls (Python's hooks, nanscope-train's records)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -16,7 +16,7 @@
 namespace nanscope {
 
 // The forensic re-run's findings.
-struct Forensics {
+struct ForensicFindings {
   std::optional<format::Capture> capture;  // nullopt: not re-run (and no birth in the batch)
   std::string first_birth;                 // GuardedStep::first_birth
   std::string snapshot;                    // the snapshot written, or ""
@@ -24,7 +24,7 @@ struct Forensics {
 
 // The doom search's finding. Its sentence is said once the recovery is
 // decided (a replay that stands adds its clause).
-struct DoomSearch {
+struct DoomSearchResult {
   std::string doomed_by;  // GuardedStep::doomed_by ("": not run)
   int64_t doomed_by_step = -1;
   std::vector<int64_t> rows;
