@@ -31,11 +31,24 @@ struct DoomSearchResult {
   std::optional<DoomFinding> finding;  // a new search's (nullopt: not searched, or found before)
   int64_t replayed_from = -1;          // the saved state the replays ran from
   std::string sentence;                // the doom event's text, from the new search
-  // The run replayed without the dooming update survives. The live state
-  // is kept here until the recovery decides: the replay stands
-  // (RecoveryAction::replay_without) or the live state comes back.
+  // The run replayed without the dooming update survives (its state is the
+  // model's now, and the live one is held: HeldLiveState).
   bool replay_survives = false;
-  std::optional<StateRing> live;
+};
+
+// The live model state while the run replayed without the dooming update
+// stands in for it. The failed-step path owns it from the doom search on;
+// RecoveryActions::apply alone lets it go (the replay stands) or puts it back
+// (the run goes on from the live step).
+class HeldLiveState {
+ public:
+  void hold(StateRing live) { live_.emplace(std::move(live)); }
+  bool held() const { return live_.has_value(); }
+  const TrainingState& state() const { return *live_->oldest(); }
+  void release() { live_.reset(); }
+
+ private:
+  std::optional<StateRing> live_;
 };
 
 // What carrying out the recovery did, for the GuardedStep.

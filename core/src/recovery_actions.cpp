@@ -122,10 +122,13 @@ RecoveryState RecoveryActions::state_at(int64_t step) const {
 // The one place a recovery is carried out: only here do the precision, the
 // modules in fp32, the LR cut and the saved states change for a failed step.
 RecoveryDone RecoveryActions::apply(const RunningStep& run, const RecoveryPlan& r, const RecoveryWords& w,
-                                    DoomSearchResult* doom, const std::string& birth) {
+                                    DoomSearchResult* doom, HeldLiveState* held, const std::string& birth) {
   const int64_t step = run.step;
   // The doom search's replay stands only as this action; else the live state is back.
-  if (doom) settle_replay(*doom, /*stands=*/r.action == RecoveryAction::replay_without);
+  if (held && held->held()) {
+    if (r.action != RecoveryAction::replay_without) go_back_to(held->state(), /*with_scaler=*/false);
+    held->release();
+  }
   RecoveryDone done;
   const std::string remedy_text = std::string(remedy_name(r.remedy)) + ": " + w.why;
   // A remedy that is the step's whole outcome: its event and its line in one.
@@ -286,12 +289,6 @@ int64_t RecoveryActions::roll_back(int64_t step, const std::string& why) {
   journal_.record(step, format::EventKind::rollback, text, "rollback ");
   journal_.flush();
   return to;
-}
-
-void RecoveryActions::settle_replay(DoomSearchResult& doom, bool stands) {
-  if (!doom.live) return;
-  if (!stands) go_back_to(*doom.live->oldest(), /*with_scaler=*/false);
-  doom.live.reset();
 }
 
 // The fallback fires again on the model as it had (fp32 weights, scaler off).

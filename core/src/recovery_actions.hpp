@@ -49,17 +49,19 @@ class RecoveryActions {
   // Several ranks of a sharded model save alike: each its own shards, on the same steps.
   void save_state_if_due(int64_t step, GradientAverager* ranks);
 
-  // --- A failed step's recovery. `doom`: its search, whose replay stands or
-  // goes; `birth`: its first birth's key (ForensicsMemory).
+  // --- A failed step's recovery. `doom`: its search; `held`: the live state
+  // while the search's replay stands in for it (let go where the replay
+  // stands, else put back); `birth`: its first birth's key (ForensicsMemory).
   RecoveryDone apply(const RunningStep& run, const RecoveryPlan& plan, const RecoveryWords& words,
-                     DoomSearchResult* doom = nullptr, const std::string& birth = "");
+                     DoomSearchResult* doom = nullptr, HeldLiveState* held = nullptr, const std::string& birth = "");
   // Several ranks: the plan every rank carries out, and its words, from each
   // rank's own (one or two sums, on every rank).
   std::pair<RecoveryPlan, RecoveryWords> agree(GradientAverager& ranks, const RecoveryPlan& mine,
                                                const RecoveryWords& my_words, const StepFacts& facts,
                                                const RecoveryState& state);
-  // The doom search's replay stands (the run goes on from it), or the live state comes back.
-  void settle_replay(DoomSearchResult& doom, bool stands);
+  // The doom search's replays undone: the live state it saved comes back
+  // (the loss scaler as it is now).
+  void undo_replays(const TrainingState& live) { go_back_to(live, /*with_scaler=*/false); }
 
   // --- The stop: said, flushed, kept ("step S: why"); stop_dead_run throws DeadRunError.
   void stop(int64_t step, const std::string& text);

@@ -80,7 +80,8 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const s
   return "";
 }
 
-DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture) {
+DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture,
+                                                      bool may_replay_without, HeldLiveState& held) {
   const int64_t step = run.step;
   DoomSearchResult doom;
   GradientAverager* const ranks = run.context.averager;
@@ -109,22 +110,23 @@ DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const st
     journal_.say(step, "doomed by: " + doom.doomed_by);
     return doom;
   }
-  replay_earlier_steps(run, *from, records, doom);
+  replay_earlier_steps(run, *from, records, may_replay_without, doom, held);
   return doom;
 }
 
 // The search proper: replays from the oldest saved state find the dooming
-// update; where the run may go back (replay_possible), a replay without it
-// is tried to the end. The live state comes back unless that replay survived
-// (then it waits in `doom.live` for the recovery's decision); the loop's LRs
+// update; where the run may go back (`may_replay_without`), a replay without
+// it is tried to the end. The live state comes back unless that replay
+// survived (then `held` keeps it for the recovery's decision); the loop's LRs
 // and random generators come back either way.
 void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState& from,
-                                           const std::vector<const StepRecord*>& records, DoomSearchResult& doom) {
+                                           const std::vector<const StepRecord*>& records, bool may_replay_without,
+                                           DoomSearchResult& doom, HeldLiveState& held) {
   const int64_t step = run.step;
   const auto start = std::chrono::steady_clock::now();
   std::optional<GroupLrScope> loop_lrs(std::in_place, steered_.optimizer);
-  doom.live.emplace(1, std::numeric_limits<size_t>::max());
-  doom.live->save(step, steered_.model, steered_.optimizer, scaler_);
+  StateRing live(1, std::numeric_limits<size_t>::max());
+  live.save(step, steered_.model, steered_.optimizer, scaler_);
   const KeepGeneratorStates loop_generators;  // the replays draw; the loop's draws go on from here
   StepRecord failing;
   failing.step = step;
@@ -142,9 +144,12 @@ void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState
                            recovery_.memory().rollback().spike_threshold());
   replays.set_ranks(run.context.averager);
   const DoomFinding finding = find_dooming_step(replays);
-  doom.replay_survives = finding.outcome == DoomOutcome::dooming_step && replay_possible(recovery_.state_at(step)) &&
+  doom.replay_survives = finding.outcome == DoomOutcome::dooming_step && may_replay_without &&
                          replays.survives({finding.step, finding.step, finding.rows});
-  if (!doom.replay_survives) recovery_.settle_replay(doom, /*stands=*/false);
+  if (doom.replay_survives)
+    held.hold(std::move(live));
+  else
+    recovery_.undo_replays(*live.oldest());
   loop_lrs.reset();
   clear_grads(parameters_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -86,14 +86,15 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // The first failing step of a run of them: was it doomed by an earlier
   // update? Several ranks all enter the search (it is collective) and agree
   // there whether it runs.
+  const RecoveryState state = recovery_.state_at(run.step);
   DoomSearchResult doom;
+  HeldLiveState held;  // the live state, while a replay without the dooming update stands in for it
   if ((!run.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
       recovery_.memory().nonfinite_in_a_row() == 0)
-    doom = search_dooming_step(run, found.capture);
+    doom = search_dooming_step(run, found.capture, replay_possible(state), held);
 
   StepFacts facts = step_facts(run, what, found, doom);
-  const RecoveryState state = recovery_.state_at(run.step);
-  facts.diagnosis = diagnosis_if_needed(run, found, facts, state, doom);
+  facts.diagnosis = diagnosis_if_needed(run, found, facts, state);
   RecoveryPlan plan = decide_recovery(facts, state);
   RecoveryWords words = recovery_words(plan, facts, state);
   // Several ranks carry out one plan: the strongest any rank made.
@@ -101,7 +102,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   if (plan.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
   say_doom_search(run.step, doom, plan.action == RecoveryAction::replay_without);
   const std::string birth = found.capture && found.capture->first_birth ? birth_key(*found.capture) : std::string();
-  const RecoveryDone done = recovery_.apply(run, plan, words, &doom, birth);
+  const RecoveryDone done = recovery_.apply(run, plan, words, &doom, &held, birth);
 
   GuardedStep& result = run.result;
   result.first_birth = found.first_birth;
@@ -239,10 +240,8 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
 }
 
 std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
-                                                                 const StepFacts& facts, const RecoveryState& state,
-                                                                 DoomSearchResult& doom) {
+                                                                 const StepFacts& facts, const RecoveryState& state) {
   const bool needed = needs_diagnosis(facts, state);
-  if (needed) recovery_.settle_replay(doom, /*stands=*/false);  // the diagnosis re-runs the live step
   // A sharded model's diagnosis runs on every rank together, needed here or not.
   if (run.context.averager && run.context.averager->sharded()) {
     const RemedyChoice choice = diagnose_in_lockstep(run, found.capture, needed);

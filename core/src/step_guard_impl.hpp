@@ -105,11 +105,10 @@ struct StepGuard::Impl {
   StepFacts step_facts(const RunningStep& run, const std::string& what, const ForensicFindings& found,
                        const DoomSearchResult& doom) const;
   // --fallback auto's diagnosis where the decision needs it (on every rank
-  // of a sharded model, together), from the live state (a replay the doom
-  // search kept goes first); nullopt where it does not.
+  // of a sharded model, together), from the live state; nullopt where it
+  // does not (a replay without the dooming update that survived needs none).
   std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
-                                                  const StepFacts& facts, const RecoveryState& state,
-                                                  DoomSearchResult& doom);
+                                                  const StepFacts& facts, const RecoveryState& state);
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
   ForensicFindings investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
@@ -184,11 +183,15 @@ struct StepGuard::Impl {
   // Searches back for the update that doomed this failing step, and where the
   // run may go back, replays it without that update to the end (the replay
   // waits in DoomSearchResult::live for the decision).
-  DoomSearchResult search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture);
+  // `may_replay_without`: the run may go back and replay without a dooming
+  // update (the decision's fact, replay_possible); a replay that survives
+  // leaves the live state in `held`.
+  DoomSearchResult search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture,
+                                       bool may_replay_without, HeldLiveState& held);
   std::string doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
                                   const TrainingState* from) const;
   void replay_earlier_steps(RunningStep& run, const TrainingState& from, const std::vector<const StepRecord*>& records,
-                            DoomSearchResult& doom);
+                            bool may_replay_without, DoomSearchResult& doom, HeldLiveState& held);
   void say_doom_search(int64_t step, const DoomSearchResult& doom, bool replayed);
 
   Steered steered_;                       // declared first: the members below are built from it
