@@ -20,6 +20,9 @@ struct ForensicFindings {
   std::optional<format::Capture> capture;  // nullopt: not re-run (and no birth in the batch)
   std::string first_birth;                 // GuardedStep::first_birth
   std::string snapshot;                    // the snapshot written, or ""
+  // The step's buffers were non-finite, its re-run from the buffers the skip
+  // put back was finite, and calls outside its losses ran in it: they wrote them.
+  bool buffers_written_outside = false;
 };
 
 // The doom search's finding. Its sentence is said once the recovery is

@@ -28,15 +28,9 @@ struct RunningStep {
   // call it used is decided if the step fails (decide_micro_batches).
   std::vector<UndecidedMicroBatch> undecided;
   size_t calls_outside_losses = 0;  // of those, the calls no loss given to the guard used (once decided)
-  // The step's buffers were non-finite, its re-run from the buffers the skip
-  // put back was finite, and calls outside its losses ran in it: they wrote them.
-  bool buffers_written_outside = false;
   // An optimizer that evaluates a closure (L-BFGS): what its evaluations came
   // to; the forensics re-run the one that failed, at its trial weights.
   ClosureEvaluations evaluations;
-  // A failed step's parameters that held a NaN/Inf as it began (its update
-  // was not applied): what forensics names in place of a re-run.
-  std::vector<std::string> nonfinite_weights;
   // The loss scaler's growth count as the step began: a step whose scale
   // made none of its NaN/Inf keeps the scale and the count it had.
   int64_t growth_tracker_before = 0;

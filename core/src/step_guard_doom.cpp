@@ -60,10 +60,11 @@ void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
 
 // Why the search cannot run at this step ("" : it can). Not this step's
 // updates, or its own batch: no earlier step to look for.
-std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
+std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const ForensicFindings& found,
                                                  const TrainingState* from) const {
   GradientAverager* const ranks = run.context.averager;
-  if (run.buffers_written_outside) return "its buffers were written outside its steps";
+  const std::optional<format::Capture>& capture = found.capture;
+  if (found.buffers_written_outside) return "its buffers were written outside its steps";
   if (!run.result.outcome.batch_finite) return "the batch holds a non-finite value";
   if (capture && capture->first_birth &&
       (capture->first_birth->op.phase == format::Phase::input ||
@@ -80,7 +81,7 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const s
   return "";
 }
 
-DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture,
+DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const ForensicFindings& found,
                                                       bool may_replay_without, HeldLiveState& held) {
   const int64_t step = run.step;
   DoomSearchResult doom;
@@ -88,7 +89,7 @@ DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const st
   const TrainingState* from = recovery_.memory().saved_states().oldest();
   const std::vector<const StepRecord*> records =
       from ? doom_.steps_between(from->step, step) : std::vector<const StepRecord*>{};
-  std::string why = doom_search_refused(run, capture, from);
+  std::string why = doom_search_refused(run, found, from);
   // The weights the earlier finding blamed are still the run's: no new search.
   const DoomMemory::Finding* const found_before = why.empty() ? doom_.still_explains(from->step) : nullptr;
   if (why.empty() && !found_before && records.empty() && step > from->step + 1)

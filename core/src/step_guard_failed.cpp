@@ -75,12 +75,13 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   // (or loaded so): no op of this step is its birth, and a re-run from them
   // would name none. Taken before a closure optimizer's trial point is put
   // in. A sharded model's ranks re-run in lockstep as ever (each holds shards).
+  std::vector<std::string> nonfinite_weights;
   if (options_.probe && !(run.context.averager && run.context.averager->sharded()))
-    run.nonfinite_weights = nonfinite_parameters(steered_.model);
+    nonfinite_weights = nonfinite_parameters(steered_.model);
   ForensicFindings found;
   {
     const AtFailedEvaluation trial_point(parameters_, run.evaluations);
-    found = investigate(run, layer_grad_norm);
+    found = investigate(run, nonfinite_weights, layer_grad_norm);
   }
   tell_birth_across_ranks(run, found);
   // The first failing step of a run of them: was it doomed by an earlier
@@ -89,9 +90,9 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   const RecoveryState state = recovery_.state_at(run.step);
   DoomSearchResult doom;
   HeldLiveState held;  // the live state, while a replay without the dooming update stands in for it
-  if ((!run.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
+  if ((!found.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
       recovery_.memory().nonfinite_in_a_row() == 0)
-    doom = search_dooming_step(run, found.capture, replay_possible(state), held);
+    doom = search_dooming_step(run, found, replay_possible(state), held);
 
   StepFacts facts = step_facts(run, what, found, doom);
   facts.diagnosis = diagnosis_if_needed(run, found, facts, state);
@@ -209,7 +210,7 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   facts.amp = run.result.amp;
   facts.own_16bit = steered_.model.own_16bit_type_name();
   facts.loss_finite = run.result.outcome.loss_finite;
-  facts.buffers_written_outside = run.buffers_written_outside;
+  facts.buffers_written_outside = found.buffers_written_outside;
   facts.rerunnable = rerunnable(run);
   facts.replay_without_survives = doom.replay_survives;
   // The live state's health (a replay that survived is the decision's

@@ -113,7 +113,8 @@ bool StepGuard::Impl::investigates(const RunningStep& run, bool birth_known) con
                          (outcome.nonfinite_ranks.empty() && options_.rank == 0));
 }
 
-ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vector<float>& layer_grad_norm) {
+ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vector<std::string>& nonfinite_weights,
+                                              const std::vector<float>& layer_grad_norm) {
   const int64_t step = run.step;
   const StepOutcome& outcome = run.result.outcome;
   GradientAverager* const ranks = run.context.averager;
@@ -125,10 +126,10 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
   // Weights that held the NaN/Inf as the step began, or else a micro-batch
   // that holds it, are the birth (the weights first, as nanscope-replay
   // reads them): no re-run needed, so such a skip costs about one step.
-  const bool weights_born = !run.nonfinite_weights.empty();
+  const bool weights_born = !nonfinite_weights.empty();
   if (weights_born) {
     found.capture.emplace();
-    found.capture->nonfinite_weights = run.nonfinite_weights;
+    found.capture->nonfinite_weights = nonfinite_weights;
     found.capture->reproduced = true;  // non-finite from the start, with no re-run
   } else if (options_.probe && !outcome.batch_finite && !rerunnable(run)) {
     // No loss function to re-run with: the batch's NaN/Inf is taken as read.
@@ -171,12 +172,12 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
   // batch: the critic's BatchNorm statistics go non-finite outside any of
   // its steps, and its next step is where they show. Re-run from the
   // buffers its skip put back, that step is finite.
-  run.buffers_written_outside = capture.ops_seen >= 0 && !capture.first_birth && !capture.reproduced &&
-                                !outcome.buffers_finite && run.calls_outside_losses > 0;
-  found.first_birth = first_birth_text(run, capture, born);
+  found.buffers_written_outside = capture.ops_seen >= 0 && !capture.first_birth && !capture.reproduced &&
+                                  !outcome.buffers_finite && run.calls_outside_losses > 0;
+  found.first_birth = first_birth_text(run, capture, born, found.buffers_written_outside);
   journal_.record(step, format::EventKind::first_birth, found.first_birth,
                   "first birth: ", compiled_cost.empty() ? "" : " (" + compiled_cost + ")");
-  found.snapshot = keep_snapshot(run, found.capture, born, layer_grad_norm);
+  found.snapshot = keep_snapshot(run, found.capture, born, layer_grad_norm, found.buffers_written_outside);
   return found;
 }
 
@@ -269,9 +270,9 @@ std::string StepGuard::Impl::check_compiled_step(RunningStep& run, format::Captu
 // The first birth's line. A re-run that raised says why ("the forensic
 // re-run failed: RuntimeError: ...").
 std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const format::Capture& capture,
-                                              const std::optional<RanksBorn>& born) const {
+                                              const std::optional<RanksBorn>& born, bool written_outside) const {
   if (capture.ops_seen < 0) return "the " + probe_.last_error();
-  if (run.buffers_written_outside)
+  if (written_outside)
     return "none in this step: its buffers were already non-finite, written by " +
            std::to_string(run.calls_outside_losses) +
            " call(s) of the model that fed none of its losses (another model's phase, a logging call; train "
@@ -288,9 +289,10 @@ std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const form
 // The snapshot of an investigated step, as the policy (and the ranks) decide:
 // its path, or "".
 std::string StepGuard::Impl::keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
-                                           std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm) {
+                                           std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm,
+                                           bool written_outside) {
   const int64_t step = run.step;
-  const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born);
+  const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born, written_outside);
   if (!decision.write) {
     journal_.event(step, format::EventKind::snapshot_skipped, decision.why_not);
     return "";
@@ -317,7 +319,8 @@ StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ra
   at::Tensor flags = at::zeros({2 * world}, at::kFloat);
   flags[rank] = born_here ? 1.0f : 0.0f;
   RanksBorn out;
-  if (born_here && !run.buffers_written_outside) out.decision = forensics_.snapshot_decision(run.step, *capture);
+  // (A birth here means the buffers were not written outside the step.)
+  if (born_here) out.decision = forensics_.snapshot_decision(run.step, *capture);
   flags[world + rank] = out.decision && out.decision->write ? 1.0f : 0.0f;
   ranks.sum(flags);
   bool any_snapshot = false;
@@ -336,8 +339,9 @@ StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ra
 // Whether this step's snapshot is written, and if not why. In lockstep only a
 // rank that found a birth writes one (its peers' re-runs were finite).
 SnapshotPolicy::Decision StepGuard::Impl::snapshot_decision(const RunningStep& run, const format::Capture& capture,
-                                                            const std::optional<RanksBorn>& born) {
-  if (run.buffers_written_outside) return {false, "the step's fault was written outside it: nothing to replay"};
+                                                            const std::optional<RanksBorn>& born,
+                                                            bool written_outside) {
+  if (written_outside) return {false, "the step's fault was written outside it: nothing to replay"};
   if (born) {
     if (born->decision) return *born->decision;
     return {false, born->births.empty() ? "no rank found the birth" : "the snapshot is written where it was born"};

@@ -111,7 +111,10 @@ struct StepGuard::Impl {
                                                   const StepFacts& facts, const RecoveryState& state);
 
   // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
-  ForensicFindings investigate(RunningStep& run, const std::vector<float>& layer_grad_norm);
+  // `nonfinite_weights`: the parameters that held a NaN/Inf as the step
+  // began, named in place of a re-run.
+  ForensicFindings investigate(RunningStep& run, const std::vector<std::string>& nonfinite_weights,
+                               const std::vector<float>& layer_grad_norm);
   bool investigates(const RunningStep& run, bool birth_known) const;  // re-run, or its input or weights hold the birth
   void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
   format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
@@ -135,11 +138,12 @@ struct StepGuard::Impl {
   RanksBorn agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
                             const RunningStep& run);
   SnapshotPolicy::Decision snapshot_decision(const RunningStep& run, const format::Capture& capture,
-                                             const std::optional<RanksBorn>& born);
+                                             const std::optional<RanksBorn>& born, bool written_outside);
   std::string first_birth_text(const RunningStep& run, const format::Capture& capture,
-                               const std::optional<RanksBorn>& born) const;
+                               const std::optional<RanksBorn>& born, bool written_outside) const;
   std::string keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
-                            std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm);
+                            std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm,
+                            bool written_outside);
   void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
   // The step's micro-batches can run again (a watched step needs a loss function).
   bool rerunnable(const RunningStep& run) const;
@@ -186,9 +190,9 @@ struct StepGuard::Impl {
   // `may_replay_without`: the run may go back and replay without a dooming
   // update (the decision's fact, replay_possible); a replay that survives
   // leaves the live state in `held`.
-  DoomSearchResult search_dooming_step(RunningStep& run, const std::optional<format::Capture>& capture,
-                                       bool may_replay_without, HeldLiveState& held);
-  std::string doom_search_refused(const RunningStep& run, const std::optional<format::Capture>& capture,
+  DoomSearchResult search_dooming_step(RunningStep& run, const ForensicFindings& found, bool may_replay_without,
+                                       HeldLiveState& held);
+  std::string doom_search_refused(const RunningStep& run, const ForensicFindings& found,
                                   const TrainingState* from) const;
   void replay_earlier_steps(RunningStep& run, const TrainingState& from, const std::vector<const StepRecord*>& records,
                             bool may_replay_without, DoomSearchResult& doom, HeldLiveState& held);
