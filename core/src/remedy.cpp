@@ -214,6 +214,15 @@ Cause diagnosed_cause(const FailedStep& failed, StepReruns& reruns, CauseEvidenc
   }
 }
 
+// A gradient norm past the float range is no op's fault: the gradients
+// are that large because an earlier update grew the weights (or the LR is
+// too high for them), and the norm of the next batch overflows whichever
+// sample it holds. The cause is before this step.
+constexpr const char* kGradientsExplode =
+    "the gradients explode (their norm passes the float range): an earlier update grew the weights, or the LR "
+    "is too high for them; lower the LR or lengthen warmup and clip the global norm, and let the doom search "
+    "(doom_search) name the update that doomed the step";
+
 // The words after "non-finite with autocast off too" for a step the rows
 // (or the model) fail: what the row search found, or why it did not run.
 std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const FailedStep& failed) {
@@ -226,10 +235,13 @@ std::string model_or_data_text(const Cause& cause, const CauseEvidence& e, const
              (cause.rows.size() == 1 ? "an ordinary sample" : "ordinary samples") + " (within " +
              number_text(kRowOutOfRangeFactor) + "x of the batch's range) on which " +
              trigger_text(*e.birth, failed.capture->trail) +
-             ": fix the op, not the data (nanscope-replay gives the fix)";
+             (cause.category == format::Category::grad_explosion
+                  ? ": not the data; " + std::string(kGradientsExplode)
+                  : ": fix the op, not the data (nanscope-replay gives the fix)");
     case CauseRule::every_row:
       return text + ", whichever batch row is left out" +
-             (cause.fp32_unknown ? "" : ": not one sample, and not precision");
+             (cause.fp32_unknown ? "" : ": not one sample, and not precision") +
+             (cause.category == format::Category::grad_explosion ? "; " + std::string(kGradientsExplode) : "");
     case CauseRule::rows_not_searched: return text + "; " + e.rows.why_not;
     default: return text;
   }

@@ -139,6 +139,38 @@ def test_a_one_row_batch_takes_no_precision_remedy_and_says_the_search_cannot_ru
     guard.close()
 
 
+def test_gradients_grown_past_the_norms_range_blame_the_update_before_not_an_op(tmp_path, nanscope_lines):
+    # nanoGPT's loop with a scheduler that spiked the LR for one step: the
+    # weights it left make the next step's gradients so large that their norm
+    # passes fp32's range (each gradient finite), whichever sample the batch holds.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loss_fn(m, batch):
+        return m(batch[0]).mean()
+
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path / "run"), amp="bf16", loss_fn=loss_fn)
+    x = torch.rand(8, 4) + 0.5
+    assert not guard.closure_step(lambda: loss_fn(model, (x,)), batch=(x,)).skipped
+    with torch.no_grad():
+        model[1].weight.fill_(1e20)  # what the spiked update left in the last layer
+    # The data decide: each gradient of the first layer is finite, their norm is not.
+    probe = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    probe.load_state_dict(model.state_dict())
+    loss_fn(probe, (x,)).backward()
+    assert torch.isfinite(probe[0].weight.grad).all()
+    assert not torch.isfinite(torch.linalg.vector_norm(probe[0].weight.grad))
+    result = guard.closure_step(lambda: loss_fn(model, (x,)), batch=(x,))
+    lines = nanscope_lines()
+    assert result.skipped
+    assert "(grad_norm)" in result.first_birth, result.first_birth
+    assert "the gradients explode" in lines and "doom_search" in lines, lines
+    assert "fix the op" not in lines, lines
+    assert not result.fell_back  # no precision is at fault
+    guard.close()
+
+
 def raw_logistic_regression(guarded, tmp_path, steps=8, fault_step=5):
     """A tutorial's logistic regression on raw tensors, W and b, with
     optim.SGD([W, b]); at one step a sample's feature is NaN."""
