@@ -3,7 +3,7 @@
 # this repository), configured and built as scripts/build.sh does, with ccache
 # off. Prints the cold-build wall time and compiler time, the ten slowest steps
 # from .ninja_log, and the time to rebuild after touching the training step's .cpp
-# (core/src/train_step.cpp, which every program links).
+# (core/src/step/train_step.cpp, which every program links).
 #
 # Usage: bench/build_time.sh [REPO] [CMAKE_ARG...]
 #   JOBS=N      parallel jobs (default: all cores)
@@ -39,7 +39,7 @@ awk 'NR > 1 { printf "%8.1f  %s\n", ($2 - $1) / 1000, $4 }' "$work/build/.ninja_
 
 # One .cpp every program links (the training step): a name that no longer
 # exists must fail here, not time a no-op.
-touched=core/src/train_step.cpp
+touched=core/src/step/train_step.cpp
 [ -f "$work/src/$touched" ] || { echo "build_time: $touched is gone: name another .cpp" >&2; exit 1; }
 touch "$work/src/$touched"
 before=$(wc -l <"$work/build/.ninja_log")

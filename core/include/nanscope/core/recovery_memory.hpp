@@ -1,5 +1,5 @@
 #pragma once
-// What recovery (RecoveryActions, core/src/recovery_actions.hpp) keeps between steps and alone
+// What recovery (RecoveryActions, core/src/failed/recovery_actions.hpp) keeps between steps and alone
 // changes: the precision and the modules in fp32, the fp32 fallback and
 // whether it fired, the rollback policy and the states saved for it, the LR
 // cut in force, the steps whose update reached the weights, and the run of

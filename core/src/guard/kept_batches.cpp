@@ -1,4 +1,4 @@
-#include "kept_batches.hpp"
+#include "guard/kept_batches.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -8,10 +8,10 @@
 
 #include <ATen/ATen.h>
 
-#include "kept_batches.hpp"
-#include "model_calls.hpp"
+#include "guard/kept_batches.hpp"
+#include "guard/model_calls.hpp"
+#include "guard/running_step.hpp"
 #include "nanscope/core/fp32_modules.hpp"
-#include "running_step.hpp"
 
 namespace nanscope {
 

@@ -8,7 +8,8 @@
 #include <sstream>
 #include <utility>
 
-#include "lockstep_reruns.hpp"
+#include "failed/lockstep_reruns.hpp"
+#include "guard/step_guard_impl.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/compiled_region.hpp"
 #include "nanscope/core/guard_option_list.hpp"
@@ -16,7 +17,6 @@
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/snapshot.hpp"
-#include "step_guard_impl.hpp"
 
 namespace nanscope {
 

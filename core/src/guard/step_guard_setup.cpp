@@ -1,5 +1,5 @@
 // StepGuard's construction and its own state (what a checkpoint keeps of it).
-#include "step_guard_impl.hpp"
+#include "guard/step_guard_impl.hpp"
 
 #include <algorithm>
 #include <filesystem>

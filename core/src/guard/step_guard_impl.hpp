@@ -13,7 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "failed_step_values.hpp"
+#include "failed/failed_step_values.hpp"
+#include "failed/recovery_actions.hpp"
+#include "guard/running_step.hpp"
+#include "guard/steered.hpp"
+#include "guard/watched_step.hpp"
 #include "nanscope/core/buffer_transaction.hpp"
 #include "nanscope/core/doom_memory.hpp"
 #include "nanscope/core/forensics_memory.hpp"
@@ -28,10 +32,6 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/format/run_file.hpp"
 #include "nanscope/probe/probe.hpp"
-#include "recovery_actions.hpp"
-#include "running_step.hpp"
-#include "steered.hpp"
-#include "watched_step.hpp"
 
 namespace nanscope {
 

@@ -1,4 +1,4 @@
-#include "lockstep_reruns.hpp"
+#include "failed/lockstep_reruns.hpp"
 
 #include "nanscope/probe/op_capture.hpp"
 

@@ -1,4 +1,4 @@
-#include "steered.hpp"
+#include "guard/steered.hpp"
 
 #include <stdexcept>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model_calls.hpp"
+#include "guard/model_calls.hpp"
 #include "nanscope/core/guarded_step.hpp"
 #include "nanscope/core/step_setup.hpp"
 #include "nanscope/core/train_step.hpp"

@@ -2,14 +2,14 @@
 // skips, the modules to fp32, the whole-model fallback, the replay without a
 // dooming update, the rollback to a saved good state, the stop), the states
 // saved for them, and the ranks' agreement on one plan.
-#include "recovery_actions.hpp"
+#include "failed/recovery_actions.hpp"
 
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "lockstep_reruns.hpp"
+#include "failed/lockstep_reruns.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "failed_step_values.hpp"
+#include "failed/failed_step_values.hpp"
+#include "guard/running_step.hpp"
+#include "guard/steered.hpp"
 #include "nanscope/core/doom_memory.hpp"
 #include "nanscope/core/forensics_memory.hpp"
 #include "nanscope/core/gradient_averager.hpp"
@@ -20,8 +22,6 @@
 #include "nanscope/core/recovery_memory.hpp"
 #include "nanscope/core/recovery_words.hpp"
 #include "nanscope/core/state_health.hpp"
-#include "running_step.hpp"
-#include "steered.hpp"
 
 namespace nanscope {
 

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <set>
 
-#include "journal_endings.hpp"
+#include "guard/journal_endings.hpp"
 #include "nanscope/core/journal.hpp"
 
 namespace nanscope {

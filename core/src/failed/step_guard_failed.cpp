@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "failed/poisoned_samples.hpp"
+#include "guard/step_guard_impl.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/generator_states.hpp"
 #include "nanscope/core/snapshot_policy.hpp"
 #include "nanscope/format/event_text.hpp"
-#include "poisoned_samples.hpp"
-#include "step_guard_impl.hpp"
 
 namespace nanscope {
 namespace {

@@ -1,4 +1,4 @@
-#include "poisoned_samples.hpp"
+#include "failed/poisoned_samples.hpp"
 
 #include <algorithm>
 

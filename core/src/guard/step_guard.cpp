@@ -4,7 +4,7 @@
 
 #include "nanscope/core/step_guard_harness.hpp"
 
-#include "step_guard_impl.hpp"
+#include "guard/step_guard_impl.hpp"
 
 namespace nanscope {
 

@@ -18,11 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "guard/step_guard_impl.hpp"
 #include "nanscope/core/generator_states.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/probe/birth_category.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "step_guard_impl.hpp"
 
 namespace nanscope {
 namespace {

@@ -1,4 +1,4 @@
-#include "model_calls.hpp"
+#include "guard/model_calls.hpp"
 
 #include <ATen/SequenceNumber.h>
 #include <torch/csrc/autograd/function.h>

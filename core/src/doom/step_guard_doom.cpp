@@ -3,6 +3,7 @@
 // without it.
 #include <chrono>
 
+#include "guard/step_guard_impl.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/doom_search.hpp"
 #include "nanscope/core/fp32_modules.hpp"
@@ -11,7 +12,6 @@
 #include "nanscope/core/step_guard.hpp"
 #include "nanscope/core/step_replay.hpp"
 #include "nanscope/probe/birth_category.hpp"
-#include "step_guard_impl.hpp"
 
 namespace nanscope {
 

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "journal_endings.hpp"
+#include "guard/journal_endings.hpp"
 #include "nanscope/common/log_line.hpp"
 
 namespace nanscope {

@@ -6,7 +6,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "journal_endings.hpp"
+#include "guard/journal_endings.hpp"
+#include "guard/step_guard_impl.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/generator_states.hpp"
@@ -16,7 +17,6 @@
 #include "nanscope/probe/finiteness.hpp"
 #include "nanscope/probe/module_scope.hpp"
 #include "nanscope/probe/op_capture.hpp"
-#include "step_guard_impl.hpp"
 
 namespace nanscope {
 

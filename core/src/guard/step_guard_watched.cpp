@@ -1,7 +1,7 @@
 // The watched form: the loop runs forward, loss and backward (and its own
 // clipping); the guard is told where micro-batches begin and end, keeps what
 // a re-run needs, and decides the step at step().
-#include "step_guard_impl.hpp"
+#include "guard/step_guard_impl.hpp"
 
 #include <limits>
 #include <stdexcept>
