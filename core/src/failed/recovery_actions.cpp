@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "failed/lockstep_reruns.hpp"
+#include "failed/plan_values.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/optimizer.hpp"
 #include "nanscope/format/event_text.hpp"
@@ -200,80 +201,53 @@ int64_t RecoveryActions::replay_without(int64_t step, DoomSearchResult& doom, co
   return doom.replayed_from;
 }
 
-namespace {
-
-// A plan's words and modules as one text, to pass from rank to rank.
-constexpr char kPlanField = '\x1f', kPlanItem = '\x1e';
-
-std::string plan_text(const RecoveryPlan& plan, const RecoveryWords& words) {
-  return joined(
-      {words.subject, words.why, joined(plan.modules, kPlanItem), plan.then_stop ? "1" + words.then_stop : ""},
-      kPlanField);
-}
-
-}  // namespace
-
 // Several ranks decide as one process does: the rank(s) whose batch failed
 // diagnosed it, the others have no say, and every rank carries out the
-// strongest plan (plan_strength), worded as the rank that made it worded it.
-// Two sums on a failed step (the plans, then the chosen one's words); nothing
-// on a clean one.
+// strongest plan (plan_strength). The plans cross as values (plan_values.hpp)
+// and each rank words the chosen one itself, from the facts of the rank that
+// made it. Two collectives on a failed step (the plans' numbers, then the
+// chosen one's texts); nothing on a clean one.
 std::pair<RecoveryPlan, RecoveryWords> RecoveryActions::agree(GradientAverager& ranks, const RecoveryPlan& mine,
-                                                              const RecoveryWords& my_words, const StepFacts& facts,
-                                                              const RecoveryState& state) {
+                                                              const StepFacts& facts, const RecoveryState& state) {
   const int world = ranks.world_size(), rank = ranks.rank();
-  const std::string text = plan_text(mine, my_words);
-  // Per rank: strength, action, remedy, counted, text length, the kernel
-  // pinned; then how many ranks have a state to roll back to.
-  constexpr int kPlanFields = 6;
-  at::Tensor plans = at::zeros({world * kPlanFields + 1}, at::kDouble);
-  auto* p = plans.data_ptr<double>() + rank * kPlanFields;
-  p[0] = plan_strength(mine);
-  p[1] = double(mine.action);
-  p[2] = double(mine.remedy);
-  p[3] = mine.counted ? 1 : 0;
-  p[4] = double(text.size());
-  p[5] = double(mine.kernel);
-  plans.data_ptr<double>()[world * kPlanFields] = memory_.rollback_target() ? 1 : 0;
+  const PlanValues my_values{mine, facts};
+  const std::string texts = plan_texts(my_values);
+  // A row per rank; then how many ranks have a state to roll back to.
+  at::Tensor plans = at::zeros({world * kPlanNumbers + 1}, at::kDouble);
+  write_plan_numbers(my_values, texts.size(), plans.data_ptr<double>() + rank * kPlanNumbers);
+  plans.data_ptr<double>()[world * kPlanNumbers] = memory_.rollback_target() ? 1 : 0;
   ranks.sum(plans);
   const double* all = plans.data_ptr<double>();
   int chosen = 0;
   for (int r = 1; r < world; ++r)
-    if (all[r * kPlanFields] > all[chosen * kPlanFields]) chosen = r;
-  const double* c = all + chosen * kPlanFields;
-
-  RecoveryPlan agreed;
-  agreed.trigger = mine.trigger;
-  agreed.action = RecoveryAction(int(c[1]));
-  agreed.remedy = Remedy(int(c[2]));
-  agreed.counted = c[3] != 0;
-  agreed.kernel = format::Kernel(int(c[5]));
-  if (c[0] == 0) {
+    if (all[r * kPlanNumbers] > all[chosen * kPlanNumbers]) chosen = r;
+  const double* row = all + chosen * kPlanNumbers;
+  if (row[0] == 0) {
     // No rank diagnosed the step (the probe is off, or no rank could re-run it).
+    const RecoveryPlan first = plan_values_from(row, plan_texts({})).plan;  // the lowest rank's numbers
+    RecoveryPlan agreed;
+    agreed.trigger = mine.trigger;
+    agreed.counted = first.counted;
+    agreed.kernel = first.kernel;
     agreed.action = RecoveryAction::whole_fallback;
     agreed.reason = RecoveryReason::no_rank_diagnosed;
     agreed.remedy = Remedy::whole_fp32;
     return {agreed, recovery_words(agreed, facts, state)};
   }
-  // Every rank takes part in the sum, the chosen one too.
-  const std::vector<std::string> fields = split_on(text_from_rank(ranks, chosen, text, int64_t(c[4])), kPlanField);
-  if (chosen == rank) agreed.diagnosis = mine.diagnosis;  // remembered with this rank's birth only
-  RecoveryWords words;
-  words.subject = fields.at(0);
-  // A remedy's words name the rank whose diagnosis it is (a stock skip's are a loss scale).
-  words.why = agreed.remedy == Remedy::none ? fields.at(1) : "rank " + std::to_string(chosen) + ": " + fields.at(1);
-  if (!fields.at(2).empty()) agreed.modules = split_on(fields.at(2), kPlanItem);
-  agreed.then_stop = !fields.at(3).empty();
-  if (agreed.then_stop) words.then_stop = fields.at(3).substr(1);
-  if (agreed.action == RecoveryAction::roll_back && int(all[world * kPlanFields]) < world) {
+  // Every rank takes part in the broadcast, the chosen one too.
+  PlanValues agreed = plan_values_from(row, text_from_rank(ranks, chosen, texts, int64_t(texts_length_of(row))));
+  agreed.plan.trigger = mine.trigger;
+  agreed.facts.trigger = facts.trigger;
+  agreed.facts.diagnosed_on_rank = chosen;
+  if (agreed.plan.action == RecoveryAction::roll_back && int(all[world * kPlanNumbers]) < world) {
     // A rollback is every rank's or none: one rank with no good state to go back to stops the run.
-    agreed.action = RecoveryAction::stop;
-    agreed.reason = RecoveryReason::rollback_not_everywhere;
-    StepFacts chosen_facts = facts;
-    chosen_facts.what = words.subject;
-    return {agreed, recovery_words(agreed, chosen_facts, state)};
+    agreed.plan.action = RecoveryAction::stop;
+    agreed.plan.reason = RecoveryReason::rollback_not_everywhere;
   }
-  return {agreed, words};
+  const RecoveryWords words = recovery_words(agreed.plan, agreed.facts, state);
+  // The diagnosis is remembered with this rank's birth only (RecoveryActions::apply).
+  agreed.plan.diagnosis = chosen == rank ? mine.diagnosis : std::nullopt;
+  return {agreed.plan, words};
 }
 
 int64_t RecoveryActions::roll_back(int64_t step, const std::string& why) {

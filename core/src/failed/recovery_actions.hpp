@@ -54,11 +54,10 @@ class RecoveryActions {
   // stands, else put back); `birth`: its first birth's key (ForensicsMemory).
   RecoveryDone apply(const RunningStep& run, const RecoveryPlan& plan, const RecoveryWords& words,
                      DoomSearchResult* doom = nullptr, HeldLiveState* held = nullptr, const std::string& birth = "");
-  // Several ranks: the plan every rank carries out, and its words, from each
-  // rank's own (one or two sums, on every rank).
+  // Several ranks: the plan every rank carries out, and its words, made here
+  // from the values of the rank whose plan it is (two collectives, on every rank).
   std::pair<RecoveryPlan, RecoveryWords> agree(GradientAverager& ranks, const RecoveryPlan& mine,
-                                               const RecoveryWords& my_words, const StepFacts& facts,
-                                               const RecoveryState& state);
+                                               const StepFacts& facts, const RecoveryState& state);
   // The doom search's replays undone: the live state it saved comes back
   // (the loss scaler as it is now).
   void undo_replays(const TrainingState& live) { go_back_to(live, /*with_scaler=*/false); }

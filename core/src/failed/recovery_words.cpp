@@ -138,6 +138,9 @@ RecoveryWords recovery_words(const RecoveryPlan& plan, const StepFacts& facts, c
     case RecoveryReason::replayed:
     case RecoveryReason::trouble_rollback: break;
   }
+  // Several ranks: a remedy's words name the rank whose diagnosis it is (a stock skip's are a loss scale).
+  if (facts.diagnosed_on_rank >= 0 && plan.remedy != Remedy::none)
+    w.why = "rank " + std::to_string(facts.diagnosed_on_rank) + ": " + w.why;
   if (plan.then_stop) w.then_stop = dead_run_text(facts, state);
   return w;
 }

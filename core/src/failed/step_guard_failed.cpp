@@ -99,7 +99,7 @@ void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<floa
   RecoveryPlan plan = decide_recovery(facts, state);
   RecoveryWords words = recovery_words(plan, facts, state);
   // Several ranks carry out one plan: the strongest any rank made.
-  if (run.context.averager) std::tie(plan, words) = recovery_.agree(*run.context.averager, plan, words, facts, state);
+  if (run.context.averager) std::tie(plan, words) = recovery_.agree(*run.context.averager, plan, facts, state);
   if (plan.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
   say_doom_search(run.step, doom, plan.action == RecoveryAction::replay_without);
   const std::string birth = found.capture && found.capture->first_birth ? birth_key(*found.capture) : std::string();

@@ -82,6 +82,9 @@ struct StepFacts {
   // --fallback auto's diagnosis of this step: made before the decision
   // wherever needs_diagnosis says the decision needs it (it re-runs the step).
   std::optional<RemedyChoice> diagnosis;
+  // Several ranks: the rank whose plan and facts these are (a remedy's words
+  // name it); -1 for one process.
+  int diagnosed_on_rank = -1;
 };
 
 // The guard's recovery state as the step found it.
