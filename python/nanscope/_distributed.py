@@ -6,7 +6,9 @@ A DistributedDataParallel model keeps its own gradient sync, overlapped with
 the backward as in the plain loop: the guard registers DDP's communication
 hook, which notes whether this rank's own gradients were finite before they
 mix (that names the rank a NaN came from) and then all-reduces each bucket as
-DDP's default does. The guard's collective is then the flags alone. A model
+DDP's default does. The guard's collective is then the flags alone, begun at
+the guard's unscale_() where the loop calls it (so it runs beside the loop's
+clipping) and waited for in step(). A model
 that has a communication hook of its own keeps it: there DDP's sync is held
 off (no_sync) and the guard averages the gradients itself, after checking
 them. A forensic re-run calls the module inside, so it never waits for the
@@ -42,6 +44,7 @@ class Ranks:
         self.reduces_in_backward = False  # DDP's backward averages, through _note_and_all_reduce
         self._ddp_group = self._all_reduce = None  # DDP's group, and its default reduction of a bucket
         self._own_largest = None  # the largest magnitude of this rank's own gradients this step, before they mixed
+        self._begun = None  # (flags' data_ptr, work): a reduction begin_average() started
         self._closed = False
 
     def take_over_sync_of(self, ddp):
@@ -68,13 +71,33 @@ class Ranks:
     def close(self):
         """The guard is done: the hook all-reduces as DDP's default and notes nothing."""
         self._closed = True
+        self.finish_begun()
         self._own_largest = self._params = None
+
+    def begin_average(self, flags):
+        """DDP's backward averaged the gradients: the flags' reduction starts
+        now (the guard's unscale_(), before the loop's clipping) and average()
+        of the same flags waits for it, so it overlaps the clip."""
+        if self._own_largest is None or self._closed:
+            return
+        self.finish_begun()
+        work = self._dist.all_reduce(flags, op=self._dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._begun = (flags.data_ptr(), work)
+
+    def finish_begun(self):
+        """Waits for a reduction begin_average() started; whether there was one (its flags' data_ptr, or None)."""
+        begun, self._begun = self._begun, None
+        if begun is None:
+            return None
+        begun[1].wait()
+        return begun[0]
 
     def average(self, flags):
         dist, group = self._dist, self._group
         if self._own_largest is not None:  # DDP's backward averaged them
             self._own_largest = None
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+            if self.finish_begun() != flags.data_ptr():
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
             return
         grads = []
         for p in self._params:

@@ -133,6 +133,7 @@ class Guard {
     auto body = std::make_unique<PythonModel>(model, o.model_name, py::none(), program);
     guard_ = optimizer_ ? std::make_unique<StepGuard>(std::move(body), *optimizer_, o)
                         : std::make_unique<StepGuard>(std::move(body), o);
+    if (averager_) harness().set_ranks(averager_.get());
   }
 
   StepResult closure_step(const py::function& closure, const py::object& batch, std::optional<int64_t> step,

@@ -29,6 +29,10 @@ class PythonAverager : public GradientAverager {
     py::gil_scoped_acquire gil;
     ranks_->attr("average")(flags);
   }
+  void begin_average(const at::Tensor& flags) override {
+    py::gil_scoped_acquire gil;
+    ranks_->attr("begin_average")(flags);
+  }
   at::Tensor own_gradients_nonfinite() override {
     py::gil_scoped_acquire gil;
     py::object own = ranks_->attr("own_gradients_nonfinite")();

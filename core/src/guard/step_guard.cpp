@@ -73,6 +73,7 @@ void StepGuardHarness::record_event(int64_t step, format::EventKind kind, const 
   guard_.impl_->journal_.event(step, kind, text);
 }
 void StepGuardHarness::set_step_setup(StepSetupHook hook) { guard_.impl_->step_setup_hook_ = std::move(hook); }
+void StepGuardHarness::set_ranks(GradientAverager* ranks) { guard_.impl_->ranks_ = ranks; }
 const std::vector<int>& StepGuardHarness::first_nonfinite_ranks() const {
   return guard_.impl_->forensics_.first_nonfinite_ranks();
 }

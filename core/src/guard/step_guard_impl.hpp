@@ -218,6 +218,10 @@ struct StepGuard::Impl {
   int64_t ambiguous_rows_checked_at_ = -1;  // the batch size last read for it
   std::exception_ptr model_exception_;      // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
+  // The ranks of the binding's process group (StepGuardHarness::set_ranks):
+  // known before step() brings them, so the watched form's unscale() can
+  // begin the flags' reduction.
+  GradientAverager* ranks_ = nullptr;
   bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)
   std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)
   StepSetupHook step_setup_hook_;      // set_step_setup()

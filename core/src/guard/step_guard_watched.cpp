@@ -22,6 +22,11 @@ at::Tensor scalar_float(const at::Tensor& loss) {
   return value.scalar_type() == at::kFloat ? value : value.to(at::kFloat);
 }
 
+// The step's loss, as the verdict reads it: the micro-batches' losses summed.
+at::Tensor step_loss(const std::vector<at::Tensor>& losses) {
+  return losses.size() > 1 ? at::stack(losses).sum() : losses.front();
+}
+
 }  // namespace
 
 ScopedAutocast StepGuard::Impl::autocast() {
@@ -142,6 +147,12 @@ void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
 at::Tensor StepGuard::Impl::unscale() {
   WatchedStep& w = advance_watched(WatchedCall::unscale);
   w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front(), GradNormUse::as_a_value);
+  // Several ranks whose backward averaged the gradients: the flags' reduction
+  // starts now, beside the loop's clipping, and step() finds it done.
+  if (ranks_ && !w.run.settings.buckets) {
+    w.run.settings.buckets = ranks_;
+    begin_reducing_flags(w.run.settings, step_loss(w.losses));
+  }
   return w.unscaled->total_norm;
 }
 
@@ -161,8 +172,7 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   run.context.averager = context.averager;
   run.settings.buckets = context.averager;
   const bool several = w->losses.size() > 1;
-  const at::Tensor losses = several ? at::stack(w->losses) : w->losses.front();
-  if (several) run.settings.micro_losses = losses;
+  if (several) run.settings.micro_losses = at::stack(w->losses);
   StepFinish finish;
   finish.optimizer = steered_.applies_update ? &steered_.optimizer : nullptr;
   finish.zero_grads_in_place = !steered_.applies_update;
@@ -176,7 +186,7 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   run.settings.losses_adding_nothing = [this, &run](const StepOutcome& outcome) {
     return losses_adding_nothing(run, outcome);
   };
-  run.result.outcome = finish_step(scaler_, parameters_, run.settings, several ? losses.sum() : losses, finish);
+  run.result.outcome = finish_step(scaler_, parameters_, run.settings, step_loss(w->losses), finish);
   // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
   const std::vector<float>& recorded = run.result.outcome.micro_losses;
   for (size_t k = 0; k < run.micro_batches.size(); ++k)

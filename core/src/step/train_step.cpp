@@ -190,29 +190,72 @@ struct AveragedGradients {
   at::Tensor norms;          // per parameter with a gradient; a sharded model's: per parameter
   double seconds = 0;
 };
+// 1 when the forward left a value of a buffer it wrote non-finite
+// (probe::any_nonfinite, for all of them at once); a buffer with infinities of
+// its own (a mask) against its value before the step.
+// Undefined when there are none (no work, nothing added to the host read).
+at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at::Tensor& like) {
+  if (!buffers || buffers->empty()) return {};
+  std::vector<at::Tensor> plain, flags;
+  for (const WrittenBuffer& b : *buffers) {
+    if (!b.before.defined())
+      plain.push_back(b.buffer);
+    else  // NaN != anything: a NaN anywhere counts, an unchanged -inf does not
+      flags.push_back(
+          (~at::isfinite(b.buffer) & (b.buffer != b.before)).any().to(like.device(), at::kFloat).reshape({1}));
+  }
+  if (!plain.empty()) {
+    const at::Tensor bad = probe::any_nonfinite(plain);
+    flags.push_back(bad.device() == like.device() ? bad : bad.to(like.device()));
+  }
+  return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
+}
+
+// This rank's flags (FlagLayout), `grads_bad` its gradients' verdict.
+at::Tensor rank_flags(const StepSettings& settings, bool sharded, const at::Tensor& loss, const at::Tensor& grads_bad,
+                      const at::TensorOptions& options) {
+  const FlagLayout at_{settings.buckets->world_size()};
+  const int rank = settings.buckets->rank();
+  at::Tensor flags = at::zeros({at_.size()}, options.dtype(at::kFloat));
+  if (!sharded) flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
+  if (settings.stop_requested) flags[at_.stop()].fill_(1);
+  flags[at_.grads(rank)].copy_(grads_bad.to(at::kFloat));
+  const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
+  flags[at_.loss_bad(rank)].copy_((~at::isfinite(l)).to(at::kFloat));
+  flags[at_.loss(rank)].copy_(l);
+  if (settings.batch_absmax.defined()) flags[at_.absmax(rank)].copy_(settings.batch_absmax.reshape({}));
+  return flags;
+}
+
+// Where the backward averaged the gradients, this rank's own from before
+// they mixed; else the unscaled ones'. A buffer the forward left non-finite counts.
+at::Tensor grads_bad_of(const at::Tensor& own_nonfinite, const UnscaledGradients* unscaled,
+                        const at::Tensor& buffers_bad) {
+  at::Tensor bad = own_nonfinite.defined()
+                       ? own_nonfinite.reshape({}) > 0
+                       : (unscaled->found_inf.reshape({}) > 0) | ~at::isfinite(unscaled->total_norm);
+  if (buffers_bad.defined()) bad = bad | (buffers_bad.reshape({}) > 0);
+  return bad;
+}
+
 AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
                                        const at::Tensor& loss, const at::Tensor& buffers_bad,
                                        const UnscaledGradients& unscaled) {
   NANSCOPE_NVTX_RANGE("all_reduce");
   GradientAverager& ranks = *settings.buckets;
   const FlagLayout at_{ranks.world_size()};
-  const int rank = ranks.rank();
   AveragedGradients out;
-  out.flags = at::zeros({at_.size()}, unscaled.found_inf.options().dtype(at::kFloat));
-  if (!ranks.sharded()) out.flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
-  if (settings.stop_requested) out.flags[at_.stop()].fill_(1);
-  // This rank's own gradients: after DDP's backward averaged them, the
-  // unscaled ones are every rank's, and only its note from before names the rank.
-  out.own_nonfinite = ranks.sharded() ? at::Tensor() : ranks.own_gradients_nonfinite();
-  at::Tensor grads_bad = out.own_nonfinite.defined()
-                             ? out.own_nonfinite.reshape({}) > 0
-                             : (unscaled.found_inf.reshape({}) > 0) | ~at::isfinite(unscaled.total_norm);
-  if (buffers_bad.defined()) grads_bad = grads_bad | (buffers_bad.reshape({}) > 0);
-  out.flags[at_.grads(rank)].copy_(grads_bad.to(at::kFloat));
-  const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
-  out.flags[at_.loss_bad(rank)].copy_((~at::isfinite(l)).to(at::kFloat));
-  out.flags[at_.loss(rank)].copy_(l);
-  if (settings.batch_absmax.defined()) out.flags[at_.absmax(rank)].copy_(settings.batch_absmax.reshape({}));
+  if (settings.begun_flags) {
+    // Begun at unscale(): only the wait is left.
+    out.flags = settings.begun_flags->flags;
+    out.own_nonfinite = settings.begun_flags->own_nonfinite;
+  } else {
+    // This rank's own gradients: after DDP's backward averaged them, the
+    // unscaled ones are every rank's, and only its note from before names the rank.
+    out.own_nonfinite = ranks.sharded() ? at::Tensor() : ranks.own_gradients_nonfinite();
+    out.flags = rank_flags(settings, ranks.sharded(), loss, grads_bad_of(out.own_nonfinite, &unscaled, buffers_bad),
+                           unscaled.found_inf.options());
+  }
   const auto start = std::chrono::steady_clock::now();
   if (!ranks.sharded()) {
     ranks.average(out.flags);
@@ -243,27 +286,6 @@ AveragedGradients average_across_ranks(const StepSettings& settings, const std::
   out.total_norm = global.sum().sqrt();
   out.norms = global.sqrt();
   return out;
-}
-
-// 1 when the forward left a value of a buffer it wrote non-finite
-// (probe::any_nonfinite, for all of them at once); a buffer with infinities of
-// its own (a mask) against its value before the step.
-// Undefined when there are none (no work, nothing added to the host read).
-at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at::Tensor& like) {
-  if (!buffers || buffers->empty()) return {};
-  std::vector<at::Tensor> plain, flags;
-  for (const WrittenBuffer& b : *buffers) {
-    if (!b.before.defined())
-      plain.push_back(b.buffer);
-    else  // NaN != anything: a NaN anywhere counts, an unchanged -inf does not
-      flags.push_back(
-          (~at::isfinite(b.buffer) & (b.buffer != b.before)).any().to(like.device(), at::kFloat).reshape({1}));
-  }
-  if (!plain.empty()) {
-    const at::Tensor bad = probe::any_nonfinite(plain);
-    flags.push_back(bad.device() == like.device() ? bad : bad.to(like.device()));
-  }
-  return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
 }
 
 // The values a step reads, each part read back by the offset add() gave it.
@@ -352,7 +374,8 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
   const at::Tensor& found_inf = unscaled.found_inf;
   const at::Tensor& local_norm = unscaled.total_norm;
   const std::vector<bool>& had_grad = unscaled.had_grad;
-  const at::Tensor buffers_bad = buffers_nonfinite(settings.written_buffers, found_inf);
+  const at::Tensor buffers_bad =
+      settings.begun_flags ? settings.begun_flags->buffers_bad : buffers_nonfinite(settings.written_buffers, found_inf);
   AveragedGradients averaged;
   if (settings.buckets) averaged = average_across_ranks(settings, parameters, loss, buffers_bad, unscaled);
   const at::Tensor& total_norm = settings.buckets ? averaged.total_norm : local_norm;
@@ -409,6 +432,20 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
 }
 
 }  // namespace
+
+void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss) {
+  GradientAverager* const ranks = settings.buckets;
+  if (!ranks || ranks->sharded()) return;
+  StepSettings::BegunFlags begun;
+  begun.own_nonfinite = ranks->own_gradients_nonfinite();
+  if (!begun.own_nonfinite.defined()) return;  // the averager averages the gradients itself, in average()
+  begun.buffers_bad = buffers_nonfinite(settings.written_buffers, begun.own_nonfinite);
+  begun.flags =
+      rank_flags(settings, /*sharded=*/false, loss, grads_bad_of(begun.own_nonfinite, nullptr, begun.buffers_bad),
+                 begun.own_nonfinite.options());
+  ranks->begin_average(begun.flags);
+  settings.begun_flags = std::move(begun);
+}
 
 UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,
                                     const at::Tensor& like, GradNormUse use) {

@@ -27,6 +27,11 @@ class GradientAverager {
   // or an infinity, else 0. Undefined where no backward averaged them since
   // the last average(): there average() averages them.
   virtual at::Tensor own_gradients_nonfinite() { return {}; }
+  // Where the backward averaged the gradients: starts reducing `flags` (MAX)
+  // without waiting, once the backward is over (the watched form's
+  // unscale(), so the reduction overlaps the loop's clipping); average() of
+  // the same flags then waits for it. The default starts nothing.
+  virtual void begin_average(const at::Tensor& /*flags*/) {}
   // The model is sharded: its backward reduced the gradients, and a re-run of
   // its forward is a collective every rank takes part in.
   virtual bool sharded() const { return false; }

@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -64,7 +65,21 @@ struct StepSettings {
   // is non-finite and some other is not; otherwise none. Those add nothing
   // to the update: it goes on with the others (finish_step).
   std::function<std::vector<size_t>(const StepOutcome&)> losses_adding_nothing;
+  // Several ranks whose backward averaged the gradients: the step's flags,
+  // their reduction begun at unscale() (begin_reducing_flags), with what
+  // they were built from; check_gradients finishes the reduction.
+  struct BegunFlags {
+    at::Tensor flags, own_nonfinite, buffers_bad;
+  };
+  std::optional<BegunFlags> begun_flags;
 };
+
+// Several ranks whose backward averaged the gradients (GradientAverager::
+// own_gradients_nonfinite defined): builds the step's flags from `loss` (the
+// step's, as check_gradients gets it) and begins their reduction
+// (GradientAverager::begin_average), so that it overlaps what the loop does
+// before step(). Nothing where the averager averages the gradients itself.
+void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss);
 
 // What train_step throws when the update raises after the model's forward and
 // backward ran (an optimizer's own error: Adam given sparse gradients): the

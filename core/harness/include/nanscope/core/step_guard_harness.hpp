@@ -34,6 +34,10 @@ class StepGuardHarness {
   // (nanscope-train plants its --fault faults so; step_setup.hpp).
   void set_step_setup(StepSetupHook hook);
   const std::vector<int>& first_nonfinite_ranks() const;  // at the first skip, several ranks
+  // The ranks every step of this guard runs with (the Python binding's
+  // process group): the watched form's unscale() then begins the flags'
+  // reduction, which step() finishes (GradientAverager::begin_average).
+  void set_ranks(GradientAverager* ranks);
 
  private:
   StepGuard& guard_;
