@@ -251,20 +251,10 @@ ChildRead::ChildRead(const std::string& path, const std::function<void()>& read,
   struct stat st {};
   file_bytes_ = ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
   bound_ = read_bound(file_bytes_);
-  // Started before the fork, so the child inherits the heap the thread's
-  // start left (it never runs there: fork copies only this thread).
-  if (watched == Watched::in_background)
-    watcher_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(stop_mutex_);
-      while (!stop_cv_.wait_for(lock, kWatchPeriod, [this] { return stop_watch_; })) stop_if_overrun();
-    });
   // The child's resident memory starts as ours (fork resets its peak to it).
   resident_at_fork_ = status_bytes("/proc/self/status", "VmRSS");
   child_ = fork();
-  if (child_ < 0) {  // no process to spare: the reader goes on without the defence
-    stop_watching();
-    return;
-  }
+  if (child_ < 0) return;  // no process to spare: the reader goes on without the defence
   if (child_ == 0) {
     in_rehearsal = true;
     progress_fd = done_pipe_[1];
@@ -290,6 +280,18 @@ ChildRead::ChildRead(const std::string& path, const std::function<void()>& read,
     std::lock_guard<std::mutex> lock(watch_mutex_);
     watched_ = child_;
   }
+  // The watch starts after the fork, here only: a thread alive at the fork
+  // may hold a lock of the C library's (the loader's, a sanitizer's) that
+  // the child would then wait on for ever. pthread_create takes nothing from
+  // the heap, which stays the child's.
+  if (watched == Watched::in_background) watching_ = pthread_create(&watcher_, nullptr, &ChildRead::watch, this) == 0;
+}
+
+void* ChildRead::watch(void* self) {
+  auto& child = *static_cast<ChildRead*>(self);
+  std::unique_lock<std::mutex> lock(child.stop_mutex_);
+  while (!child.stop_cv_.wait_for(lock, kWatchPeriod, [&child] { return child.stop_watch_; })) child.stop_if_overrun();
+  return nullptr;
 }
 
 ChildRead::~ChildRead() {
@@ -303,13 +305,14 @@ ChildRead::~ChildRead() {
 }
 
 void ChildRead::stop_watching() {
-  if (!watcher_.joinable()) return;
+  if (!watching_) return;
   {
     std::lock_guard<std::mutex> lock(stop_mutex_);
     stop_watch_ = true;
   }
   stop_cv_.notify_one();
-  watcher_.join();
+  pthread_join(watcher_, nullptr);
+  watching_ = false;
 }
 
 bool ChildRead::take_progress() {

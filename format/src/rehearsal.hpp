@@ -10,6 +10,7 @@
 // more memory than the file can justify, or runs out of CPU time turns into
 // a FormatError "corrupt" for the parent, which never touched the bad bytes.
 // Only format/src uses this.
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -20,7 +21,6 @@
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "nanscope/format/rehearsal.hpp"
 
@@ -96,7 +96,9 @@ class ChildRead {
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stop_watch_ = false;  // under stop_mutex_
-  std::thread watcher_;
+  pthread_t watcher_{};
+  bool watching_ = false;
+  static void* watch(void* self);  // the background watch's loop
 };
 
 // A read here is to be rehearsed first: rehearsal on, and not in a child.
