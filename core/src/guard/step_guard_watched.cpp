@@ -186,7 +186,9 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   run.settings.losses_adding_nothing = [this, &run](const StepOutcome& outcome) {
     return losses_adding_nothing(run, outcome);
   };
-  run.result.outcome = finish_step(scaler_, parameters_, run.settings, step_loss(w->losses), finish);
+  // The step's loss as step_loss() has it, from the stack made above.
+  const at::Tensor loss = several ? run.settings.micro_losses.sum() : w->losses.front();
+  run.result.outcome = finish_step(scaler_, parameters_, run.settings, loss, finish);
   // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
   const std::vector<float>& recorded = run.result.outcome.micro_losses;
   for (size_t k = 0; k < run.micro_batches.size(); ++k)
