@@ -323,16 +323,8 @@ std::pair<std::string, std::string> replay_report(const std::string& snapshot, p
   return out;
 }
 
-}  // namespace
-
-}  // namespace nanscope::python
-
-PYBIND11_MODULE(_nanscope, m) {
-  using namespace nanscope;
-  using namespace nanscope::python;
-  m.doc() = "nanscope's C++ core: the step guard and replay (use the nanscope package, not this module)";
-
-  py::register_exception<DeadRunError>(m, "DeadRunError", PyExc_RuntimeError);
+// nanscope.StepResult: what one guarded step did.
+void bind_step_result(py::module_& m) {
   py::class_<StepResult>(m, "StepResult", "What one guarded step did")
       .def_property_readonly(
           "counted", [](const StepResult& r) { return r.step.counted(); }, "the update reached the weights")
@@ -380,7 +372,10 @@ PYBIND11_MODULE(_nanscope, m) {
                (r.step.first_birth.empty() ? "" : " first_birth='" + r.step.first_birth + "'") +
                (r.stop ? " stop=True" : "") + ">";
       });
+}
 
+// The guard's object, behind nanscope.StepGuard (nanscope/_guard.py).
+void bind_guard(py::module_& m) {
   py::class_<Guard>(m, "_StepGuard")
       .def(py::init<py::object, py::object, py::dict, py::dict, py::object, int, int, py::object>())
       .def("closure_step", &Guard::closure_step, py::arg("closure"), py::arg("batch"), py::arg("step") = py::none(),
@@ -440,7 +435,10 @@ PYBIND11_MODULE(_nanscope, m) {
       .def("close", &Guard::close)
       .def_property_readonly("stopped", [](Guard& g) { return g.guard().stopped(); })
       .def("health", [](Guard& g) { return g.guard().health().nonfinite; });
+}
 
+// Run files and snapshots: a killed writer's mark, the other models a loss ran.
+void bind_run_files(py::module_& m) {
   m.def("append_other_modules", [](const std::string& path, const probe::NamedTensorList& tensors) {
     probe::append_other_modules(path, tensors);
   });
@@ -459,6 +457,10 @@ PYBIND11_MODULE(_nanscope, m) {
     }
   });
   m.def("guard_keyword_list", &guard_keyword_list);
+}
+
+// A run's poison list (RUN_DIR/poisoned_samples.jsonl).
+void bind_poison_list(py::module_& m) {
   m.def(
       "poisoned_samples",
       [](const std::string& run_dir) {
@@ -492,6 +494,10 @@ PYBIND11_MODULE(_nanscope, m) {
         }
       },
       "the rows an epoch that starts at `step` leaves out: those listed at step - 2 or before");
+}
+
+// The process's side: keyword checks, version counters, where lines go, module scopes.
+void bind_process(py::module_& m) {
   m.def("tensor_versions", &tensor_versions, "the version counters of a call's tensors (positional, then keyword)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {
@@ -514,7 +520,13 @@ PYBIND11_MODULE(_nanscope, m) {
       }
     });
   });
-  nanscope::python::bind_doom_search(m);
+  m.def("scopes_active", [] { return probe::module_scopes_active(); });
+  m.def("push_scope_path", [](const std::string& path) { return probe::open_module_scope_by_path(path); });
+  m.def("pop_scope", [] { probe::close_module_scope(); });
+}
+
+// nanscope.replay and nanscope.inspect_snapshot.
+void bind_replay(py::module_& m) {
   m.def("replay_report", &replay_report, py::arg("snapshot"), py::arg("model"), py::arg("loss"), py::arg("repeats"),
         py::arg("bisect"), py::arg("write"), py::arg("others"));
   // nanscope.inspect_snapshot: nanscope-replay --inspect's (json, text), a bad snapshot ValueError.
@@ -526,7 +538,21 @@ PYBIND11_MODULE(_nanscope, m) {
       throw py::value_error(std::string("nanscope.inspect_snapshot: bad snapshot ") + e.what());
     }
   });
-  m.def("scopes_active", [] { return probe::module_scopes_active(); });
-  m.def("push_scope_path", [](const std::string& path) { return probe::open_module_scope_by_path(path); });
-  m.def("pop_scope", [] { probe::close_module_scope(); });
+}
+
+}  // namespace
+
+}  // namespace nanscope::python
+
+PYBIND11_MODULE(_nanscope, m) {
+  using namespace nanscope::python;
+  m.doc() = "nanscope's C++ core: the step guard and replay (use the nanscope package, not this module)";
+  py::register_exception<nanscope::DeadRunError>(m, "DeadRunError", PyExc_RuntimeError);
+  bind_step_result(m);
+  bind_guard(m);
+  bind_run_files(m);
+  bind_poison_list(m);
+  bind_process(m);
+  bind_doom_search(m);
+  bind_replay(m);
 }

@@ -49,10 +49,10 @@ void StepGuard::Impl::record_for_doom_search(const RunningStep& run) {
   record.step = run.step;
   record.micro_batches = replayable(run.micro_batches);
   for (double lr : group_lrs(steered_.optimizer)) record.lrs.push_back(lr * lr_multiplier());
-  record.amp = run.result.amp;
-  record.loss_scale = run.result.loss_scale;
+  record.amp = run.amp;
+  record.loss_scale = run.loss_scale;
   record.setup = run.setup;
-  record.applied = !run.result.outcome.skipped;
+  record.applied = !run.outcome.skipped;
   record.batch_rows = run.context.batch_rows;
   const TrainingState* oldest = recovery_.memory().saved_states().oldest();
   doom_.record(std::move(record), oldest ? oldest->step : -1);
@@ -65,7 +65,7 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const F
   GradientAverager* const ranks = run.context.averager;
   const std::optional<format::Capture>& capture = found.capture;
   if (found.buffers_written_outside) return "its buffers were written outside its steps";
-  if (!run.result.outcome.batch_finite) return "the batch holds a non-finite value";
+  if (!run.outcome.batch_finite) return "the batch holds a non-finite value";
   if (capture && capture->first_birth &&
       (capture->first_birth->op.phase == format::Phase::input ||
        probe::category_of(*capture->first_birth) == format::Category::all_targets_ignored))
@@ -75,13 +75,14 @@ std::string StepGuard::Impl::doom_search_refused(const RunningStep& run, const F
     return "the optimizer evaluates the loss itself (L-BFGS), which a replay of its steps cannot repeat";
   if (ranks && !ranks->sums())
     return "several ranks whose process group cannot sum (every rank's verdict on a replay needs it)";
-  if (!rerunnable(run)) return "no loss function to replay steps with";
-  if (!runs_other_batches(run)) return "the closure runs its own batch only (give a loss function of the batch)";
+  if (!steered_.rerunnable(run.watched)) return "no loss function to replay steps with";
+  if (!steered_.runs_other_batches(run.watched))
+    return "the closure runs its own batch only (give a loss function of the batch)";
   if (!from) return "no state saved yet to replay from";
   return "";
 }
 
-DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const ForensicFindings& found,
+DoomSearchResult StepGuard::Impl::search_dooming_step(const RunningStep& run, const ForensicFindings& found,
                                                       bool may_replay_without, HeldLiveState& held) {
   const int64_t step = run.step;
   DoomSearchResult doom;
@@ -120,7 +121,7 @@ DoomSearchResult StepGuard::Impl::search_dooming_step(RunningStep& run, const Fo
 // it is tried to the end. The live state comes back unless that replay
 // survived (then `held` keeps it for the recovery's decision); the loop's LRs
 // and random generators come back either way.
-void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState& from,
+void StepGuard::Impl::replay_earlier_steps(const RunningStep& run, const TrainingState& from,
                                            const std::vector<const StepRecord*>& records, bool may_replay_without,
                                            DoomSearchResult& doom, HeldLiveState& held) {
   const int64_t step = run.step;
@@ -132,11 +133,11 @@ void StepGuard::Impl::replay_earlier_steps(RunningStep& run, const TrainingState
   StepRecord failing;
   failing.step = step;
   failing.micro_batches = replayable(run.micro_batches);
-  failing.amp = run.result.amp;
-  failing.loss_scale = run.result.loss_scale;
+  failing.amp = run.amp;
+  failing.loss_scale = run.loss_scale;
   failing.setup = run.setup;
   std::optional<ClosureModel::Step> with_loss_fn;
-  run_batches_through_loss_fn(with_loss_fn, run, failing.micro_batches.front().batch);
+  steered_.run_other_batches_through_loss_fn(with_loss_fn, run.watched, failing.micro_batches.front().batch);
   // The replays run the modules the fallback moved to fp32 in fp32, as the
   // steps did; each step replays at its own precision (at fp32 they switch nothing).
   std::optional<Fp32ModuleRegions> fp32;

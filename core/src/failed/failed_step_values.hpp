@@ -1,8 +1,8 @@
 #pragma once
 // The values a failed step's pipeline passes on, one stage to the next
 // (step_guard_failed.cpp): what the forensics found, what the doom search
-// found, what the recovery did. The GuardedStep is filled from them once, at
-// the end. Private to the guard's files.
+// found, what the recovery did, and all of it together for the step's end,
+// where its GuardedStep is built once. Private to the guard's files.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +59,16 @@ struct RecoveryDone {
   Remedy remedy = Remedy::none;
   bool fell_back = false;
   int64_t rolled_back_to = -1;
+};
+
+// What a failed step's pipeline came to, stage by stage: the value the
+// step's GuardedStep takes its birth, snapshot, doom and recovery fields
+// from (all empty for the loss scaler's routine backoff).
+struct FailedStepConclusion {
+  ForensicFindings found;
+  DoomSearchResult doom;
+  RecoveryDone done;
+  std::vector<int64_t> listed_samples;  // the data set rows a `data` verdict added to the poison list
 };
 
 }  // namespace nanscope

@@ -29,20 +29,21 @@ RecoveryActions::RecoveryActions(const GuardOptions& options, Steered& steered, 
       doom_(doom),
       memory_(options) {}
 
-void RecoveryActions::fall_back(const GuardedStep& result, int64_t step, const std::string& what) {
+void RecoveryActions::fall_back(const RunningStep& run, const std::string& what) {
+  const int64_t step = run.step;
   const bool in_fp32 = memory_.fall_back(steered_.model, steered_.optimizer, scaler_, device(), step);
   // A run already in fp32, or a model that keeps its own 16-bit weights, has
   // no wider precision to go to: its fallback is the LR cut alone.
   const std::string lr_cut = "LR x " + number_text(options_.lr_backoff);
-  const std::string at = step_precision_name(result.amp, steered_.model.own_16bit_type_name());
+  const std::string at = step_precision_name(run.amp, steered_.model.own_16bit_type_name());
   std::string text = at + " -> fp32, " + lr_cut;
   if (!in_fp32)
     text = at + ": " + lr_cut + " (the model's own " + steered_.model.own_float_type_name() +
            " weights stay: widen them yourself for fp32)";
-  else if (result.amp == Amp::fp32)
+  else if (run.amp == Amp::fp32)
     text = "fp32: " + lr_cut + " (already fp32: no wider precision to fall back to)";
   journal_.record(step, format::EventKind::fallback, text,
-                  what + " at " + at + (result.counted() ? " -> fallback " : " -> skipped; fallback "));
+                  what + " at " + at + (!run.outcome.skipped ? " -> fallback " : " -> skipped; fallback "));
 }
 
 void RecoveryActions::stop(int64_t step, const std::string& text) {
@@ -160,7 +161,7 @@ RecoveryDone RecoveryActions::apply(const RunningStep& run, const RecoveryPlan& 
         done.remedy = r.remedy;
         journal_.event(step, format::EventKind::remedy, remedy_text);
       }
-      fall_back(run.result, step, w.subject);
+      fall_back(run, w.subject);
       done.fell_back = true;
       break;
     case RecoveryAction::replay_without:

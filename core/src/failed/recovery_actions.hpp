@@ -76,8 +76,8 @@ class RecoveryActions {
   // to the live state): weights, buffers, optimizer and RNG as saved, the
   // loop's LRs kept, the scaler too unless `with_scaler`, gradients cleared.
   void go_back_to(const TrainingState& state, bool with_scaler);
-  void fall_back(const GuardedStep& result, int64_t step, const std::string& what);
-  int64_t roll_back(int64_t step, const std::string& why);  // the step the run went back to
+  void fall_back(const RunningStep& run, const std::string& what);  // at the step `run`
+  int64_t roll_back(int64_t step, const std::string& why);          // the step the run went back to
   int64_t replay_without(int64_t step, DoomSearchResult& doom, const std::string& what);
   at::Device device() const { return parameters_.front().device(); }
 

@@ -2,8 +2,8 @@
 // forensics' findings (birth, snapshot), the doom search's finding, the facts
 // they make, the diagnosis where the decision needs it, the decision
 // (decide_recovery: values in, an action out), the ranks' agreement, the
-// recovery that carries it out, and the GuardedStep filled from those values
-// at the end.
+// recovery that carries it out; what they came to is returned as one value
+// (FailedStepConclusion), from which the step's end builds its GuardedStep.
 #include <optional>
 #include <string>
 #include <utility>
@@ -46,77 +46,65 @@ std::vector<uint64_t> samples_of(const format::Birth& birth, const Batch& batch)
 
 }  // namespace
 
-void StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
-                                        const std::string& undone) {
+FailedStepConclusion StepGuard::Impl::on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
+                                                        const std::string& undone) {
   // The re-runs below run the step as it ran: with the kernels pinned in their modules.
   std::optional<probe::KernelRegions> kernels;
   if (!kernel_regions().empty()) kernels.emplace(kernel_regions());
-  decide_micro_batches(run);
-  // Whether a micro-batch itself holds a NaN/Inf is asked here, once a step
-  // failed: a clean step has no use for it. They are read as kept at their
-  // backward (a copy, where the step can be re-run).
-  if (options_.probe) run.result.outcome.batch_finite = batches_finite(probe_, run.micro_batches);
   // The re-runs below set the random generators to replay the step's draws;
   // the loop goes on from where its own step left them (a rollback excepted).
   KeepGeneratorStates loop_generators;
-  if (scalers_backoff(run.result.outcome, run.result.loss_scale)) {
-    if (!nonfinite_without_the_scale(run)) {
-      say_scalers_backoff(run, undone);
-      return;
-    }
-    // Not the scale's doing: the scale stays as it was, and the step is a
-    // failed step like any other, investigated at a scale of 1.
-    scaler_.restore(run.result.loss_scale, run.growth_tracker_before);
-    run.rerun_scale = 1.0;
+  if (!settle_failed_step(run)) {
+    say_scalers_backoff(run, undone);
+    return {};
   }
-  const std::string what = failure_text(run);
-  record_skip(run, what, undone);
-  // Weights that already hold the NaN/Inf were made so by an earlier update
-  // (or loaded so): no op of this step is its birth, and a re-run from them
-  // would name none. Taken before a closure optimizer's trial point is put
-  // in. A sharded model's ranks re-run in lockstep as ever (each holds shards).
-  std::vector<std::string> nonfinite_weights;
-  if (options_.probe && !(run.context.averager && run.context.averager->sharded()))
-    nonfinite_weights = nonfinite_parameters(steered_.model);
-  ForensicFindings found;
-  {
-    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
-    found = investigate(run, nonfinite_weights, layer_grad_norm);
-  }
-  tell_birth_across_ranks(run, found);
+  // From here every stage reads the failed step and returns what it made.
+  const RunningStep& failed = run;
+  FailedStepConclusion out;
+  const std::string what = failure_text(failed);
+  record_skip(failed, what, undone);
+  out.found = forensics_.investigate(failed, layer_grad_norm, std::exchange(model_exception_, nullptr));
+  const ForensicFindings& found = out.found;
   // The first failing step of a run of them: was it doomed by an earlier
   // update? Several ranks all enter the search (it is collective) and agree
   // there whether it runs.
-  const RecoveryState state = recovery_.state_at(run.step);
-  DoomSearchResult doom;
+  const RecoveryState state = recovery_.state_at(failed.step);
   HeldLiveState held;  // the live state, while a replay without the dooming update stands in for it
-  if ((!found.buffers_written_outside || run.context.averager) && options_.doom_search.enabled &&
+  if ((!found.buffers_written_outside || failed.context.averager) && options_.doom_search.enabled &&
       recovery_.memory().nonfinite_in_a_row() == 0)
-    doom = search_dooming_step(run, found, replay_possible(state), held);
+    out.doom = search_dooming_step(failed, found, replay_possible(state), held);
 
-  StepFacts facts = step_facts(run, what, found, doom);
-  facts.diagnosis = diagnosis_if_needed(run, found, facts, state);
+  StepFacts facts = step_facts(failed, what, found, out.doom);
+  facts.diagnosis = diagnosis_if_needed(failed, found, facts, state);
   RecoveryPlan plan = decide_recovery(facts, state);
   RecoveryWords words = recovery_words(plan, facts, state);
   // Several ranks carry out one plan: the strongest any rank made.
-  if (run.context.averager) std::tie(plan, words) = recovery_.agree(*run.context.averager, plan, facts, state);
+  if (failed.context.averager) std::tie(plan, words) = recovery_.agree(*failed.context.averager, plan, facts, state);
   if (plan.action == RecoveryAction::roll_back) loop_generators.keep_as_is();  // the saved state's, as its weights
-  say_doom_search(run.step, doom, plan.action == RecoveryAction::replay_without);
+  say_doom_search(failed.step, out.doom, plan.action == RecoveryAction::replay_without);
   const std::string birth = found.capture && found.capture->first_birth ? birth_key(*found.capture) : std::string();
-  const RecoveryDone done = recovery_.apply(run, plan, words, &doom, &held, birth);
+  out.done = recovery_.apply(failed, plan, words, &out.doom, &held, birth);
+  out.listed_samples = list_poisoned_samples(options_.run_dir, failed.step,
+                                             failed.context.averager ? failed.context.averager->rank() : -1, plan,
+                                             facts.diagnosis, words, found.first_birth);
+  return out;
+}
 
-  GuardedStep& result = run.result;
-  result.first_birth = found.first_birth;
-  result.snapshot = found.snapshot;
-  result.doomed_by = doom.doomed_by;
-  result.doomed_by_step = doom.doomed_by_step;
-  result.doom_rows = doom.rows;
-  result.remedy = done.remedy;
-  result.fell_back = done.fell_back;
-  result.rolled_back_to = done.rolled_back_to;
-  result.listed_samples =
-      list_poisoned_samples(options_.run_dir, run.step, run.context.averager ? run.context.averager->rank() : -1, plan,
-                            facts.diagnosis, words, found.first_birth);
+// The failed step's last facts, settled before any stage reads it: which
+// model call each micro-batch's loss used, whether a micro-batch itself holds
+// a NaN/Inf (asked only now: a clean step has no use for it; read as kept at
+// their backward), and under loss scaling the scale its re-runs run at.
+// False: the loss scaler's routine backoff, no failure to work on.
+bool StepGuard::Impl::settle_failed_step(RunningStep& run) {
+  decide_micro_batches(run);
+  if (options_.probe) run.outcome.batch_finite = batches_finite(probe_, run.micro_batches);
+  if (!scalers_backoff(run.outcome, run.loss_scale)) return true;
+  if (!nonfinite_without_the_scale(run)) return false;
+  // Not the scale's doing: the scale stays as it was, and the step is a
+  // failed step like any other, investigated at a scale of 1.
+  scaler_.restore(run.loss_scale, run.growth_tracker_before);
+  run.rerun_scale = 1.0;
+  return true;
 }
 
 // fp16's routine, as torch.amp.GradScaler has it: gradients that overflow
@@ -137,8 +125,8 @@ bool StepGuard::Impl::scalers_backoff(const StepOutcome& outcome, double loss_sc
 // an overflowing step only, can. A step that cannot be re-run (no loss
 // function), a closure optimizer's, or one of several ranks (their re-runs
 // would have to agree) keeps GradScaler's reading, as does a re-run that raised.
-bool StepGuard::Impl::nonfinite_without_the_scale(RunningStep& run) {
-  if (!rerunnable(run) || run.context.averager || run.evaluations.failed > 0) return false;
+bool StepGuard::Impl::nonfinite_without_the_scale(const RunningStep& run) {
+  if (!steered_.rerunnable(run.watched) || run.context.averager || run.evaluations.failed > 0) return false;
   bool nonfinite = false;
   try {
     nonfinite = !rerun_as_the_step_ran(run, run.micro_batches, 1.0).finite();
@@ -152,13 +140,13 @@ bool StepGuard::Impl::nonfinite_without_the_scale(RunningStep& run) {
 namespace {
 
 std::string ranks_text(const RunningStep& run) {
-  return run.context.averager ? " on rank(s) " + format::rank_list_text(run.result.outcome.nonfinite_ranks) : "";
+  return run.context.averager ? " on rank(s) " + format::rank_list_text(run.outcome.nonfinite_ranks) : "";
 }
 
 }  // namespace
 
 std::string StepGuard::Impl::failure_text(const RunningStep& run) const {
-  const StepOutcome& outcome = run.result.outcome;
+  const StepOutcome& outcome = run.outcome;
   // An optimizer that evaluates the loss itself (L-BFGS) met it at a trial point.
   return std::string(!outcome.loss_finite     ? "non-finite loss"
                      : outcome.buffers_finite ? "non-finite gradients"
@@ -171,7 +159,7 @@ std::string StepGuard::Impl::failure_text(const RunningStep& run) const {
 
 void StepGuard::Impl::say_scalers_backoff(const RunningStep& run, const std::string& undone) {
   const int64_t step = run.step;
-  const double scale = run.result.loss_scale;
+  const double scale = run.loss_scale;
   const std::string where = ranks_text(run);
   const std::string backoff = "loss scale " + number_text(scale) + " -> " + number_text(scaler_.scale());
   journal_.event(step, format::EventKind::skip,
@@ -184,22 +172,21 @@ void StepGuard::Impl::say_scalers_backoff(const RunningStep& run, const std::str
 
 void StepGuard::Impl::record_skip(const RunningStep& run, const std::string& what, const std::string& undone) {
   const int64_t step = run.step;
-  const GuardedStep& result = run.result;
   journal_.event(step, format::EventKind::skip,
-                 what + " at " + step_precision_name(result.amp, steered_.model.own_16bit_type_name()) +
+                 what + " at " + step_precision_name(run.amp, steered_.model.own_16bit_type_name()) +
                      "; optimizer step skipped" +
                      (run.evaluations.failed > 0 ? " (weights and optimizer state as before the step)" : "") +
-                     (result.error.empty() ? "" : " (the model raised: " + result.error + ")") + undone);
+                     (run.error.empty() ? "" : " (the model raised: " + run.error + ")") + undone);
   if (run.context.averager) {
     // Every rank records who went non-finite; the first time, as the run's first.
-    const std::string ranks = format::rank_list_text(result.outcome.nonfinite_ranks);
-    if (forensics_.nonfinite_ranks(result.outcome.nonfinite_ranks))
+    const std::string ranks = format::rank_list_text(run.outcome.nonfinite_ranks);
+    if (forensics_memory_.nonfinite_ranks(run.outcome.nonfinite_ranks))
       journal_.event(step, format::EventKind::first_nonfinite, ranks);
     journal_.event(step, format::EventKind::nonfinite_ranks, ranks);
   }
-  if (scaler_.enabled() && scaler_.scale() != result.loss_scale)
+  if (scaler_.enabled() && scaler_.scale() != run.loss_scale)
     journal_.event(step, format::EventKind::scale_backoff,
-                   "loss scale " + number_text(result.loss_scale) + " -> " + number_text(scaler_.scale()));
+                   "loss scale " + number_text(run.loss_scale) + " -> " + number_text(scaler_.scale()));
 }
 
 StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string& what, const ForensicFindings& found,
@@ -207,11 +194,11 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   StepFacts facts;
   facts.trigger = RecoveryTrigger::nonfinite_step;
   facts.what = what;
-  facts.amp = run.result.amp;
+  facts.amp = run.amp;
   facts.own_16bit = steered_.model.own_16bit_type_name();
-  facts.loss_finite = run.result.outcome.loss_finite;
+  facts.loss_finite = run.outcome.loss_finite;
   facts.buffers_written_outside = found.buffers_written_outside;
-  facts.rerunnable = rerunnable(run);
+  facts.rerunnable = steered_.rerunnable(run.watched);
   facts.replay_without_survives = doom.replay_survives;
   // The live state's health (a replay that survived is the decision's
   // already, on every rank alike).
@@ -229,10 +216,10 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   const std::optional<format::Capture>& capture = found.capture;
   if (capture && capture->first_birth) {
     facts.birth_where = format::birth_place_text(*capture->first_birth);
-    const Batch& batch = run.micro_batches.at(diagnosed_micro_batch(run, capture)).batch;
+    const Batch& batch = run.micro_batches.at(forensics_.diagnosed_micro_batch(run, capture)).batch;
     const format::Birth& birth = *capture->first_birth;
     if (const ForensicsMemory::Diagnosed* seen =
-            forensics_.diagnosed(birth_key(*capture), [&] { return samples_of(birth, batch); })) {
+            forensics_memory_.diagnosed(birth_key(*capture), [&] { return samples_of(birth, batch); })) {
       facts.same_birth_step = seen->step;
       facts.same_birth_as = seen->remedy;
     }
@@ -240,12 +227,12 @@ StepFacts StepGuard::Impl::step_facts(const RunningStep& run, const std::string&
   return facts;
 }
 
-std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
+std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(const RunningStep& run, const ForensicFindings& found,
                                                                  const StepFacts& facts, const RecoveryState& state) {
   const bool needed = needs_diagnosis(facts, state);
   // A sharded model's diagnosis runs on every rank together, needed here or not.
   if (run.context.averager && run.context.averager->sharded()) {
-    const RemedyChoice choice = diagnose_in_lockstep(run, found.capture, needed);
+    const RemedyChoice choice = forensics_.diagnose_in_lockstep(run, found.capture, needed);
     return needed ? std::optional<RemedyChoice>(choice) : std::nullopt;
   }
   if (!needed) return std::nullopt;
@@ -256,7 +243,7 @@ std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(RunningStep& ru
     return none;
   }
   const AtFailedEvaluation trial_point(parameters_, run.evaluations);
-  return diagnose(run, found.capture);
+  return forensics_.diagnose(run, found.capture);
 }
 
 }  // namespace nanscope

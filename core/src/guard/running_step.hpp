@@ -19,8 +19,16 @@ struct RunningStep {
   StepContext context;
   StepSetup setup;  // the harness's for this step (set_step_setup), for the step and every re-run of it
   StepSettings settings;
-  GuardedStep result;
+  // What the step runs with, fixed as it begins.
+  Amp amp = Amp::fp32;
+  double lr = 0;          // of the update: the loop's (or its schedule's) times the guard's cuts
+  double loss_scale = 1;  // the scale it ran with
   std::chrono::steady_clock::time_point start;
+  // What the step came to (train_step's outcome), and what the model raised
+  // (the step was skipped); the step's GuardedStep is built from these and
+  // its stages' values as it ends.
+  StepOutcome outcome;
+  std::string error;
   std::vector<MicroBatch> micro_batches;  // the closure step's one batch, or the watched step's micro-batches
   bool watched = false;                   // the loop ran forward and backward: re-runs go through its loss_fn
   std::optional<std::vector<std::string>> fp32_not_entered;  // planned fp32 modules, checked on the first step
@@ -41,7 +49,7 @@ struct RunningStep {
   // The loss op that counted none of a left-out micro-batch's targets
   // (aten::cross_entropy_loss; StepOutcome::adding_nothing).
   std::string no_target_op;
-  double loss_scale_for_reruns() const { return rerun_scale.value_or(result.loss_scale); }
+  double loss_scale_for_reruns() const { return rerun_scale.value_or(loss_scale); }
 };
 
 // While alive, the parameters hold the weights a closure optimizer's failed

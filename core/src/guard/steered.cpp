@@ -41,4 +41,17 @@ Steered::Steered(GuardedModel given, torch::optim::Optimizer* optimizer, const s
   }
 }
 
+ClosureModel& Steered::closure_model() {
+  if (!closure)
+    throw std::logic_error(
+        "StepGuard::step(closure, batch): this guard trains a TrainableModel; call step(step, inputs, targets), or "
+        "build the guard from your module");
+  return *closure;
+}
+
+void Steered::run_other_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, bool watched,
+                                                const Batch& batch) {
+  if (loss_fn && other_batches_need_loss_fn(watched)) scope.emplace(closure_model(), loss_fn, batch);
+}
+
 }  // namespace nanscope

@@ -3,6 +3,7 @@
 // the update (or a stand-in without one), and the loop's loss function for
 // re-runs. Private to the guard's files.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/optim/optimizer.h>
@@ -30,7 +31,21 @@ struct Steered {
   bool update_evaluates_closure;
   BatchLoss loss_fn;  // the watched form's: what re-runs a micro-batch
 
+  // The closure step's model, or std::logic_error for a borrowed TrainableModel.
+  ClosureModel& closure_model();
+  // Whether a step can run again: the closure step always; a watched one
+  // (`watched`: the loop ran forward and backward) through the loss function.
+  bool rerunnable(bool watched) const { return !watched || loss_fn; }
+  // Whether batches other than the step's own (a row left out, an earlier
+  // step) can run: through the loss function, or a closure that takes its batch.
+  bool runs_other_batches(bool watched) const { return !other_batches_need_loss_fn(watched) || loss_fn; }
+  // Installs the loss function where runs_other_batches needs it, for `batch`.
+  void run_other_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, bool watched, const Batch& batch);
+
  private:
+  // A watched step, or a closure over its own batch only, runs another batch
+  // through the loss function alone.
+  bool other_batches_need_loss_fn(bool watched) const { return watched || (closure && !closure->runs_any_batch()); }
   static std::unique_ptr<ClosureModel> closure_of(GuardedModel& given, const std::string& model_name);
   static TrainableModel& trained(const std::unique_ptr<ClosureModel>& closure, const GuardedModel& given);
 };

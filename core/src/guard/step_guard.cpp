@@ -55,7 +55,7 @@ double StepGuard::loss_scale() const { return impl_->scaler_.scale(); }
 bool StepGuard::scaling() const { return impl_->scaler_.enabled(); }
 void StepGuard::flush() { impl_->journal_.flush(); }
 const std::string& StepGuard::run_file() const { return impl_->journal_.path(); }
-const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_.snapshots(); }
+const std::vector<std::string>& StepGuard::snapshots() const { return impl_->forensics_memory_.snapshots(); }
 void StepGuard::add_other_model(const OtherModel& other) {
   nanscope::add_other_model(impl_->steered_.model, other);
   register_tensor_owners(impl_->steered_.model);
@@ -75,7 +75,7 @@ void StepGuardHarness::record_event(int64_t step, format::EventKind kind, const 
 void StepGuardHarness::set_step_setup(StepSetupHook hook) { guard_.impl_->step_setup_hook_ = std::move(hook); }
 void StepGuardHarness::set_ranks(GradientAverager* ranks) { guard_.impl_->ranks_ = ranks; }
 const std::vector<int>& StepGuardHarness::first_nonfinite_ranks() const {
-  return guard_.impl_->forensics_.first_nonfinite_ranks();
+  return guard_.impl_->forensics_memory_.first_nonfinite_ranks();
 }
 
 }  // namespace nanscope

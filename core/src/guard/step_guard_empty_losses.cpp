@@ -40,7 +40,7 @@ bool gradients_all_zero(const std::vector<at::Tensor>& parameters) {
 }  // namespace
 
 std::string micro_batches_left_out_text(const RunningStep& run) {
-  const std::vector<size_t>& left_out = run.result.outcome.adding_nothing;
+  const std::vector<size_t>& left_out = run.outcome.adding_nothing;
   std::string which;
   for (size_t k : left_out) which += (which.empty() ? "" : ", ") + std::to_string(k);
   const size_t total = run.micro_batches.size(), kept = total - left_out.size();
@@ -51,17 +51,19 @@ std::string micro_batches_left_out_text(const RunningStep& run) {
          ", as a plain loop's";
 }
 
-StepRecomputation StepGuard::Impl::rerun_as_the_step_ran(RunningStep& run, const std::vector<MicroBatch>& micro_batches,
+StepRecomputation StepGuard::Impl::rerun_as_the_step_ran(const RunningStep& run,
+                                                         const std::vector<MicroBatch>& micro_batches,
                                                          double loss_scale, probe::OpCapture* capture) {
   std::optional<Fp32ModuleRegions> fp32;
-  if (run.watched && fp32_regions_apply(run.result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
+  if (run.watched && fp32_regions_apply(run.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
   std::optional<ClosureModel::Step> with_loss_fn;
-  if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, micro_batches.front().batch);
-  return recompute_step(steered_.model, parameters_, run.result.amp, loss_scale, run.setup, micro_batches, capture);
+  if (run.watched) with_loss_fn.emplace(steered_.closure_model(), steered_.loss_fn, micro_batches.front().batch);
+  return recompute_step(steered_.model, parameters_, run.amp, loss_scale, run.setup, micro_batches, capture);
 }
 
 std::vector<size_t> StepGuard::Impl::losses_adding_nothing(RunningStep& run, const StepOutcome& outcome) {
-  if (!options_.probe || !rerunnable(run) || run.context.averager || run.evaluations.failed > 0) return {};
+  if (!options_.probe || !steered_.rerunnable(run.watched) || run.context.averager || run.evaluations.failed > 0)
+    return {};
   if (outcome.micro_losses.size() != run.micro_batches.size()) return {};
   std::vector<size_t> nonfinite;
   for (size_t k = 0; k < outcome.micro_losses.size(); ++k)

@@ -1,11 +1,12 @@
 #pragma once
 // StepGuard's insides, behind its public header: what it steers, the step
-// runner (both forms), the failed step's pipeline, forensics and the doom
-// search, each implemented in its own step_guard_*.cpp, and recovery, an
-// object of its own (recovery_actions.hpp). Forensics and the doom search
-// keep their state in their own objects (forensics_memory.hpp,
-// doom_memory.hpp); Impl holds them, and a failed step passes values from one
-// stage to the next (failed_step_values.hpp). Private to core.
+// runner (both forms), the failed step's pipeline and the doom search, each
+// implemented in its own step_guard_*.cpp; forensics (failed/forensics.hpp)
+// and recovery (failed/recovery_actions.hpp) are objects of their own.
+// Forensics and the doom search keep their state in their own objects
+// (forensics_memory.hpp, doom_memory.hpp); Impl holds and wires them, and a
+// failed step passes values from one stage to the next
+// (failed_step_values.hpp). Private to core.
 #include <exception>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "failed/failed_step_values.hpp"
+#include "failed/forensics.hpp"
 #include "failed/recovery_actions.hpp"
 #include "guard/running_step.hpp"
 #include "guard/steered.hpp"
@@ -39,6 +41,13 @@ namespace nanscope {
 // (StepOutcome::adding_nothing; step_guard_empty_losses.cpp).
 std::string micro_batches_left_out_text(const RunningStep& run);
 
+// What undoing a skipped step put back: the buffers its forward had written,
+// and the clause its skip event adds.
+struct SkippedStepUndone {
+  std::vector<std::string> restored;
+  std::string text;
+};
+
 struct StepGuard::Impl {
   Impl(GuardedModel model, torch::optim::Optimizer* optimizer, GuardOptions options);
 
@@ -50,7 +59,6 @@ struct StepGuard::Impl {
   GuardedStep step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context);
   GuardedStep run_closure_step(int64_t step, const Batch& batch, const StepContext& context);
   GuardedStep closure_step(int64_t step, const Batch& batch, const StepContext& context);
-  ClosureModel& closure_model();
   ScopedAutocast autocast();
   void begin_micro_batch();
   void end_model_call();
@@ -79,24 +87,29 @@ struct StepGuard::Impl {
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
   // GuardOptions::fp32_modules naming a module of 16-bit weights: std::invalid_argument.
   void refuse_16bit_fp32_modules() const;
-  void warn_if_heading_for_trouble(int64_t step, GuardedStep& result, const std::vector<float>& layer_grad_norm,
-                                   const std::vector<float>& layer_act_absmax);
-  std::string undo_skipped_step(GuardedStep& result);
+  // The early warnings of a finite step, as recorded.
+  std::vector<std::string> warn_if_heading_for_trouble(const RunningStep& run,
+                                                       const std::vector<float>& layer_grad_norm,
+                                                       const std::vector<float>& layer_act_absmax);
+  SkippedStepUndone undo_skipped_step(const RunningStep& run);
   // The end of a step whose trouble lasted the rollback policy's patience: its recovery.
-  void on_persisting_trouble(RunningStep& run);
+  RecoveryDone on_persisting_trouble(const RunningStep& run);
 
   // --- A failed step's pipeline (step_guard_failed.cpp): its facts, the
   // forensics' findings, the doom search's finding, the decision, the
-  // recovery, and the GuardedStep filled from them once.
-  void on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm, const std::string& undone);
+  // recovery, returned together for end_step's GuardedStep.
+  FailedStepConclusion on_nonfinite_step(RunningStep& run, const std::vector<float>& layer_grad_norm,
+                                         const std::string& undone);
+  // The failed step's last writes (false: the loss scaler's routine backoff); then it is read only.
+  bool settle_failed_step(RunningStep& run);
   bool scalers_backoff(const StepOutcome& outcome, double loss_scale) const;
-  bool nonfinite_without_the_scale(RunningStep& run);
+  bool nonfinite_without_the_scale(const RunningStep& run);
   // The micro-batches whose NaN loss is a mean over no target, with exactly
   // zero gradients (StepSettings::losses_adding_nothing; step_guard_empty_losses.cpp).
   std::vector<size_t> losses_adding_nothing(RunningStep& run, const StepOutcome& outcome);
   // These micro-batches run again as the step ran them (its precision, fp32
   // modules, setup, and the loop's loss function for a watched step).
-  StepRecomputation rerun_as_the_step_ran(RunningStep& run, const std::vector<MicroBatch>& micro_batches,
+  StepRecomputation rerun_as_the_step_ran(const RunningStep& run, const std::vector<MicroBatch>& micro_batches,
                                           double loss_scale, probe::OpCapture* capture = nullptr);
   // "non-finite loss at the optimizer's evaluation 2 of the step on rank(s) 1"
   std::string failure_text(const RunningStep& run) const;
@@ -107,67 +120,8 @@ struct StepGuard::Impl {
   // --fallback auto's diagnosis where the decision needs it (on every rank
   // of a sharded model, together), from the live state; nullopt where it
   // does not (a replay without the dooming update that survived needs none).
-  std::optional<RemedyChoice> diagnosis_if_needed(RunningStep& run, const ForensicFindings& found,
+  std::optional<RemedyChoice> diagnosis_if_needed(const RunningStep& run, const ForensicFindings& found,
                                                   const StepFacts& facts, const RecoveryState& state);
-
-  // --- Forensics (step_guard_forensics.cpp): the failing step re-run under capture.
-  // `nonfinite_weights`: the parameters that held a NaN/Inf as the step
-  // began, named in place of a re-run.
-  ForensicFindings investigate(RunningStep& run, const std::vector<std::string>& nonfinite_weights,
-                               const std::vector<float>& layer_grad_norm);
-  bool investigates(const RunningStep& run, bool birth_known) const;  // re-run, or its input or weights hold the birth
-  void keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches);
-  format::Capture rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches, std::string& compiled_cost);
-  std::string check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean);
-  // Another rank's birth, as that rank says it: "nan at ... , batch row 2, on
-  // rank 1; born on rank(s) 1, not on rank 0 (run-rank-1.h5 has the rest)"
-  // ("none on rank 0: born on ..." where that rank's text is empty).
-  std::string born_elsewhere(const std::vector<int>& births, const std::string& birth) const;
-  std::string birth_from_rank(GradientAverager& ranks, const std::vector<int>& births, const std::string& mine) const;
-  void tell_birth_across_ranks(const RunningStep& run, ForensicFindings& found);
-  std::string write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
-                             const format::Capture& capture, NamedTensors parameters);
-  // A sharded model's forensics in lockstep: the ranks that found a birth,
-  // this rank's snapshot decision, and the whole parameters it writes.
-  struct RanksBorn {
-    std::vector<int> births;
-    std::optional<SnapshotPolicy::Decision> decision;  // this rank found a birth
-    NamedTensors gathered;                             // this rank writes the snapshot
-    std::string birth;                                 // the first rank's birth, as it says it
-  };
-  RanksBorn agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
-                            const RunningStep& run);
-  SnapshotPolicy::Decision snapshot_decision(const RunningStep& run, const format::Capture& capture,
-                                             const std::optional<RanksBorn>& born, bool written_outside);
-  std::string first_birth_text(const RunningStep& run, const format::Capture& capture,
-                               const std::optional<RanksBorn>& born, bool written_outside) const;
-  std::string keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
-                            std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm,
-                            bool written_outside);
-  void say_carried_state(int64_t step, const std::vector<Batch>& micro_batches);
-  // The step's micro-batches can run again (a watched step needs a loss function).
-  bool rerunnable(const RunningStep& run) const;
-  // Batches other than the step's own (a row left out, an earlier step) can
-  // run: through the loss function, or a closure that takes its batch.
-  bool runs_other_batches(const RunningStep& run) const;
-  bool other_batches_need_loss_fn(const RunningStep& run) const;
-  // Installs the loss function where runs_other_batches needs it.
-  void run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const RunningStep& run,
-                                   const Batch& batch);
-  // A micro-batch the loop changed in place after its model call (the first
-  // with a non-finite loss, else the first), or -1.
-  int64_t changed_micro_batch(const RunningStep& run) const;
-  std::string changed_micro_batch_text(const RunningStep& run) const;  // " the loop changed micro-batch K ..."
-  // The micro-batch a diagnosis re-runs: the one of the first birth.
-  size_t diagnosed_micro_batch(const RunningStep& run, const std::optional<format::Capture>& capture) const;
-  // --fallback auto's diagnosis of this failed step (re-runs of it); with
-  // `lockstep`, a sharded model's, led by `leader` (lockstep_reruns.hpp):
-  // no say on every other rank.
-  RemedyChoice diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
-                        GradientAverager* lockstep = nullptr, int leader = -1);
-  // A sharded model's diagnosis on every rank together: the rank that leads
-  // is agreed first (one sum), from what each rank's decision `needed`.
-  RemedyChoice diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture, bool needed);
 
   // --- What recovery (recovery_actions.hpp) leaves to the guard.
   void stop_for_failed_rank(int rank, const std::string& error);
@@ -190,12 +144,13 @@ struct StepGuard::Impl {
   // `may_replay_without`: the run may go back and replay without a dooming
   // update (the decision's fact, replay_possible); a replay that survives
   // leaves the live state in `held`.
-  DoomSearchResult search_dooming_step(RunningStep& run, const ForensicFindings& found, bool may_replay_without,
+  DoomSearchResult search_dooming_step(const RunningStep& run, const ForensicFindings& found, bool may_replay_without,
                                        HeldLiveState& held);
   std::string doom_search_refused(const RunningStep& run, const ForensicFindings& found,
                                   const TrainingState* from) const;
-  void replay_earlier_steps(RunningStep& run, const TrainingState& from, const std::vector<const StepRecord*>& records,
-                            bool may_replay_without, DoomSearchResult& doom, HeldLiveState& held);
+  void replay_earlier_steps(const RunningStep& run, const TrainingState& from,
+                            const std::vector<const StepRecord*>& records, bool may_replay_without,
+                            DoomSearchResult& doom, HeldLiveState& held);
   void say_doom_search(int64_t step, const DoomSearchResult& doom, bool replayed);
 
   Steered steered_;                       // declared first: the members below are built from it
@@ -208,9 +163,10 @@ struct StepGuard::Impl {
   Sentinel sentinel_;
   // Each job's own state: forensics and the doom search; recovery carries
   // out a failed step's action and owns what that changes.
-  ForensicsMemory forensics_;
+  ForensicsMemory forensics_memory_;
   DoomMemory doom_;
   RecoveryActions recovery_;
+  Forensics forensics_;  // over the model, the probe, the journal and forensics_memory_
   BufferTransaction transaction_;
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
@@ -222,9 +178,8 @@ struct StepGuard::Impl {
   // known before step() brings them, so the watched form's unscale() can
   // begin the flags' reduction.
   GradientAverager* ranks_ = nullptr;
-  bool restored_ = false;              // restore() came: run.h5 goes on where it was (open_run_file)
-  std::vector<Batch> skipped_inputs_;  // the input of the last step skipped for its own NaN/Inf (say_carried_state)
-  StepSetupHook step_setup_hook_;      // set_step_setup()
+  bool restored_ = false;                                // restore() came: run.h5 goes on where it was (open_run_file)
+  StepSetupHook step_setup_hook_;                        // set_step_setup()
   std::vector<at::Tensor> weights_before_loops_update_;  // undo_loops_update()
   KeptBatches kept_batches_;                             // what watched steps keep of their micro-batches for a re-run
 };

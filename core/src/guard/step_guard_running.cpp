@@ -43,6 +43,42 @@ double current_lr(const torch::optim::Optimizer& optimizer) {
   return optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
 }
 
+// What a step's end gathers from its stages.
+struct StepEnd {
+  double seconds = 0;
+  SkippedStepUndone undone;           // a skipped step's
+  std::vector<std::string> warnings;  // a finite step's
+  FailedStepConclusion failed;        // a failed step's
+  RecoveryDone persisting;            // trouble that lasted the rollback policy's patience
+};
+
+// The step's GuardedStep, built once from what the step ran with and came
+// to and what its end gathered.
+GuardedStep guarded_step(const RunningStep& run, StepEnd& end) {
+  GuardedStep result;
+  result.outcome = run.outcome;
+  result.loss = at::scalar_tensor(run.outcome.loss, at::kDouble);
+  result.amp = run.amp;
+  result.lr = run.lr;
+  result.loss_scale = run.loss_scale;
+  result.seconds = end.seconds;
+  result.error = run.error;
+  result.restored = std::move(end.undone.restored);
+  result.warnings = std::move(end.warnings);
+  const FailedStepConclusion& failed = end.failed;
+  result.first_birth = failed.found.first_birth;
+  result.snapshot = failed.found.snapshot;
+  result.doomed_by = failed.doom.doomed_by;
+  result.doomed_by_step = failed.doom.doomed_by_step;
+  result.doom_rows = failed.doom.rows;
+  result.remedy = failed.done.remedy;
+  result.listed_samples = failed.listed_samples;
+  result.fell_back = failed.done.fell_back || end.persisting.fell_back;
+  result.rolled_back_to =
+      end.persisting.rolled_back_to >= 0 ? end.persisting.rolled_back_to : failed.done.rolled_back_to;
+  return result;
+}
+
 }  // namespace
 
 RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context) {
@@ -55,10 +91,10 @@ RunningStep StepGuard::Impl::begin_step(int64_t step, const StepContext& context
   run.context = context;
   run.start = std::chrono::steady_clock::now();
   model_exception_ = nullptr;
-  run.result.amp = amp();
+  run.amp = amp();
   // The LR of the update: the loop's (or the schedule's) times the guard's cuts.
-  run.result.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
-  run.result.loss_scale = scaler_.scale();
+  run.lr = (context.lr >= 0 ? context.lr : current_lr(steered_.optimizer)) * lr_multiplier();
+  run.loss_scale = scaler_.scale();
   run.growth_tracker_before = scaler_.growth_tracker();
   if (step_setup_hook_) run.setup = step_setup_hook_(step);
   if (run.setup) run.setup(true);
@@ -161,8 +197,8 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     std::optional<probe::ScopeNameRecorder> scope_names;
     if (!scope_names_checked_ && !steered_.model.is_torchscript() && !steered_.model.scopes_named_by_hooks())
       scope_names.emplace();
-    run.result.outcome = train_step(steered_.model, steered_.optimizer, scaler_, parameters_, settings, batch,
-                                    lr_multiplier(), &run.evaluations);
+    run.outcome = train_step(steered_.model, steered_.optimizer, scaler_, parameters_, settings, batch, lr_multiplier(),
+                             &run.evaluations);
     if (scope_names) check_scope_names(step, scope_names->names());
     if (activations) act_absmax = activations->result();
     if (fp32 && !fp32_modules_checked_) run.fp32_not_entered = fp32->not_entered();
@@ -178,28 +214,27 @@ GuardedStep StepGuard::Impl::closure_step(int64_t step, const Batch& batch, cons
     // it is an error in the model.
     if (run.setup) run.setup(false);
     if (!options_.probe || context.averager) throw;
-    run.result.error = one_line_error(e);
+    run.error = one_line_error(e);
     model_exception_ = std::current_exception();
-    run.result.outcome = raised_step_outcome(scaler_, parameters_);
+    run.outcome = raised_step_outcome(scaler_, parameters_);
   }
   return end_step(run, act_absmax);
 }
 
 GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>& act_absmax_in) {
   const int64_t step = run.step;
-  GuardedStep& result = run.result;
+  const StepOutcome& outcome = run.outcome;
   if (run.setup) run.setup(false);
   if (run.fp32_not_entered) check_planned_fp32_modules(*run.fp32_not_entered);
   // A step that does not count leaves the model as it found it.
-  std::string undone;
-  if (result.outcome.skipped) {
-    undone = undo_skipped_step(result);
+  StepEnd end;
+  if (outcome.skipped) {
+    end.undone = undo_skipped_step(run);
   } else {
     transaction_.commit();
     recovery_.applied(step);
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
-  result.loss = at::scalar_tensor(result.outcome.loss, at::kDouble);
+  end.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   if (options_.doom_search.enabled) {
     decide_micro_batches(run);  // the search replays each step's micro-batches
     record_for_doom_search(run);
@@ -207,21 +242,20 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
 
   format::StepRow row;
   row.step = step;
-  row.loss = result.outcome.loss;
-  row.lr = result.lr;
-  row.loss_scale = result.loss_scale;
-  row.grad_norm = result.outcome.grad_norm;
-  row.skipped = result.outcome.skipped;
-  row.amp = result.amp;
-  row.step_time = result.seconds;
-  if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(result.outcome.parameter_norms);
+  row.loss = outcome.loss;
+  row.lr = run.lr;
+  row.loss_scale = run.loss_scale;
+  row.grad_norm = outcome.grad_norm;
+  row.skipped = outcome.skipped;
+  row.amp = run.amp;
+  row.step_time = end.seconds;
+  if (options_.probe) row.layer_grad_norm = probe_.layer_grad_norms(outcome.parameter_norms);
   row.layer_act_absmax = act_absmax_in;
   journal_.writer().append(row);
-  const StepOutcome& outcome = result.outcome;
   if (outcome.skipped_as_spike) {
     journal_.record(step, format::EventKind::skip,
                     "loss " + number_text(outcome.global_loss) + " above " + number_text(run.settings.skip_loss_above) +
-                        " (a spike, on probation after a rollback); optimizer step skipped" + undone);
+                        " (a spike, on probation after a rollback); optimizer step skipped" + end.undone.text);
     recovery_.observe(step, outcome.global_loss, false, true);
   } else if (outcome.finite()) {
     if (!outcome.adding_nothing.empty())
@@ -233,23 +267,24 @@ GuardedStep StepGuard::Impl::end_step(RunningStep& run, const std::vector<float>
       const std::vector<float> global_layers = outcome.global_parameter_norms.empty()
                                                    ? std::vector<float>{}
                                                    : probe_.layer_grad_norms(outcome.global_parameter_norms);
-      warn_if_heading_for_trouble(step, result, global_layers.empty() ? row.layer_grad_norm : global_layers,
-                                  row.layer_act_absmax);
+      end.warnings = warn_if_heading_for_trouble(run, global_layers.empty() ? row.layer_grad_norm : global_layers,
+                                                 row.layer_act_absmax);
     }
     if (!trouble) recovery_.save_state_if_due(step, run.context.averager);
   } else {
     // Gradients that overflow at a finite loss are fp16's scaler's business.
     recovery_.observe(step, outcome.global_loss, !outcome.loss_finite || !scaler_.enabled(), false);
-    on_nonfinite_step(run, row.layer_grad_norm, undone);
+    end.failed = on_nonfinite_step(run, row.layer_grad_norm, end.undone.text);
   }
-  if (recovery_.memory().rollback().trouble_persists() && result.rolled_back_to < 0) on_persisting_trouble(run);
+  if (recovery_.memory().rollback().trouble_persists() && end.failed.done.rolled_back_to < 0)
+    end.persisting = on_persisting_trouble(run);
   model_exception_ = nullptr;  // explained by a birth: not kept (it may hold the caller's objects)
   end_if_interrupted();        // Ctrl-C during the step: its row is in, the program ends now
-  return result;
+  return guarded_step(run, end);
 }
 
-void StepGuard::Impl::on_persisting_trouble(RunningStep& run) {
-  const StepOutcome& outcome = run.result.outcome;
+RecoveryDone StepGuard::Impl::on_persisting_trouble(const RunningStep& run) {
+  const StepOutcome& outcome = run.outcome;
   StepFacts trouble;
   trouble.trigger = RecoveryTrigger::persisting_trouble;
   trouble.what =
@@ -261,27 +296,17 @@ void StepGuard::Impl::on_persisting_trouble(RunningStep& run) {
   trouble.loss_finite = outcome.loss_finite;
   const RecoveryState state = recovery_.state_at(run.step);
   const RecoveryPlan plan = decide_recovery(trouble, state);
-  const RecoveryDone done = recovery_.apply(run, plan, recovery_words(plan, trouble, state));
-  run.result.fell_back = run.result.fell_back || done.fell_back;
-  if (done.rolled_back_to >= 0) run.result.rolled_back_to = done.rolled_back_to;
-}
-
-ClosureModel& StepGuard::Impl::closure_model() {
-  if (!steered_.closure)
-    throw std::logic_error(
-        "StepGuard::step(closure, batch): this guard trains a TrainableModel; call step(step, inputs, targets), or "
-        "build the guard from your module");
-  return *steered_.closure;
+  return recovery_.apply(run, plan, recovery_words(plan, trouble, state));
 }
 
 GuardedStep StepGuard::Impl::step(int64_t step, const LossClosure& loss, const Batch& batch,
                                   const StepContext& context) {
-  ClosureModel::Step closure(closure_model(), loss, batch);
+  ClosureModel::Step closure(steered_.closure_model(), loss, batch);
   return run_closure_step(step, batch, context);
 }
 
 GuardedStep StepGuard::Impl::step(int64_t step, const BatchLoss& loss, const Batch& batch, const StepContext& context) {
-  ClosureModel::Step closure(closure_model(), loss, batch);
+  ClosureModel::Step closure(steered_.closure_model(), loss, batch);
   return run_closure_step(step, batch, context);
 }
 
@@ -309,41 +334,43 @@ void StepGuard::Impl::check_scope_names(int64_t step, const std::vector<std::str
                              "'): births inside it will carry that name");
 }
 
-void StepGuard::Impl::warn_if_heading_for_trouble(int64_t step, GuardedStep& result,
-                                                  const std::vector<float>& layer_grad_norm,
-                                                  const std::vector<float>& layer_act_absmax) {
+std::vector<std::string> StepGuard::Impl::warn_if_heading_for_trouble(const RunningStep& run,
+                                                                      const std::vector<float>& layer_grad_norm,
+                                                                      const std::vector<float>& layer_act_absmax) {
   StepSignals signals;
-  signals.loss = result.outcome.global_loss;
-  signals.grad_norm = result.outcome.grad_norm;
-  signals.loss_scale = scaler_.enabled() ? result.loss_scale : 0.0;
-  signals.precision_limit = format::largest_finite(result.amp);
+  signals.loss = run.outcome.global_loss;
+  signals.grad_norm = run.outcome.grad_norm;
+  signals.loss_scale = scaler_.enabled() ? run.loss_scale : 0.0;
+  signals.precision_limit = format::largest_finite(run.amp);
   signals.layer_names = &probe_.layers().layer_names();
   signals.layer_grad_norm = &layer_grad_norm;
   signals.layer_act_absmax = &layer_act_absmax;
-  signals.input_absmax = result.outcome.batch_absmax;
-  for (const Warning& w : sentinel_.observe(step, signals)) {
-    recovery_.warned(step);
-    result.warnings.push_back(journal_.record(step, format::EventKind::warning, w.text, "warning: "));
+  signals.input_absmax = run.outcome.batch_absmax;
+  std::vector<std::string> warnings;
+  for (const Warning& w : sentinel_.observe(run.step, signals)) {
+    recovery_.warned(run.step);
+    warnings.push_back(journal_.record(run.step, format::EventKind::warning, w.text, "warning: "));
   }
+  return warnings;
 }
 
 // The buffers the skipped step's forward wrote go back; says which, and which
 // of them had gone non-finite, for the skip event.
-std::string StepGuard::Impl::undo_skipped_step(GuardedStep& result) {
+SkippedStepUndone StepGuard::Impl::undo_skipped_step(const RunningStep& run) {
   std::string sick;
-  if (!result.outcome.buffers_finite)
+  if (!run.outcome.buffers_finite)
     for (const std::string& what : state_health(steered_.model, nullptr).nonfinite)
       if (what.rfind("buffer ", 0) == 0) sick += (sick.empty() ? "" : ", ") + what.substr(7);
   std::vector<std::string> missed;
-  result.restored = transaction_.roll_back(&missed);
-  std::string text;
-  if (!sick.empty()) text += "; the forward left buffer(s) non-finite: " + sick;
-  if (!result.restored.empty()) {
-    StateHealth listed{result.restored};
-    text += "; buffers restored: " + listed.text();
+  SkippedStepUndone undone;
+  undone.restored = transaction_.roll_back(&missed);
+  if (!sick.empty()) undone.text += "; the forward left buffer(s) non-finite: " + sick;
+  if (!undone.restored.empty()) {
+    StateHealth listed{undone.restored};
+    undone.text += "; buffers restored: " + listed.text();
   }
-  if (!missed.empty()) text += "; written but not saved (first write seen now): " + StateHealth{missed}.text();
-  return text;
+  if (!missed.empty()) undone.text += "; written but not saved (first write seen now): " + StateHealth{missed}.text();
+  return undone;
 }
 
 void StepGuard::Impl::refuse_16bit_fp32_modules() const {

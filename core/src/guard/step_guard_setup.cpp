@@ -91,9 +91,10 @@ StepGuard::Impl::Impl(GuardedModel model, torch::optim::Optimizer* optimizer, Gu
       journal_(options_.log, options_.log_prefix, options_.model_name, options_.rank, run_file_path(options_),
                [this] { return open_run_file(); }),
       sentinel_(options_.sentinel),
-      forensics_(options_.max_snapshots),
+      forensics_memory_(options_.max_snapshots),
       doom_(size_t(std::max(0.0, options_.doom_search.memory_mb) * 1024 * 1024)),
-      recovery_(options_, steered_, scaler_, parameters_, journal_, forensics_, doom_),
+      recovery_(options_, steered_, scaler_, parameters_, journal_, forensics_memory_, doom_),
+      forensics_(steered_, parameters_, probe_, journal_, forensics_memory_, recovery_.memory(), options_),
       fp32_modules_checked_(options_.fp32_modules.empty()) {
   refuse_16bit_fp32_modules();
   use_cpu_kernels_from_environment();

@@ -167,7 +167,7 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   w->fp32.reset();
   // What the loop says at the end of the step (rows, LR, peers) joins what the begin phase knew.
   if (context.batch_rows.defined() && options_.probe) probe_.set_batch_rows(context.batch_rows);
-  if (context.lr >= 0) run.result.lr = context.lr * lr_multiplier();
+  if (context.lr >= 0) run.lr = context.lr * lr_multiplier();
   run.context.batch_rows = context.batch_rows;
   run.context.averager = context.averager;
   run.settings.buckets = context.averager;
@@ -188,11 +188,11 @@ GuardedStep StepGuard::Impl::watched_step(const StepContext& context) {
   };
   // The step's loss as step_loss() has it, from the stack made above.
   const at::Tensor loss = several ? run.settings.micro_losses.sum() : w->losses.front();
-  run.result.outcome = finish_step(scaler_, parameters_, run.settings, loss, finish);
+  run.outcome = finish_step(scaler_, parameters_, run.settings, loss, finish);
   // A re-run weighs each micro-batch's loss as the loop did (nanoGPT divides by the accumulation steps).
-  const std::vector<float>& recorded = run.result.outcome.micro_losses;
+  const std::vector<float>& recorded = run.outcome.micro_losses;
   for (size_t k = 0; k < run.micro_batches.size(); ++k)
-    run.micro_batches[k].recorded_loss = k < recorded.size() ? recorded[k] : run.result.outcome.loss;
+    run.micro_batches[k].recorded_loss = k < recorded.size() ? recorded[k] : run.outcome.loss;
   // The loop applies its own update next: zero gradients make a skipped or
   // stopped step's update add nothing (and a loop that misses the stop does not crash on None).
   auto leave_nothing_to_apply = [&] {

@@ -1,5 +1,5 @@
 #pragma once
-// What forensics (step_guard_forensics.cpp) keeps between steps: which
+// What forensics (core/src/failed/forensics.hpp) keeps between steps: which
 // births already have a snapshot and the snapshots written, the ranks of the
 // run's first non-finite step, and --fallback auto's remedy for each first
 // birth it diagnosed (with the samples that triggered it), so that the same

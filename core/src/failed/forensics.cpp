@@ -1,7 +1,9 @@
-// StepGuard's forensics: the failing step re-run under op-level capture to
-// name where its first NaN/Inf was born, the snapshot that lets
+// Forensics (forensics.hpp): the failing step re-run under op-level capture
+// to name where its first NaN/Inf was born, the snapshot that lets
 // nanscope-replay run it again, and --fallback auto's remedy from that
 // diagnosis.
+#include "failed/forensics.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,11 +11,14 @@
 #include <utility>
 
 #include "failed/lockstep_reruns.hpp"
-#include "guard/step_guard_impl.hpp"
 #include "nanscope/common/number_text.hpp"
 #include "nanscope/core/compiled_region.hpp"
+#include "nanscope/core/fp32_modules.hpp"
+#include "nanscope/core/guard_errors.hpp"
 #include "nanscope/core/guard_option_list.hpp"
 #include "nanscope/core/optimizer.hpp"
+#include "nanscope/core/state_health.hpp"
+#include "nanscope/format/event_text.hpp"
 #include "nanscope/format/run_layout.hpp"
 #include "nanscope/probe/op_capture.hpp"
 #include "nanscope/probe/snapshot.hpp"
@@ -62,10 +67,35 @@ AtFailedEvaluation::~AtFailedEvaluation() {
   }
 }
 
-// Forensics: the failing step re-run under op-level capture (eagerly, and
-// compiled again for a compiled model), its first birth said, its snapshot
-// written. nullopt when it was not re-run.
-std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births, const std::string& birth) const {
+Forensics::Forensics(Steered& steered, const std::vector<at::Tensor>& parameters, probe::Probe& probe, Journal& journal,
+                     ForensicsMemory& memory, const RecoveryMemory& recovered, const GuardOptions& options)
+    : steered_(steered),
+      parameters_(parameters),
+      probe_(probe),
+      journal_(journal),
+      memory_(memory),
+      recovered_(recovered),
+      options_(options) {}
+
+ForensicFindings Forensics::investigate(const RunningStep& run, const std::vector<float>& layer_grad_norm,
+                                        std::exception_ptr model_exception) {
+  // Weights that already hold the NaN/Inf were made so by an earlier update
+  // (or loaded so): no op of this step is its birth, and a re-run from them
+  // would name none. Taken before a closure optimizer's trial point is put
+  // in. A sharded model's ranks re-run in lockstep as ever (each holds shards).
+  std::vector<std::string> nonfinite_weights;
+  if (options_.probe && !(run.context.averager && run.context.averager->sharded()))
+    nonfinite_weights = nonfinite_parameters(steered_.model);
+  ForensicFindings found;
+  {
+    const AtFailedEvaluation trial_point(parameters_, run.evaluations);
+    found = investigate_at_trial_point(run, nonfinite_weights, layer_grad_norm, std::move(model_exception));
+  }
+  found.first_birth = told_across_ranks(run, found.first_birth);
+  return found;
+}
+
+std::string Forensics::born_elsewhere(const std::vector<int>& births, const std::string& birth) const {
   const std::string where = "born on rank(s) " + format::rank_list_text(births) + ", not on rank " +
                             std::to_string(options_.rank) + " (" +
                             format::run_file_name(births.front(), options_.world_size) + " has the rest)";
@@ -76,8 +106,8 @@ std::string StepGuard::Impl::born_elsewhere(const std::vector<int>& births, cons
 // The birth as the first rank that found it says it, on every rank (two
 // sums, on a failed step of several ranks only): a rank whose own step was
 // finite logs the birth itself, with its rank, not only whose it was.
-std::string StepGuard::Impl::birth_from_rank(GradientAverager& ranks, const std::vector<int>& births,
-                                             const std::string& mine) const {
+std::string Forensics::birth_from_rank(GradientAverager& ranks, const std::vector<int>& births,
+                                       const std::string& mine) const {
   return births.empty() ? std::string() : text_from_rank(ranks, births.front(), mine);
 }
 
@@ -86,15 +116,16 @@ std::string StepGuard::Impl::birth_from_rank(GradientAverager& ranks, const std:
 // on a failed step only), and a rank that re-ran nothing logs that birth,
 // with its rank, not only whose it was. (Sharded ranks agree in lockstep,
 // agree_on_births.)
-void StepGuard::Impl::tell_birth_across_ranks(const RunningStep& run, ForensicFindings& found) {
+std::string Forensics::told_across_ranks(const RunningStep& run, const std::string& first_birth) {
   GradientAverager* const ranks = run.context.averager;
-  const std::vector<int>& sick = run.result.outcome.nonfinite_ranks;
-  if (!options_.probe || !ranks || ranks->sharded() || sick.empty()) return;
-  const std::string told = birth_from_rank(*ranks, sick, found.first_birth);
+  const std::vector<int>& sick = run.outcome.nonfinite_ranks;
+  if (!options_.probe || !ranks || ranks->sharded() || sick.empty()) return first_birth;
+  const std::string told = birth_from_rank(*ranks, sick, first_birth);
   const bool mine = std::find(sick.begin(), sick.end(), options_.rank) != sick.end();
-  if (mine || !found.first_birth.empty()) return;
-  found.first_birth = born_elsewhere(sick, told);
-  journal_.record(run.step, format::EventKind::first_birth, found.first_birth, "first birth: ");
+  if (mine || !first_birth.empty()) return first_birth;
+  const std::string elsewhere = born_elsewhere(sick, told);
+  journal_.record(run.step, format::EventKind::first_birth, elsewhere, "first birth: ");
+  return elsewhere;
 }
 
 // Forensics where the fault is: a rank whose own check failed re-runs its
@@ -104,19 +135,23 @@ void StepGuard::Impl::tell_birth_across_ranks(const RunningStep& run, ForensicFi
 // rank's NaN to every rank): every rank re-runs its own micro-batches in
 // lockstep, each finds the births of its own, and one collective tells every
 // rank which ranks found one.
-bool StepGuard::Impl::investigates(const RunningStep& run, bool birth_known) const {
-  const StepOutcome& outcome = run.result.outcome;
+bool Forensics::investigates(const RunningStep& run, bool birth_known) const {
+  const StepOutcome& outcome = run.outcome;
   const bool lockstep = run.context.averager && run.context.averager->sharded();
-  return options_.probe && (rerunnable(run) || birth_known) &&
+  return options_.probe && (steered_.rerunnable(run.watched) || birth_known) &&
          (lockstep ? !outcome.finite()
                    : !outcome.locally_finite() || !outcome.buffers_finite ||
                          (outcome.nonfinite_ranks.empty() && options_.rank == 0));
 }
 
-ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vector<std::string>& nonfinite_weights,
-                                              const std::vector<float>& layer_grad_norm) {
+// The failing step re-run under op-level capture (eagerly, and compiled
+// again for a compiled model), its first birth said, its snapshot written.
+ForensicFindings Forensics::investigate_at_trial_point(const RunningStep& run,
+                                                       const std::vector<std::string>& nonfinite_weights,
+                                                       const std::vector<float>& layer_grad_norm,
+                                                       std::exception_ptr model_exception) {
   const int64_t step = run.step;
-  const StepOutcome& outcome = run.result.outcome;
+  const StepOutcome& outcome = run.outcome;
   GradientAverager* const ranks = run.context.averager;
   const bool lockstep = ranks && ranks->sharded();
   // A watched step's micro-batches can be run again only through the loop's loss function.
@@ -131,7 +166,7 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
     found.capture.emplace();
     found.capture->nonfinite_weights = nonfinite_weights;
     found.capture->reproduced = true;  // non-finite from the start, with no re-run
-  } else if (options_.probe && !outcome.batch_finite && !rerunnable(run)) {
+  } else if (options_.probe && !outcome.batch_finite && !steered_.rerunnable(run.watched)) {
     // No loss function to re-run with: the batch's NaN/Inf is taken as read.
     // With one, the re-run says whether the step read it (a leaf it never
     // reads is no birth).
@@ -142,8 +177,9 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
   // In lockstep a rank whose input holds the NaN re-runs too (its peers'
   // re-runs wait for its part of each collective); its input stays the birth.
   std::optional<format::Capture> input_birth;
-  if (lockstep && found.capture && rerunnable(run)) input_birth = std::exchange(found.capture, std::nullopt);
-  if (options_.probe && !rerunnable(run) && !found.capture) {
+  if (lockstep && found.capture && steered_.rerunnable(run.watched))
+    input_birth = std::exchange(found.capture, std::nullopt);
+  if (options_.probe && !steered_.rerunnable(run.watched) && !found.capture) {
     found.first_birth =
         "not investigated: no loss function to re-run the step with (StepGuard::set_loss_fn; "
         "Python: loss_fn=)";
@@ -162,11 +198,11 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
   if (lockstep && options_.probe && !outcome.finite()) born = agree_on_births(*ranks, found.capture, run);
   if (!investigate) return found;
   const format::Capture& capture = *found.capture;
-  if (!run.result.error.empty() && !capture.first_birth && capture.nonfinite_weights.empty()) {
+  if (!run.error.empty() && !capture.first_birth && capture.nonfinite_weights.empty()) {
     journal_.flush();
-    throw ModelError("step " + std::to_string(step) +
-                         ": the model raised, and no NaN or Inf was born before it: " + run.result.error,
-                     std::exchange(model_exception_, nullptr));
+    throw ModelError(
+        "step " + std::to_string(step) + ": the model raised, and no NaN or Inf was born before it: " + run.error,
+        std::move(model_exception));
   }
   // A GAN's generator phase runs the critic in train mode on a sick fake
   // batch: the critic's BatchNorm statistics go non-finite outside any of
@@ -183,8 +219,8 @@ ForensicFindings StepGuard::Impl::investigate(RunningStep& run, const std::vecto
 
 // The input already holds the birth: said if it came again after a skip,
 // and kept to tell a data set reused every step from carried state next time.
-void StepGuard::Impl::keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches) {
-  if (recovery_.memory().nonfinite_in_a_row() == 1) say_carried_state(step, batches);
+void Forensics::keep_skipped_inputs(int64_t step, const std::vector<Batch>& batches) {
+  if (recovered_.nonfinite_in_a_row() == 1) say_carried_state(step, batches);
   skipped_inputs_.clear();
   for (const Batch& b : batches) skipped_inputs_.push_back(b.copied());
 }
@@ -192,24 +228,24 @@ void StepGuard::Impl::keep_skipped_inputs(int64_t step, const std::vector<Batch>
 // The same step again: same weights (it was skipped), RNG state (restored by
 // the probe, and per micro-batch), precision, loss scale, micro-batches and
 // the harness's setup of the step (run.setup).
-format::Capture StepGuard::Impl::rerun_under_capture(RunningStep& run, const std::vector<Batch>& batches,
-                                                     std::string& compiled_cost) {
-  const GuardedStep& result = run.result;
+format::Capture Forensics::rerun_under_capture(const RunningStep& run, const std::vector<Batch>& batches,
+                                               std::string& compiled_cost) {
   bool rerun_nonfinite = false;  // what the re-run itself came to, seen by the capture or not
   // Another guard may have named this model's tensors since (a GAN's two
   // guards, one told of the other's model as an outside one): this one's names.
   register_tensor_owners(steered_.model);
   std::optional<Fp32ModuleRegions> fp32;
-  if (run.watched && fp32_regions_apply(result.amp, fp32_modules())) fp32.emplace(steered_.model, fp32_modules());
+  if (run.watched && fp32_regions_apply(run.amp, recovered_.fp32_modules()))
+    fp32.emplace(steered_.model, recovered_.fp32_modules());
   auto rerun = [&](probe::OpCapture& op_capture) {
-    rerun_nonfinite = !recompute_step(steered_.model, parameters_, result.amp, run.loss_scale_for_reruns(), run.setup,
+    rerun_nonfinite = !recompute_step(steered_.model, parameters_, run.amp, run.loss_scale_for_reruns(), run.setup,
                                       run.micro_batches, &op_capture)
                            .finite();
   };
   format::Capture capture;
   {
     std::optional<ClosureModel::Step> with_loss_fn;
-    if (run.watched) with_loss_fn.emplace(closure_model(), steered_.loss_fn, batches.front());
+    if (run.watched) with_loss_fn.emplace(steered_.closure_model(), steered_.loss_fn, batches.front());
     const auto start = std::chrono::steady_clock::now();
     capture = probe_.investigate(rerun, batches);
     if (steered_.model.compiled()) {
@@ -232,14 +268,13 @@ format::Capture StepGuard::Impl::rerun_under_capture(RunningStep& run, const std
 // A compiled model whose eager re-run was clean runs the step compiled again:
 // only the compiled program fails, and (one process) in which module. Returns
 // what that cost, as a clause.
-std::string StepGuard::Impl::check_compiled_step(RunningStep& run, format::Capture& capture, bool eager_clean) {
-  const GuardedStep& result = run.result;
+std::string Forensics::check_compiled_step(const RunningStep& run, format::Capture& capture, bool eager_clean) {
   GradientAverager* const ranks = run.context.averager;
   const auto start = std::chrono::steady_clock::now();
   auto compiled_nonfinite = [&] {
     bool nonfinite = false;
     try {
-      nonfinite = !recompute_step(steered_.model, parameters_, result.amp, run.loss_scale_for_reruns(), run.setup,
+      nonfinite = !recompute_step(steered_.model, parameters_, run.amp, run.loss_scale_for_reruns(), run.setup,
                                   run.micro_batches)
                        .finite();
     } catch (const std::exception&) {
@@ -269,8 +304,8 @@ std::string StepGuard::Impl::check_compiled_step(RunningStep& run, format::Captu
 
 // The first birth's line. A re-run that raised says why ("the forensic
 // re-run failed: RuntimeError: ...").
-std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const format::Capture& capture,
-                                              const std::optional<RanksBorn>& born, bool written_outside) const {
+std::string Forensics::first_birth_text(const RunningStep& run, const format::Capture& capture,
+                                        const std::optional<RanksBorn>& born, bool written_outside) const {
   if (capture.ops_seen < 0) return "the " + probe_.last_error();
   if (written_outside)
     return "none in this step: its buffers were already non-finite, written by " +
@@ -288,9 +323,9 @@ std::string StepGuard::Impl::first_birth_text(const RunningStep& run, const form
 
 // The snapshot of an investigated step, as the policy (and the ranks) decide:
 // its path, or "".
-std::string StepGuard::Impl::keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
-                                           std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm,
-                                           bool written_outside) {
+std::string Forensics::keep_snapshot(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                     std::optional<RanksBorn>& born, const std::vector<float>& layer_grad_norm,
+                                     bool written_outside) {
   const int64_t step = run.step;
   const SnapshotPolicy::Decision decision = snapshot_decision(run, *capture, born, written_outside);
   if (!decision.write) {
@@ -304,23 +339,22 @@ std::string StepGuard::Impl::keep_snapshot(const RunningStep& run, const std::op
     return "";
   }
   journal_.event(step, format::EventKind::snapshot, path);
-  forensics_.wrote_snapshot(path);
+  memory_.wrote_snapshot(path);
   return path;
 }
 
 // Which ranks found a birth and which write a snapshot, summed in one
 // collective; when any writes one, every rank takes part in gathering the
 // whole parameters (each holds a shard), and the writers keep them.
-StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ranks,
-                                                            const std::optional<format::Capture>& capture,
-                                                            const RunningStep& run) {
+Forensics::RanksBorn Forensics::agree_on_births(GradientAverager& ranks, const std::optional<format::Capture>& capture,
+                                                const RunningStep& run) {
   const int world = ranks.world_size(), rank = ranks.rank();
   const bool born_here = capture && capture->first_birth;
   at::Tensor flags = at::zeros({2 * world}, at::kFloat);
   flags[rank] = born_here ? 1.0f : 0.0f;
   RanksBorn out;
   // (A birth here means the buffers were not written outside the step.)
-  if (born_here) out.decision = forensics_.snapshot_decision(run.step, *capture);
+  if (born_here) out.decision = memory_.snapshot_decision(run.step, *capture);
   flags[world + rank] = out.decision && out.decision->write ? 1.0f : 0.0f;
   ranks.sum(flags);
   bool any_snapshot = false;
@@ -338,15 +372,14 @@ StepGuard::Impl::RanksBorn StepGuard::Impl::agree_on_births(GradientAverager& ra
 
 // Whether this step's snapshot is written, and if not why. In lockstep only a
 // rank that found a birth writes one (its peers' re-runs were finite).
-SnapshotPolicy::Decision StepGuard::Impl::snapshot_decision(const RunningStep& run, const format::Capture& capture,
-                                                            const std::optional<RanksBorn>& born,
-                                                            bool written_outside) {
+SnapshotPolicy::Decision Forensics::snapshot_decision(const RunningStep& run, const format::Capture& capture,
+                                                      const std::optional<RanksBorn>& born, bool written_outside) {
   if (written_outside) return {false, "the step's fault was written outside it: nothing to replay"};
   if (born) {
     if (born->decision) return *born->decision;
     return {false, born->births.empty() ? "no rank found the birth" : "the snapshot is written where it was born"};
   }
-  return forensics_.snapshot_decision(run.step, capture);
+  return memory_.snapshot_decision(run.step, capture);
 }
 
 namespace {
@@ -364,7 +397,7 @@ bool same_values(const at::Tensor& a, const at::Tensor& b) {
 // state the loop carries across steps (an RNN's hidden state) that it took
 // from the skipped step, or the same data again. Said once per run of such
 // steps, naming the tensor.
-void StepGuard::Impl::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
+void Forensics::say_carried_state(int64_t step, const std::vector<Batch>& micro_batches) {
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     const std::vector<at::Tensor> tensors = micro_batches[k].tensors();
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -395,7 +428,7 @@ void StepGuard::Impl::say_carried_state(int64_t step, const std::vector<Batch>& 
   }
 }
 
-int64_t StepGuard::Impl::changed_micro_batch(const RunningStep& run) const {
+int64_t Forensics::changed_micro_batch(const RunningStep& run) const {
   int64_t changed = -1;
   for (size_t k = 0; k < run.micro_batches.size(); ++k) {
     const MicroBatch& micro = run.micro_batches[k];
@@ -406,7 +439,7 @@ int64_t StepGuard::Impl::changed_micro_batch(const RunningStep& run) const {
   return changed;
 }
 
-std::string StepGuard::Impl::changed_micro_batch_text(const RunningStep& run) const {
+std::string Forensics::changed_micro_batch_text(const RunningStep& run) const {
   const int64_t k = changed_micro_batch(run);
   if (run.micro_batches.at(size_t(k)).written == InPlaceWrite::since_backward)
     return " the loop changed micro-batch " + std::to_string(k) +
@@ -417,28 +450,10 @@ std::string StepGuard::Impl::changed_micro_batch_text(const RunningStep& run) co
          "batch: guard.backward(loss, batch))";
 }
 
-bool StepGuard::Impl::rerunnable(const RunningStep& run) const { return !run.watched || steered_.loss_fn; }
-
-// A watched step, or a closure over its own batch only, runs another batch
-// through the loss function alone.
-bool StepGuard::Impl::other_batches_need_loss_fn(const RunningStep& run) const {
-  return run.watched || (steered_.closure && !steered_.closure->runs_any_batch());
-}
-
-bool StepGuard::Impl::runs_other_batches(const RunningStep& run) const {
-  return !other_batches_need_loss_fn(run) || steered_.loss_fn;
-}
-
-void StepGuard::Impl::run_batches_through_loss_fn(std::optional<ClosureModel::Step>& scope, const RunningStep& run,
-                                                  const Batch& batch) {
-  if (steered_.loss_fn && other_batches_need_loss_fn(run)) scope.emplace(closure_model(), steered_.loss_fn, batch);
-}
-
-size_t StepGuard::Impl::diagnosed_micro_batch(const RunningStep& run,
-                                              const std::optional<format::Capture>& capture) const {
+size_t Forensics::diagnosed_micro_batch(const RunningStep& run, const std::optional<format::Capture>& capture) const {
   if (capture && capture->first_birth && capture->first_birth->micro_batch >= 0)
     return size_t(capture->first_birth->micro_batch);
-  const std::vector<float>& losses = run.result.outcome.micro_losses;
+  const std::vector<float>& losses = run.outcome.micro_losses;
   for (size_t k = 0; k < losses.size(); ++k)
     if (!std::isfinite(losses[k])) return k;
   return 0;
@@ -446,11 +461,9 @@ size_t StepGuard::Impl::diagnosed_micro_batch(const RunningStep& run,
 
 // Everything needed to replay the step elsewhere (nanscope-replay), written
 // before the fallback changes weights, optimizer state or precision.
-std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro,
-                                            const std::vector<float>& layer_grad_norm, const format::Capture& capture,
-                                            NamedTensors parameters) {
+std::string Forensics::write_snapshot(const RunningStep& run, size_t micro, const std::vector<float>& layer_grad_norm,
+                                      const format::Capture& capture, NamedTensors parameters) {
   const int64_t step = run.step;
-  const GuardedStep& result = run.result;
   const MicroBatch& kept = run.micro_batches.at(micro);
   probe::SnapshotContents s;
   s.step = step;
@@ -472,14 +485,14 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
                      ? probe_.batch_rows()
                      : at::full({kept.batch.rows()}, -1, at::kLong);
   s.cpu_rng_state = (kept.cpu_rng_state.known() ? kept.cpu_rng_state : probe_.cpu_rng_state()).bytes();
-  s.precision = result.amp;
+  s.precision = run.amp;
   s.loss_scale = run.loss_scale_for_reruns();  // what its replay re-runs at
-  s.lr = result.lr;
+  s.lr = run.lr;
   s.clip = options_.clip;
   s.origin = options_.origin;
   s.config = recorded_config(options_);
   // The modules in fp32 at this step (planned or --fallback auto's): the replay keeps them so.
-  s.config["fp32_modules"] = fp32_modules_flag_value(fp32_modules());
+  s.config["fp32_modules"] = fp32_modules_flag_value(recovered_.fp32_modules());
   if (run.micro_batches.size() > 1) {
     s.config["micro_batch"] = std::to_string(micro);
     s.config["micro_batches"] = std::to_string(run.micro_batches.size());
@@ -501,19 +514,19 @@ std::string StepGuard::Impl::write_snapshot(const RunningStep& run, size_t micro
   return path;
 }
 
-RemedyChoice StepGuard::Impl::diagnose_in_lockstep(RunningStep& run, const std::optional<format::Capture>& capture,
-                                                   bool needed) {
+RemedyChoice Forensics::diagnose_in_lockstep(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                             bool needed) {
   GradientAverager& ranks = *run.context.averager;
   // The rank that found the birth leads; else one whose own loss went
   // non-finite; else any that re-ran the step (a fault seen by no op).
-  const int claim = !needed || !capture ? 0 : capture->first_birth ? 3 : !run.result.outcome.local_loss_finite ? 2 : 1;
+  const int claim = !needed || !capture ? 0 : capture->first_birth ? 3 : !run.outcome.local_loss_finite ? 2 : 1;
   const int leader = lockstep_leader(ranks, claim);
   if (leader < 0) {
     RemedyChoice none;
     none.no_say = true;
     return none;
   }
-  return diagnose(run, capture, &ranks, leader);
+  return diagnose_led(run, capture, &ranks, leader);
 }
 
 namespace {
@@ -541,26 +554,30 @@ RemedyChoice with_trigger_samples(RemedyChoice choice, const Batch& batch, const
 
 }  // namespace
 
-RemedyChoice StepGuard::Impl::diagnose(RunningStep& run, const std::optional<format::Capture>& capture,
-                                       GradientAverager* lockstep, int leader) {
+RemedyChoice Forensics::diagnose(const RunningStep& run, const std::optional<format::Capture>& capture) {
+  return diagnose_led(run, capture, nullptr, -1);
+}
+
+RemedyChoice Forensics::diagnose_led(const RunningStep& run, const std::optional<format::Capture>& capture,
+                                     GradientAverager* lockstep, int leader) {
   FailedStep failed;
-  failed.amp = run.result.amp;
+  failed.amp = run.amp;
   failed.own_16bit = steered_.model.own_16bit_type_name();
   // A NaN/Inf in a batch leaf the step never read is not the data's fault.
-  failed.batch_finite = run.result.outcome.batch_finite || (capture && capture->batch_not_read);
+  failed.batch_finite = run.outcome.batch_finite || (capture && capture->batch_not_read);
   failed.capture = capture;
   // The unit a diagnosis re-runs: the micro-batch of the first birth (rows
   // are searched within it, never across micro-batches).
   const size_t diagnosed = diagnosed_micro_batch(run, capture);
   const MicroBatch& micro = run.micro_batches.at(diagnosed);
-  failed.batch_size = runs_other_batches(run) ? micro.batch.rows() : 0;
-  failed.fp32_modules = fp32_modules();
+  failed.batch_size = steered_.runs_other_batches(run.watched) ? micro.batch.rows() : 0;
+  failed.fp32_modules = recovered_.fp32_modules();
   failed.on_cpu = parameters_.empty() || parameters_.front().device().is_cpu();
   failed.kernels_tried =
       lockstep == nullptr && !steered_.model.compiled();  // a compiled model's kernels are its compiler's
   LiveStepReruns reruns(steered_.model, parameters_, run.loss_scale_for_reruns(), run.setup, micro);
   std::optional<ClosureModel::Step> with_loss_fn;
-  run_batches_through_loss_fn(with_loss_fn, run, micro.batch);
+  steered_.run_other_batches_through_loss_fn(with_loss_fn, run.watched, micro.batch);
   const at::Tensor dataset_rows = micro_batch_rows(run, diagnosed);
   if (!lockstep) {
     RemedyChoice choice = choose_remedy(failed, reruns);
