@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <sstream>
 #include <utility>
 
 #include "../support/test_support.hpp"
@@ -43,10 +45,10 @@ std::vector<Batch> micro_batches(int count, int bad_micro, int64_t bad_row) {
 
 // A quiet guard in bf16 (or `amp`) over a fresh Normalising model, its loss function set.
 struct Watched {
-  explicit Watched(Amp amp = Amp::bf16, FallbackMode fallback = FallbackMode::automatic) {
+  explicit Watched(Amp amp = Amp::bf16, FallbackMode fallback = FallbackMode::automatic, std::ostream* log = nullptr) {
     torch::manual_seed(0);
     GuardOptions options{dir.path(), amp};
-    options.log = nullptr;
+    options.log = log;
     options.fallback = fallback;
     guard = std::make_unique<StepGuard>(net, optimizer, options);
     guard->set_loss_fn(loss_of);
@@ -94,6 +96,37 @@ TEST(WatchedStep, AccumulatedMicroBatchesNameTheBirthsMicroBatchAndRowAndSkipAsA
     EXPECT_EQ(s.config.at("micro_batches"), "3");
   }
   EXPECT_EQ(guard.applied_steps(), 3);
+}
+
+// A loop that leaves its forward outside the guard's autocast computes in
+// fp32 while the guard says bf16: told once, on the first step. Under the
+// guard's autocast, or with the guard at fp32, nothing is said.
+TEST(WatchedStep, AForwardOutsideTheGuardsAutocastIsToldOnceAndNothingUnderIt) {
+  auto lines_about_autocast = [](Amp amp, bool under_autocast) {
+    std::ostringstream log;
+    Watched w(amp, FallbackMode::automatic, &log);
+    for (int64_t step = 0; step < 3; ++step) {
+      for (const Batch& b : micro_batches(2, -1, 0)) {
+        std::optional<ScopedAutocast> autocast;
+        if (under_autocast) autocast.emplace(w.guard->autocast());
+        at::Tensor loss = w.loss_of(b) / 2.0;
+        autocast.reset();
+        w.guard->backward(loss, b);
+      }
+      EXPECT_TRUE(w.guard->step().counted());
+    }
+    std::vector<std::string> told;
+    std::istringstream lines(log.str());
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("outside autocast") != std::string::npos) told.push_back(line);
+    return told;
+  };
+  const std::vector<std::string> outside = lines_about_autocast(Amp::bf16, false);
+  ASSERT_EQ(outside.size(), 1u);
+  EXPECT_NE(outside[0].find("step 0: the loss's matrix products ran in fp32"), std::string::npos) << outside[0];
+  EXPECT_NE(outside[0].find("auto autocast = guard.autocast();"), std::string::npos) << outside[0];
+  EXPECT_TRUE(lines_about_autocast(Amp::bf16, true).empty());
+  EXPECT_TRUE(lines_about_autocast(Amp::fp32, false).empty());
 }
 
 TEST(WatchedStep, WithoutALossFunctionAFailedStepIsSkippedAndSaysItWasNotInvestigated) {

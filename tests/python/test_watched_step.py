@@ -683,3 +683,31 @@ def test_only_a_mean_over_no_target_is_left_out(tmp_path, nanscope_lines):
     assert results[2].first_birth.startswith("nan at aten::div (forward)"), results[2].first_birth
     guard.close()
     assert "empty_loss" not in {k for _, k, _ in run_events(tmp_path / "run")}
+
+
+@pytest.mark.parametrize("amp,under_autocast,told", [("bf16", False, True), ("bf16", True, False),
+                                                     ("fp32", False, False)])
+def test_a_forward_outside_the_guards_autocast_is_told_once(tmp_path, nanscope_lines, amp, under_autocast, told):
+    """A watched loop that leaves its forward outside autocast computes in
+    fp32 while the guard says bf16: said once, on the first step, with the
+    Python spelling of the fix; under guard.autocast(), or at fp32, nothing."""
+    import contextlib
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = nanscope.StepGuard(model, optimizer, run_dir=str(tmp_path), amp=amp,
+                               loss_fn=lambda m, b: F.mse_loss(m(b[0]), b[1]))
+    for _ in range(3):
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        with guard.autocast() if under_autocast else contextlib.nullcontext():
+            loss = F.mse_loss(model(x), y)
+        guard.scale(loss, (x, y)).backward()
+        assert guard.step(optimizer).counted
+        guard.update()
+        optimizer.zero_grad()
+    guard.close()
+    lines = [line for line in nanscope_lines().splitlines() if "outside autocast" in line]
+    assert len(lines) == (1 if told else 0), lines
+    if told:
+        assert "step 0: the loss's matrix products ran in fp32" in lines[0]
+        assert "`with guard.autocast():`" in lines[0]

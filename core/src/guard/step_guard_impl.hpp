@@ -83,6 +83,9 @@ struct StepGuard::Impl {
   // two dimensions could hold and how to declare them: a failed step's row
   // search cannot run until then (a shape read, no sync).
   void tell_ambiguous_rows(int64_t step, const Batch& batch);
+  // Says, once, on the first watched step at 16 bits, when the loss's
+  // matrix products ran in fp32: the loop's forward ran outside autocast.
+  void tell_forward_outside_autocast(int64_t step, const at::Tensor& loss);
   // Throws std::invalid_argument naming planned fp32 modules the step did not run.
   void check_planned_fp32_modules(const std::vector<std::string>& missing);
   // GuardOptions::fp32_modules naming a module of 16-bit weights: std::invalid_argument.
@@ -171,6 +174,7 @@ struct StepGuard::Impl {
   bool fp32_modules_checked_ = false;  // the planned names were checked against a step that ran them
   bool scope_names_checked_ = false;
   bool ambiguous_rows_told_ = false;        // a batch tensor's rows two dimensions could hold was named once
+  bool forward_precision_checked_ = false;  // tell_forward_outside_autocast ran
   int64_t ambiguous_rows_checked_at_ = -1;  // the batch size last read for it
   std::exception_ptr model_exception_;      // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;

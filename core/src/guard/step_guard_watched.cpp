@@ -1,6 +1,7 @@
 // The watched form: the loop runs forward, loss and backward (and its own
 // clipping); the guard is told where micro-batches begin and end, keeps what
 // a re-run needs, and decides the step at step().
+#include "guard/forward_precision.hpp"
 #include "guard/step_guard_impl.hpp"
 
 #include <limits>
@@ -127,8 +128,25 @@ at::Tensor StepGuard::Impl::scale(const at::Tensor& loss, const Batch& micro_bat
       calls[i].batch = keep(earlier_call_batches[i]);
     w.run.undecided.push_back(UndecidedMicroBatch{w.run.micro_batches.size() - 1, loss, std::move(calls)});
   }
+  if (!forward_precision_checked_ && amp() != Amp::fp32) tell_forward_outside_autocast(w.run.step, loss);
   w.losses.push_back(scalar_float(loss));
   return scaler_.enabled() ? loss * scaler_.scale() : loss;
+}
+
+void StepGuard::Impl::tell_forward_outside_autocast(int64_t step, const at::Tensor& loss) {
+  forward_precision_checked_ = true;
+  if (product_precision(loss) != ProductPrecision::float32) return;
+  const std::string precision = format::to_string(amp());
+  const char* under = options_.origin == format::Origin::python
+                          ? "`with guard.autocast():` around the forward and the loss"
+                          : "`auto autocast = guard.autocast();` before the forward";
+  journal_.say(step,
+               "the loss's matrix products ran in fp32: the loop's forward ran outside autocast, while the "
+               "guard runs " +
+                   precision + " (its re-runs and snapshots run at " + precision + ", run.h5 says " + precision +
+                   ", and a fallback to fp32 changes nothing). Run the forward "
+                   "under the guard's autocast (" +
+                   under + "), or give the guard amp fp32");
 }
 
 void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
