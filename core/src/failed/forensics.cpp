@@ -555,6 +555,7 @@ RemedyChoice with_trigger_samples(RemedyChoice choice, const Batch& batch, const
 }  // namespace
 
 RemedyChoice Forensics::diagnose(const RunningStep& run, const std::optional<format::Capture>& capture) {
+  const AtFailedEvaluation trial_point(parameters_, run.evaluations);  // a closure optimizer's failed evaluation
   return diagnose_led(run, capture, nullptr, -1);
 }
 

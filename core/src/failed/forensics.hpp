@@ -41,9 +41,10 @@ class Forensics {
   // model raised before any birth throws ModelError with `model_exception`.
   ForensicFindings investigate(const RunningStep& run, const std::vector<float>& layer_grad_norm,
                                std::exception_ptr model_exception);
-  // --fallback auto's diagnosis of the failed step from re-runs of it (a
-  // sharded model's on every rank together, `needed` or not there: the
-  // others follow the rank that leads).
+  // --fallback auto's diagnosis of the failed step from re-runs of it (at a
+  // closure optimizer's failed evaluation, as investigate; a sharded model's
+  // on every rank together, `needed` or not there: the others follow the
+  // rank that leads).
   RemedyChoice diagnose(const RunningStep& run, const std::optional<format::Capture>& capture);
   RemedyChoice diagnose_in_lockstep(const RunningStep& run, const std::optional<format::Capture>& capture, bool needed);
   // The micro-batch a diagnosis re-runs: the one of the first birth.

@@ -242,7 +242,6 @@ std::optional<RemedyChoice> StepGuard::Impl::diagnosis_if_needed(const RunningSt
     none.no_say = true;
     return none;
   }
-  const AtFailedEvaluation trial_point(parameters_, run.evaluations);
   return forensics_.diagnose(run, found.capture);
 }
 

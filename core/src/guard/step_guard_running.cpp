@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "guard/journal_endings.hpp"
 #include "guard/step_guard_impl.hpp"
@@ -53,16 +54,17 @@ struct StepEnd {
 };
 
 // The step's GuardedStep, built once from what the step ran with and came
-// to and what its end gathered.
-GuardedStep guarded_step(const RunningStep& run, StepEnd& end) {
+// to and what its end gathered: the step's last use, so its outcome (a norm
+// per parameter among it) moves into the result instead of being copied.
+GuardedStep guarded_step(RunningStep& run, StepEnd& end) {
   GuardedStep result;
-  result.outcome = run.outcome;
   result.loss = at::scalar_tensor(run.outcome.loss, at::kDouble);
+  result.outcome = std::move(run.outcome);
   result.amp = run.amp;
   result.lr = run.lr;
   result.loss_scale = run.loss_scale;
   result.seconds = end.seconds;
-  result.error = run.error;
+  result.error = std::move(run.error);
   result.restored = std::move(end.undone.restored);
   result.warnings = std::move(end.warnings);
   const FailedStepConclusion& failed = end.failed;
