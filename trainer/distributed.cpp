@@ -124,15 +124,13 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, int rank, int world_size,
 
 ProcessGroup::~ProcessGroup() = default;
 
-void ProcessGroup::all_reduce(const std::vector<Reduction>& reductions) {
+void ProcessGroup::all_reduce(const std::vector<at::Tensor>& tensors) {
   try {
     std::vector<WorkPtr> pending;
-    pending.reserve(reductions.size());
-    for (const Reduction& r : reductions) {
-      c10d::AllreduceOptions options;
-      options.reduceOp = r.op == Reduce::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-      std::vector<at::Tensor> one{r.tensor};
-      pending.push_back(impl_->group->allreduce(one, options));
+    pending.reserve(tensors.size());
+    for (const at::Tensor& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      pending.push_back(impl_->group->allreduce(one));
     }
     for (auto& work : pending) work->wait();
   } catch (const std::exception& e) {
@@ -168,7 +166,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::connect(const DistOptions&, at::Devi
   throw std::invalid_argument("this nanscope-train was built without c10d Gloo");
 }
 ProcessGroup::~ProcessGroup() = default;
-void ProcessGroup::all_reduce(const std::vector<Reduction>&) {}
+void ProcessGroup::all_reduce(const std::vector<at::Tensor>&) {}
 void ProcessGroup::broadcast(const std::vector<at::Tensor>&) {}
 void ProcessGroup::barrier() {}
 

@@ -30,13 +30,30 @@ GradientBuckets::GradientBuckets(ProcessGroup& group, const std::vector<at::Tens
     const int64_t total = slots.back().offset + slots.back().numel;
     buckets_.push_back({at::empty({total}, first.options().requires_grad(false)), std::move(slots)});
   }
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (buckets_[i].flat.scalar_type() == at::kFloat) carrier_ = i;
+}
+
+at::Tensor GradientBuckets::reduced(Bucket& bucket, const at::Tensor& flags) {
+  if (carrier_ >= buckets_.size() || &bucket != &buckets_[carrier_] || flags.device() != bucket.flat.device())
+    return bucket.flat;
+  const int64_t size = bucket.flat.numel();
+  if (riding_.numel() != size + flags.numel()) {
+    riding_ = at::empty({size + flags.numel()}, bucket.flat.options());
+    bucket.flat = riding_.narrow(0, 0, size);
+  }
+  riding_.narrow(0, size, flags.numel()).copy_(flags);
+  return riding_;
 }
 
 void GradientBuckets::average(const at::Tensor& flags) {
   at::NoGradGuard no_grad;
-  std::vector<ProcessGroup::Reduction> reductions;
+  std::vector<at::Tensor> reductions;
   reductions.reserve(buckets_.size() + 1);
+  bool rode = false;
   for (Bucket& b : buckets_) {
+    reductions.push_back(reduced(b, flags));  // first: it may move the bucket's buffer
+    rode |= reductions.back().numel() > b.flat.numel();
     for (const Slot& s : b.slots) {
       at::Tensor slice = b.flat.narrow(0, s.offset, s.numel);
       const at::Tensor& grad = parameters_[s.parameter].grad();
@@ -45,10 +62,10 @@ void GradientBuckets::average(const at::Tensor& flags) {
       else
         slice.zero_();
     }
-    reductions.push_back({b.flat, ProcessGroup::Reduce::sum});
   }
-  reductions.push_back({flags, ProcessGroup::Reduce::max});
+  if (!rode) reductions.push_back(flags);
   group_.all_reduce(reductions);
+  if (rode) flags.copy_(riding_.narrow(0, buckets_[carrier_].flat.numel(), flags.numel()));
 
   const double inverse_world = 1.0 / group_.world_size();
   for (Bucket& b : buckets_) {

@@ -46,7 +46,7 @@ std::string agreed_checkpoint(const std::string& current, const TrainOptions& o,
   steps[group.rank()][1] = double(mine[1]);
   at::Tensor gathered = steps.to(device);
   group.set_context("resume: agreeing on a checkpoint");
-  group.all_reduce({{gathered, ProcessGroup::Reduce::sum}});
+  group.all_reduce({gathered});
   const at::Tensor all = gathered.to(at::kCPU);
   auto held_by_all = [&](int64_t step) {
     for (int r = 0; r < world; ++r)

@@ -224,6 +224,8 @@ class StepGuard:
         own = dict(model_name=model_name, log=bool(log), row_dim=row_dim)
         self._guard = _StepGuard(named, optimizer, options, own, ranks, rank, world_size,
                                  _compiled.program_of(model))
+        if ranks is not None:
+            ranks.send_flags_of(self._guard)  # in DistributedDataParallel's last bucket
         # A DistributedDataParallel model: its sync is held off in re-runs, which are one rank's alone, and
         # in every call where the guard averages the gradients itself (the model has a hook of its own).
         self._ddp = model if _distributed.is_ddp(model) else None

@@ -13,10 +13,12 @@ namespace nanscope::python {
 class PythonAverager : public GradientAverager {
  public:
   // `ranks`: average(flags) averages the parameters' .grad over the group (or
-  // leaves them, when DistributedDataParallel did it in backward) and
-  // all-reduces `flags` with MAX, in place; own_gradients_nonfinite() is
+  // leaves them, when DistributedDataParallel did it in backward) and sums
+  // `flags` in place (or waits for their sum, begun in DDP's last bucket or by
+  // begin_average); own_gradients_nonfinite() is
   // DistributedDataParallel's note of this rank's gradients before they mixed
-  // (None where the guard averages them); sum(values) all-reduces with SUM;
+  // (None where the guard averages them); sum(values) all-reduces with SUM
+  // (or waits for the sum begin_sum(values) started);
   // sharded is True for a sharded model (FSDP).
   PythonAverager(py::object ranks, int rank, int world_size)
       : ranks_(share(std::move(ranks))), rank_(rank), world_size_(world_size) {
@@ -43,6 +45,10 @@ class PythonAverager : public GradientAverager {
   void sum(const at::Tensor& values) override {
     py::gil_scoped_acquire gil;
     ranks_->attr("sum")(values);
+  }
+  void begin_sum(const at::Tensor& values) override {
+    py::gil_scoped_acquire gil;
+    ranks_->attr("begin_sum")(values);
   }
 
  private:

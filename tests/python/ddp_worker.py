@@ -58,6 +58,68 @@ def skip_run(rank, run_dir, kind, watched):
     return out
 
 
+def collectives_run(rank, run_dir, steps=4):
+    """A clean run of DDP's watched loop (two micro-batches, the sync on the
+    last), plain and guarded, the plain one with DDP's default reduction as a
+    Python hook so that its collectives are counted too. Returns, per step,
+    the collectives each loop issued from Python, and both loops' weights."""
+    import nanscope
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    counts = {"n": 0}
+    originals = {name: getattr(dist, name) for name in ("all_reduce", "all_gather", "broadcast", "reduce_scatter")}
+
+    def counted(function):
+        def call(*args, **kwargs):
+            counts["n"] += 1
+            return function(*args, **kwargs)
+        return call
+
+    def model():
+        torch.manual_seed(0)
+        return nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2)))
+    plain, guarded = model(), model()
+    plain.register_comm_hook(None, default_hooks.allreduce_hook)
+    plain_opt, guarded_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain, guarded))
+    guard = nanscope.StepGuard(guarded, guarded_opt, run_dir=run_dir, amp="bf16", log=False,
+                               loss_fn=lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+    plain_counts, guarded_counts = [], []
+    for name, function in originals.items():
+        setattr(dist, name, counted(function))
+    try:
+        for step in range(steps):
+            torch.manual_seed(100 * step + rank)
+            x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+            for loop, counts_of in (("plain", plain_counts), ("guarded", guarded_counts)):
+                m = plain if loop == "plain" else guarded
+                counts["n"] = 0
+                for micro in range(2):
+                    m.require_backward_grad_sync = micro == 1
+                    rows = slice(4 * micro, 4 * micro + 4)
+                    if loop == "plain":
+                        with torch.autocast("cpu", dtype=torch.bfloat16):
+                            loss = F.cross_entropy(m(x[rows]), y[rows]) / 2
+                        loss.backward()
+                    else:
+                        with guard.autocast():
+                            loss = F.cross_entropy(m(x[rows]), y[rows]) / 2
+                        guard.scale(loss, (x[rows], y[rows])).backward()
+                if loop == "plain":
+                    plain_opt.step()
+                    plain_opt.zero_grad(set_to_none=True)
+                else:
+                    guard.unscale_(guarded_opt)
+                    assert guard.step(guarded_opt).counted
+                    guarded_opt.zero_grad(set_to_none=True)
+                counts_of.append(counts["n"])
+    finally:
+        for name, function in originals.items():
+            setattr(dist, name, function)
+    guard.close()
+    weights = {m: [p.detach().flatten().tolist() for p in model.parameters()]
+               for m, model in (("plain", plain), ("guarded", guarded))}
+    return {"plain": plain_counts, "guarded": guarded_counts, "weights": weights}
+
+
 class Normalize(nn.Module):
     """Each row over its length: a blank row is 0/0, at any precision."""
 

@@ -23,7 +23,8 @@ import doom_ranks_worker
 import sharded_worker
 
 RUNS = {"sharded": sharded_worker.run, "doom": doom_ranks_worker.run, "ddp_skip": ddp_worker.skip_run,
-        "ddp_auto_fallback": ddp_worker.auto_fallback_run, "ddp_leave_out": ddp_worker.leave_out_run}
+        "ddp_auto_fallback": ddp_worker.auto_fallback_run, "ddp_leave_out": ddp_worker.leave_out_run,
+        "ddp_collectives": ddp_worker.collectives_run}
 
 
 def main():

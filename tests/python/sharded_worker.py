@@ -5,7 +5,9 @@ The tests run it through rank_server.py (run()); the command line is for a
 rank that must end on its own (the "raises" fault).
 
 usage: sharded_worker.py RANK RUN_DIR ENGINE FORM FAULT
-  ENGINE: fsdp2 | fsdp1 | ddp      FORM: closure | watched | plain
+  ENGINE: fsdp2 | fsdp1 | ddp      FORM: closure | watched | watched_unscale | plain
+          (watched_unscale: the watched form with guard.unscale_ before step,
+          where the guard begins its collective)
   FAULT:  forward (rank 1's batch has a blank row: 0/0 in Normalize's forward)
           backward (rank 0's batch has a blank row: sqrt'(0) in Magnitude's backward)
           input (rank 1's batch holds a NaN)
@@ -158,10 +160,12 @@ def run(rank, run_dir, engine, form, fault, steps=STEPS, fault_steps=(FAULT_STEP
             return out, guard
         if form == "closure":
             result = guard.closure_step(lambda: loss_of(model, (x, y)), batch=(x, y))
-        elif form == "watched":
+        elif form in ("watched", "watched_unscale"):
             with guard.autocast():
                 loss = loss_of(model, (x, y))
             guard.scale(loss, (x, y)).backward()
+            if form == "watched_unscale":
+                guard.unscale_(optimizer)
             result = guard.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
         else:  # the plain loop, bf16 autocast as the guard's, the fault step's update left out by hand

@@ -34,6 +34,22 @@ def test_ranks_agree_on_the_skip_and_only_the_sick_rank_snapshots(tmp_path, tool
     assert births[1] == [expected], births
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_guarded_ddp_step_issues_the_plain_steps_collectives_and_ends_with_its_weights(tmp_path, rank_pools, world):
+    """The guard's flags ride in DDP's last bucket: a clean guarded step
+    issues the collectives the plain step issues (DDP's default reduction,
+    one per bucket), no more, at two ranks. From three ranks a longer bucket
+    would change the order the ring adds each gradient's parts in, so there
+    the flags have a reduction of their own, begun at the same bucket: one
+    more. Either way the weights are the plain loop's, bit for bit."""
+    outs = rank_pools.run("ddp_collectives", world, 300, run_dir=str(tmp_path / "run"))
+    for rank, out in enumerate(outs):
+        assert all(n > 0 for n in out["plain"]), out
+        extra = 0 if world == 2 else 1
+        assert out["guarded"] == [n + extra for n in out["plain"]], (rank, out)
+        assert out["weights"]["guarded"] == out["weights"]["plain"], rank
+
+
 @pytest.mark.parametrize("kind", ["plain", "ddp"])
 def test_auto_fallback_on_one_ranks_data_fault_is_a_skip_on_every_rank_as_in_one_process(tmp_path, rank_pools,
                                                                                          kind):

@@ -46,12 +46,15 @@ def plain_runs(tmp_path_factory, rank_pools):
 
 @pytest.mark.parametrize("engine", ["fsdp2", "fsdp1", "ddp"])
 @pytest.mark.parametrize("form, fault", [("closure", "forward"), ("closure", "backward"), ("closure", "input"),
-                                         ("watched", "forward"), ("watched", "backward")])
+                                         ("watched", "forward"), ("watched", "backward"),
+                                         ("watched_unscale", "forward")])
 def test_a_birth_on_one_rank_is_named_there_and_every_rank_skips_alike(tmp_path, run_ranks, plain_runs, engine, form,
                                                                         fault):
     """DDP too: its own buckets mix the gradients in the backward, and the
     guard's hook saw each rank's before they mixed, so a backward birth on
-    rank 0 alone is rank 0's on every rank's line."""
+    rank 0 alone is rank 0's on every rank's line. watched_unscale: the
+    guard's collective begun at unscale_ (a sharded model's flags and shard
+    norms), waited for at step."""
     guarded = run_ranks(tmp_path, engine, form, fault)
     plain = plain_runs(engine, fault)
     sick = SICK_RANK[fault]

@@ -103,7 +103,7 @@ bool LiveEarlierSteps::across_ranks(bool ok, double& norm) {
     return sum;
   };
   if (!ranks_->sharded()) {
-    // Data parallel: the gradients averaged as the step did, the flag (MAX) with them.
+    // Data parallel: the gradients averaged as the step did, the flag (summed) with them.
     at::Tensor bad = at::full({1}, ok ? 0.0f : 1.0f);
     ranks_->average(bad);
     if (bad.item<float>() != 0.0f) return false;

@@ -74,6 +74,7 @@ void StepGuardHarness::record_event(int64_t step, format::EventKind kind, const 
 }
 void StepGuardHarness::set_step_setup(StepSetupHook hook) { guard_.impl_->step_setup_hook_ = std::move(hook); }
 void StepGuardHarness::set_ranks(GradientAverager* ranks) { guard_.impl_->ranks_ = ranks; }
+at::Tensor StepGuardHarness::flags_for_gradient_reduction() { return guard_.impl_->flags_for_gradient_reduction(); }
 const std::vector<int>& StepGuardHarness::first_nonfinite_ranks() const {
   return guard_.impl_->forensics_memory_.first_nonfinite_ranks();
 }

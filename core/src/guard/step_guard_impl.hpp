@@ -65,6 +65,7 @@ struct StepGuard::Impl {
   at::Tensor scale(const at::Tensor& loss, const Batch& micro_batch, const std::vector<Batch>& earlier_call_batches,
                    bool changed_since_call);
   at::Tensor unscale();
+  at::Tensor flags_for_gradient_reduction();
   GuardedStep step(const StepContext& context);
   int64_t number_of(const StepContext& context) const { return context.step >= 0 ? context.step : next_step_; }
   void forget_calls_outside_steps();
@@ -179,8 +180,8 @@ struct StepGuard::Impl {
   std::exception_ptr model_exception_;      // what the model threw in this step (ModelError::original)
   int64_t next_step_ = 0;
   // The ranks of the binding's process group (StepGuardHarness::set_ranks):
-  // known before step() brings them, so the watched form's unscale() can
-  // begin the flags' reduction.
+  // known before step() brings them, so the flags' reduction can begin before
+  // it (in DDP's last bucket, or at the watched form's unscale()).
   GradientAverager* ranks_ = nullptr;
   bool restored_ = false;                                // restore() came: run.h5 goes on where it was (open_run_file)
   StepSetupHook step_setup_hook_;                        // set_step_setup()

@@ -165,13 +165,24 @@ void StepGuard::Impl::decide_micro_batches(RunningStep& run) {
 at::Tensor StepGuard::Impl::unscale() {
   WatchedStep& w = advance_watched(WatchedCall::unscale);
   w.unscaled = unscale_gradients(scaler_, parameters_, w.losses.front(), GradNormUse::as_a_value);
-  // Several ranks whose backward averaged the gradients: the flags' reduction
-  // starts now, beside the loop's clipping, and step() finds it done.
-  if (ranks_ && !w.run.settings.buckets) {
+  // Several ranks, where the flags did not ride in DDP's last bucket: their
+  // reduction (a sharded model's with its shards' norms) starts now, beside
+  // the loop's clipping, and step() finds it done.
+  if (ranks_ && !w.run.settings.begun_flags) {
     w.run.settings.buckets = ranks_;
-    begin_reducing_flags(w.run.settings, step_loss(w.losses));
+    begin_reducing_flags(w.run.settings, step_loss(w.losses), parameters_, *w.unscaled);
   }
   return w.unscaled->total_norm;
+}
+
+at::Tensor StepGuard::Impl::flags_for_gradient_reduction() {
+  // Called from the backward (DDP's last bucket): no call of the loop is
+  // taken, so the watched step's phase stays as it is. Nothing before the
+  // loop's loss came (the loop's own backward outside a step).
+  if (!watched_ || watched_->losses.empty() || !ranks_) return {};
+  RunningStep& run = watched_->run;
+  run.settings.buckets = ranks_;
+  return prepare_rank_flags(run.settings, step_loss(watched_->losses));
 }
 
 GuardedStep StepGuard::Impl::step(const StepContext& context) {

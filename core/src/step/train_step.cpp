@@ -163,18 +163,23 @@ bool StepRecomputation::finite() const {
 
 namespace {
 
-// Data parallel: one [4 x world + 1] flag vector rides with the gradient
-// buckets (reduced with MAX): each rank's "gradients non-finite" and "loss
-// non-finite" slots, one "stop" slot for Ctrl-C, each rank's loss (the others'
-// slots hold -inf) and each rank's batch abs-max. Every rank then holds every
-// verdict and loss, so all of them skip, warn and roll back alike. The global
-// norm is taken over the averaged gradients. Still on the device: the host
-// read comes after.
+// Data parallel: one [4 x world + 1] flag vector, summed across ranks: each
+// rank's "gradients non-finite" and "loss non-finite" slots, one "stop" slot
+// for Ctrl-C, each rank's loss and each rank's batch abs-max. A rank writes its
+// own slots only (zeros elsewhere), so the sum leaves every slot its rank's
+// value (x + 0 is x, a NaN or an infinity included) and the stop slot non-zero
+// if any rank asked. Every rank then holds every verdict and loss, so all of
+// them skip, warn and roll back alike. A sum is what the gradients' own
+// reduction does, so the flags can ride in it: appended to the last gradient
+// bucket (the trainer's buckets, DDP's last bucket through the guard's
+// communication hook), they add no round of their own. The global norm is
+// taken over the averaged gradients. Still on the device: the host read comes
+// after.
 //
 // A sharded model's gradients are reduced already, each rank holding a shard
-// of each: the same slots (the others' losses 0) and the squared norm of each
-// parameter's shard are summed in one collective, which gives every rank the
-// norms of the whole gradients (per parameter and in all) without gathering them.
+// of each: the same flags and the squared norm of each parameter's shard are
+// summed in one collective, which gives every rank the norms of the whole
+// gradients (per parameter and in all) without gathering them.
 struct FlagLayout {
   int world;
   int grads(int r) const { return r; }
@@ -211,13 +216,13 @@ at::Tensor buffers_nonfinite(const std::vector<WrittenBuffer>* buffers, const at
   return flags.size() == 1 ? flags.front() : at::cat(flags).max().reshape({1});
 }
 
-// This rank's flags (FlagLayout), `grads_bad` its gradients' verdict.
-at::Tensor rank_flags(const StepSettings& settings, bool sharded, const at::Tensor& loss, const at::Tensor& grads_bad,
+// This rank's flags (FlagLayout): its own slots, zeros elsewhere; `grads_bad`
+// its gradients' verdict.
+at::Tensor rank_flags(const StepSettings& settings, const at::Tensor& loss, const at::Tensor& grads_bad,
                       const at::TensorOptions& options) {
   const FlagLayout at_{settings.buckets->world_size()};
   const int rank = settings.buckets->rank();
   at::Tensor flags = at::zeros({at_.size()}, options.dtype(at::kFloat));
-  if (!sharded) flags.narrow(0, at_.loss(0), at_.world).fill_(-std::numeric_limits<float>::infinity());
   if (settings.stop_requested) flags[at_.stop()].fill_(1);
   flags[at_.grads(rank)].copy_(grads_bad.to(at::kFloat));
   const at::Tensor l = loss.detach().reshape({}).to(at::kFloat);
@@ -238,53 +243,74 @@ at::Tensor grads_bad_of(const at::Tensor& own_nonfinite, const UnscaledGradients
   return bad;
 }
 
-AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
-                                       const at::Tensor& loss, const at::Tensor& buffers_bad,
-                                       const UnscaledGradients& unscaled) {
-  NANSCOPE_NVTX_RANGE("all_reduce");
-  GradientAverager& ranks = *settings.buckets;
-  const FlagLayout at_{ranks.world_size()};
-  AveragedGradients out;
-  if (settings.begun_flags) {
-    // Begun at unscale(): only the wait is left.
-    out.flags = settings.begun_flags->flags;
-    out.own_nonfinite = settings.begun_flags->own_nonfinite;
-  } else {
-    // This rank's own gradients: after DDP's backward averaged them, the
-    // unscaled ones are every rank's, and only its note from before names the rank.
-    out.own_nonfinite = ranks.sharded() ? at::Tensor() : ranks.own_gradients_nonfinite();
-    out.flags = rank_flags(settings, ranks.sharded(), loss, grads_bad_of(out.own_nonfinite, &unscaled, buffers_bad),
-                           unscaled.found_inf.options());
-  }
-  const auto start = std::chrono::steady_clock::now();
-  if (!ranks.sharded()) {
-    ranks.average(out.flags);
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (out.own_nonfinite.defined()) {  // averaged before they were unscaled: their norms are taken
-      out.norms = unscaled.norms;
-      out.total_norm = unscaled.total_norm;
-      return out;
-    }
-    GradNorms averaged = grad_norms(defined_grads(parameters), GradNormUse::as_a_value);
-    out.norms = std::move(averaged.each);
-    out.total_norm = std::move(averaged.total);
-    return out;
-  }
-  // Each parameter's squared shard norm (0 for a shard without a gradient), after the flags.
+// A sharded model's flags and, after them, each parameter's squared shard
+// norm (0 for a shard without a gradient): one tensor for the ranks to sum.
+at::Tensor flags_and_shard_squares(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
+                                   const at::Tensor& loss, const at::Tensor& buffers_bad,
+                                   const UnscaledGradients& unscaled) {
+  const at::Tensor flags =
+      rank_flags(settings, loss, grads_bad_of({}, &unscaled, buffers_bad), unscaled.found_inf.options());
+  if (parameters.empty()) return flags;
   std::vector<int64_t> with_grad;
   for (size_t i = 0; i < parameters.size(); ++i)
     if (unscaled.had_grad[i]) with_grad.push_back(int64_t(i));
-  at::Tensor squares = at::zeros({int64_t(parameters.size())}, out.flags.options());
+  at::Tensor squares = at::zeros({int64_t(parameters.size())}, flags.options());
   if (!with_grad.empty())
     squares.index_copy_(0, at::tensor(with_grad, at::kLong).to(squares.device()),
                         unscaled.norms.to(at::kFloat).square());
-  at::Tensor both = parameters.empty() ? out.flags : at::cat({out.flags, squares});
+  return at::cat({flags, squares});
+}
+
+// A sharded model: the flags and shard norms summed (or the sum begun at
+// unscale() waited for), which gives every rank the whole gradients' norms.
+AveragedGradients sum_across_shards(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
+                                    const at::Tensor& loss, const at::Tensor& buffers_bad,
+                                    const UnscaledGradients& unscaled) {
+  GradientAverager& ranks = *settings.buckets;
+  const FlagLayout at_{ranks.world_size()};
+  AveragedGradients out;
+  const at::Tensor both = settings.begun_flags
+                              ? settings.begun_flags->flags
+                              : flags_and_shard_squares(settings, parameters, loss, buffers_bad, unscaled);
+  const auto start = std::chrono::steady_clock::now();
   ranks.sum(both);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.flags = both.narrow(0, 0, at_.size());
   const at::Tensor global = both.narrow(0, at_.size(), int64_t(parameters.size()));
   out.total_norm = global.sum().sqrt();
   out.norms = global.sqrt();
+  return out;
+}
+
+AveragedGradients average_across_ranks(const StepSettings& settings, const std::vector<at::Tensor>& parameters,
+                                       const at::Tensor& loss, const at::Tensor& buffers_bad,
+                                       const UnscaledGradients& unscaled) {
+  NANSCOPE_NVTX_RANGE("all_reduce");
+  GradientAverager& ranks = *settings.buckets;
+  if (ranks.sharded()) return sum_across_shards(settings, parameters, loss, buffers_bad, unscaled);
+  AveragedGradients out;
+  if (settings.begun_flags) {
+    // Begun in DDP's last bucket or at unscale(): only the wait is left.
+    out.flags = settings.begun_flags->flags;
+    out.own_nonfinite = settings.begun_flags->own_nonfinite;
+  } else {
+    // This rank's own gradients: after DDP's backward averaged them, the
+    // unscaled ones are every rank's, and only its note from before names the rank.
+    out.own_nonfinite = ranks.own_gradients_nonfinite();
+    out.flags = rank_flags(settings, loss, grads_bad_of(out.own_nonfinite, &unscaled, buffers_bad),
+                           unscaled.found_inf.options());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ranks.average(out.flags);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (out.own_nonfinite.defined()) {  // averaged before they were unscaled: their norms are taken
+    out.norms = unscaled.norms;
+    out.total_norm = unscaled.total_norm;
+    return out;
+  }
+  GradNorms averaged = grad_norms(defined_grads(parameters), GradNormUse::as_a_value);
+  out.norms = std::move(averaged.each);
+  out.total_norm = std::move(averaged.total);
   return out;
 }
 
@@ -433,18 +459,34 @@ StepOutcome check_gradients(const std::vector<at::Tensor>& parameters, const Uns
 
 }  // namespace
 
-void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss) {
+at::Tensor prepare_rank_flags(StepSettings& settings, const at::Tensor& loss) {
   GradientAverager* const ranks = settings.buckets;
-  if (!ranks || ranks->sharded()) return;
+  if (!ranks || ranks->sharded()) return {};
   StepSettings::BegunFlags begun;
   begun.own_nonfinite = ranks->own_gradients_nonfinite();
-  if (!begun.own_nonfinite.defined()) return;  // the averager averages the gradients itself, in average()
+  if (!begun.own_nonfinite.defined()) return {};  // the averager averages the gradients itself, in average()
   begun.buffers_bad = buffers_nonfinite(settings.written_buffers, begun.own_nonfinite);
-  begun.flags =
-      rank_flags(settings, /*sharded=*/false, loss, grads_bad_of(begun.own_nonfinite, nullptr, begun.buffers_bad),
-                 begun.own_nonfinite.options());
-  ranks->begin_average(begun.flags);
+  begun.flags = rank_flags(settings, loss, grads_bad_of(begun.own_nonfinite, nullptr, begun.buffers_bad),
+                           begun.own_nonfinite.options());
+  at::Tensor flags = begun.flags;
   settings.begun_flags = std::move(begun);
+  return flags;
+}
+
+void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss, const std::vector<at::Tensor>& parameters,
+                          const UnscaledGradients& unscaled) {
+  GradientAverager* const ranks = settings.buckets;
+  if (!ranks) return;
+  if (ranks->sharded()) {
+    StepSettings::BegunFlags begun;
+    begun.buffers_bad = buffers_nonfinite(settings.written_buffers, unscaled.found_inf);
+    begun.flags = flags_and_shard_squares(settings, parameters, loss, begun.buffers_bad, unscaled);
+    ranks->begin_sum(begun.flags);
+    settings.begun_flags = std::move(begun);
+    return;
+  }
+  const at::Tensor flags = prepare_rank_flags(settings, loss);
+  if (flags.defined()) ranks->begin_average(flags);
 }
 
 UnscaledGradients unscale_gradients(LossScaler& scaler, const std::vector<at::Tensor>& parameters,

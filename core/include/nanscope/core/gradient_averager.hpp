@@ -1,6 +1,6 @@
 #pragma once
 // What the step needs from data parallelism: every rank's gradients averaged
-// in place, with a small flag vector reduced (MAX) in the same round trip.
+// in place, with a small flag vector summed in the same round trip.
 // The trainer's c10d gradient buckets implement it; the core links no c10d.
 //
 // A sharded model (FSDP) is the other kind: its own backward reduced the
@@ -17,8 +17,11 @@ class GradientAverager {
   virtual ~GradientAverager() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Averages each parameter's .grad across ranks and reduces `flags` with MAX;
-  // only the flags where the backward averaged the gradients (below).
+  // Averages each parameter's .grad across ranks and sums `flags` (each rank
+  // writes its own slots, zeros elsewhere, so they can ride in the gradients'
+  // own reduction); only the flags where the backward averaged the gradients
+  // (below), or waits for their reduction begun before (begin_average, or
+  // the Python binding's hook at DDP's last bucket).
   // Not called for a sharded model.
   virtual void average(const at::Tensor& flags) = 0;
   // Where the step's backward averaged the gradients itself (a
@@ -27,7 +30,7 @@ class GradientAverager {
   // or an infinity, else 0. Undefined where no backward averaged them since
   // the last average(): there average() averages them.
   virtual at::Tensor own_gradients_nonfinite() { return {}; }
-  // Where the backward averaged the gradients: starts reducing `flags` (MAX)
+  // Where the backward averaged the gradients: starts summing `flags`
   // without waiting, once the backward is over (the watched form's
   // unscale(), so the reduction overlaps the loop's clipping); average() of
   // the same flags then waits for it. The default starts nothing.
@@ -42,6 +45,10 @@ class GradientAverager {
   virtual void sum(const at::Tensor& /*values*/) {
     throw std::logic_error("GradientAverager::sum: this averager does not sum");
   }
+  // Starts summing `values` without waiting (a sharded model's flags and
+  // shard norms, at the watched form's unscale()); sum() of the same tensor
+  // then waits for it. The default starts nothing, and sum() does it all.
+  virtual void begin_sum(const at::Tensor& /*values*/) {}
   // Whether every rank's `mine` holds (one sum): a verdict each rank of a
   // sharded model reaches on its own shards, made common.
   bool every_rank(bool mine) {

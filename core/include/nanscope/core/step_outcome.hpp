@@ -8,7 +8,7 @@
 namespace nanscope {
 
 // With several ranks, loss_finite/grads_finite are every rank's verdict (the
-// flags all-reduced with MAX), so all ranks skip, back off and fall back
+// flags summed across them), so all ranks skip, back off and fall back
 // together; the local_* fields are this rank's own check, made before the
 // gradient all-reduce mixed the ranks' gradients.
 struct StepOutcome {

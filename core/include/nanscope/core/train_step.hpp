@@ -66,8 +66,9 @@ struct StepSettings {
   // to the update: it goes on with the others (finish_step).
   std::function<std::vector<size_t>(const StepOutcome&)> losses_adding_nothing;
   // Several ranks whose backward averaged the gradients: the step's flags,
-  // their reduction begun at unscale() (begin_reducing_flags), with what
-  // they were built from; check_gradients finishes the reduction.
+  // their reduction begun before step() (in DDP's last bucket, or at
+  // unscale(): prepare_rank_flags), with what they were built from;
+  // check_gradients finishes the reduction.
   struct BegunFlags {
     at::Tensor flags, own_nonfinite, buffers_bad;
   };
@@ -75,11 +76,24 @@ struct StepSettings {
 };
 
 // Several ranks whose backward averaged the gradients (GradientAverager::
-// own_gradients_nonfinite defined): builds the step's flags from `loss` (the
-// step's, as check_gradients gets it) and begins their reduction
-// (GradientAverager::begin_average), so that it overlaps what the loop does
-// before step(). Nothing where the averager averages the gradients itself.
-void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss);
+// own_gradients_nonfinite defined): builds this rank's flags from `loss` (the
+// step's, as check_gradients gets it) and keeps them in
+// settings.begun_flags, for a reduction begun before step(); check_gradients
+// then waits for it (GradientAverager::average of the same flags). Undefined
+// where the averager averages the gradients itself. The Python binding's
+// communication hook calls it at DDP's last bucket and sends the flags in
+// that bucket's reduction.
+at::Tensor prepare_rank_flags(StepSettings& settings, const at::Tensor& loss);
+struct UnscaledGradients;
+// The watched form's unscale(): the flags' reduction begun, so that it
+// overlaps what the loop does before step() (its clipping): where DDP's
+// backward averaged the gradients, prepare_rank_flags' flags
+// (GradientAverager::begin_average); for a sharded model, its flags with the
+// squared norms of its gradient shards (`unscaled`), one sum
+// (GradientAverager::begin_sum). Nothing where the averager averages the
+// gradients itself, at step().
+void begin_reducing_flags(StepSettings& settings, const at::Tensor& loss, const std::vector<at::Tensor>& parameters,
+                          const UnscaledGradients& unscaled);
 
 // What train_step throws when the update raises after the model's forward and
 // backward ran (an optimizer's own error: Adam given sparse gradients): the

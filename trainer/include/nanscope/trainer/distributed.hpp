@@ -27,14 +27,9 @@ class ProcessGroup {
   int world_size() const { return world_size_; }
   const std::string& backend() const { return backend_; }
 
-  enum class Reduce { sum, max };
-  struct Reduction {
-    at::Tensor tensor;  // reduced in place
-    Reduce op;
-  };
-  // One collective per tensor, all in flight together, then waits for all:
-  // the way a list of gradient buckets (and the step's flags) is reduced.
-  void all_reduce(const std::vector<Reduction>& reductions);
+  // Sums each tensor across ranks in place: one collective per tensor, all in
+  // flight together, then waits for all (the way a list of gradient buckets is reduced).
+  void all_reduce(const std::vector<at::Tensor>& tensors);
   // Rank 0's values into every rank's tensors (in place).
   void broadcast(const std::vector<at::Tensor>& tensors);
   void barrier();

@@ -38,6 +38,12 @@ class StepGuardHarness {
   // process group): the watched form's unscale() then begins the flags'
   // reduction, which step() finishes (GradientAverager::begin_average).
   void set_ranks(GradientAverager* ranks);
+  // This rank's flags for the open watched step (prepare_rank_flags), for a
+  // communication hook to send in the gradients' last reduction; undefined
+  // where there is none to send (no watched step with a loss, no ranks, a
+  // sharded model, an averager that averages itself). step() waits for their
+  // reduction through GradientAverager::average.
+  at::Tensor flags_for_gradient_reduction();
 
  private:
   StepGuard& guard_;
