@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "nanscope/common/blas_threads.hpp"
 #include "nanscope/common/cli_help.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/exit_codes.hpp"
@@ -16,6 +17,7 @@
 namespace nanscope::replay {
 
 int replay_main(int argc, const char* const* argv) {
+  nanscope::keep_blas_single_threaded();  // the replay's re-runs are many small steps: blas_threads.hpp
   nanscope::replay::ReplayOptions options;
   bool json = false, no_write = false, inspect = false;
   CLI::App app{

@@ -32,5 +32,11 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCA
       || { cat /tmp/torch2-configure.log; exit 1; }
     ninja -C "$BUILD" -j2
     cd "$BUILD"
+    # Debian testing links LibTorch to the pthread build of OpenBLAS, whose
+    # threads spin beside those of ATen (OpenMP): with two tests at a time on
+    # two cores, a replay took 4.1 s against 1.7 s with one BLAS thread, and
+    # this lane 570 s against 468. The tests train small models; one BLAS
+    # thread changes no result (OpenBLAS splits a product by rows and columns).
+    export OPENBLAS_NUM_THREADS=1
     ctest -j2 --output-on-failure --timeout 600 "$@"
   ' torch2-lane "$@"

@@ -6,14 +6,13 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
+#include "nanscope/common/blas_threads.hpp"
 #include "nanscope/common/torch_compat.hpp"
 #include "nanscope/core/checkpoint.hpp"
 #include "nanscope/core/train_step.hpp"
@@ -27,21 +26,6 @@ namespace nanscope::trainer {
 namespace {
 
 bool is_builtin(const std::string& model) { return model == "mlp" || model == "gpt"; }
-
-// Debian's OpenBLAS (the pthread build behind libblas.so.3) keeps its own
-// thread pool, as many threads as cores, spinning while idle, which
-// at::set_num_threads does not reach; beside ATen's OpenMP pool on the same
-// cores the two stall each other. Measured on 2 cores, gpt 4x128 batch 16,
-// 2 ATen threads: median step 126-163 ms with OpenBLAS's pool, 72-82 ms with
-// OpenBLAS on one thread; two ranks on 2 cores: 0.98x one rank, 1.34x after.
-// So OpenBLAS runs single-threaded and ATen's pool does the parallel work,
-// unless the user set OPENBLAS_NUM_THREADS. Found at run time: the BLAS is
-// chosen by Debian's alternatives and may not be OpenBLAS.
-void keep_blas_single_threaded() {
-  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
-}
 
 // Intra-op threads: --threads, else with several ranks on this machine its
 // cores shared between them (torchrun's LOCAL_WORLD_SIZE, else the world size),

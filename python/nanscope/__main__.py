@@ -16,7 +16,7 @@ import argparse
 import importlib
 import sys
 
-from . import inspect_snapshot, replay
+from . import _nanscope, inspect_snapshot, replay
 
 
 def _load(spec, what):
@@ -55,6 +55,7 @@ def main(argv=None):
         print(inspection.to_json() if args.json else inspection, end="\n" if args.json else "")
         return 0
     sys.path.insert(0, "")
+    _nanscope.keep_blas_single_threaded()  # as nanscope-replay: OpenBLAS's pool beside ATen's stalls both
     model, loss = _load(args.model, "model"), _load(args.loss, "loss")
     try:
         report = replay(args.snapshot, model, loss, write=not args.no_write, repeats=args.repeats,

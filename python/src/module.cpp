@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "guard_keywords.hpp"
+#include "nanscope/common/blas_threads.hpp"
 #include "nanscope/common/error_text.hpp"
 #include "nanscope/common/log_line.hpp"
 #include "nanscope/core/fp32_modules.hpp"
@@ -509,6 +510,8 @@ void bind_process(py::module_& m) {
   // (one pass, no copy; LibTorch 1.13's vector_norm(inf) on the CPU took 60
   // times a sum's time).
   m.def("largest_magnitude", &probe::abs_max, "a tensor's largest magnitude (NaN when it holds a NaN)");
+  m.def("keep_blas_single_threaded", &keep_blas_single_threaded,
+        "OpenBLAS on one thread unless OPENBLAS_NUM_THREADS is set (python3 -m nanscope replay)");
   // nanscope.GuardConfig's check of its values, as the guard will read them.
   m.def("check_guard_keywords", [](const py::dict& keywords, const std::string& who) {
     GuardOptions options;
