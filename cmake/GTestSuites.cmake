@@ -10,13 +10,16 @@
 # `SamplesFaults/Verdicts`) and its output names each test that failed.
 # Run one test with the program itself: `tests/core_tests --gtest_filter=Suite.Test`.
 #
-# nanscope_gtest_suites(TARGET [LABELS label] [TIMEOUT s] [RESOURCE_LOCK name])
+# nanscope_gtest_suites(TARGET [LABELS label] [TIMEOUT s] [RESOURCE_LOCK name] [COSTS Suite=s ...])
 #   TIMEOUT: one test's limit; a suite of n tests gets it plus 30 s for each
 #   test after the first. COST (CTest's order before it has timings of its
-#   own) is the number of tests. The suites are listed when CTest runs
-#   (the program's --gtest_list_tests, again only after it is rebuilt).
+#   own, as in a fresh clone: the costliest start first) is the number of
+#   tests, or the seconds COSTS gives a suite whose tests are few and long,
+#   so that it does not start late and run alone at the end with a core idle.
+#   The suites are listed when CTest runs (the program's --gtest_list_tests,
+#   again only after it is rebuilt).
 function(nanscope_gtest_suites target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "LABELS;TIMEOUT;RESOURCE_LOCK" "")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "LABELS;TIMEOUT;RESOURCE_LOCK" "COSTS")
   set(properties "WORKING_DIRECTORY;${CMAKE_CURRENT_BINARY_DIR}")
   foreach(property LABELS RESOURCE_LOCK)
     if(ARG_${property})
@@ -33,6 +36,7 @@ set(NANSCOPE_GTEST_EXE [==[$<TARGET_FILE:${target}>]==])
 set(NANSCOPE_GTEST_LISTING [==[${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.txt]==])
 set(NANSCOPE_GTEST_TIMEOUT ${ARG_TIMEOUT})
 set(NANSCOPE_GTEST_PROPERTIES [==[${properties}]==])
+set(NANSCOPE_GTEST_COSTS [==[${ARG_COSTS}]==])
 include([==[${PROJECT_SOURCE_DIR}/cmake/GTestSuitesAdd.cmake]==])
 ")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${include_file}")

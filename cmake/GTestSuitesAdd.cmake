@@ -31,6 +31,16 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
+foreach(given IN LISTS NANSCOPE_GTEST_COSTS)
+  if(NOT given MATCHES "^([^=]+)=([0-9]+)$")
+    message(FATAL_ERROR "${NANSCOPE_GTEST_TARGET}: COSTS takes Suite=seconds, not '${given}'")
+  endif()
+  if(NOT DEFINED tests_in_${NANSCOPE_GTEST_TARGET}_${CMAKE_MATCH_1})
+    message(FATAL_ERROR "${NANSCOPE_GTEST_TARGET}: COSTS names '${CMAKE_MATCH_1}', which is not one of its suites")
+  endif()
+  set(cost_of_${NANSCOPE_GTEST_TARGET}_${CMAKE_MATCH_1} ${CMAKE_MATCH_2})
+endforeach()
+
 foreach(suite IN LISTS suites)
   # The suite is the test's name, so no two programs may share one.
   if(DEFINED NANSCOPE_GTEST_SUITE_IN_${suite})
@@ -40,8 +50,12 @@ foreach(suite IN LISTS suites)
   set(NANSCOPE_GTEST_SUITE_IN_${suite} "${NANSCOPE_GTEST_TARGET}")
   set(n ${tests_in_${NANSCOPE_GTEST_TARGET}_${suite}})
   math(EXPR timeout "${NANSCOPE_GTEST_TIMEOUT} + 30 * (${n} - 1)")
+  set(cost ${n})
+  if(DEFINED cost_of_${NANSCOPE_GTEST_TARGET}_${suite})
+    set(cost ${cost_of_${NANSCOPE_GTEST_TARGET}_${suite}})
+  endif()
   add_test("${suite}" "${NANSCOPE_GTEST_EXE}" "--gtest_filter=${suite}.*")
   # A suite whose every test skipped itself (a capability this build lacks) is skipped.
-  set_tests_properties("${suite}" PROPERTIES ${NANSCOPE_GTEST_PROPERTIES} TIMEOUT ${timeout} COST ${n}
+  set_tests_properties("${suite}" PROPERTIES ${NANSCOPE_GTEST_PROPERTIES} TIMEOUT ${timeout} COST ${cost}
                        SKIP_REGULAR_EXPRESSION "\\[  PASSED  \\] 0 tests\\.")
 endforeach()
