@@ -38,5 +38,12 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCA
     # this lane 570 s against 468. The tests train small models; one BLAS
     # thread changes no result (OpenBLAS splits a product by rows and columns).
     export OPENBLAS_NUM_THREADS=1
+    # Debian testing links LibTorch to Open MPI, which loads UCX, and UCX
+    # installs its memory hooks as it loads by patching mmap and its kin,
+    # spinning on sched_yield meanwhile: 0.4 s before main() in every test
+    # program, nanscope-train and Python process (`nanscope-train --help`
+    # 0.77 s against 0.37 s; 783,000 sched_yield calls against 2). Nothing
+    # here uses MPI or UCX; the lane took 404 s with the hooks off.
+    export UCX_MEM_MMAP_HOOK_MODE=none
     ctest -j2 --output-on-failure --timeout 600 "$@"
   ' torch2-lane "$@"
