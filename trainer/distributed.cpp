@@ -131,6 +131,7 @@ void ProcessGroup::all_reduce(const std::vector<at::Tensor>& tensors) {
     for (const at::Tensor& t : tensors) {
       std::vector<at::Tensor> one{t};
       pending.push_back(impl_->group->allreduce(one));
+      ++issued_;
     }
     for (auto& work : pending) work->wait();
   } catch (const std::exception& e) {
@@ -144,6 +145,7 @@ void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors) {
     for (const at::Tensor& t : tensors) {
       std::vector<at::Tensor> one{t};
       pending.push_back(impl_->group->broadcast(one));
+      ++issued_;
     }
     for (auto& work : pending) work->wait();
   } catch (const std::exception& e) {
@@ -153,6 +155,7 @@ void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors) {
 
 void ProcessGroup::barrier() {
   try {
+    ++issued_;
     impl_->group->barrier()->wait();
   } catch (const std::exception& e) {
     fail("barrier", e);

@@ -271,13 +271,17 @@ GuardedStep run_step(Session& s, const TrainOptions& o, int64_t step, bool inter
 // What the summary keeps of each step.
 struct Tally {
   TrainSummary summary;
-  std::vector<double> step_times, allreduce_times;
+  std::vector<double> step_times, allreduce_times, collectives;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
-  void add(const GuardedStep& result, int64_t step, bool several_ranks) {
+  // collectives_issued: by the step, on several ranks.
+  void add(const GuardedStep& result, int64_t step, bool several_ranks, int64_t collectives_issued) {
     const StepOutcome& outcome = result.outcome;
     step_times.push_back(result.seconds);
-    if (several_ranks) allreduce_times.push_back(outcome.allreduce_seconds);
+    if (several_ranks) {
+      allreduce_times.push_back(outcome.allreduce_seconds);
+      collectives.push_back(double(collectives_issued));
+    }
     summary.steps_run = step + 1;
     if (!outcome.skipped) {
       summary.last_finite_loss = outcome.loss;
@@ -317,6 +321,8 @@ TrainSummary finish(Session& s, const TrainOptions& o, Tally& tally, bool interr
   summary.median_step_time = median(tally.step_times);
   if (!tally.allreduce_times.empty()) {
     summary.median_allreduce_time = median(tally.allreduce_times);
+    summary.median_collectives = std::llround(median(tally.collectives));
+    summary.gradient_buckets = int64_t(s.ranks.buckets->bucket_count());
     summary.world_size = o.dist.world_size;
   }
   return summary;
@@ -339,13 +345,15 @@ TrainSummary run(const TrainOptions& o, std::ostream& log) {
   bool stop = false;
   int64_t checkpoint_saved_after = -1;  // the last step's periodic checkpoint is also the final one
   for (int64_t step = s.first_step; step < o.steps && !stop; ++step) {
+    const int64_t issued_before = s.ranks.group ? s.ranks.group->collectives_issued() : 0;
     const GuardedStep result = run_step(s, o, step, interrupt.raised());
+    const int64_t issued = s.ranks.group ? s.ranks.group->collectives_issued() - issued_before : 0;
     const StepOutcome& outcome = result.outcome;
     if (!result.listed_samples.empty())
       log << s.who << "step " << step << ": " << listed_rows_text(result.listed_samples)
           << " left out from the next epoch on (" << s.poison_list << ")\n";
     stop = s.ranks.buckets ? outcome.stop_requested : interrupt.raised();
-    tally.add(result, step, bool(s.ranks.buckets));
+    tally.add(result, step, bool(s.ranks.buckets), issued);
     const TrainSummary& sum = tally.summary;
     progress.update({step, o.steps, sum.skipped, outcome.loss, !outcome.finite(), sum.last_finite_loss,
                      sum.last_finite_step, s.guard->loss_scale(), outcome.grad_norm, precision_name(s.guard->amp())});
@@ -375,7 +383,8 @@ void print_summary(const TrainSummary& s, std::ostream& out) {
   if (s.world_size > 1)
     out << "ranks: " << s.world_size << ", median all-reduce " << s.median_allreduce_time * 1e3 << " ms ("
         << (s.median_step_time > 0 ? 100.0 * s.median_allreduce_time / s.median_step_time : 0.0)
-        << "% of the median step)"
+        << "% of the median step), " << s.median_collectives << " collective(s) per step (median) for "
+        << s.gradient_buckets << " gradient bucket(s)"
         << (s.first_nonfinite_ranks.empty()
                 ? ""
                 : ", first non-finite rank(s) " + format::rank_list_text(s.first_nonfinite_ranks))

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -180,6 +181,26 @@ TEST(DataParallelFaults, RankSuffixPlantsOnThatRankOnly) {
   EXPECT_EQ(faults_on_rank({f, every}, 1)[0].rank, -1);  // a rank's own config names no rank
   EXPECT_THROW(parse_fault("log_nonpositive@6/rankX"), std::invalid_argument);
   EXPECT_THROW(parse_fault("log_nonpositive@6/rank-1"), std::invalid_argument);
+}
+
+// The guard adds no round to a clean step: its flags (each rank's
+// finiteness, the loss) ride at the end of the last gradient bucket, so a
+// step issues exactly the collectives a plain data-parallel step does, one
+// per bucket, whether the model fits one bucket or is split into several.
+TEST(DataParallel, ACleanStepIssuesOneCollectivePerGradientBucketAndNoMore) {
+  const int world = 2;
+  TempDir dir;
+  const std::regex summary(R"(([0-9]+) collective\(s\) per step \(median\) for ([0-9]+) gradient bucket\(s\))");
+  for (const char* bucket_mb : {"25", "0.0001"}) {
+    Job job(dir, world, mlp_args(dir.file(std::string("buckets-") + bucket_mb), 6, 8) + " --bucket-mb " + bucket_mb);
+    ASSERT_TRUE(job.wait_all(120s)) << "a rank did not finish";
+    for (int r = 0; r < world; ++r) ASSERT_EQ(job[r].exit_code, 0) << "rank " << r << ":\n" << job[r].log;
+    std::smatch found;
+    ASSERT_TRUE(std::regex_search(job[0].log, found, summary)) << job[0].log;
+    const int collectives = std::stoi(found[1]), buckets = std::stoi(found[2]);
+    EXPECT_EQ(collectives, buckets) << "--bucket-mb " << bucket_mb << ":\n" << job[0].log;
+    if (std::string(bucket_mb) == "0.0001") EXPECT_GT(buckets, 1) << "each parameter its own bucket";
+  }
 }
 
 class DataParallelRun : public ::testing::TestWithParam<int> {};

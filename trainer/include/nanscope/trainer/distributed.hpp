@@ -37,6 +37,10 @@ class ProcessGroup {
   // What the next collective is for, so a failure names it ("step 41: gradient all-reduce").
   void set_context(std::string context) { context_ = std::move(context); }
 
+  // Collectives issued so far (one per tensor reduced or broadcast, one per
+  // barrier): what a step costs in rounds, which the summary reports.
+  int64_t collectives_issued() const { return issued_; }
+
  private:
   struct Impl;
   ProcessGroup(std::unique_ptr<Impl> impl, int rank, int world_size, std::string backend);
@@ -46,6 +50,7 @@ class ProcessGroup {
   int rank_, world_size_;
   std::string backend_;
   std::string context_;
+  int64_t issued_ = 0;
 };
 
 }  // namespace nanscope::trainer

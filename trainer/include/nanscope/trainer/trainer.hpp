@@ -31,6 +31,8 @@ struct TrainSummary {
   // Multi-process runs.
   int world_size = 1;
   double median_allreduce_time = 0;        // seconds in the gradient all-reduce, median over steps
+  int64_t median_collectives = 0;          // collectives a step issued, median over steps
+  int64_t gradient_buckets = 0;            // what a plain data-parallel step reduces: one collective each
   std::vector<int> first_nonfinite_ranks;  // the ranks whose own check failed at the first skip
 };
 
