@@ -43,7 +43,7 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCA
     # spinning on sched_yield meanwhile: 0.4 s before main() in every test
     # program, nanscope-train and Python process (`nanscope-train --help`
     # 0.77 s against 0.37 s; 783,000 sched_yield calls against 2). Nothing
-    # here uses MPI or UCX; the lane took 404 s with the hooks off.
+    # here uses MPI or UCX; the suite took 404 s with them off, 489 s on.
     export UCX_MEM_MMAP_HOOK_MODE=none
     ctest -j2 --output-on-failure --timeout 600 "$@"
   ' torch2-lane "$@"
