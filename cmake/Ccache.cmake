@@ -12,12 +12,15 @@
 #   (setup.py runs this build) in the 2.14 lane's chroot, whose environment has
 #   no locale, missed every object the lane had just built. The compiler's
 #   LC_CTYPE is what LANG says (unset: the C locale), whoever starts it.
+# - the LibTorch targets' precompiled header (cmake/TorchUnityBuild.cmake):
+#   ccache caches the image and the files that use it only with pch_defines
+#   (it cannot see which macros the image was made with) and time_macros.
 # The option is set with or without ccache, so an object is the same either way.
 add_compile_options(-ffile-prefix-map=${PROJECT_SOURCE_DIR}/=)
 find_program(NANSCOPE_CCACHE ccache)
 if(NANSCOPE_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   set(CMAKE_CXX_COMPILER_LAUNCHER
       ${CMAKE_COMMAND} -E env --unset=LC_CTYPE CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}
-      "CCACHE_SLOPPINESS=time_macros,include_file_mtime,include_file_ctime"
+      "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
       ${NANSCOPE_CCACHE})
 endif()

@@ -1,29 +1,76 @@
-# How the targets that include LibTorch are compiled: in unity batches.
+# How the targets that include LibTorch are compiled: in unity batches, with a
+# precompiled header of LibTorch's common headers.
 #
 # LibTorch's headers, not our code, are what a build here spends its time on:
-# parsing <ATen/ATen.h> takes about 6 s and <torch/nn/module.h> about 9 s per
+# parsing <ATen/ATen.h> takes about 5 s and <torch/nn/module.h> about 7 s per
 # translation unit on this project's 2-core machines, before a line of ours.
-# A precompiled header did not pay: GCC's image of those headers was 592 MB and
-# loading it cost 9-14 s per file, so even files that use no LibTorch at all
-# took that long (bench/build_time.sh; a cold build went from 486 s to the
-# figure in docs/install.md). A unity batch parses the headers once for up to
-# NANSCOPE_UNITY_BATCH files, so keep file-local names unique within a target
-# (a helper in an anonymous namespace is visible to the rest of its batch).
+# A unity batch parses them once for up to NANSCOPE_UNITY_BATCH files, so keep
+# file-local names unique within a target (a helper in an anonymous namespace
+# is visible to the rest of its batch).
+#
+# The precompiled header holds <torch/nn/module.h> and <torch/types.h> only,
+# what nearly every such file includes: GCC's image of them is about 380 MB and
+# loads in under 2 s, where their text takes 7 (a core batch: 8.5 -> 4.9 s). An
+# image of all of <torch/torch.h> did not pay: 570 MB, and loading it cost
+# nearly what parsing the headers a file really includes does (8.2 -> 7.6 s).
+# GCC takes an image only in code compiled as it was made (-fPIC or -fPIE, and
+# the optimization level of the inline functions it holds), so every LibTorch
+# target compiles -fPIC, as the libraries must for the Python module, programs
+# too, and there are two images: one at the build's optimization, one at the
+# tests' (test batches at -O1 with a -O3 image spent twice as long optimizing:
+# 25 s a batch, against 21 s with no image and 17 s with their own).
 #
 # -DNANSCOPE_UNITY_BUILD=OFF compiles one file at a time: slower from clean,
-# quicker to rebuild after touching one file.
+# quicker to rebuild after touching one file. -DNANSCOPE_TORCH_PCH=OFF parses
+# the headers in every file.
 option(NANSCOPE_UNITY_BUILD "Compile LibTorch-using targets in unity batches" ON)
 set(NANSCOPE_UNITY_BATCH 8 CACHE STRING "Source files per unity batch")
+option(NANSCOPE_TORCH_PCH "Compile LibTorch-using targets with a precompiled header of LibTorch's common headers" ON)
 
-function(nanscope_unity_build target)
-  set_target_properties(${target} PROPERTIES UNITY_BUILD ${NANSCOPE_UNITY_BUILD}
-                                             UNITY_BUILD_BATCH_SIZE ${NANSCOPE_UNITY_BATCH})
+# Test programs' own code is compiled at -O1: it only calls into the
+# libraries, which stay -O3, and at -O1 a LibTorch-heavy batch of tests
+# compiles in 26 s instead of 35 s on this project's machines.
+set(NANSCOPE_TEST_OPTIMIZATION $<$<CONFIG:Release>:-O1>)
+
+# The target that makes the image for one kind of code (release, or test at
+# the tests' optimization), made at its first use; the others reuse its image.
+function(_nanscope_torch_pch_maker kind)
+  set(maker nanscope_torch_pch_${kind})
+  if(TARGET ${maker})
+    return()
+  endif()
+  add_library(${maker} OBJECT ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
+  target_link_libraries(${maker} PRIVATE nanscope_torch)
+  target_precompile_headers(${maker} PRIVATE <torch/nn/module.h> <torch/types.h>)
+  if(kind STREQUAL "test")
+    target_compile_options(${maker} PRIVATE ${NANSCOPE_TEST_OPTIMIZATION})
+  endif()
 endfunction()
 
-# Test programs: unity batches too, and -O1. A test's own code only calls into
-# the libraries, which stay -O3; at -O1 a LibTorch-heavy batch of tests
-# compiles in 26 s instead of 35 s on this project's machines.
+function(_nanscope_torch_target target kind)
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ${NANSCOPE_UNITY_BUILD}
+                                             UNITY_BUILD_BATCH_SIZE ${NANSCOPE_UNITY_BATCH})
+  if(NOT NANSCOPE_TORCH_PCH)
+    return()
+  endif()
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "EXECUTABLE")
+    # After CMake's -fPIE, which it cancels: the program is still linked as a
+    # position-independent executable.
+    target_compile_options(${target} PRIVATE -fPIC)
+  endif()
+  _nanscope_torch_pch_maker(${kind})
+  target_precompile_headers(${target} REUSE_FROM nanscope_torch_pch_${kind})
+endfunction()
+
+# A target that includes LibTorch, compiled as such: in unity batches, with the
+# precompiled header.
+function(nanscope_torch_build target)
+  _nanscope_torch_target(${target} release)
+endfunction()
+
+# A test program: the same, at the tests' optimization.
 function(nanscope_test_build target)
-  nanscope_unity_build(${target})
-  target_compile_options(${target} PRIVATE $<$<CONFIG:Release>:-O1>)
+  _nanscope_torch_target(${target} test)
+  target_compile_options(${target} PRIVATE ${NANSCOPE_TEST_OPTIMIZATION})
 endfunction()
