@@ -75,7 +75,8 @@ fuzz_target() {
   #    within the readers' bound (format/src/rehearsal.hpp), or it is a finding.
   # Each finding keeps its input; fuzzing goes on after what the rehearsal takes.
   # The time limit is the rehearsal's CPU bound for an input of at most
-  # -max_len (20 s): an input HDF5 spins on for longer is one the programs
+  # -max_len (format/src/rehearsal.hpp: 20 s + 0.1 s/MiB, so 20 s here; change
+  # them together): an input HDF5 spins on for longer is one the programs
   # stop there, so it is replayed as they read it rather than waited for
   # (with 120 s, one checkpoint input ran 112 s and its round 7 minutes; the
   # rehearsal ends it in 0.5 s).
