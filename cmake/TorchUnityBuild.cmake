@@ -31,6 +31,13 @@ option(NANSCOPE_TORCH_PCH "Compile LibTorch-using targets with a precompiled hea
 # libraries, which stay -O3, and at -O1 a LibTorch-heavy batch of tests
 # compiles in 26 s instead of 35 s on this project's machines.
 set(NANSCOPE_TEST_OPTIMIZATION $<$<CONFIG:Release>:-O1>)
+# A build whose release flags are the tests' level already (the 2.x test
+# lane's, scripts/test-torch2.sh) makes one image for both kinds of code.
+if(CMAKE_CXX_FLAGS_RELEASE MATCHES "(^| )-O1( |$)")
+  set(_nanscope_test_image release)
+else()
+  set(_nanscope_test_image test)
+endif()
 
 # The target that makes the image for one kind of code (release, or test at
 # the tests' optimization), made at its first use; the others reuse its image.
@@ -71,6 +78,6 @@ endfunction()
 
 # A test program: the same, at the tests' optimization.
 function(nanscope_test_build target)
-  _nanscope_torch_target(${target} test)
+  _nanscope_torch_target(${target} ${_nanscope_test_image})
   target_compile_options(${target} PRIVATE ${NANSCOPE_TEST_OPTIMIZATION})
 endfunction()

@@ -28,8 +28,13 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCA
     set -euo pipefail
     cd /src
     # The benchmarks: the 1.13 lane builds them; here they would only cost minutes.
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANSCOPE_BUILD_BENCH=OFF >/tmp/torch2-configure.log \
-      || { cat /tmp/torch2-configure.log; exit 1; }
+    # -O1 (the level the tests are compiled at in every lane): this lane checks
+    # that the tree builds and behaves on LibTorch 2.x, the 1.13 lane builds
+    # what users build (-O3). The tests spend their time in LibTorch and in
+    # starting programs, not in our code: from clean, the lane built in 193 s
+    # against 263 s at -O3, and its suite ran in about the same time.
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" \
+      -DNANSCOPE_BUILD_BENCH=OFF >/tmp/torch2-configure.log || { cat /tmp/torch2-configure.log; exit 1; }
     ninja -C "$BUILD" -j2
     cd "$BUILD"
     # Debian testing links LibTorch to the pthread build of OpenBLAS, whose
