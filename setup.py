@@ -2,8 +2,11 @@
 extension nanscope._nanscope is built by this repository's CMake (the target
 nanscope_python and the libraries it links; no tests, benchmarks or viewer),
 against the LibTorch of the torch this Python imports, and copied into the
-package."""
+package. CMAKE_ARGS (the environment variable other CMake-built Python
+packages read too) adds options to that configure, in shell quoting:
+CMAKE_ARGS="-DNANSCOPE_TORCH_PCH=OFF" pip install ."""
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +30,7 @@ class CMakeBuild(build_ext):
         configure = ["cmake", "-S", str(SOURCE), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                      f"-DPython3_EXECUTABLE={sys.executable}", f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
                      "-DNANSCOPE_BUILD_TESTS=OFF", "-DNANSCOPE_BUILD_BENCH=OFF", "-DNANSCOPE_BUILD_VIEWER=OFF"]
+        configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         print(f"nanscope: building the extension with CMake in {build} ({jobs} jobs)", flush=True)
         subprocess.run(configure, check=True, stdout=subprocess.DEVNULL)

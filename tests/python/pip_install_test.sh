@@ -4,7 +4,7 @@
 # Debian's setuptools (--no-build-isolation) and no package index. Then, with
 # no PYTHONPATH and from another folder, `import nanscope` trains a guarded
 # step and `python -m nanscope replay --help` answers.
-# Usage: pip_install_test.sh REPO
+# Usage: pip_install_test.sh REPO   (env CMAKE_ARGS: options for the extension's CMake configure, setup.py)
 set -euo pipefail
 repo=$1
 work=$(mktemp -d)
