@@ -18,7 +18,8 @@
 # target compiles -fPIC, as the libraries must for the Python module, programs
 # too, and there are two images: one at the build's optimization, one at the
 # tests' (test batches at -O1 with a -O3 image spent twice as long optimizing:
-# 25 s a batch, against 21 s with no image and 17 s with their own).
+# 25 s a batch, against 21 s with no image and 17 s with their own); one only
+# where the build's optimization is the tests' (below).
 #
 # -DNANSCOPE_UNITY_BUILD=OFF compiles one file at a time: slower from clean,
 # quicker to rebuild after touching one file. -DNANSCOPE_TORCH_PCH=OFF parses
